@@ -1,0 +1,54 @@
+#include "core/allocator.h"
+
+#include <cstdlib>
+#include <new>
+
+#include "core/error.h"
+
+namespace precis {
+
+void* CpuAllocator::allocate(size_t nbytes) {
+  // aligned_alloc wants a size that is a multiple of the alignment.
+  size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
+  if (rounded == 0) rounded = kAlignment;
+  void* ptr = std::aligned_alloc(kAlignment, rounded);
+  PRECIS_CHECK(ptr != nullptr, "out of host memory: could not allocate ", nbytes, " bytes (",
+               allocated_.load(), " bytes already in use)");
+  size_t now = allocated_.fetch_add(nbytes) + nbytes;
+  size_t peak = peak_.load();
+  while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+  }
+  count_.fetch_add(1);
+  return ptr;
+}
+
+void CpuAllocator::deallocate(void* ptr, size_t nbytes) {
+  std::free(ptr);
+  allocated_.fetch_sub(nbytes);
+}
+
+AllocatorStats CpuAllocator::stats() const {
+  AllocatorStats s;
+  s.allocated_bytes = allocated_.load();
+  s.reserved_bytes = s.allocated_bytes;
+  s.peak_bytes = peak_.load();
+  s.num_allocs = count_.load();
+  return s;
+}
+
+void CpuAllocator::reset_peak() { peak_.store(allocated_.load()); }
+
+CpuAllocator& cpu_allocator() {
+  static CpuAllocator instance;
+  return instance;
+}
+
+#if !PRECIS_WITH_CUDA
+Allocator& allocator_for(Device device) {
+  PRECIS_CHECK(device.is_cpu(), "device ", device, " requested, but this build of Precis has no CUDA backend: ",
+               "rebuild with the CUDA toolkit installed (-DPRECIS_CUDA=ON) or use device: cpu");
+  return cpu_allocator();
+}
+#endif
+
+}  // namespace precis

@@ -1,0 +1,111 @@
+// Define-by-run autograd (DESIGN.md section 2).
+//
+// Each differentiable op calls autograd::record(...) with its inputs, outputs
+// and a backward function. record() creates a Node holding that function (and,
+// through its captures, the saved tensors) and edges to the nodes that produced
+// the inputs. A leaf that requires grad gets an AccumulateGrad node, which sums
+// the incoming gradient into .grad and then fires the leaf's grad-ready hooks.
+//
+// backward() counts, for every node reachable from the root, how many edges
+// point at it, then runs nodes whose gradients are complete, latest-created
+// first. A node's inputs' gradients are final once every consumer has run, so
+// each AccumulateGrad runs exactly once per backward, and its hooks fire at the
+// moment that leaf's gradient is final. Unless retain_graph is set, a node's
+// backward function (with its saved tensors) is freed as soon as it has run.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace precis {
+
+struct Edge {
+  std::shared_ptr<Node> node;  // null: that input needs no gradient
+  uint32_t input_nr = 0;       // which output of `node` the gradient belongs to
+};
+
+struct BackwardArgs {
+  std::vector<Tensor> grads;           // gradient of each output; undefined where none flowed (zero)
+  std::vector<bool> needs_input_grad;  // per input: does anything want its gradient?
+  const Tensor& grad(size_t output = 0) const { return grads[output]; }
+  bool needs(size_t input) const { return needs_input_grad[input]; }
+};
+
+// Returns one gradient per input (undefined where not needed), each of the input's shape.
+using BackwardFn = std::function<std::vector<Tensor>(const BackwardArgs&)>;
+
+class Node {
+ public:
+  Node(std::string name, uint32_t num_outputs);
+  virtual ~Node() = default;
+
+  const std::string& name() const { return name_; }
+  uint32_t num_outputs() const { return num_outputs_; }
+  uint64_t sequence_nr() const { return sequence_nr_; }
+  std::vector<Edge>& next_edges() { return next_edges_; }
+  // Shapes of the inputs, to check each gradient a backward function returns.
+  std::vector<Shape>& input_shapes() { return input_shapes_; }
+
+  virtual std::vector<Tensor> apply(BackwardArgs&& args) = 0;
+  // Frees what the node saved for backward. Running it again afterwards is an error.
+  virtual void release() { released_ = true; }
+  bool released() const { return released_; }
+
+ private:
+  std::string name_;
+  uint32_t num_outputs_;
+  uint64_t sequence_nr_;
+  std::vector<Edge> next_edges_;
+  std::vector<Shape> input_shapes_;
+  bool released_ = false;
+};
+
+class FunctionNode final : public Node {
+ public:
+  FunctionNode(std::string name, uint32_t num_outputs, BackwardFn fn)
+      : Node(std::move(name), num_outputs), fn_(std::move(fn)) {}
+  std::vector<Tensor> apply(BackwardArgs&& args) override { return fn_(args); }
+  void release() override {
+    fn_ = nullptr;
+    Node::release();
+  }
+
+ private:
+  BackwardFn fn_;
+};
+
+// Gradient mode: ops record nodes only while it is on (the default).
+bool grad_mode_enabled();
+void set_grad_mode(bool enabled);
+
+class NoGradGuard {
+ public:
+  NoGradGuard() : previous_(grad_mode_enabled()) { set_grad_mode(false); }
+  ~NoGradGuard() { set_grad_mode(previous_); }
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+namespace autograd {
+
+// True when grad mode is on and any of `inputs` requires grad.
+bool any_requires_grad(std::initializer_list<const Tensor*> inputs);
+bool any_requires_grad(const std::vector<Tensor>& inputs);
+
+// Records the op that made `outputs` from `inputs`, if any input requires grad:
+// the outputs get requires_grad and a grad_fn running `backward`.
+void record(const char* op, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+            BackwardFn backward);
+
+void backward(const Tensor& root, const Tensor& gradient, bool retain_graph);
+
+}  // namespace autograd
+}  // namespace precis

@@ -1,0 +1,20 @@
+// Is there a usable GPU? Every answer is safe to ask on a machine without a
+// CUDA driver: "no driver" means "no GPU", never a crash.
+#pragma once
+
+#include <string>
+
+#include "core/device.h"
+
+namespace precis {
+
+// Number of usable CUDA devices (0 without a CUDA build, a driver or a device).
+int cuda_device_count();
+// One line: "NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)" or why there is no GPU.
+std::string cuda_status();
+
+// Resolves a `device:` setting: "auto" picks cuda:0 when a GPU is present, else
+// the CPU (printing a one-line note); "cuda[:N]" without that GPU is an error.
+Device resolve_device(const std::string& setting, bool quiet = false);
+
+}  // namespace precis

@@ -1,0 +1,26 @@
+#include "ops/cpu/loops.h"
+
+namespace precis::ops::cpu {
+
+Tensor broadcast_view(const Tensor& t, const Shape& shape, const char* op) {
+  if (t.shape() == shape) return t;
+  PRECIS_CHECK(static_cast<int64_t>(shape.size()) >= t.dim(), op, ": cannot broadcast shape ", t.shape(), " to ",
+               shape);
+  size_t lead = shape.size() - t.shape().size();
+  Shape strides(shape.size(), 0);
+  for (size_t i = 0; i < t.shape().size(); ++i) {
+    int64_t from = t.shape()[i], to = shape[lead + i];
+    PRECIS_CHECK(from == to || from == 1, op, ": cannot broadcast shape ", t.shape(), " to ", shape);
+    strides[lead + i] = from == 1 ? 0 : t.strides()[i];
+  }
+  return t.as_strided(shape, strides, t.offset());
+}
+
+Tensor converted(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype) return t;
+  Tensor out = empty(t.shape(), dtype, t.device());
+  copy_(out, t);
+  return out;
+}
+
+}  // namespace precis::ops::cpu

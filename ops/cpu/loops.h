@@ -1,0 +1,101 @@
+// Elementwise CPU loops: map_unary, map_binary, map_ternary.
+//
+// Each takes a generic lambda `f` on values of the compute type (float for
+// f16/bf16, otherwise the element type itself) and returns a new contiguous
+// tensor of `out_dtype`. Inputs are broadcast to a common shape (stride-0 views)
+// and converted to `in_dtype` first when they differ, so each loop is compiled
+// once per dtype, not once per pair of dtypes.
+#pragma once
+
+#include "core/convert.h"
+#include "core/copy.h"
+#include "core/strided_loop.h"
+#include "core/tensor.h"
+
+namespace precis::ops::cpu {
+
+// A view of `t` broadcast to `shape` (stride 0 along broadcast dims). No copy, no autograd.
+Tensor broadcast_view(const Tensor& t, const Shape& shape, const char* op);
+// `t` in `dtype`: itself when it already is, else a converted copy. No autograd.
+Tensor converted(const Tensor& t, DType dtype);
+
+// Calls fn(TypeTag<T>) for the floating dtypes f32, f64, f16, bf16.
+template <typename Fn>
+decltype(auto) dispatch_floating(DType dtype, const char* op, Fn&& fn) {
+  switch (dtype) {
+    case DType::f32: return fn(TypeTag<float>{});
+    case DType::f64: return fn(TypeTag<double>{});
+    case DType::f16: return fn(TypeTag<half>{});
+    case DType::bf16: return fn(TypeTag<bfloat16>{});
+    default: PRECIS_FAIL(op, ": expected a floating tensor (float32, float64, float16, bfloat16), got ", dtype);
+  }
+}
+
+// Same as dispatch_floating, plus i32 and i64 (for arithmetic on indices).
+template <typename Fn>
+decltype(auto) dispatch_numeric(DType dtype, const char* op, Fn&& fn) {
+  switch (dtype) {
+    case DType::i32: return fn(TypeTag<int32_t>{});
+    case DType::i64: return fn(TypeTag<int64_t>{});
+    default: return dispatch_floating(dtype, op, std::forward<Fn>(fn));
+  }
+}
+
+// out[i] = f(x[i]); x and out both of dtype `dtype`.
+template <typename Fn>
+Tensor map_unary(const Tensor& x_in, const char* op, Fn f) {
+  Tensor out = empty(x_in.shape(), x_in.dtype());
+  dispatch_floating(x_in.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_type_t<T>;
+    const T* x = static_cast<const T*>(x_in.storage()->data()) + x_in.offset();
+    T* o = out.data<T>();
+    for_each_row<2>(out.shape(), {out.strides(), x_in.strides()}, [&](auto base, int64_t n, auto inner) {
+      T* op_ = o + base[0];
+      const T* xp = x + base[1];
+      if (inner[1] == 1) {
+        for (int64_t i = 0; i < n; ++i) op_[i] = convert<T>(f(convert<C>(xp[i])));
+      } else {
+        for (int64_t i = 0; i < n; ++i) op_[i] = convert<T>(f(convert<C>(xp[i * inner[1]])));
+      }
+    });
+  });
+  return out;
+}
+
+// out[i] = f(a[i], b[i]) with a, b broadcast and converted to `dtype`; out has `dtype`.
+template <typename Dispatch, typename Fn>
+Tensor map_binary_with(Dispatch dispatch, const Tensor& a_in, const Tensor& b_in, DType dtype, const char* op,
+                       Fn f) {
+  Shape shape = broadcast_shapes(a_in.shape(), b_in.shape(), op);
+  Tensor a = broadcast_view(converted(a_in, dtype), shape, op);
+  Tensor b = broadcast_view(converted(b_in, dtype), shape, op);
+  Tensor out = empty(shape, dtype);
+  dispatch(dtype, op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_type_t<T>;
+    const T* ap = static_cast<const T*>(a.storage()->data()) + a.offset();
+    const T* bp = static_cast<const T*>(b.storage()->data()) + b.offset();
+    T* o = out.data<T>();
+    for_each_row<3>(shape, {out.strides(), a.strides(), b.strides()}, [&](auto base, int64_t n, auto inner) {
+      T* oo = o + base[0];
+      const T* aa = ap + base[1];
+      const T* bb = bp + base[2];
+      if (inner[1] == 1 && inner[2] == 1) {
+        for (int64_t i = 0; i < n; ++i) oo[i] = convert<T>(f(convert<C>(aa[i]), convert<C>(bb[i])));
+      } else {
+        for (int64_t i = 0; i < n; ++i)
+          oo[i] = convert<T>(f(convert<C>(aa[i * inner[1]]), convert<C>(bb[i * inner[2]])));
+      }
+    });
+  });
+  return out;
+}
+
+template <typename Fn>
+Tensor map_binary(const Tensor& a, const Tensor& b, DType dtype, const char* op, Fn f) {
+  return map_binary_with([](DType d, const char* name, auto&& fn) { return dispatch_floating(d, name, fn); }, a, b,
+                         dtype, op, f);
+}
+
+}  // namespace precis::ops::cpu

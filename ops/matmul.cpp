@@ -1,0 +1,156 @@
+// matmul and linear on the CPU, through Eigen's blocked, multithreaded GEMM.
+//
+// For C = A B (A: [M, K], B: [K, N]):  dA = dC B^T,  dB = A^T dC.
+// Batch dims broadcast; their gradients are summed back to each input's shape.
+// A transposed view has unit stride along its rows instead of its columns; it
+// is read in place as a column-major Eigen matrix rather than copied.
+#include <Eigen/Dense>
+#include <omp.h>
+
+#include "core/autograd.h"
+#include "ops/checks.h"
+#include "ops/cpu/loops.h"
+#include "ops/elementwise.h"
+#include "ops/matmul.h"
+#include "ops/reduce.h"
+
+namespace precis::ops {
+
+namespace {
+
+using Eigen::Dynamic;
+template <typename T, int Order>
+using MatrixMap = Eigen::Map<const Eigen::Matrix<T, Dynamic, Dynamic, Order>, 0, Eigen::OuterStride<>>;
+template <typename T>
+using OutMap = Eigen::Map<Eigen::Matrix<T, Dynamic, Dynamic, Eigen::RowMajor>>;
+
+// How the last two dims of a tensor lie in memory: rows dense (row-major), or
+// columns dense (column-major, as in a transposed view). Anything else is copied.
+enum class Layout { row_major, col_major, neither };
+Layout layout_of(const Tensor& t) {
+  int64_t rows = t.shape()[t.dim() - 2], cols = t.shape()[t.dim() - 1];
+  int64_t rs = t.strides()[t.dim() - 2], cs = t.strides()[t.dim() - 1];
+  if ((cs == 1 || cols == 1) && (rs >= cols || rows == 1)) return Layout::row_major;
+  if ((rs == 1 || rows == 1) && (cs >= rows || cols == 1)) return Layout::col_major;
+  return Layout::neither;
+}
+bool gemm_readable(const Tensor& t) { return layout_of(t) != Layout::neither; }
+// Eigen's outer stride: the distance between rows (row-major) or columns (column-major).
+int64_t leading_dim(const Tensor& t) {
+  int64_t rows = t.shape()[t.dim() - 2], cols = t.shape()[t.dim() - 1];
+  return layout_of(t) == Layout::row_major ? std::max(t.strides()[t.dim() - 2], cols)
+                                           : std::max(t.strides()[t.dim() - 1], rows);
+}
+
+// out[b] = a[b] * b[b] for each batch index; a, b already broadcast to the batch shape.
+template <typename T>
+void batched_gemm(const Tensor& a, const Tensor& b, Tensor& out, const Shape& batch) {
+  const int64_t M = a.shape()[a.dim() - 2], K = a.shape().back(), N = b.shape().back();
+  const int64_t batches = shape_numel(batch);
+  const Layout la = layout_of(a), lb = layout_of(b);
+  const int64_t lda = leading_dim(a), ldb = leading_dim(b);
+  const T* pa = static_cast<const T*>(a.storage()->data());
+  const T* pb = static_cast<const T*>(b.storage()->data());
+  T* po = out.data<T>();
+  auto offset_of = [&](const Tensor& t, int64_t index) {
+    int64_t off = t.offset();
+    for (int64_t d = static_cast<int64_t>(batch.size()) - 1; d >= 0; --d) {
+      off += (index % batch[d]) * t.strides()[d];
+      index /= batch[d];
+    }
+    return off;
+  };
+  auto one = [&](int64_t i) {
+    OutMap<T> c(po + i * M * N, M, N);
+    const T* ai = pa + offset_of(a, i);
+    const T* bi = pb + offset_of(b, i);
+    auto with_b = [&](const auto& A) {
+      if (lb == Layout::row_major) c.noalias() = A * MatrixMap<T, Eigen::RowMajor>(bi, K, N, Eigen::OuterStride<>(ldb));
+      else c.noalias() = A * MatrixMap<T, Eigen::ColMajor>(bi, K, N, Eigen::OuterStride<>(ldb));
+    };
+    if (la == Layout::row_major) with_b(MatrixMap<T, Eigen::RowMajor>(ai, M, K, Eigen::OuterStride<>(lda)));
+    else with_b(MatrixMap<T, Eigen::ColMajor>(ai, M, K, Eigen::OuterStride<>(lda)));
+  };
+  // Many small products: one per thread. Few large ones: Eigen parallelises each.
+  if (batches >= omp_get_max_threads() && M * N * K < (1 << 21)) {
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t i = 0; i < batches; ++i) one(i);
+  } else {
+    for (int64_t i = 0; i < batches; ++i) one(i);
+  }
+}
+
+Tensor matmul_forward(const Tensor& a_in, const Tensor& b_in) {
+  const int64_t M = a_in.shape()[a_in.dim() - 2], N = b_in.shape().back();
+  Shape batch_a(a_in.shape().begin(), a_in.shape().end() - 2);
+  Shape batch_b(b_in.shape().begin(), b_in.shape().end() - 2);
+  Shape batch = broadcast_shapes(batch_a, batch_b, "matmul");
+  DType dtype = promote_types(a_in.dtype(), b_in.dtype());
+  // f16/bf16 multiply in f32 and round the result, as the design's CPU rule says.
+  DType compute = (dtype == DType::f16 || dtype == DType::bf16) ? DType::f32 : dtype;
+  Tensor a = cpu::converted(a_in, compute), b = cpu::converted(b_in, compute);
+  if (!gemm_readable(a)) a = a.contiguous();
+  if (!gemm_readable(b)) b = b.contiguous();
+  Shape a_shape = batch, b_shape = batch;
+  a_shape.insert(a_shape.end(), a.shape().end() - 2, a.shape().end());
+  b_shape.insert(b_shape.end(), b.shape().end() - 2, b.shape().end());
+  a = cpu::broadcast_view(a, a_shape, "matmul");
+  b = cpu::broadcast_view(b, b_shape, "matmul");
+  Shape out_shape = batch;
+  out_shape.push_back(M);
+  out_shape.push_back(N);
+  Tensor out = empty(out_shape, compute);
+  dispatch_f32_f64(compute, "matmul", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (a.shape().back() == 0) {
+      std::fill(out.data<T>(), out.data<T>() + out.numel(), T(0));
+      return;
+    }
+    batched_gemm<T>(a, b, out, batch);
+  });
+  return compute == dtype ? out : cpu::converted(out, dtype);
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  require_defined("matmul", a, "first operand");
+  require_defined("matmul", b, "second operand");
+  require_cpu("matmul", {&a, &b});
+  require_floating("matmul", a, "first operand");
+  require_floating("matmul", b, "second operand");
+  PRECIS_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: operands must have at least 1 dim, got shapes ", a.shape(),
+               " and ", b.shape());
+  if (a.dim() == 1) return matmul(a.unsqueeze(0), b).squeeze(-2);
+  if (b.dim() == 1) return matmul(a, b.unsqueeze(-1)).squeeze(-1);
+  PRECIS_CHECK(a.shape().back() == b.shape()[b.dim() - 2], "matmul: shapes ", a.shape(), " and ", b.shape(),
+               " do not fit (inner dims ", a.shape().back(), " and ", b.shape()[b.dim() - 2], " differ)");
+  Tensor out = matmul_forward(a, b);
+  if (autograd::any_requires_grad({&a, &b})) {
+    autograd::record("matmul", {a, b}, {out}, [a = a.detach(), b = b.detach()](const BackwardArgs& g) {
+      Tensor grad_a, grad_b;
+      if (g.needs(0)) grad_a = sum_to_shape(matmul(g.grad(), b.transpose(-1, -2)), a.shape()).to(a.dtype());
+      if (g.needs(1)) grad_b = sum_to_shape(matmul(a.transpose(-1, -2), g.grad()), b.shape()).to(b.dtype());
+      return std::vector<Tensor>{grad_a, grad_b};
+    });
+  }
+  return out;
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  require_defined("linear", x, "input");
+  require_defined("linear", weight, "weight");
+  PRECIS_CHECK(weight.dim() == 2, "linear: weight must be [out_features, in_features], got ", weight.shape());
+  PRECIS_CHECK(x.dim() >= 1 && x.shape().back() == weight.shape()[1], "linear: input ", x.shape(),
+               " does not end in in_features = ", weight.shape()[1], " (weight ", weight.shape(), ")");
+  PRECIS_CHECK(!bias.defined() || (bias.dim() == 1 && bias.shape()[0] == weight.shape()[0]), "linear: bias ",
+               bias.shape(), " must be [out_features] = [", weight.shape()[0], "]");
+  // Fold the leading dims into one so the product is a single GEMM.
+  Shape out_shape = x.shape();
+  out_shape.back() = weight.shape()[0];
+  Tensor y = matmul(x.reshape({-1, x.shape().back()}), weight.t());
+  if (bias.defined()) y = y + bias;
+  return y.reshape(out_shape);
+}
+
+}  // namespace precis::ops

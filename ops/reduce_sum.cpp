@@ -1,0 +1,91 @@
+// sum, mean and sum_to_shape.
+//
+// Backward: d sum / dx = 1 for every element that went into the sum, so the
+// gradient of x is the output gradient broadcast back to x's shape (with the
+// reduced dims restored as size 1 first). Mean divides that by the count.
+#include "core/autograd.h"
+#include "ops/checks.h"
+#include "ops/cpu/loops.h"
+#include "ops/cpu/reduce_rows.h"
+#include "ops/elementwise.h"
+#include "ops/reduce.h"
+
+namespace precis::ops {
+
+namespace {
+
+// Row sums of a dense [outer, inner] tensor, accumulated in double for accuracy.
+Tensor sum_rows(const cpu::ReductionRows& r, DType dtype) {
+  Tensor out = empty({r.outer}, dtype);
+  cpu::dispatch_numeric(dtype, "sum", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* x = r.rows.data<T>();
+    T* o = out.data<T>();
+    const int64_t inner = r.inner;
+#pragma omp parallel for schedule(static) if (r.outer * inner >= kParallelGrain && r.outer > 1)
+    for (int64_t i = 0; i < r.outer; ++i) {
+      double acc = 0;
+      const T* row = x + i * inner;
+      for (int64_t j = 0; j < inner; ++j) acc += convert<double>(row[j]);
+      o[i] = convert<T>(acc);
+    }
+  });
+  return out;
+}
+
+Tensor sum_impl(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, double scale, const char* op) {
+  require_cpu(op, {&x});
+  cpu::ReductionRows r = cpu::reduction_rows(x, dims, op);
+  DType dtype = is_floating(x.dtype()) ? x.dtype() : DType::i64;
+  Tensor out = sum_rows(r, dtype);
+  if (scale != 1.0) {
+    NoGradGuard no_grad;
+    out = mul(out, scale);
+  }
+  out = out.as_strided(keepdim ? r.keepdim_shape : r.out_shape,
+                       contiguous_strides(keepdim ? r.keepdim_shape : r.out_shape), 0);
+  Shape in_shape = x.shape(), keep_shape = r.keepdim_shape;
+  autograd::record(op, {x}, {out}, [in_shape, keep_shape, scale](const BackwardArgs& g) {
+    Tensor grad = g.grad().reshape(keep_shape).expand(in_shape);
+    if (scale != 1.0) grad = mul(grad, scale);
+    return std::vector<Tensor>{grad.contiguous()};
+  });
+  return out;
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x) { return sum_impl(x, {}, false, 1.0, "sum"); }
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  return sum_impl(x, dims, keepdim, 1.0, "sum");
+}
+
+Tensor mean(const Tensor& x) { return mean(x, {}, false); }
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  require_floating("mean", x);
+  int64_t count = dims.empty() ? x.numel() : 1;
+  for (int64_t d : dims) count *= x.size(d);
+  PRECIS_CHECK(count > 0, "mean: reducing over zero elements (shape ", x.shape(), ")");
+  return sum_impl(x, dims, keepdim, 1.0 / static_cast<double>(count), "mean");
+}
+
+Tensor sum_to_shape(const Tensor& x, const Shape& shape) {
+  if (x.shape() == shape) return x;
+  PRECIS_CHECK(x.dim() >= static_cast<int64_t>(shape.size()), "sum_to_shape: cannot reduce ", x.shape(), " to ",
+               shape);
+  size_t lead = x.shape().size() - shape.size();
+  std::vector<int64_t> dims;
+  for (size_t d = 0; d < x.shape().size(); ++d) {
+    if (d < lead) {
+      dims.push_back(static_cast<int64_t>(d));
+    } else if (shape[d - lead] == 1 && x.shape()[d] != 1) {
+      dims.push_back(static_cast<int64_t>(d));
+    } else {
+      PRECIS_CHECK(shape[d - lead] == x.shape()[d], "sum_to_shape: cannot reduce ", x.shape(), " to ", shape);
+    }
+  }
+  if (dims.empty()) return x.reshape(shape);
+  return sum(x, dims, true).reshape(shape);
+}
+
+}  // namespace precis::ops
