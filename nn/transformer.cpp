@@ -1,0 +1,58 @@
+#include "nn/transformer.h"
+
+#include "ops/elementwise.h"
+#include "ops/nn_functional.h"
+#include "ops/shape_ops.h"
+
+namespace precis::nn {
+
+CausalSelfAttention::CausalSelfAttention(const TransformerConfig& config, Generator* dropout_gen)
+    : Module("CausalSelfAttention"), config_(config), dropout_gen_(dropout_gen) {
+  PRECIS_CHECK(config.n_head > 0 && config.n_embd % config.n_head == 0, "CausalSelfAttention: n_embd (",
+               config.n_embd, ") must be a multiple of n_head (", config.n_head, ")");
+  c_attn = register_module("c_attn", std::make_shared<Linear>(config.n_embd, 3 * config.n_embd,
+                                                              LinearOptions{.bias = config.bias}));
+  c_proj = register_module("c_proj",
+                           std::make_shared<Linear>(config.n_embd, config.n_embd, LinearOptions{.bias = config.bias}));
+  resid_dropout_ = register_module("resid_dropout", std::make_shared<Dropout>(config.dropout, dropout_gen));
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x) {
+  PRECIS_CHECK(x.dim() == 3 && x.size(2) == config_.n_embd, "CausalSelfAttention: expected input [B, T, ",
+               config_.n_embd, "], got ", x.shape());
+  const int64_t B = x.size(0), T = x.size(1), C = config_.n_embd, H = config_.n_head, D = C / H;
+  std::vector<Tensor> qkv = ops::split(c_attn->forward(x), C, 2);
+  // [B, T, C] -> [B, H, T, D]
+  auto heads = [&](const Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
+  double attn_dropout = is_training() ? config_.dropout : 0.0;
+  Tensor y = ops::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), /*causal=*/true,
+                                               attn_dropout, std::nullopt, dropout_gen_);
+  y = y.transpose(1, 2).reshape({B, T, C});
+  return resid_dropout_->forward(c_proj->forward(y));
+}
+
+MLP::MLP(const TransformerConfig& config, Generator* dropout_gen) : Module("MLP") {
+  c_fc = register_module("c_fc",
+                         std::make_shared<Linear>(config.n_embd, 4 * config.n_embd, LinearOptions{.bias = config.bias}));
+  c_proj = register_module(
+      "c_proj", std::make_shared<Linear>(4 * config.n_embd, config.n_embd, LinearOptions{.bias = config.bias}));
+  dropout_ = register_module("dropout", std::make_shared<Dropout>(config.dropout, dropout_gen));
+}
+
+Tensor MLP::forward(const Tensor& x) {
+  return dropout_->forward(c_proj->forward(ops::gelu(c_fc->forward(x))));
+}
+
+Block::Block(const TransformerConfig& config, Generator* dropout_gen) : Module("Block") {
+  ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(config.n_embd, config.bias));
+  attn = register_module("attn", std::make_shared<CausalSelfAttention>(config, dropout_gen));
+  ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(config.n_embd, config.bias));
+  mlp = register_module("mlp", std::make_shared<MLP>(config, dropout_gen));
+}
+
+Tensor Block::forward(const Tensor& x) {
+  Tensor h = x + attn->forward(ln_1->forward(x));
+  return h + mlp->forward(ln_2->forward(h));
+}
+
+}  // namespace precis::nn

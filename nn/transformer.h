@@ -1,0 +1,62 @@
+// The GPT-2 transformer pieces: causal self-attention, MLP, and the pre-norm block.
+// Member names follow Hugging Face's GPT-2 (c_attn, c_proj, c_fc, ln_1, ln_2),
+// so state_dict names map one to one onto its checkpoints.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/random.h"
+#include "nn/layers.h"
+#include "nn/linear.h"
+
+namespace precis::nn {
+
+struct TransformerConfig {
+  int64_t n_embd = 768;
+  int64_t n_head = 12;
+  double dropout = 0.0;
+  bool bias = true;
+  std::string attention = "reference";  // "reference" (plain ops) or "flash" (fused kernel, CUDA)
+};
+
+class CausalSelfAttention : public Module {
+ public:
+  CausalSelfAttention(const TransformerConfig& config, Generator* dropout_gen = nullptr);
+  // x: [B, T, C] -> [B, T, C]
+  Tensor forward(const Tensor& x) override;
+
+  std::shared_ptr<Linear> c_attn;  // C -> 3C: q, k, v in one product
+  std::shared_ptr<Linear> c_proj;  // C -> C
+
+ private:
+  TransformerConfig config_;
+  std::shared_ptr<Dropout> resid_dropout_;
+  Generator* dropout_gen_;
+};
+
+class MLP : public Module {
+ public:
+  explicit MLP(const TransformerConfig& config, Generator* dropout_gen = nullptr);
+  Tensor forward(const Tensor& x) override;
+
+  std::shared_ptr<Linear> c_fc;    // C -> 4C
+  std::shared_ptr<Linear> c_proj;  // 4C -> C
+
+ private:
+  std::shared_ptr<Dropout> dropout_;
+};
+
+// x = x + attn(ln_1(x)); x = x + mlp(ln_2(x))
+class Block : public Module {
+ public:
+  explicit Block(const TransformerConfig& config, Generator* dropout_gen = nullptr);
+  Tensor forward(const Tensor& x) override;
+
+  std::shared_ptr<LayerNorm> ln_1;
+  std::shared_ptr<CausalSelfAttention> attn;
+  std::shared_ptr<LayerNorm> ln_2;
+  std::shared_ptr<MLP> mlp;
+};
+
+}  // namespace precis::nn

@@ -1,0 +1,54 @@
+#include "optim/clip_grad.h"
+
+#include <cmath>
+
+#include "core/convert.h"
+#include "core/strided_loop.h"
+
+namespace precis::optim {
+
+namespace {
+
+double squared_norm(const Tensor& g) {
+  PRECIS_CHECK(g.is_cpu() && g.is_contiguous(), "clip_grad_norm: gradients must be dense CPU tensors here (got ",
+               describe(g), ")");
+  double total = 0;
+  dispatch_all(g.dtype(), "clip_grad_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* p = g.data<T>();
+    const int64_t n = g.numel();
+#pragma omp parallel for reduction(+ : total) schedule(static) if (n >= kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) {
+      double x = convert<double>(p[i]);
+      total += x * x;
+    }
+  });
+  return total;
+}
+
+void scale(const Tensor& g, double factor) {
+  dispatch_all(g.dtype(), "clip_grad_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* p = g.data<T>();
+    const int64_t n = g.numel();
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) p[i] = convert<T>(convert<double>(p[i]) * factor);
+  });
+}
+
+}  // namespace
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  double total = 0;
+  for (const Tensor& p : params)
+    if (p.grad().defined()) total += squared_norm(p.grad());
+  double norm = std::sqrt(total);
+  if (max_norm > 0 && std::isfinite(norm) && norm > max_norm) {
+    double factor = max_norm / (norm + 1e-6);
+    for (const Tensor& p : params)
+      if (p.grad().defined()) scale(p.grad(), factor);
+  }
+  return norm;
+}
+
+}  // namespace precis::optim

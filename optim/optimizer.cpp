@@ -1,0 +1,75 @@
+#include "optim/optimizer.h"
+
+#include "core/copy.h"
+#include "nn/module.h"
+
+namespace precis::optim {
+
+Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {
+  for (const auto& g : groups_)
+    for (const auto& p : g.params)
+      PRECIS_CHECK(p.defined() && p.requires_grad() && p.is_leaf(),
+                   "optimizer: every parameter must be a leaf tensor with requires_grad");
+}
+
+void Optimizer::zero_grad() {
+  for (auto& g : groups_)
+    for (auto& p : g.params)
+      if (p.grad().defined()) fill_(p.grad(), 0.0);
+}
+
+Tensor& Optimizer::state_buffer(size_t param_index, const std::string& name, const Tensor& like) {
+  std::string key = "state." + std::to_string(param_index) + "." + name;
+  auto it = state_.find(key);
+  if (it == state_.end()) {
+    DType dtype = like.dtype() == DType::f64 ? DType::f64 : DType::f32;
+    it = state_.emplace(key, zeros(like.shape(), dtype, like.device())).first;
+  }
+  return it->second;
+}
+
+std::map<std::string, Tensor> Optimizer::state_dict() const {
+  std::map<std::string, Tensor> out = state_;
+  out["step"] = scalar_tensor(static_cast<double>(step_count_), DType::i64);
+  return out;
+}
+
+void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
+  auto step = state.find("step");
+  PRECIS_CHECK(step != state.end(), "optimizer state: no 'step' entry; is this an optimizer checkpoint?");
+  size_t num_params = 0;
+  std::vector<Tensor> flat;
+  for (auto& g : groups_)
+    for (auto& p : g.params) {
+      flat.push_back(p);
+      ++num_params;
+    }
+  std::map<std::string, Tensor> loaded;
+  for (const auto& [key, value] : state) {
+    if (key == "step") continue;
+    size_t dot1 = key.find('.'), dot2 = key.find('.', dot1 + 1);
+    PRECIS_CHECK(key.rfind("state.", 0) == 0 && dot2 != std::string::npos, "optimizer state: unexpected entry '", key,
+                 "'");
+    size_t index = std::stoul(key.substr(dot1 + 1, dot2 - dot1 - 1));
+    PRECIS_CHECK(index < num_params, "optimizer state: entry '", key, "' is for parameter ", index, " but there are ",
+                 num_params, " parameters; the checkpoint was made for a different model");
+    PRECIS_CHECK(value.shape() == flat[index].shape(), "optimizer state: '", key, "' has shape ", value.shape(),
+                 " but parameter ", index, " has shape ", flat[index].shape());
+    Tensor buffer = empty(value.shape(), value.dtype(), flat[index].device());
+    copy_(buffer, value);
+    loaded[key] = buffer;
+  }
+  state_ = std::move(loaded);
+  step_count_ = step->second.item<int64_t>();
+}
+
+std::vector<ParamGroup> default_param_groups(const nn::Module& model, double weight_decay) {
+  ParamGroup decay{{}, weight_decay}, no_decay{{}, 0.0};
+  for (const auto& p : model.named_parameters()) (model.decays(p.name) ? decay : no_decay).params.push_back(p.tensor);
+  std::vector<ParamGroup> groups;
+  if (!decay.params.empty()) groups.push_back(decay);
+  if (!no_decay.params.empty()) groups.push_back(no_decay);
+  return groups;
+}
+
+}  // namespace precis::optim
