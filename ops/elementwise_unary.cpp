@@ -1,7 +1,19 @@
-// Unary elementwise ops. Each forward is one map_unary; each backward is
-// written with ops so that it runs on any device and dtype.
-//   neg:  d(-x)      = -g
-//   exp:  d exp(x)   = g * exp(x)          (saves the output)
+// Unary elementwise ops. Each forward is one map_unary. neg and exp write their
+// backward with ops; the others compute g * f'(saved) in one fused map_binary
+// pass over the incoming gradient and the saved tensor (x, or y = f(x)).
+//   neg:     d(-x)      = -g
+//   exp:     d exp(x)   = g * y                                  (saves the output)
+//   pow:     d x^e      = g * e * x^(e-1), and 0 when e == 0      (saves the input)
+//   log:     d log(x)   = g / x                                  (saves the input)
+//   sqrt:    d sqrt(x)  = g * 0.5 / y                            (saves the output)
+//   rsqrt:   d x^-1/2   = g * -0.5 x^-3/2 = g * -0.5 y^3         (saves the output)
+//   tanh:    d tanh(x)  = g * (1 - y^2)                          (saves the output)
+//   sigmoid: d s(x)     = g * y * (1 - y)                        (saves the output)
+//   relu:    d max(x,0) = g * [x > 0]                            (saves the input)
+//   gelu:    with u = k (x + c x^3), t = tanh(u), k = sqrt(2/pi), c = 0.044715:
+//            d 0.5 x (1 + t) = g * (0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2))   (saves the input)
+//   cast:    x.to(dtype), whose backward converts g back to x's dtype
+#include <algorithm>
 #include <cmath>
 
 #include "core/autograd.h"
@@ -18,6 +30,24 @@ Tensor checked_input(const char* op, const Tensor& x) {
   require_floating(op, x);
   return x;
 }
+
+// Records `op` with a backward of g * derivative(saved), computed in saved's dtype
+// (f16/bf16 in f32). `saved` is x or the output, as the derivative wants.
+template <typename Derivative>
+void record_unary(const char* op, const Tensor& x, const Tensor& out, const Tensor& saved, Derivative derivative) {
+  if (!autograd::any_requires_grad({&x})) return;
+  autograd::record(op, {x}, {out}, [op, saved = saved.detach(), derivative](const BackwardArgs& g) {
+    return std::vector<Tensor>{cpu::map_binary(g.grad(), saved, saved.dtype(), op,
+                                               [derivative](auto grad, auto s) { return grad * derivative(s); })};
+  });
+}
+
+// The GELU tanh-approximation constants, in the compute type.
+template <typename C>
+struct GeluConstants {
+  static constexpr C k = static_cast<C>(0.7978845608028654);  // sqrt(2 / pi)
+  static constexpr C c = static_cast<C>(0.044715);
+};
 }  // namespace
 
 Tensor neg(const Tensor& x) {
@@ -36,6 +66,85 @@ Tensor exp(const Tensor& x) {
     });
   }
   return out;
+}
+
+Tensor pow(const Tensor& x, double exponent) {
+  checked_input("pow", x);
+  Tensor out =
+      exponent == 2.0
+          ? cpu::map_unary(x, "pow", [](auto v) { return v * v; })
+          : cpu::map_unary(x, "pow", [exponent](auto v) { return std::pow(v, static_cast<decltype(v)>(exponent)); });
+  record_unary("pow", x, out, x, [exponent](auto v) {
+    using C = decltype(v);
+    if (exponent == 0.0) return C(0);
+    return static_cast<C>(exponent) * std::pow(v, static_cast<C>(exponent - 1.0));
+  });
+  return out;
+}
+
+Tensor log(const Tensor& x) {
+  checked_input("log", x);
+  Tensor out = cpu::map_unary(x, "log", [](auto v) { return std::log(v); });
+  record_unary("log", x, out, x, [](auto v) { return decltype(v)(1) / v; });
+  return out;
+}
+
+Tensor sqrt(const Tensor& x) {
+  checked_input("sqrt", x);
+  Tensor out = cpu::map_unary(x, "sqrt", [](auto v) { return std::sqrt(v); });
+  record_unary("sqrt", x, out, out, [](auto y) { return decltype(y)(0.5) / y; });
+  return out;
+}
+
+Tensor rsqrt(const Tensor& x) {
+  checked_input("rsqrt", x);
+  Tensor out = cpu::map_unary(x, "rsqrt", [](auto v) { return decltype(v)(1) / std::sqrt(v); });
+  record_unary("rsqrt", x, out, out, [](auto y) { return decltype(y)(-0.5) * y * y * y; });
+  return out;
+}
+
+Tensor tanh(const Tensor& x) {
+  checked_input("tanh", x);
+  Tensor out = cpu::map_unary(x, "tanh", [](auto v) { return std::tanh(v); });
+  record_unary("tanh", x, out, out, [](auto y) { return decltype(y)(1) - y * y; });
+  return out;
+}
+
+// 1 / (1 + e^-x): for very negative x, e^-x overflows to inf and the result is 0, as it should be.
+Tensor sigmoid(const Tensor& x) {
+  checked_input("sigmoid", x);
+  Tensor out = cpu::map_unary(x, "sigmoid", [](auto v) { return decltype(v)(1) / (decltype(v)(1) + std::exp(-v)); });
+  record_unary("sigmoid", x, out, out, [](auto y) { return y * (decltype(y)(1) - y); });
+  return out;
+}
+
+// std::max(v, 0) returns v when v is NaN, so NaNs propagate as in PyTorch.
+Tensor relu(const Tensor& x) {
+  checked_input("relu", x);
+  Tensor out = cpu::map_unary(x, "relu", [](auto v) { return std::max(v, decltype(v)(0)); });
+  record_unary("relu", x, out, x, [](auto v) { return v > decltype(v)(0) ? decltype(v)(1) : decltype(v)(0); });
+  return out;
+}
+
+Tensor gelu(const Tensor& x) {
+  checked_input("gelu", x);
+  Tensor out = cpu::map_unary(x, "gelu", [](auto v) {
+    using C = decltype(v);
+    using K = GeluConstants<C>;
+    return C(0.5) * v * (C(1) + std::tanh(K::k * (v + K::c * v * v * v)));
+  });
+  record_unary("gelu", x, out, x, [](auto v) {
+    using C = decltype(v);
+    using K = GeluConstants<C>;
+    C t = std::tanh(K::k * (v + K::c * v * v * v));
+    return C(0.5) * (C(1) + t) + C(0.5) * v * (C(1) - t * t) * K::k * (C(1) + C(3) * K::c * v * v);
+  });
+  return out;
+}
+
+Tensor cast(const Tensor& x, DType dtype) {
+  require_defined("cast", x);
+  return x.to(dtype);
 }
 
 }  // namespace precis::ops

@@ -98,4 +98,41 @@ Tensor map_binary(const Tensor& a, const Tensor& b, DType dtype, const char* op,
                          dtype, op, f);
 }
 
+// out[i] = f(c[i] != 0, a[i], b[i]) with c, a, b broadcast to one shape. The condition c
+// (bool or u8) is read as it is, not converted; a and b are converted to `dtype`; out has `dtype`.
+template <typename Fn>
+Tensor map_ternary(const Tensor& c_in, const Tensor& a_in, const Tensor& b_in, DType dtype, const char* op, Fn f) {
+  PRECIS_CHECK(c_in.dtype() == DType::boolean || c_in.dtype() == DType::u8, op,
+               ": the condition must be a bool or uint8 tensor, got ", describe(c_in));
+  Shape shape = broadcast_shapes(broadcast_shapes(c_in.shape(), a_in.shape(), op), b_in.shape(), op);
+  Tensor c = broadcast_view(c_in, shape, op);
+  Tensor a = broadcast_view(converted(a_in, dtype), shape, op);
+  Tensor b = broadcast_view(converted(b_in, dtype), shape, op);
+  Tensor out = empty(shape, dtype);
+  dispatch_floating(dtype, op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_type_t<T>;
+    const uint8_t* cp = static_cast<const uint8_t*>(c.storage()->data()) + c.offset();
+    const T* ap = static_cast<const T*>(a.storage()->data()) + a.offset();
+    const T* bp = static_cast<const T*>(b.storage()->data()) + b.offset();
+    T* o = out.data<T>();
+    for_each_row<4>(shape, {out.strides(), c.strides(), a.strides(), b.strides()},
+                    [&](auto base, int64_t n, auto inner) {
+                      T* oo = o + base[0];
+                      const uint8_t* cc = cp + base[1];
+                      const T* aa = ap + base[2];
+                      const T* bb = bp + base[3];
+                      if (inner[1] == 1 && inner[2] == 1 && inner[3] == 1) {
+                        for (int64_t i = 0; i < n; ++i)
+                          oo[i] = convert<T>(f(cc[i] != 0, convert<C>(aa[i]), convert<C>(bb[i])));
+                      } else {
+                        for (int64_t i = 0; i < n; ++i)
+                          oo[i] = convert<T>(f(cc[i * inner[1]] != 0, convert<C>(aa[i * inner[2]]),
+                                               convert<C>(bb[i * inner[3]])));
+                      }
+                    });
+  });
+  return out;
+}
+
 }  // namespace precis::ops::cpu
