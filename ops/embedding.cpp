@@ -66,8 +66,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   require_defined("embedding", indices, "indices");
   require_cpu("embedding", {&weight, &indices});
   require_floating("embedding", weight, "weight");
-  PRECIS_CHECK(weight.dim() == 2, "embedding: weight must be [num_embeddings, embedding_dim], got ",
-               weight.shape());
+  PRECIS_CHECK(weight.dim() == 2, "embedding: weight must be [num_embeddings, embedding_dim], got ", weight.shape());
   PRECIS_CHECK(indices.dtype() == DType::i32 || indices.dtype() == DType::i64,
                "embedding: indices must be int32 or int64, got ", describe(indices));
   Tensor idx = checked_indices(indices, weight);
@@ -86,8 +85,11 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
     for (int64_t n = 0; n < N; ++n) {
       const T* src = w + ip[n] * row_stride;
       T* dst = o + n * C;
-      if (col_stride == 1) std::copy(src, src + C, dst);
-      else for (int64_t c = 0; c < C; ++c) dst[c] = src[c * col_stride];
+      if (col_stride == 1) {
+        std::copy(src, src + C, dst);
+      } else {
+        for (int64_t c = 0; c < C; ++c) dst[c] = src[c * col_stride];
+      }
     }
   });
 

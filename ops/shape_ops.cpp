@@ -6,10 +6,11 @@
 // inputs unsqueezed at `dim`, and the unsqueeze views carry the gradient back.
 // split and chunk return narrow() views of the input, which record their own
 // backward; no node of their own is needed.
+#include "ops/shape_ops.h"
+
 #include "core/autograd.h"
 #include "core/copy.h"
 #include "ops/checks.h"
-#include "ops/shape_ops.h"
 
 namespace precis::ops {
 
@@ -86,8 +87,8 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
   PRECIS_CHECK(x.dim() > 0, "split: cannot split a zero-dim tensor");
   const int64_t d = wrap_dim(dim, x.dim(), "split");
   const int64_t n = x.shape()[d];
-  PRECIS_CHECK(split_size > 0 || (split_size == 0 && n == 0), "split: split_size must be positive, got ",
-               split_size, " for dim ", d, " of shape ", x.shape());
+  PRECIS_CHECK(split_size > 0 || (split_size == 0 && n == 0), "split: split_size must be positive, got ", split_size,
+               " for dim ", d, " of shape ", x.shape());
   // A size-0 dim still gives one (empty) piece, as torch.split does.
   const int64_t pieces = n == 0 ? 1 : (n + split_size - 1) / split_size;
   std::vector<Tensor> out;

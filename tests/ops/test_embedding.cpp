@@ -44,7 +44,7 @@ TEST(Embedding, HandComputedRows) {
 
 TEST(Embedding, StridedWeightAndIndicesAndHalfTypes) {
   Tensor base = tensor({0, 10, 20, 1, 11, 21}).reshape({2, 3});
-  Tensor weight = base.t();  // [3, 2], rows 0..2 are {0,1}, {10,11}, {20,21}
+  Tensor weight = base.t();                                            // [3, 2], rows 0..2 are {0,1}, {10,11}, {20,21}
   Tensor idx = indices_of({2, 9, 0, 9, 1, 9}, {6}).slice(0, 0, 6, 2);  // {2, 0, 1}, stride 2
   expect_close(ops::embedding(weight, idx), tensor({20, 21, 0, 1, 10, 11}).reshape({3, 2}));
   for (DType dt : {DType::bf16, DType::f16, DType::f64}) {
@@ -103,7 +103,9 @@ TEST(Embedding, ParallelBackwardMatchesSerialSum) {
 
 TEST(Embedding, Errors) {
   Tensor weight = zeros({5, 3});
-  EXPECT_EQ(error_of([&] { ops::embedding(weight, indices_of({1, 7, 2}, {3})); }),
+  EXPECT_EQ(error_of([&] {
+              ops::embedding(weight, indices_of({1, 7, 2}, {3}));
+            }),
             "embedding: index 7 (at position 1 of the flattened indices) is out of range for a weight of 5 rows "
             "[5, 3]; indices must be in [0, 5)");
   EXPECT_EQ(error_of([&] { ops::embedding(weight, indices_of({-1}, {1}, DType::i32)); }),
@@ -113,7 +115,9 @@ TEST(Embedding, Errors) {
             "embedding: indices must be int32 or int64, got float32[1] on cpu");
   EXPECT_EQ(error_of([&] { ops::embedding(zeros({5}), indices_of({1}, {1})); }),
             "embedding: weight must be [num_embeddings, embedding_dim], got [5]");
-  EXPECT_EQ(error_of([&] { ops::embedding(zeros({5, 3}, DType::i64), indices_of({1}, {1})); }),
+  EXPECT_EQ(error_of([&] {
+              ops::embedding(zeros({5, 3}, DType::i64), indices_of({1}, {1}));
+            }),
             "embedding: weight must be a floating tensor, got int64[5, 3] on cpu");
   EXPECT_EQ(error_of([&] { ops::embedding(Tensor(), indices_of({1}, {1})); }),
             "embedding: weight is an undefined tensor");

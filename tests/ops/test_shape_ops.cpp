@@ -64,8 +64,7 @@ TEST(Cat, GradientsMatchFiniteDifferences) {
   Tensor x = random_f64({3, 5, 7}, 5), y = random_f64({3, 5, 2}, 6);
   expect_gradients_match([](const std::vector<Tensor>& in) { return ops::cat(in, -1); }, {x, y});
   Tensor p = random_f64({1, 5, 7}, 7);
-  expect_gradients_match([](const std::vector<Tensor>& in) { return ops::cat({in[0], in[1], in[0]}, 0); },
-                         {a, p});
+  expect_gradients_match([](const std::vector<Tensor>& in) { return ops::cat({in[0], in[1], in[0]}, 0); }, {a, p});
 }
 
 TEST(Cat, GradientOnlyForInputsThatRequireIt) {
@@ -80,20 +79,28 @@ TEST(Cat, GradientOnlyForInputsThatRequireIt) {
 
 TEST(Cat, Errors) {
   Tensor a = zeros({2, 3}), b = zeros({2, 4}), c = zeros({3, 3});
-  EXPECT_EQ(error_of([&] { ops::cat({a, b}, 0); }),
+  EXPECT_EQ(error_of([&] {
+              ops::cat({a, b}, 0);
+            }),
             "cat: tensor 1 has shape [2, 4] but tensor 0 has shape [2, 3]; shapes must match in every dim except "
             "dim 0");
-  EXPECT_EQ(error_of([&] { ops::cat({a, zeros({2, 3, 1})}, 1); }),
+  EXPECT_EQ(error_of([&] {
+              ops::cat({a, zeros({2, 3, 1})}, 1);
+            }),
             "cat: tensor 1 has shape [2, 3, 1] but tensor 0 has shape [2, 3]; shapes must match in every dim "
             "except dim 1");
   EXPECT_NO_THROW(ops::cat({a, c}, 0));
   EXPECT_EQ(error_of([&] { ops::cat({}, 0); }), "cat: expected a non-empty list of tensors");
-  EXPECT_EQ(error_of([&] { ops::cat({a, zeros({2, 3}, DType::f64)}, 0); }),
+  EXPECT_EQ(error_of([&] {
+              ops::cat({a, zeros({2, 3}, DType::f64)}, 0);
+            }),
             "cat: tensor 1 is float64[2, 3] on cpu but tensor 0 is float32[2, 3] on cpu; all tensors must have "
             "one dtype (convert with .to(dtype))");
   EXPECT_EQ(error_of([&] { ops::cat({a, Tensor()}, 0); }), "cat: tensor 1 is an undefined tensor");
   EXPECT_NE(error_of([&] { ops::cat({a, a}, 2); }).find("cat: dim 2 is out of range"), std::string::npos);
-  EXPECT_NE(error_of([&] { ops::cat({scalar_tensor(1), scalar_tensor(2)}, 0); }).find("cat: zero-dim"),
+  EXPECT_NE(error_of([&] {
+              ops::cat({scalar_tensor(1), scalar_tensor(2)}, 0);
+            }).find("cat: zero-dim"),
             std::string::npos);
 }
 
@@ -114,11 +121,12 @@ TEST(Stack, GradientsMatchFiniteDifferences) {
 }
 
 TEST(Stack, Errors) {
-  EXPECT_EQ(error_of([&] { ops::stack({zeros({2, 3}), zeros({3, 2})}, 0); }),
+  EXPECT_EQ(error_of([&] {
+              ops::stack({zeros({2, 3}), zeros({3, 2})}, 0);
+            }),
             "stack: tensor 1 has shape [3, 2] but tensor 0 has shape [2, 3]; stack needs tensors of one shape");
   EXPECT_EQ(error_of([&] { ops::stack({}, 0); }), "stack: expected a non-empty list of tensors");
-  EXPECT_NE(error_of([&] { ops::stack({zeros({2, 3})}, 3); }).find("stack: dim 3 is out of range"),
-            std::string::npos);
+  EXPECT_NE(error_of([&] { ops::stack({zeros({2, 3})}, 3); }).find("stack: dim 3 is out of range"), std::string::npos);
 }
 
 TEST(Split, BySizeGivesViewsWithASmallerLastPiece) {
@@ -173,9 +181,13 @@ TEST(Split, GradientsMatchFiniteDifferences) {
 
 TEST(Split, Errors) {
   Tensor x = zeros({3, 5});
-  EXPECT_EQ(error_of([&] { ops::split(x, std::vector<int64_t>{2, 2}, 1); }),
+  EXPECT_EQ(error_of([&] {
+              ops::split(x, std::vector<int64_t>{2, 2}, 1);
+            }),
             "split: sizes [2, 2] sum to 4 but dim 1 of shape [3, 5] has size 5");
-  EXPECT_EQ(error_of([&] { ops::split(x, std::vector<int64_t>{4, -1}, 0); }),
+  EXPECT_EQ(error_of([&] {
+              ops::split(x, std::vector<int64_t>{4, -1}, 0);
+            }),
             "split: sizes [4, -1] contain a negative size");
   EXPECT_EQ(error_of([&] { ops::split(x, 0, 1); }),
             "split: split_size must be positive, got 0 for dim 1 of shape [3, 5]");
