@@ -1,0 +1,106 @@
+// The training configuration: what a YAML file (docs/config.md) says, with defaults.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace precis::train {
+
+struct ModelConfig {
+  std::string preset = "custom";  // gpt2 | gpt2-medium | gpt2-large | gpt2-xl | custom
+  int64_t vocab_size = 50257;     // char-level data sets this from the text
+  int64_t block_size = 1024;
+  int64_t n_layer = 12;
+  int64_t n_head = 12;
+  int64_t n_embd = 768;
+  double dropout = 0.0;
+  bool bias = true;
+  bool tie_embeddings = true;
+  int64_t vocab_multiple = 64;          // the embedding is padded to a multiple of this
+  std::string attention = "reference";  // reference | flash
+};
+
+struct DataConfig {
+  std::string text_file;             // tokenised on the fly into out_dir/data, or
+  std::string train_bin;             // llm.c token shards (a path or a glob)
+  std::string val_bin;
+  std::string tokenizer = "char";    // char | gpt2 (for text_file)
+  double val_fraction = 0.1;         // last fraction of text_file used for validation
+  std::string order = "random";      // random | sequential
+  bool prefetch = true;
+};
+
+struct OptimizerConfig {
+  std::string name = "adamw";  // adamw | sgd
+  double lr = 6e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  double momentum = 0.9;  // sgd
+  bool nesterov = false;  // sgd
+  double grad_clip = 1.0; // 0 disables clipping
+};
+
+struct ScheduleConfig {
+  std::string kind = "cosine";  // cosine | constant
+  int64_t warmup_steps = 0;
+  double min_lr = 6e-5;
+  int64_t decay_steps = -1;  // -1: max_steps
+};
+
+struct BatchConfig {
+  int64_t micro_batch = 12;      // B
+  int64_t seq_len = 64;          // T
+  int64_t grad_accum = 1;        // micro-steps per optimizer step, or
+  int64_t tokens_per_step = 0;   // when > 0: grad_accum = tokens_per_step / (B * T), which must divide
+};
+
+struct PrecisionConfig {
+  std::string policy = "fp32";  // the mixed-precision work adds the other presets
+};
+
+struct CheckpointConfig {
+  std::string dir;         // empty: out_dir/checkpoints
+  int64_t interval = 0;    // steps between checkpoints; 0: only at the end
+  int64_t keep_last = 2;   // older checkpoints are deleted
+  bool resume = false;     // continue from the latest checkpoint in dir
+};
+
+struct SampleConfig {
+  int64_t tokens = 200;  // 0: no sample at the end
+  double temperature = 0.8;
+  int64_t top_k = 40;
+  std::string prompt = "\n";
+};
+
+struct TrainConfig {
+  ModelConfig model;
+  DataConfig data;
+  OptimizerConfig optimizer;
+  ScheduleConfig schedule;
+  BatchConfig batch;
+  PrecisionConfig precision;
+  CheckpointConfig checkpoint;
+  SampleConfig sample;
+  int64_t max_steps = 100;
+  int64_t eval_interval = 50;  // 0: no validation during training
+  int64_t eval_steps = 10;     // batches per validation
+  int64_t log_interval = 10;
+  uint64_t seed = 1337;
+  std::string device = "auto";  // auto | cpu | cuda | cuda:N
+  int64_t threads = 0;          // CPU threads, 0: all cores
+  std::string out_dir = "out";
+  std::string config_path;      // the file it was loaded from
+};
+
+// Reads a YAML config and applies command-line overrides ("optimizer.lr=1e-3").
+// Unknown keys, wrong types and out-of-range values raise precis::Error naming
+// the key and its line and column in the file (or the override text).
+TrainConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// Applies overrides to a YAML document given as text (the same rules; for tests and tools).
+TrainConfig parse_config(const std::string& yaml_text, const std::vector<std::string>& overrides = {},
+                         const std::string& source_name = "<config>");
+
+}  // namespace precis::train
