@@ -1,0 +1,166 @@
+#include "models/gpt2.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/autograd.h"
+#include "core/copy.h"
+#include "core/philox.h"
+#include "nn/init.h"
+#include "ops/ops.h"
+
+namespace precis::models {
+
+GPT2Config GPT2Config::preset(const std::string& name) {
+  GPT2Config c;
+  if (name == "gpt2") {
+    c.n_layer = 12, c.n_head = 12, c.n_embd = 768;
+  } else if (name == "gpt2-medium") {
+    c.n_layer = 24, c.n_head = 16, c.n_embd = 1024;
+  } else if (name == "gpt2-large") {
+    c.n_layer = 36, c.n_head = 20, c.n_embd = 1280;
+  } else if (name == "gpt2-xl") {
+    c.n_layer = 48, c.n_head = 25, c.n_embd = 1600;
+  } else {
+    PRECIS_FAIL("unknown GPT-2 preset '", name, "' (use gpt2, gpt2-medium, gpt2-large or gpt2-xl)");
+  }
+  return c;
+}
+
+double GPT2Config::flops_per_token_forward(int64_t seq_len) const {
+  // Matmul parameters: per layer 12 C^2 (qkv 3C^2, proj C^2, mlp 8C^2), plus the classifier V C.
+  double C = static_cast<double>(n_embd);
+  double matmul_params = static_cast<double>(n_layer) * 12.0 * C * C + static_cast<double>(padded_vocab_size()) * C;
+  double attention = 2.0 * static_cast<double>(n_layer) * static_cast<double>(seq_len) * C;  // QK^T and AV
+  return 2.0 * matmul_params + attention;
+}
+
+namespace {
+// A module that only holds children, for the `transformer.` name prefix.
+class Container : public nn::Module {
+ public:
+  Container() : nn::Module("GPT2Transformer") {}
+};
+class LMHead : public nn::Module {
+ public:
+  LMHead(int64_t vocab, int64_t dim) : nn::Module("LMHead") {
+    weight = register_parameter("weight", zeros({vocab, dim}), /*weight_decay=*/true);
+  }
+  Tensor weight;
+};
+}  // namespace
+
+GPT2::GPT2(const GPT2Config& config, uint64_t seed) : nn::Module("GPT2"), config_(config), dropout_gen_(seed + 1) {
+  PRECIS_CHECK(config.vocab_size > 0 && config.block_size > 0 && config.n_layer > 0, "GPT2: vocab_size (",
+               config.vocab_size, "), block_size (", config.block_size, ") and n_layer (", config.n_layer,
+               ") must be positive");
+  const int64_t Vp = config.padded_vocab_size(), C = config.n_embd;
+  nn::TransformerConfig block_config{C, config.n_head, config.dropout, config.bias, config.attention};
+
+  transformer_ = register_module("transformer", std::make_shared<Container>());
+  wte_ = transformer_->register_module("wte", std::make_shared<nn::Embedding>(Vp, C));
+  wpe_ = transformer_->register_module("wpe", std::make_shared<nn::Embedding>(config.block_size, C));
+  drop_ = transformer_->register_module("drop", std::make_shared<nn::Dropout>(config.dropout, &dropout_gen_));
+  h_ = transformer_->register_module("h", std::make_shared<nn::ModuleList>());
+  for (int64_t i = 0; i < config.n_layer; ++i) h_->push_back(std::make_shared<nn::Block>(block_config, &dropout_gen_));
+  ln_f_ = transformer_->register_module("ln_f", std::make_shared<nn::LayerNorm>(C, config.bias));
+  if (!config.tie_embeddings) {
+    auto head = std::make_shared<LMHead>(Vp, C);
+    lm_head_module_ = register_module("lm_head", std::static_pointer_cast<nn::Module>(head));
+    lm_head_ = head->weight;
+  }
+
+  // Initialisation, in parameter order from one seeded generator.
+  Generator gen(seed);
+  const double std_residual = 0.02 / std::sqrt(2.0 * static_cast<double>(config.n_layer));
+  for (const auto& [name, p] : named_parameters()) {
+    bool is_residual_proj = name.ends_with("attn.c_proj.weight") || name.ends_with("mlp.c_proj.weight");
+    if (name.ends_with(".bias")) {
+      nn::init::zeros_(p);
+    } else if (name.find(".ln_") != std::string::npos) {
+      nn::init::ones_(p);
+    } else {
+      nn::init::normal_(p, 0.0, is_residual_proj ? std_residual : 0.02, &gen);
+    }
+  }
+  // Padded vocabulary rows are never looked up or scored: keep them zero.
+  if (Vp > config.vocab_size) {
+    fill_(wte().slice(0, config.vocab_size, Vp), 0.0);
+    if (lm_head_.defined()) fill_(lm_head_.slice(0, config.vocab_size, Vp), 0.0);
+  }
+}
+
+int64_t GPT2::num_parameters_unpadded() const {
+  int64_t padding = (config_.padded_vocab_size() - config_.vocab_size) * config_.n_embd;
+  return num_parameters() - padding * (config_.tie_embeddings ? 1 : 2);
+}
+
+Tensor GPT2::hidden_states(const Tensor& idx) {
+  PRECIS_CHECK(idx.dim() == 2, "GPT2: idx must be [B, T], got ", idx.shape());
+  const int64_t T = idx.size(1);
+  PRECIS_CHECK(T <= config_.block_size, "GPT2: sequence length ", T, " exceeds block_size ", config_.block_size);
+  Tensor positions = arange(0, T, 1, DType::i64).to(idx.device());
+  Tensor x = ops::embedding(wte(), idx) + ops::embedding(wpe(), positions);
+  x = drop_->forward(x);
+  for (size_t i = 0; i < h_->size(); ++i) x = (*h_)[i].forward(x);
+  return ln_f_->forward(x);
+}
+
+GPT2Output GPT2::forward(const Tensor& idx, const Tensor& targets) {
+  Tensor x = hidden_states(idx);
+  GPT2Output out;
+  // Only the real vocabulary's logits: the padded rows are cut off before anything sees them.
+  Tensor head = lm_head_weight().slice(0, 0, config_.vocab_size);
+  out.logits = ops::linear(x, head);
+  if (targets.defined()) {
+    PRECIS_CHECK(targets.shape() == idx.shape(), "GPT2: targets ", targets.shape(), " must match idx ", idx.shape());
+    out.loss = ops::cross_entropy(out.logits.reshape({-1, config_.vocab_size}), targets.reshape({-1}));
+  }
+  return out;
+}
+
+std::vector<int32_t> GPT2::generate(const std::vector<int32_t>& prompt, int64_t max_new_tokens, double temperature,
+                                    int64_t top_k, uint64_t seed) {
+  PRECIS_CHECK(!prompt.empty(), "generate: the prompt must hold at least one token");
+  PRECIS_CHECK(temperature > 0, "generate: temperature must be > 0, got ", temperature);
+  NoGradGuard no_grad;
+  bool was_training = is_training();
+  eval();
+  Device device = wte().device();
+  std::vector<int32_t> tokens = prompt;
+  Generator gen(seed);
+  for (int64_t step = 0; step < max_new_tokens; ++step) {
+    int64_t start = std::max<int64_t>(0, static_cast<int64_t>(tokens.size()) - config_.block_size);
+    std::vector<int32_t> window(tokens.begin() + start, tokens.end());
+    Tensor idx = from_vector(window, {1, static_cast<int64_t>(window.size())}).to(device);
+    // Only the last position's logits are needed.
+    Tensor last = hidden_states(idx).select(1, -1);
+    Tensor logits = ops::linear(last, lm_head_weight().slice(0, 0, config_.vocab_size)).select(0, 0);
+    std::vector<double> scores = logits.to_vector<double>();
+    // Keep the top_k scores, turn them into probabilities at the temperature.
+    std::vector<int64_t> order(scores.size());
+    std::iota(order.begin(), order.end(), 0);
+    int64_t keep = top_k > 0 ? std::min<int64_t>(top_k, scores.size()) : scores.size();
+    std::partial_sort(order.begin(), order.begin() + keep, order.end(),
+                      [&](int64_t a, int64_t b) { return scores[a] > scores[b]; });
+    double max_score = scores[order[0]];
+    std::vector<double> probs(keep);
+    double total = 0;
+    for (int64_t i = 0; i < keep; ++i) total += probs[i] = std::exp((scores[order[i]] - max_score) / temperature);
+    double u = uniform_from_bits(philox_word(gen.seed(), gen.reserve(1), 0)) * total;
+    int64_t pick = keep - 1;
+    for (int64_t i = 0; i < keep; ++i) {
+      if (u < probs[i]) {
+        pick = i;
+        break;
+      }
+      u -= probs[i];
+    }
+    tokens.push_back(static_cast<int32_t>(order[pick]));
+  }
+  train(was_training);
+  return std::vector<int32_t>(tokens.begin() + prompt.size(), tokens.end());
+}
+
+}  // namespace precis::models

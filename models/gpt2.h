@@ -1,0 +1,83 @@
+// GPT-2 (Radford et al. 2019), laid out as Hugging Face's GPT2LMHeadModel so
+// that parameter names match its checkpoints: transformer.wte, transformer.wpe,
+// transformer.h.N.{ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj},
+// transformer.ln_f, and the output projection tied to wte.
+//
+// The token embedding is padded to a multiple of 64 rows (50257 -> 50304) so the
+// classifier matmul has friendly sizes; the padded logits are cut off before the
+// loss and before sampling, so they are never scored or sampled.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/random.h"
+#include "nn/containers.h"
+#include "nn/layers.h"
+#include "nn/transformer.h"
+
+namespace precis::models {
+
+struct GPT2Config {
+  int64_t vocab_size = 50257;
+  int64_t block_size = 1024;
+  int64_t n_layer = 12;
+  int64_t n_head = 12;
+  int64_t n_embd = 768;
+  double dropout = 0.0;
+  bool bias = true;
+  bool tie_embeddings = true;
+  int64_t vocab_multiple = 64;
+  std::string attention = "reference";
+
+  int64_t padded_vocab_size() const { return (vocab_size + vocab_multiple - 1) / vocab_multiple * vocab_multiple; }
+  // gpt2 (124M), gpt2-medium (350M), gpt2-large (774M), gpt2-xl (1558M).
+  static GPT2Config preset(const std::string& name);
+  // Forward FLOPs per token (matmuls only, as in the PaLM appendix): 2 N + 2 n_layer T C.
+  double flops_per_token_forward(int64_t seq_len) const;
+};
+
+struct GPT2Output {
+  Tensor logits;  // [B, T, vocab_size] (padding cut off)
+  Tensor loss;    // scalar mean cross-entropy, when targets were given
+};
+
+class GPT2 : public nn::Module {
+ public:
+  // Initialises as GPT-2/nanoGPT: N(0, 0.02) weights, residual projections
+  // (attn.c_proj, mlp.c_proj) N(0, 0.02 / sqrt(2 n_layer)), zero biases, unit LayerNorms.
+  explicit GPT2(const GPT2Config& config, uint64_t seed = 1337);
+
+  // idx: [B, T] token ids (i32/i64), T <= block_size; targets: [B, T] or undefined.
+  GPT2Output forward(const Tensor& idx, const Tensor& targets = Tensor());
+  // The final hidden states [B, T, C] (after ln_f), before the classifier.
+  Tensor hidden_states(const Tensor& idx);
+  // Samples max_new_tokens tokens after `prompt` (softmax at `temperature`, kept to
+  // the top_k most likely when top_k > 0), reproducibly for a seed.
+  std::vector<int32_t> generate(const std::vector<int32_t>& prompt, int64_t max_new_tokens, double temperature = 1.0,
+                                int64_t top_k = 0, uint64_t seed = 0);
+
+  const GPT2Config& config() const { return config_; }
+  // Parameters without the padded embedding rows (the count GPT-2's paper reports).
+  int64_t num_parameters_unpadded() const;
+
+  Tensor& wte() { return wte_->weight; }
+  Tensor& wpe() { return wpe_->weight; }
+  // The logits' weight: wte when tied, else lm_head.weight.
+  Tensor& lm_head_weight() { return lm_head_.defined() ? lm_head_ : wte_->weight; }
+  Generator& dropout_generator() { return dropout_gen_; }
+
+ private:
+  GPT2Config config_;
+  Generator dropout_gen_;
+  std::shared_ptr<nn::Module> transformer_;
+  std::shared_ptr<nn::Embedding> wte_, wpe_;
+  std::shared_ptr<nn::ModuleList> h_;
+  std::shared_ptr<nn::LayerNorm> ln_f_;
+  std::shared_ptr<nn::Dropout> drop_;
+  std::shared_ptr<nn::Module> lm_head_module_;
+  Tensor lm_head_;
+};
+
+}  // namespace precis::models
