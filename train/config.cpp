@@ -1,0 +1,606 @@
+// Reads the YAML training config. One table of fields (dotted key, type, allowed
+// range) drives both the file and the command-line overrides, so both get the
+// same checks and the same messages.
+#include "train/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace precis::train {
+namespace {
+
+const std::vector<std::string> kSections = {"model", "data",      "optimizer",  "schedule",
+                                            "batch", "precision", "checkpoint", "sample"};
+
+struct Preset {
+  const char* name;
+  int64_t n_layer, n_head, n_embd;
+};
+// The GPT-2 family as released by OpenAI; all share the vocabulary and context length below.
+constexpr Preset kPresets[] = {
+    {"gpt2", 12, 12, 768}, {"gpt2-medium", 24, 16, 1024}, {"gpt2-large", 36, 20, 1280}, {"gpt2-xl", 48, 25, 1600}};
+constexpr int64_t kGpt2VocabSize = 50257;
+constexpr int64_t kGpt2BlockSize = 1024;
+
+const std::vector<std::string> kPrecisionPresets = {"fp32", "tf32", "fp16", "bf16", "bf16-pure"};
+const std::vector<std::string> kPolicyKeys = {"params", "compute", "output"};
+const std::vector<std::string> kPolicyDtypes = {"float32", "fp32", "f32",      "float16", "fp16",
+                                                "f16",     "half", "bfloat16", "bf16"};
+
+std::string quoted(const std::string& text) { return "'" + text + "'"; }
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
+bool contains(const std::vector<std::string>& items, const std::string& item) {
+  return std::find(items.begin(), items.end(), item) != items.end();
+}
+
+// Every message starts with where the value came from: "config.yaml:7:3" or
+// "override 'optimizer.lr=abc'".
+[[noreturn]] void fail(const std::string& where, const std::string& message) { throw Error(where + ": " + message); }
+
+std::string position(const std::string& source, const YAML::Mark& mark) {
+  return source + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
+}
+
+// What a value that is not a plain scalar looks like, for "got ..." in messages.
+std::string describe(const YAML::Node& node) {
+  if (node.IsMap()) return "a mapping";
+  if (node.IsSequence()) return "a sequence";
+  if (node.IsNull()) return "an empty value";
+  return quoted(node.Scalar());
+}
+
+// ---- scalar parsers: the whole text must be the value, so "12 layers" is an error, not 12
+
+int64_t parse_integer(const std::string& key, const std::string& text, const std::string& where) {
+  int64_t value = 0;
+  const char* end = text.data() + text.size();
+  auto [stop, error] = std::from_chars(text.data(), end, value);
+  if (error == std::errc::result_out_of_range) fail(where, quoted(key) + " is too large for a 64-bit integer: " + text);
+  if (error != std::errc() || stop != end) fail(where, quoted(key) + " must be an integer, got " + quoted(text));
+  return value;
+}
+
+uint64_t parse_unsigned(const std::string& key, const std::string& text, const std::string& where) {
+  if (!text.empty() && text[0] == '-') {
+    parse_integer(key, text, where);  // says "must be an integer" when it is not one at all
+    fail(where, quoted(key) + " must be >= 0, got " + text);
+  }
+  uint64_t value = 0;
+  const char* end = text.data() + text.size();
+  auto [stop, error] = std::from_chars(text.data(), end, value);
+  if (error == std::errc::result_out_of_range) fail(where, quoted(key) + " is too large for a 64-bit integer: " + text);
+  if (error != std::errc() || stop != end) fail(where, quoted(key) + " must be an integer, got " + quoted(text));
+  return value;
+}
+
+double parse_number(const std::string& key, const std::string& text, const std::string& where) {
+  double value = 0;
+  const char* end = text.data() + text.size();
+  auto [stop, error] = std::from_chars(text.data(), end, value);
+  // from_chars also reads "inf" and "nan", which are never a sensible setting.
+  if (error != std::errc() || stop != end || !std::isfinite(value)) {
+    fail(where, quoted(key) + " must be a number, got " + quoted(text));
+  }
+  return value;
+}
+
+// YAML 1.1 spellings too (yes/no/on/off), as yaml-cpp itself accepts them.
+bool parse_bool(const std::string& key, const std::string& text, const std::string& where) {
+  std::string lower = text;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (lower == "true" || lower == "yes" || lower == "on") return true;
+  if (lower == "false" || lower == "no" || lower == "off") return false;
+  fail(where, quoted(key) + " must be true or false, got " + quoted(text));
+}
+
+// ---- value rules
+
+struct IntRule {
+  std::function<bool(int64_t)> allows;
+  std::string text;  // completes "must be ...": ">= 1"
+};
+
+IntRule at_least(int64_t min) {
+  return {[min](int64_t value) { return value >= min; }, ">= " + std::to_string(min)};
+}
+
+struct Range {
+  double low;
+  bool low_closed;
+  double high = std::numeric_limits<double>::infinity();
+  bool high_closed = false;
+
+  bool contains(double value) const {
+    bool above = low_closed ? value >= low : value > low;
+    bool below = high_closed ? value <= high : value < high;
+    return above && below;
+  }
+  // "> 0", ">= 0", "in [0, 1)"
+  std::string text() const {
+    std::ostringstream out;
+    if (std::isinf(high)) {
+      out << (low_closed ? ">= " : "> ") << low;
+    } else {
+      out << "in " << (low_closed ? "[" : "(") << low << ", " << high << (high_closed ? "]" : ")");
+    }
+    return out.str();
+  }
+};
+
+const Range kPositive{0, false};
+const Range kNonNegative{0, true};
+const Range kProbability{0, true, 1, false};  // [0, 1): a rate of 1 would drop or keep nothing
+const Range kOpenUnit{0, false, 1, false};    // (0, 1): both parts of a split must be non-empty
+
+// A string check; throws with `where` when the text is not allowed.
+using TextCheck = std::function<void(const std::string& key, const std::string& text, const std::string& where)>;
+
+TextCheck one_of(std::vector<std::string> choices) {
+  return [choices](const std::string& key, const std::string& text, const std::string& where) {
+    if (!contains(choices, text)) {
+      fail(where, quoted(key) + " must be one of " + join(choices) + ", got " + quoted(text));
+    }
+  };
+}
+
+void check_device(const std::string& key, const std::string& text, const std::string& where) {
+  if (text == "auto" || text == "cpu" || text == "cuda") return;
+  const std::string prefix = "cuda:";
+  if (text.size() > prefix.size() && text.compare(0, prefix.size(), prefix) == 0 &&
+      std::all_of(text.begin() + prefix.size(), text.end(), [](unsigned char c) { return std::isdigit(c); })) {
+    return;
+  }
+  fail(where, quoted(key) + " must be one of auto, cpu, cuda, cuda:N, got " + quoted(text));
+}
+
+// A preset name or a jmp-style "params=float32,compute=bfloat16,output=float32";
+// what the dtypes mean is decided by amp/, here only the spelling is checked.
+void check_precision(const std::string& key, const std::string& text, const std::string& where) {
+  if (contains(kPrecisionPresets, text)) return;
+  if (text.find('=') == std::string::npos) {
+    fail(where, quoted(key) + " must be one of " + join(kPrecisionPresets) +
+                    " or a policy like 'params=float32,compute=bfloat16,output=float32', got " + quoted(text));
+  }
+  std::vector<std::string> seen;
+  std::stringstream parts(text);
+  std::string part;
+  while (std::getline(parts, part, ',')) {
+    size_t equals = part.find('=');
+    std::string name = part.substr(0, equals);
+    if (equals == std::string::npos || !contains(kPolicyKeys, name)) {
+      fail(where,
+           quoted(key) + ": " + quoted(part) + " in " + quoted(text) + " is not params=, compute= or output=<dtype>");
+    }
+    if (contains(seen, name)) fail(where, quoted(key) + ": " + quoted(name) + " is given twice in " + quoted(text));
+    std::string dtype = part.substr(equals + 1);
+    if (!contains(kPolicyDtypes, dtype)) {
+      fail(where, quoted(key) + ": unknown dtype " + quoted(dtype) + " for " + name + " in " + quoted(text) +
+                      " (expected float32, float16 or bfloat16)");
+    }
+    seen.push_back(name);
+  }
+}
+
+// ---- the field table
+
+// One settable key. `set` parses the text, checks type and range, and stores the
+// value; `text_field` says whether an empty YAML value means the empty string.
+struct Field {
+  std::string key;       // dotted: "optimizer.lr"
+  std::string expected;  // completes "must be ...": "an integer"
+  bool text_field;
+  std::function<void(const std::string& text, const std::string& where)> set;
+};
+
+Field integer(const std::string& key, int64_t& slot, IntRule rule) {
+  return {key, "an integer", false, [key, &slot, rule](const std::string& text, const std::string& where) {
+            int64_t value = parse_integer(key, text, where);
+            if (!rule.allows(value)) fail(where, quoted(key) + " must be " + rule.text + ", got " + text);
+            slot = value;
+          }};
+}
+
+Field unsigned_integer(const std::string& key, uint64_t& slot) {
+  return {key, "an integer", false,
+          [key, &slot](const std::string& text, const std::string& where) { slot = parse_unsigned(key, text, where); }};
+}
+
+Field number(const std::string& key, double& slot, Range range) {
+  return {key, "a number", false, [key, &slot, range](const std::string& text, const std::string& where) {
+            double value = parse_number(key, text, where);
+            if (!range.contains(value)) fail(where, quoted(key) + " must be " + range.text() + ", got " + text);
+            slot = value;
+          }};
+}
+
+Field boolean(const std::string& key, bool& slot) {
+  return {key, "true or false", false,
+          [key, &slot](const std::string& text, const std::string& where) { slot = parse_bool(key, text, where); }};
+}
+
+Field text(const std::string& key, std::string& slot, TextCheck check = {}) {
+  return {key, "a string", true, [key, &slot, check](const std::string& value, const std::string& where) {
+            if (check) check(key, value, where);
+            slot = value;
+          }};
+}
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (const Preset& preset : kPresets) names.push_back(preset.name);
+  names.push_back("custom");
+  return names;
+}
+
+// In the order of train/config.h, which is also the order "known keys" lists them.
+std::vector<Field> make_fields(TrainConfig& c) {
+  ModelConfig& m = c.model;
+  DataConfig& d = c.data;
+  OptimizerConfig& o = c.optimizer;
+  ScheduleConfig& s = c.schedule;
+  BatchConfig& b = c.batch;
+  CheckpointConfig& k = c.checkpoint;
+  SampleConfig& p = c.sample;
+  const IntRule decay_rule{[](int64_t value) { return value == -1 || value >= 1; }, ">= 1, or -1 for max_steps"};
+  return {
+      text("model.preset", m.preset, one_of(preset_names())),
+      integer("model.vocab_size", m.vocab_size, at_least(1)),
+      integer("model.block_size", m.block_size, at_least(1)),
+      integer("model.n_layer", m.n_layer, at_least(1)),
+      integer("model.n_head", m.n_head, at_least(1)),
+      integer("model.n_embd", m.n_embd, at_least(1)),
+      number("model.dropout", m.dropout, kProbability),
+      boolean("model.bias", m.bias),
+      boolean("model.tie_embeddings", m.tie_embeddings),
+      integer("model.vocab_multiple", m.vocab_multiple, at_least(1)),
+      text("model.attention", m.attention, one_of({"reference", "flash"})),
+
+      text("data.text_file", d.text_file),
+      text("data.train_bin", d.train_bin),
+      text("data.val_bin", d.val_bin),
+      text("data.tokenizer", d.tokenizer, one_of({"char", "gpt2"})),
+      number("data.val_fraction", d.val_fraction, kOpenUnit),
+      text("data.order", d.order, one_of({"random", "sequential"})),
+      boolean("data.prefetch", d.prefetch),
+
+      text("optimizer.name", o.name, one_of({"adamw", "sgd"})),
+      number("optimizer.lr", o.lr, kPositive),
+      number("optimizer.beta1", o.beta1, kProbability),
+      number("optimizer.beta2", o.beta2, kProbability),
+      number("optimizer.eps", o.eps, kPositive),
+      number("optimizer.weight_decay", o.weight_decay, kNonNegative),
+      number("optimizer.momentum", o.momentum, kProbability),
+      boolean("optimizer.nesterov", o.nesterov),
+      number("optimizer.grad_clip", o.grad_clip, kNonNegative),
+
+      text("schedule.kind", s.kind, one_of({"cosine", "constant"})),
+      integer("schedule.warmup_steps", s.warmup_steps, at_least(0)),
+      number("schedule.min_lr", s.min_lr, kNonNegative),
+      integer("schedule.decay_steps", s.decay_steps, decay_rule),
+
+      integer("batch.micro_batch", b.micro_batch, at_least(1)),
+      integer("batch.seq_len", b.seq_len, at_least(1)),
+      integer("batch.grad_accum", b.grad_accum, at_least(1)),
+      integer("batch.tokens_per_step", b.tokens_per_step, at_least(0)),
+
+      text("precision.policy", c.precision.policy, check_precision),
+
+      text("checkpoint.dir", k.dir),
+      integer("checkpoint.interval", k.interval, at_least(0)),
+      integer("checkpoint.keep_last", k.keep_last, at_least(1)),
+      boolean("checkpoint.resume", k.resume),
+
+      integer("sample.tokens", p.tokens, at_least(0)),
+      number("sample.temperature", p.temperature, kPositive),
+      integer("sample.top_k", p.top_k, at_least(0)),
+      text("sample.prompt", p.prompt),
+
+      integer("max_steps", c.max_steps, at_least(1)),
+      integer("eval_interval", c.eval_interval, at_least(0)),
+      integer("eval_steps", c.eval_steps, at_least(0)),
+      integer("log_interval", c.log_interval, at_least(1)),
+      unsigned_integer("seed", c.seed),
+      text("device", c.device, check_device),
+      integer("threads", c.threads, at_least(0)),
+      text("out_dir", c.out_dir),
+  };
+}
+
+// ---- reading: the file first, then the overrides, then the checks across fields
+
+class ConfigReader {
+ public:
+  ConfigReader(TrainConfig& config, std::string source)
+      : config_(config), source_(std::move(source)), fields_(make_fields(config)) {}
+
+  void read_document(const YAML::Node& root);
+  void apply_override(const std::string& override_text);
+  void finish();
+
+ private:
+  void read_section(const std::string& section, const YAML::Node& key_node, const YAML::Node& value);
+  void set_from_node(const std::string& key, const YAML::Node& key_node, const YAML::Node& value);
+  void for_each_entry(const YAML::Node& mapping, const std::string& section,
+                      const std::function<void(const std::string&, const YAML::Node&, const YAML::Node&)>& visit);
+  const Field* find(const std::string& key) const;
+  std::vector<std::string> known_keys(const std::string& section) const;
+  [[noreturn]] void unknown_key(const std::string& key, const std::string& where) const;
+  std::string where_set(std::initializer_list<const char*> keys) const;
+  bool was_set(const std::string& key) const { return set_at_.count(key) > 0; }
+
+  void apply_preset();
+  void check_model() const;
+  void check_data() const;
+  void resolve_batch();
+  void resolve_schedule();
+
+  TrainConfig& config_;
+  std::string source_;
+  std::vector<Field> fields_;
+  // Key -> where it was last set. A preset fills only the sizes not in here, and
+  // errors that involve several keys point at one that the user wrote.
+  std::map<std::string, std::string> set_at_;
+};
+
+const Field* ConfigReader::find(const std::string& key) const {
+  for (const Field& field : fields_) {
+    if (field.key == key) return &field;
+  }
+  return nullptr;
+}
+
+// The keys of one section without the prefix, or the top-level keys for "".
+std::vector<std::string> ConfigReader::known_keys(const std::string& section) const {
+  if (section.empty()) {
+    std::vector<std::string> keys = kSections;
+    for (const Field& field : fields_) {
+      if (field.key.find('.') == std::string::npos) keys.push_back(field.key);
+    }
+    return keys;
+  }
+  std::vector<std::string> keys;
+  const std::string prefix = section + ".";
+  for (const Field& field : fields_) {
+    if (field.key.compare(0, prefix.size(), prefix) == 0) keys.push_back(field.key.substr(prefix.size()));
+  }
+  return keys;
+}
+
+void ConfigReader::unknown_key(const std::string& key, const std::string& where) const {
+  size_t dot = key.find('.');
+  std::string section = dot == std::string::npos ? "" : key.substr(0, dot);
+  if (!section.empty() && !contains(kSections, section)) {
+    fail(where, "unknown key " + quoted(section) + " (known keys: " + join(known_keys("")) + ")");
+  }
+  fail(where, "unknown key " + quoted(key) + " (known keys: " + join(known_keys(section)) + ")");
+}
+
+// Calls visit(name, key node, value node) for each entry, after checking that the
+// key is a plain name that appears once (yaml-cpp keeps duplicate keys silently).
+void ConfigReader::for_each_entry(
+    const YAML::Node& mapping, const std::string& section,
+    const std::function<void(const std::string&, const YAML::Node&, const YAML::Node&)>& visit) {
+  std::map<std::string, std::string> seen;
+  for (const auto& entry : mapping) {
+    const YAML::Node& key_node = entry.first;
+    std::string where = position(source_, key_node.Mark());
+    if (!key_node.IsScalar()) fail(where, "a key must be a plain name, got " + describe(key_node));
+    std::string name = section.empty() ? key_node.Scalar() : section + "." + key_node.Scalar();
+    auto [previous, inserted] = seen.emplace(name, where);
+    if (!inserted) fail(where, "duplicate key " + quoted(name) + " (first set at " + previous->second + ")");
+    visit(name, key_node, entry.second);
+  }
+}
+
+void ConfigReader::read_document(const YAML::Node& root) {
+  if (root.IsNull()) return;  // an empty file: every default
+  if (!root.IsMap()) {
+    fail(position(source_, root.Mark()),
+         "a config must be a mapping of keys (" + join(known_keys("")) + "), got " + describe(root));
+  }
+  for_each_entry(root, "", [this](const std::string& name, const YAML::Node& key_node, const YAML::Node& value) {
+    if (contains(kSections, name)) {
+      read_section(name, key_node, value);
+    } else {
+      set_from_node(name, key_node, value);
+    }
+  });
+}
+
+void ConfigReader::read_section(const std::string& section, const YAML::Node& key_node, const YAML::Node& value) {
+  // `precision: bf16` is short for `precision: {policy: bf16}`.
+  if (section == "precision" && value.IsScalar()) {
+    set_from_node("precision.policy", key_node, value);
+    return;
+  }
+  // The section's own key marks the spot: an empty value's mark is the next line.
+  if (value.IsNull()) return;
+  if (!value.IsMap()) {
+    std::string expected = section == "precision" ? "a mapping or a policy name" : "a mapping";
+    fail(position(source_, key_node.Mark()), quoted(section) + " must be " + expected + ", got " + describe(value));
+  }
+  for_each_entry(value, section, [this](const std::string& name, const YAML::Node& key, const YAML::Node& item) {
+    set_from_node(name, key, item);
+  });
+}
+
+void ConfigReader::set_from_node(const std::string& key, const YAML::Node& key_node, const YAML::Node& value) {
+  const Field* field = find(key);
+  if (!field) unknown_key(key, position(source_, key_node.Mark()));
+  std::string where = position(source_, value.IsNull() ? key_node.Mark() : value.Mark());
+  if (value.IsScalar()) {
+    field->set(value.Scalar(), where);
+  } else if (value.IsNull() && field->text_field) {
+    field->set("", where);
+  } else {
+    fail(where, quoted(key) + " must be " + field->expected + ", got " + describe(value));
+  }
+  set_at_[key] = where;
+}
+
+// "optimizer.lr=1e-3": the value is taken as written (no YAML parsing), so
+// `sample.prompt=ROMEO:` is the string it looks like.
+void ConfigReader::apply_override(const std::string& override_text) {
+  std::string where = "override " + quoted(override_text);
+  size_t equals = override_text.find('=');
+  if (equals == std::string::npos || equals == 0) fail(where, "expected key=value, e.g. optimizer.lr=1e-3");
+  std::string key = override_text.substr(0, equals);
+  std::string value = override_text.substr(equals + 1);
+  if (key == "precision") key = "precision.policy";
+  if (contains(kSections, key)) {
+    fail(where, quoted(key) + " is a mapping; override one of its keys (" + join(known_keys(key)) + ")");
+  }
+  const Field* field = find(key);
+  if (!field) unknown_key(key, where);
+  field->set(value, where);
+  set_at_[key] = where;
+}
+
+// Where to point an error about several keys: the first of them that the user set.
+std::string ConfigReader::where_set(std::initializer_list<const char*> keys) const {
+  for (const char* key : keys) {
+    auto found = set_at_.find(key);
+    if (found != set_at_.end()) return found->second;
+  }
+  return source_;
+}
+
+// Explicit keys win over the preset wherever they were written (before or after
+// `preset:` in the file, or on the command line).
+void ConfigReader::apply_preset() {
+  ModelConfig& model = config_.model;
+  auto preset = std::find_if(std::begin(kPresets), std::end(kPresets),
+                             [&](const Preset& candidate) { return model.preset == candidate.name; });
+  if (preset == std::end(kPresets)) return;  // custom: the sizes are as given
+  auto fill = [this](const char* key, int64_t& slot, int64_t value) {
+    if (!was_set(key)) slot = value;
+  };
+  fill("model.n_layer", model.n_layer, preset->n_layer);
+  fill("model.n_head", model.n_head, preset->n_head);
+  fill("model.n_embd", model.n_embd, preset->n_embd);
+  fill("model.vocab_size", model.vocab_size, kGpt2VocabSize);
+  fill("model.block_size", model.block_size, kGpt2BlockSize);
+}
+
+void ConfigReader::check_model() const {
+  const ModelConfig& model = config_.model;
+  if (model.n_embd % model.n_head != 0) {
+    fail(where_set({"model.n_embd", "model.n_head", "model.preset"}),
+         "'model.n_embd' (" + std::to_string(model.n_embd) + ") must be a multiple of 'model.n_head' (" +
+             std::to_string(model.n_head) + ")");
+  }
+  if (config_.batch.seq_len > model.block_size) {
+    fail(where_set({"batch.seq_len", "model.block_size", "model.preset"}),
+         "'batch.seq_len' (" + std::to_string(config_.batch.seq_len) + ") must be <= 'model.block_size' (" +
+             std::to_string(model.block_size) + ")");
+  }
+}
+
+void ConfigReader::check_data() const {
+  const DataConfig& data = config_.data;
+  if (data.text_file.empty() && data.train_bin.empty()) {
+    fail(source_, "no training data: set 'data.text_file' (a text file) or 'data.train_bin' (token shards)");
+  }
+  if (!data.text_file.empty() && !data.train_bin.empty()) {
+    fail(where_set({"data.train_bin"}), "'data.text_file' and 'data.train_bin' are both set; set exactly one");
+  }
+  if (!data.val_bin.empty() && data.train_bin.empty()) {
+    fail(where_set({"data.val_bin"}),
+         "'data.val_bin' needs 'data.train_bin' (with 'data.text_file' the validation split is the last "
+         "'data.val_fraction' of the text)");
+  }
+}
+
+void ConfigReader::resolve_batch() {
+  BatchConfig& batch = config_.batch;
+  if (batch.tokens_per_step == 0) return;
+  if (batch.grad_accum != 1) {
+    fail(where_set({"batch.grad_accum"}), "'batch.tokens_per_step' and 'batch.grad_accum' (" +
+                                              std::to_string(batch.grad_accum) +
+                                              ") are both set; set one (tokens_per_step sets grad_accum)");
+  }
+  int64_t micro_tokens = batch.micro_batch * batch.seq_len;
+  if (batch.tokens_per_step % micro_tokens != 0) {
+    fail(where_set({"batch.tokens_per_step"}),
+         "'batch.tokens_per_step' (" + std::to_string(batch.tokens_per_step) +
+             ") must be a multiple of micro_batch * seq_len = " + std::to_string(batch.micro_batch) + " * " +
+             std::to_string(batch.seq_len) + " = " + std::to_string(micro_tokens));
+  }
+  batch.grad_accum = batch.tokens_per_step / micro_tokens;
+}
+
+void ConfigReader::resolve_schedule() {
+  if (config_.schedule.decay_steps == -1) config_.schedule.decay_steps = config_.max_steps;
+}
+
+// Runs after every value is in, so the order of keys in the file never matters.
+void ConfigReader::finish() {
+  apply_preset();
+  check_model();
+  check_data();
+  resolve_batch();
+  resolve_schedule();
+}
+
+YAML::Node parse_yaml(const std::string& yaml_text, const std::string& source_name) {
+  try {
+    return YAML::Load(yaml_text);
+  } catch (const YAML::ParserException& e) {
+    fail(position(source_name, e.mark), "invalid YAML: " + e.msg);
+  } catch (const YAML::Exception& e) {
+    fail(source_name, std::string("invalid YAML: ") + e.what());
+  }
+}
+
+std::string read_file(const std::string& path) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!file) PRECIS_FAIL("cannot read config file '", path, "': ", std::strerror(errno));
+  std::string text;
+  char buffer[1 << 16];
+  size_t count = 0;
+  while ((count = std::fread(buffer, 1, sizeof buffer, file.get())) > 0) text.append(buffer, count);
+  // A directory opens fine on Linux and fails only here, with EISDIR.
+  if (std::ferror(file.get())) PRECIS_FAIL("cannot read config file '", path, "': ", std::strerror(errno));
+  return text;
+}
+
+}  // namespace
+
+TrainConfig parse_config(const std::string& yaml_text, const std::vector<std::string>& overrides,
+                         const std::string& source_name) {
+  YAML::Node root = parse_yaml(yaml_text, source_name);
+  TrainConfig config;
+  ConfigReader reader(config, source_name);
+  reader.read_document(root);
+  for (const std::string& override_text : overrides) reader.apply_override(override_text);
+  reader.finish();
+  return config;
+}
+
+TrainConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  TrainConfig config = parse_config(read_file(path), overrides, path);
+  config.config_path = path;
+  return config;
+}
+
+}  // namespace precis::train
