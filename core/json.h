@@ -29,6 +29,7 @@ class Json {
   Json(std::nullptr_t) {}
   Json(bool value) : value_(value) {}
   Json(int value) : value_(static_cast<int64_t>(value)) {}
+  Json(unsigned value) : value_(static_cast<int64_t>(value)) {}
   Json(int64_t value) : value_(value) {}
   Json(uint64_t value);  // must fit in int64
   Json(double value) : value_(value) {}

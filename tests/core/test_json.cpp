@@ -114,9 +114,10 @@ TEST(Json, ObjectsKeepInsertionOrder) {
   built["b"] = 1;
   built["a"] = "x";
   built["b"] = 2;  // assigning an existing key keeps its place
+  built["count"] = uint32_t{7};
   built["list"] = Json::array();
   built["list"].push_back(true);
-  EXPECT_EQ(built.dump(), R"({"b":2,"a":"x","list":[true]})");
+  EXPECT_EQ(built.dump(), R"({"b":2,"a":"x","count":7,"list":[true]})");
 }
 
 TEST(Json, EqualityIsStructural) {
