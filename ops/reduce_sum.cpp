@@ -34,9 +34,10 @@ Tensor sum_rows(const cpu::ReductionRows& r, DType dtype) {
 }
 
 Tensor sum_impl(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, double scale, const char* op) {
+  require_defined(op, x);
   require_cpu(op, {&x});
-  cpu::ReductionRows r = cpu::reduction_rows(x, dims, op);
   DType dtype = is_floating(x.dtype()) ? x.dtype() : DType::i64;
+  cpu::ReductionRows r = cpu::reduction_rows(cpu::converted(x, dtype), dims, op);
   Tensor out = sum_rows(r, dtype);
   if (scale != 1.0) {
     NoGradGuard no_grad;

@@ -1,0 +1,136 @@
+// cross_entropy: log-softmax and negative log-likelihood fused in one pass over each
+// row of C logits, then the mean over the rows whose target is not ignore_index:
+//   loss_r = lse_r - x_{r, t_r},   lse_r = m_r + log sum_j exp(x_{r,j} - m_r),  m_r = max_j x_{r,j}
+//   loss   = sum_r loss_r / n_valid   (nan when every target is ignored, as in PyTorch)
+// Gradient: d loss_r / d x_{r,j} = softmax(x_r)_j - [j == t_r] = exp(x_{r,j} - lse_r) - [j == t_r], so
+//   dx_{r,j} = g (exp(x_{r,j} - lse_r) - [j == t_r]) / n_valid,  and 0 in ignored rows.
+// The forward saves m_r and log_sum_r = lse_r - m_r per row (f32, f64 for f64 logits), so the
+// backward is one pass too. They stay apart because m + log_sum rounds log_sum away when m is
+// large; (x - m) - log_sum, as PyTorch computes log-softmax, does not.
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "core/autograd.h"
+#include "ops/checks.h"
+#include "ops/cpu/loops.h"
+#include "ops/nn_functional.h"
+
+namespace precis::ops {
+
+namespace {
+
+// `t` as a dense tensor of `dtype`, copied only when needed. No autograd.
+Tensor dense(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype && t.is_contiguous()) return t;
+  Tensor out = empty(t.shape(), dtype);
+  copy_(out, t);
+  return out;
+}
+
+// Per-row losses into `loss` (0 for ignored rows) and (m, log_sum) into the [rows, 2] `stats`.
+template <typename T>
+void cross_entropy_forward(const Tensor& logits, const int64_t* targets, int64_t ignore_index, Tensor& stats,
+                           std::vector<double>& loss) {
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  const int64_t C = logits.shape().back(), rows = static_cast<int64_t>(loss.size());
+  const T* x = logits.data<T>();
+  A* st = stats.data<A>();
+#pragma omp parallel for schedule(static) if (rows * C >= kParallelGrain && rows > 1)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = targets[r];
+    if (t == ignore_index) {
+      st[2 * r] = st[2 * r + 1] = 0;
+      loss[r] = 0;
+      continue;
+    }
+    const T* xr = x + r * C;
+    A m = -std::numeric_limits<A>::infinity();
+    for (int64_t j = 0; j < C; ++j) m = std::max(m, convert<A>(xr[j]));
+    A sum = 0;
+    for (int64_t j = 0; j < C; ++j) sum += std::exp(convert<A>(xr[j]) - m);
+    const A log_sum = std::log(sum);
+    st[2 * r] = m;
+    st[2 * r + 1] = log_sum;
+    loss[r] = static_cast<double>(m - convert<A>(xr[t])) + static_cast<double>(log_sum);
+  }
+}
+
+template <typename T>
+void cross_entropy_backward(const Tensor& logits, const int64_t* targets, int64_t ignore_index, const Tensor& stats,
+                            double scale, Tensor& dx) {
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  const int64_t C = logits.shape().back(), rows = stats.numel() / 2;
+  const T* x = logits.data<T>();
+  const A* st = stats.data<A>();
+  T* d = dx.data<T>();
+  const A s = static_cast<A>(scale);
+#pragma omp parallel for schedule(static) if (rows * C >= kParallelGrain && rows > 1)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = targets[r];
+    T* dr = d + r * C;
+    if (t == ignore_index) {
+      for (int64_t j = 0; j < C; ++j) dr[j] = T(0);
+      continue;
+    }
+    const T* xr = x + r * C;
+    const A m = st[2 * r], log_sum = st[2 * r + 1];
+    for (int64_t j = 0; j < C; ++j) dr[j] = convert<T>(std::exp((convert<A>(xr[j]) - m) - log_sum) * s);
+    dr[t] = convert<T>((std::exp((convert<A>(xr[t]) - m) - log_sum) - A(1)) * s);
+  }
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t ignore_index) {
+  const char* op = "cross_entropy";
+  require_defined(op, logits_in, "logits");
+  require_defined(op, targets_in, "targets");
+  require_cpu(op, {&logits_in, &targets_in});
+  require_floating(op, logits_in, "logits");
+  PRECIS_CHECK(targets_in.dtype() == DType::i32 || targets_in.dtype() == DType::i64, op,
+               ": targets must be an int32 or int64 tensor of class indices, got ", describe(targets_in));
+  PRECIS_CHECK(logits_in.dim() >= 1, op, ": logits must have a class dim (the last), got ", describe(logits_in));
+  const Shape rows_shape(logits_in.shape().begin(), logits_in.shape().end() - 1);
+  PRECIS_CHECK(targets_in.shape() == rows_shape, op, ": targets ", targets_in.shape(),
+               " must have the shape of logits ", logits_in.shape(), " without the class dim, ", rows_shape);
+  const int64_t C = logits_in.shape().back(), rows = shape_numel(rows_shape);
+
+  Tensor targets = dense(targets_in, DType::i64);
+  const int64_t* t = targets.data<int64_t>();
+  int64_t n_valid = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (t[r] == ignore_index) continue;
+    PRECIS_CHECK(t[r] >= 0 && t[r] < C, op, ": target ", t[r], " (at flat index ", r, ") is out of range for ", C,
+                 " classes; expected a class in [0, ", C - 1, "] or ignore_index (", ignore_index, ")");
+    ++n_valid;
+  }
+
+  const DType out_dtype = logits_in.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  Tensor logits = dense(logits_in, logits_in.dtype());
+  Tensor stats = empty({rows, 2}, out_dtype);
+  std::vector<double> loss(rows);
+  cpu::dispatch_floating(logits.dtype(), op, [&](auto tag) {
+    cross_entropy_forward<typename decltype(tag)::type>(logits, t, ignore_index, stats, loss);
+  });
+  double total = 0;
+  for (double l : loss) total += l;  // in row order: the same result on any number of threads
+  Tensor out = scalar_tensor(total / static_cast<double>(n_valid), out_dtype);
+
+  if (autograd::any_requires_grad({&logits_in})) {
+    autograd::record(op, {logits_in}, {out},
+                     [logits = logits.detach(), targets, stats, ignore_index, n_valid](const BackwardArgs& g) {
+                       Tensor dx = empty(logits.shape(), logits.dtype());
+                       const double scale = g.grad().item<double>() / static_cast<double>(n_valid);
+                       cpu::dispatch_floating(logits.dtype(), "cross_entropy", [&](auto tag) {
+                         cross_entropy_backward<typename decltype(tag)::type>(logits, targets.data<int64_t>(),
+                                                                              ignore_index, stats, scale, dx);
+                       });
+                       return std::vector<Tensor>{dx};
+                     });
+  }
+  return out;
+}
+
+}  // namespace precis::ops

@@ -1,0 +1,182 @@
+// layer_norm over the last dim, C values per row:
+//   mean = sum x / C,  var = sum (x - mean)^2 / C (biased),  rstd = 1 / sqrt(var + eps)
+//   xhat = (x - mean) rstd,  y = xhat w + b
+// Gradients, with g the output gradient and dxhat = g w:
+//   db = sum over rows of g,  dw = sum over rows of g xhat
+//   dx_j = rstd (dxhat_j - mean(dxhat) - xhat_j mean(dxhat xhat))
+// The last because d xhat_i / d x_j = rstd (δ_ij - 1/C - xhat_i xhat_j / C): x_j moves xhat_i
+// directly, through the mean (d mean/d x_j = 1/C) and through rstd
+// (d rstd/d x_j = -rstd^3 (x_j - mean) / C); then sum over i against dxhat_i.
+//
+// Forward and backward are each one pass per row (rows in parallel). The forward saves
+// mean and rstd per row in f32 (f64 for f64 inputs). dw and db are summed per thread and
+// the partial sums added in thread order, so a run with the same threads is bit-exact.
+#include <omp.h>
+
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
+#include "core/autograd.h"
+#include "ops/checks.h"
+#include "ops/cpu/loops.h"
+#include "ops/nn_functional.h"
+
+namespace precis::ops {
+
+namespace {
+
+// `t` as a dense tensor of `dtype`, copied only when needed. No autograd.
+Tensor dense(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype && t.is_contiguous()) return t;
+  Tensor out = empty(t.shape(), dtype);
+  copy_(out, t);
+  return out;
+}
+
+// The parameter as `C` values in `dtype` (f32 or f64), or `fill` everywhere when undefined.
+Tensor parameter_or(const Tensor& p, int64_t C, DType dtype, double fill) {
+  return p.defined() ? dense(p, dtype) : full({C}, fill, dtype);
+}
+
+struct Saved {
+  Tensor x, weight, mean, rstd;  // x dense; weight [C] in the statistics dtype
+};
+
+template <typename T>
+void layer_norm_forward(const Saved& s, const Tensor& bias, double eps, Tensor& y) {
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  const int64_t C = s.x.shape().back(), rows = C == 0 ? 0 : s.x.numel() / C;
+  const T* x = s.x.data<T>();
+  const A* w = s.weight.data<A>();
+  const A* b = bias.data<A>();
+  A* mean = s.mean.data<A>();
+  A* rstd = s.rstd.data<A>();
+  T* out = y.data<T>();
+#pragma omp parallel for schedule(static) if (rows * C >= kParallelGrain && rows > 1)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * C;
+    T* yr = out + r * C;
+    A sum = 0;
+    for (int64_t j = 0; j < C; ++j) sum += convert<A>(xr[j]);
+    const A mu = sum / static_cast<A>(C);
+    A squares = 0;
+    for (int64_t j = 0; j < C; ++j) {
+      A d = convert<A>(xr[j]) - mu;
+      squares += d * d;
+    }
+    const A rs = A(1) / std::sqrt(squares / static_cast<A>(C) + static_cast<A>(eps));
+    for (int64_t j = 0; j < C; ++j) yr[j] = convert<T>((convert<A>(xr[j]) - mu) * rs * w[j] + b[j]);
+    mean[r] = mu;
+    rstd[r] = rs;
+  }
+}
+
+// dx (when wanted) into `dx`; dw and db (when wanted) into the [C] tensors `dw`, `db`.
+template <typename T>
+void layer_norm_backward(const Saved& s, const Tensor& grad, Tensor* dx, Tensor* dw, Tensor* db) {
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  const int64_t C = s.x.shape().back(), rows = C == 0 ? 0 : s.x.numel() / C;
+  const T* x = s.x.data<T>();
+  const T* g = grad.data<T>();
+  const A* w = s.weight.data<A>();
+  const A* mean = s.mean.data<A>();
+  const A* rstd = s.rstd.data<A>();
+  T* dxp = dx ? dx->data<T>() : nullptr;
+  const bool parallel = rows * C >= kParallelGrain && rows > 1;
+  const int threads = parallel ? omp_get_max_threads() : 1;
+  std::vector<A> dw_partial(dw ? threads * C : 0, A(0)), db_partial(db ? threads * C : 0, A(0));
+#pragma omp parallel if (parallel)
+  {
+    const int64_t t = omp_get_thread_num();
+    A* dw_t = dw ? dw_partial.data() + t * C : nullptr;
+    A* db_t = db ? db_partial.data() + t * C : nullptr;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = x + r * C;
+      const T* gr = g + r * C;
+      const A mu = mean[r], rs = rstd[r];
+      A sum_dxhat = 0, sum_dxhat_xhat = 0;
+      for (int64_t j = 0; j < C; ++j) {
+        const A xhat = (convert<A>(xr[j]) - mu) * rs;
+        const A dxhat = convert<A>(gr[j]) * w[j];
+        sum_dxhat += dxhat;
+        sum_dxhat_xhat += dxhat * xhat;
+      }
+      if (dw_t)
+        for (int64_t j = 0; j < C; ++j) dw_t[j] += convert<A>(gr[j]) * (convert<A>(xr[j]) - mu) * rs;
+      if (db_t)
+        for (int64_t j = 0; j < C; ++j) db_t[j] += convert<A>(gr[j]);
+      if (dxp) {
+        const A mean_dxhat = sum_dxhat / static_cast<A>(C), mean_dxhat_xhat = sum_dxhat_xhat / static_cast<A>(C);
+        T* dr = dxp + r * C;
+        for (int64_t j = 0; j < C; ++j) {
+          const A xhat = (convert<A>(xr[j]) - mu) * rs;
+          dr[j] = convert<T>(rs * (convert<A>(gr[j]) * w[j] - mean_dxhat - xhat * mean_dxhat_xhat));
+        }
+      }
+    }
+  }
+  auto reduce_partials = [&](const std::vector<A>& partial, Tensor* out) {
+    A* o = out->data<A>();
+    for (int64_t j = 0; j < C; ++j) {
+      A total = 0;
+      for (int t = 0; t < threads; ++t) total += partial[t * C + j];
+      o[j] = total;
+    }
+  };
+  if (dw) reduce_partials(dw_partial, dw);
+  if (db) reduce_partials(db_partial, db);
+}
+
+// {dx, dweight, dbias}, each undefined where not needed, dweight and dbias in the parameters' dtypes.
+std::vector<Tensor> layer_norm_grads(const Saved& s, const BackwardArgs& g, DType weight_dtype, DType bias_dtype) {
+  const int64_t C = s.x.shape().back();
+  const DType stats = s.mean.dtype();
+  Tensor dx, dw, db;
+  if (g.needs(0)) dx = empty(s.x.shape(), s.x.dtype());
+  if (g.needs(1)) dw = empty({C}, stats);
+  if (g.needs(2)) db = empty({C}, stats);
+  cpu::dispatch_floating(s.x.dtype(), "layer_norm", [&](auto tag) {
+    layer_norm_backward<typename decltype(tag)::type>(s, dense(g.grad(), s.x.dtype()), dx.defined() ? &dx : nullptr,
+                                                      dw.defined() ? &dw : nullptr, db.defined() ? &db : nullptr);
+  });
+  if (dw.defined()) dw = cpu::converted(dw, weight_dtype);
+  if (db.defined()) db = cpu::converted(db, bias_dtype);
+  return {dx, dw, db};
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, double eps) {
+  const char* op = "layer_norm";
+  require_defined(op, x_in);
+  require_cpu(op, {&x_in, &weight, &bias});
+  require_floating(op, x_in);
+  PRECIS_CHECK(x_in.dim() >= 1, op, ": input must have at least 1 dim (the normalised one), got ", describe(x_in));
+  const int64_t C = x_in.shape().back();
+  for (const auto& [p, what] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}}) {
+    if (!p->defined()) continue;
+    require_floating(op, *p, what);
+    PRECIS_CHECK(p->shape() == Shape{C}, op, ": ", what, " must be [", C, "] (the last dim of input ", describe(x_in),
+                 "), got ", describe(*p));
+  }
+  const DType stats = x_in.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  Shape row_shape(x_in.shape().begin(), x_in.shape().end() - 1);
+  Saved saved{dense(x_in, x_in.dtype()), parameter_or(weight, C, stats, 1.0), empty(row_shape, stats),
+              empty(row_shape, stats)};
+  Tensor y = empty(x_in.shape(), x_in.dtype());
+  cpu::dispatch_floating(x_in.dtype(), op, [&](auto tag) {
+    layer_norm_forward<typename decltype(tag)::type>(saved, parameter_or(bias, C, stats, 0.0), eps, y);
+  });
+  if (autograd::any_requires_grad({&x_in, &weight, &bias})) {
+    autograd::record(op, {x_in, weight, bias}, {y},
+                     [saved, weight_dtype = weight.defined() ? weight.dtype() : stats,
+                      bias_dtype = bias.defined() ? bias.dtype() : stats](const BackwardArgs& g) {
+                       return layer_norm_grads(saved, g, weight_dtype, bias_dtype);
+                     });
+  }
+  return y;
+}
+
+}  // namespace precis::ops

@@ -1,0 +1,190 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "ops/ops.h"
+#include "support/gradcheck.h"
+
+using namespace precis;
+using precis::testing::expect_close;
+using precis::testing::expect_gradients_match;
+using precis::testing::random_f64;
+
+namespace {
+
+template <typename Fn>
+void expect_error(Fn fn, const std::string& expected) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an error containing: " << expected;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << "message: " << e.what();
+  }
+}
+
+Tensor targets_of(const std::vector<int64_t>& values, const Shape& shape, DType dtype = DType::i64) {
+  return from_vector(values, shape).to(dtype);
+}
+
+// Mean over non-ignored rows of logsumexp(row) - row[target], in double: the reference.
+double reference_cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100) {
+  const int64_t C = logits.shape().back();
+  std::vector<double> x = logits.to_vector<double>();
+  std::vector<int64_t> t = targets.to_vector<int64_t>();
+  double total = 0;
+  int64_t valid = 0;
+  for (size_t r = 0; r < t.size(); ++r) {
+    if (t[r] == ignore_index) continue;
+    double m = -INFINITY, s = 0;
+    for (int64_t j = 0; j < C; ++j) m = std::max(m, x[r * C + j]);
+    for (int64_t j = 0; j < C; ++j) s += std::exp(x[r * C + j] - m);
+    total += m + std::log(s) - x[r * C + t[r]];
+    ++valid;
+  }
+  return total / static_cast<double>(valid);
+}
+
+}  // namespace
+
+TEST(CrossEntropy, HandComputedValues) {
+  Tensor loss = ops::cross_entropy(tensor({0, 0}).reshape({1, 2}), targets_of({0}, {1}));
+  EXPECT_EQ(loss.shape(), Shape{});
+  EXPECT_EQ(loss.dtype(), DType::f32);
+  EXPECT_NEAR(loss.item(), std::log(2.0), 1e-7);
+  // logsumexp(1, 2, 3) - 3 and logsumexp(1, 2, 3) - 1, averaged.
+  Tensor logits = tensor({1, 2, 3, 1, 2, 3}, DType::f64).reshape({2, 3});
+  EXPECT_NEAR(ops::cross_entropy(logits, targets_of({2, 0}, {2})).item(), (0.40760596444438 + 2.40760596444438) / 2,
+              1e-12);
+  // Logits [C] with a scalar target.
+  EXPECT_NEAR(ops::cross_entropy(tensor({1, 2, 3}, DType::f64), targets_of({1}, {})).item(), 1.40760596444438, 1e-12);
+  // int32 targets give the same loss.
+  EXPECT_EQ(ops::cross_entropy(logits, targets_of({2, 0}, {2}, DType::i32)).item(),
+            ops::cross_entropy(logits, targets_of({2, 0}, {2})).item());
+}
+
+TEST(CrossEntropy, MatchesTheReferenceOnBatchedLogits) {
+  Tensor logits = random_f64({2, 3, 7}, 80, -4, 4);
+  Tensor targets = targets_of({0, 6, 3, 2, 5, 1}, {2, 3});
+  Tensor loss = ops::cross_entropy(logits, targets);
+  EXPECT_EQ(loss.dtype(), DType::f64);
+  EXPECT_NEAR(loss.item(), reference_cross_entropy(logits, targets), 1e-12);
+  // A transposed (non-contiguous) view of logits reads the same values.
+  Tensor lt = random_f64({7, 4}, 81).t();
+  Tensor t4 = targets_of({1, 0, 6, 3}, {4});
+  EXPECT_NEAR(ops::cross_entropy(lt, t4).item(), reference_cross_entropy(lt, t4), 1e-12);
+}
+
+TEST(CrossEntropy, IgnoredTargetsDropOutOfTheMeanAndGetZeroGradient) {
+  Tensor logits = random_f64({3, 4}, 82).set_requires_grad();
+  Tensor loss = ops::cross_entropy(logits, targets_of({2, -100, 0}, {3}));
+  Tensor kept = ops::cross_entropy(logits.detach().slice(0, 0, 3, 2), targets_of({2, 0}, {2}));
+  EXPECT_NEAR(loss.item(), kept.item(), 1e-12);
+  loss.backward();
+  std::vector<double> grad = logits.grad().to_vector<double>();
+  for (int j = 0; j < 4; ++j) EXPECT_EQ(grad[4 + j], 0.0);
+  // A custom ignore_index: class 1 is ignored, -100 is then out of range.
+  Tensor l2 = ops::cross_entropy(logits.detach(), targets_of({2, 1, 0}, {3}), 1);
+  EXPECT_NEAR(l2.item(), kept.item(), 1e-12);
+  expect_error(
+      [&] {
+        ops::cross_entropy(logits.detach(), targets_of({2, -100, 0}, {3}), 1);
+      },
+      "cross_entropy: target -100 (at flat index 1) is out of range for 4 classes; expected a class in [0, "
+      "3] or ignore_index (1)");
+}
+
+TEST(CrossEntropy, AllTargetsIgnoredGivesNanAsPyTorch) {
+  Tensor logits = random_f64({2, 3}, 83).set_requires_grad();
+  Tensor loss = ops::cross_entropy(logits, targets_of({-100, -100}, {2}));
+  EXPECT_TRUE(std::isnan(loss.item()));
+  loss.backward();
+  expect_close(logits.grad(), zeros({2, 3}, DType::f64), 0, 0);
+}
+
+TEST(CrossEntropy, LargeLogitsStayFinite) {
+  Tensor logits = tensor({1000, 1001}).reshape({1, 2}).set_requires_grad();
+  Tensor loss = ops::cross_entropy(logits, targets_of({0}, {1}));
+  EXPECT_NEAR(loss.item(), 1.3132616875182228, 1e-5);
+  loss.backward();
+  expect_close(logits.grad(), tensor({0.2689414213699951 - 1, 0.7310585786300049}).reshape({1, 2}), 1e-6);
+  EXPECT_NEAR(ops::cross_entropy(tensor({-1000, 1000}).reshape({1, 2}), targets_of({1}, {1})).item(), 0.0, 1e-6);
+}
+
+TEST(CrossEntropy, HalfLogitsGiveAFloatLoss) {
+  Tensor logits = random_f64({4, 10}, 84, -3, 3);
+  Tensor targets = targets_of({9, 0, 4, 7}, {4});
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    Tensor lh = logits.to(dtype).set_requires_grad();
+    Tensor loss = ops::cross_entropy(lh, targets);
+    EXPECT_EQ(loss.dtype(), DType::f32);
+    EXPECT_NEAR(loss.item(), reference_cross_entropy(lh, targets), 1e-5);
+    loss.backward();
+    EXPECT_EQ(lh.grad().dtype(), dtype);
+  }
+}
+
+TEST(CrossEntropy, ManyRowsInParallelMatchTheReference) {
+  // 512 rows of 100 classes, some ignored: the parallel path.
+  Tensor logits = random_f64({512, 100}, 85, -5, 5).set_requires_grad();
+  std::vector<int64_t> t(512);
+  for (int64_t r = 0; r < 512; ++r) t[r] = r % 9 == 0 ? -100 : (r * 37) % 100;
+  Tensor targets = targets_of(t, {512});
+  Tensor loss = ops::cross_entropy(logits, targets);
+  EXPECT_NEAR(loss.item(), reference_cross_entropy(logits, targets), 1e-12);
+  loss.backward();
+  // Row r's gradient is (softmax(row) - onehot(t_r)) / n_valid.
+  const double n_valid = 512 - 57;
+  for (int64_t r : {1, 9, 511}) {
+    Tensor expected = ops::softmax(logits.detach().select(0, r), 0);
+    std::vector<double> e = expected.to_vector<double>();
+    if (t[r] == -100)
+      std::fill(e.begin(), e.end(), 0.0);
+    else
+      e[t[r]] -= 1;
+    for (double& v : e) v /= n_valid;
+    expect_close(logits.grad().select(0, r), from_vector(e, {100}), 1e-15, 1e-10);
+  }
+}
+
+TEST(CrossEntropy, Errors) {
+  Tensor logits = zeros({2, 5});
+  expect_error(
+      [&] {
+        ops::cross_entropy(logits, targets_of({0, 5}, {2}));
+      },
+      "cross_entropy: target 5 (at flat index 1) is out of range for 5 classes");
+  expect_error(
+      [&] {
+        ops::cross_entropy(logits, targets_of({-1, 0}, {2}));
+      },
+      "cross_entropy: target -1 (at flat index 0)");
+  expect_error(
+      [&] {
+        ops::cross_entropy(logits, targets_of({0, 1, 2}, {3}));
+      },
+      "cross_entropy: targets [3] must have the shape of logits [2, 5] without the class dim, [2]");
+  expect_error([&] { ops::cross_entropy(logits, zeros({2})); },
+               "cross_entropy: targets must be an int32 or int64 tensor of class indices, got float32[2] on cpu");
+  expect_error(
+      [&] {
+        ops::cross_entropy(targets_of({0, 1}, {1, 2}), targets_of({0}, {1}));
+      },
+      "cross_entropy: logits must be a floating tensor, got int64[1, 2] on cpu");
+  expect_error([&] { ops::cross_entropy(Tensor(), targets_of({0}, {1})); },
+               "cross_entropy: logits is an undefined tensor");
+  expect_error([&] { ops::cross_entropy(scalar_tensor(1), targets_of({0}, {})); },
+               "cross_entropy: logits must have a class dim");
+}
+
+TEST(CrossEntropy, GradientsMatchFiniteDifferences) {
+  Tensor l1 = random_f64({3, 5}, 86, -2, 2);
+  Tensor t1 = targets_of({4, 0, 2}, {3});
+  expect_gradients_match([&](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0], t1); }, {l1});
+  Tensor l2 = random_f64({2, 3, 7}, 87, -2, 2);
+  Tensor t2 = targets_of({6, -100, 3, 0, -100, 1}, {2, 3}, DType::i32);
+  expect_gradients_match([&](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0], in[1]); }, {l2, t2});
+  Tensor t3 = targets_of({6, 2, 3, 0, 2, 1}, {2, 3});
+  expect_gradients_match([&](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0], t3, 2); }, {l2});
+  // The gradient scales with the upstream gradient.
+  expect_gradients_match([&](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0], t1) * 3.5; }, {l1});
+}

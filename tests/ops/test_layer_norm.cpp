@@ -1,0 +1,151 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "ops/ops.h"
+#include "support/gradcheck.h"
+
+using namespace precis;
+using precis::testing::expect_close;
+using precis::testing::expect_gradients_match;
+using precis::testing::random_f64;
+
+namespace {
+
+template <typename Fn>
+void expect_error(Fn fn, const std::string& expected) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an error containing: " << expected;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << "message: " << e.what();
+  }
+}
+
+// layer_norm in plain double loops over rows of the last dim, as the reference (f64).
+Tensor reference_layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
+  const int64_t C = x.shape().back();
+  std::vector<double> v = x.to_vector<double>(), out(v.size());
+  std::vector<double> wv = w.defined() ? w.to_vector<double>() : std::vector<double>(C, 1.0);
+  std::vector<double> bv = b.defined() ? b.to_vector<double>() : std::vector<double>(C, 0.0);
+  for (size_t base = 0; base < v.size(); base += C) {
+    double mean = 0, var = 0;
+    for (int64_t j = 0; j < C; ++j) mean += v[base + j] / C;
+    for (int64_t j = 0; j < C; ++j) var += (v[base + j] - mean) * (v[base + j] - mean) / C;
+    for (int64_t j = 0; j < C; ++j) out[base + j] = (v[base + j] - mean) / std::sqrt(var + eps) * wv[j] + bv[j];
+  }
+  return from_vector(out, x.shape());
+}
+
+}  // namespace
+
+TEST(LayerNorm, HandComputedValues) {
+  // mean 2, biased variance 2/3: (x - 2) / sqrt(2/3 + 1e-5)
+  Tensor x = tensor({1, 2, 3}, DType::f64);
+  const double a = 1 / std::sqrt(2.0 / 3 + 1e-5);
+  expect_close(ops::layer_norm(x, ones({3}, DType::f64), zeros({3}, DType::f64)), tensor({-a, 0, a}, DType::f64),
+               1e-12);
+  expect_close(ops::layer_norm(x, Tensor(), Tensor()), tensor({-1.2247357, 0, 1.2247357}, DType::f64), 1e-6);
+  // weight scales and bias shifts each column.
+  Tensor w = tensor({2, 3, 4}, DType::f64), b = tensor({1, -1, 0.5}, DType::f64);
+  expect_close(ops::layer_norm(x, w, b), tensor({-2 * a + 1, -1, 4 * a + 0.5}, DType::f64), 1e-12);
+  expect_close(ops::layer_norm(x, Tensor(), b), tensor({-a + 1, -1, a + 0.5}, DType::f64), 1e-12);
+  // eps matters for a constant row: 0 / sqrt(0 + eps).
+  expect_close(ops::layer_norm(tensor({5, 5}), Tensor(), Tensor(), 0.25), tensor({0, 0}));
+  // Rows are normalised independently.
+  Tensor rows = tensor({1, 2, 3, 10, 20, 30}).reshape({2, 3});
+  expect_close(ops::layer_norm(rows, Tensor(), Tensor()),
+               tensor({-1.2247357, 0, 1.2247357, -1.2247449, 0, 1.2247449}).reshape({2, 3}), 1e-6);
+}
+
+TEST(LayerNorm, MatchesTheCompositionOnRandomAndStridedInputs) {
+  Tensor x = random_f64({2, 3, 7}, 60, -3, 3), w = random_f64({7}, 61), b = random_f64({7}, 62);
+  expect_close(ops::layer_norm(x, w, b, 1e-5), reference_layer_norm(x, w, b, 1e-5), 1e-12);
+  Tensor xt = random_f64({7, 4}, 63).t();  // [4, 7], rows strided
+  Tensor w7 = random_f64({7}, 64);
+  expect_close(ops::layer_norm(xt, w7, Tensor(), 1e-3), reference_layer_norm(xt, w7, Tensor(), 1e-3), 1e-12);
+}
+
+TEST(LayerNorm, HalfDtypesComputeInFloatAndRound) {
+  Tensor x = random_f64({5, 16}, 65, -2, 2), w = random_f64({16}, 66), b = random_f64({16}, 67);
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    Tensor xh = x.to(dtype);
+    Tensor y = ops::layer_norm(xh, w.to(dtype), b.to(dtype));
+    EXPECT_EQ(y.dtype(), dtype);
+    expect_close(y,
+                 reference_layer_norm(xh.to(DType::f64), w.to(dtype).to(DType::f64), b.to(dtype).to(DType::f64), 1e-5),
+                 2e-2, 1e-2);
+  }
+  // f32 parameters with a bf16 input: the output keeps the input's dtype.
+  Tensor mixed = ops::layer_norm(x.to(DType::bf16), w.to(DType::f32), b.to(DType::f32));
+  EXPECT_EQ(mixed.dtype(), DType::bf16);
+}
+
+TEST(LayerNorm, GradientsOfEachInputAreInItsDtype) {
+  Tensor x = random_f64({3, 8}, 68).to(DType::bf16).set_requires_grad();
+  Tensor w = full({8}, 2.0, DType::f32).set_requires_grad();
+  Tensor b = random_f64({8}, 70).to(DType::f32).set_requires_grad();
+  ops::sum(ops::layer_norm(x, w, b)).backward();
+  EXPECT_EQ(x.grad().dtype(), DType::bf16);
+  EXPECT_EQ(w.grad().dtype(), DType::f32);
+  EXPECT_EQ(b.grad().dtype(), DType::f32);
+  // For sum(y): db = number of rows, dw = sum of xhat over rows, and with a constant weight
+  // dx = rstd (w - w - xhat mean(w xhat)) = 0, because xhat has mean 0 in every row.
+  expect_close(b.grad(), full({8}, 3.0));
+  Tensor xhat = reference_layer_norm(x.detach().to(DType::f64), Tensor(), Tensor(), 1e-5);
+  expect_close(w.grad(), ops::sum(xhat, {0}), 1e-4, 1e-4);
+  expect_close(x.grad(), zeros({3, 8}), 2e-2);
+}
+
+TEST(LayerNorm, ManyRowsInParallelMatchOneRowAtATime) {
+  // 128 rows of 300: the parallel path, with per-thread weight and bias gradients.
+  Tensor x = random_f64({128, 300}, 71, -2, 2), w = random_f64({300}, 72), b = random_f64({300}, 73);
+  Tensor g = random_f64({128, 300}, 74);
+  Tensor xr = x.detach().set_requires_grad(), wr = w.detach().set_requires_grad(), br = b.detach().set_requires_grad();
+  Tensor y = ops::layer_norm(xr, wr, br);
+  expect_close(y, reference_layer_norm(x, w, b, 1e-5), 1e-12);
+  ops::sum(y * g).backward();
+  // Each row alone takes the one-thread path; dw and db are the sums of the rows' gradients.
+  Tensor dw = zeros({300}, DType::f64), db = zeros({300}, DType::f64);
+  for (int64_t r = 0; r < 128; ++r) {
+    Tensor x1 = x.select(0, r).contiguous().set_requires_grad();
+    Tensor w1 = w.detach().set_requires_grad(), b1 = b.detach().set_requires_grad();
+    ops::sum(ops::layer_norm(x1, w1, b1) * g.select(0, r)).backward();
+    expect_close(xr.grad().select(0, r), x1.grad(), 1e-12);
+    dw = dw + w1.grad();
+    db = db + b1.grad();
+  }
+  expect_close(wr.grad(), dw, 1e-10);
+  expect_close(br.grad(), db, 1e-10);
+}
+
+TEST(LayerNorm, Errors) {
+  Tensor x = zeros({2, 5});
+  expect_error([&] { ops::layer_norm(x, zeros({4}), Tensor()); },
+               "layer_norm: weight must be [5] (the last dim of input float32[2, 5] on cpu), got float32[4] on cpu");
+  expect_error([&] { ops::layer_norm(x, Tensor(), zeros({5, 1})); }, "layer_norm: bias must be [5]");
+  expect_error([&] { ops::layer_norm(arange(0, 3), Tensor(), Tensor()); },
+               "layer_norm: input must be a floating tensor, got int64[3] on cpu");
+  expect_error([&] { ops::layer_norm(x, arange(0, 5), Tensor()); },
+               "layer_norm: weight must be a floating tensor, got int64[5] on cpu");
+  expect_error([&] { ops::layer_norm(scalar_tensor(1), Tensor(), Tensor()); },
+               "layer_norm: input must have at least 1 dim");
+  expect_error([&] { ops::layer_norm(Tensor(), Tensor(), Tensor()); }, "layer_norm: input is an undefined tensor");
+}
+
+TEST(LayerNorm, GradientsMatchFiniteDifferences) {
+  for (const Shape& shape : {Shape{3, 5}, Shape{2, 3, 7}, Shape{4}}) {
+    const int64_t C = shape.back();
+    Tensor x = random_f64(shape, 75, -2, 2), w = random_f64({C}, 76, 0.5, 1.5), b = random_f64({C}, 77);
+    expect_gradients_match([](const std::vector<Tensor>& in) { return ops::layer_norm(in[0], in[1], in[2]); },
+                           {x, w, b});
+    expect_gradients_match([](const std::vector<Tensor>& in) { return ops::layer_norm(in[0], Tensor(), Tensor()); },
+                           {x});
+    expect_gradients_match([](const std::vector<Tensor>& in) { return ops::layer_norm(in[0], in[1], Tensor(), 0.1); },
+                           {x, w});
+    expect_gradients_match([](const std::vector<Tensor>& in) { return ops::layer_norm(in[0], Tensor(), in[1]); },
+                           {x, b});
+  }
+  Tensor t = random_f64({5, 3}, 78).t();
+  expect_gradients_match([](const std::vector<Tensor>& in) { return ops::layer_norm(in[0], Tensor(), Tensor()); }, {t});
+}
