@@ -4,28 +4,35 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/gpu.h"
+#include "examples/commands.h"
 
 namespace {
 
 void print_usage() {
   std::cout << "usage: precis <command> [args]\n"
                "commands:\n"
-               "  device                 show which device `device: auto` would use\n"
-               "  help                   this message\n";
+               "  train CONFIG.yaml [key=value ...]   train a GPT-2 from a YAML config (docs/config.md);\n"
+               "                                      key=value overrides a setting, e.g. optimizer.lr=1e-3\n"
+               "  sample CHECKPOINT [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--seed S]\n"
+               "                                      generate text from a checkpoint directory\n"
+               "  tokenize --tokenizer gpt2|char INPUT.txt OUT_PREFIX [--val-fraction F]\n"
+               "                                      write llm.c token shards OUT_PREFIX_{train,val}.bin\n"
+               "  device                              show which device `device: auto` would use\n"
+               "  help                                this message\n";
 }
 
 int run(const std::vector<std::string>& args) {
+  using namespace precis::cli;
   if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
     print_usage();
-    return 0;
+    return args.empty() ? 1 : 0;
   }
   const std::string& command = args[0];
-  if (command == "device") {
-    precis::Device device = precis::resolve_device("auto", /*quiet=*/true);
-    std::cout << "device auto -> " << device << " (" << precis::cuda_status() << ")\n";
-    return 0;
-  }
+  Args rest(args.begin() + 1, args.end());
+  if (command == "train") return train_command(rest);
+  if (command == "sample") return sample_command(rest);
+  if (command == "tokenize") return tokenize_command(rest);
+  if (command == "device") return device_command(rest);
   PRECIS_FAIL("unknown command '", command, "'; run `precis help` for the list");
 }
 
@@ -37,5 +44,8 @@ int main(int argc, char** argv) {
   } catch (const precis::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
   }
 }

@@ -1,0 +1,46 @@
+// Profiler: time per named phase of a training step (data, forward, backward,
+// optimizer, ...), summed over a log interval and read once per interval.
+//
+// On the CPU a phase is wall-clock time (steady_clock). On the GPU a phase is
+// bracketed by CUDA events recorded on the compute stream and resolved only
+// when the interval is read, so measuring never adds a device sync per phase
+// (DESIGN.md section 7).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace precis {
+
+class Profiler {
+ public:
+  // RAII: times the enclosing scope as `phase`.
+  class Phase {
+   public:
+    Phase(Profiler& profiler, const char* name) : profiler_(profiler) { profiler_.begin(name); }
+    ~Phase() { profiler_.end(); }
+    Phase(const Phase&) = delete;
+    Phase& operator=(const Phase&) = delete;
+
+   private:
+    Profiler& profiler_;
+  };
+
+  void begin(const char* name);
+  void end();
+  // Milliseconds per phase since the last call, in first-seen order; resets the totals.
+  std::vector<std::pair<std::string, double>> take_ms();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Open {
+    std::string name;
+    Clock::time_point start;
+  };
+  std::vector<Open> open_;
+  std::vector<std::pair<std::string, double>> totals_;
+};
+
+}  // namespace precis

@@ -1,0 +1,14 @@
+#include <iostream>
+
+#include "core/gpu.h"
+#include "examples/commands.h"
+
+namespace precis::cli {
+
+int device_command(const Args&) {
+  Device device = resolve_device("auto", /*quiet=*/true);
+  std::cout << "device auto -> " << device << " (" << cuda_status() << ")\n";
+  return 0;
+}
+
+}  // namespace precis::cli

@@ -1,0 +1,19 @@
+#include <iostream>
+
+#include "core/error.h"
+#include "data/tokenize.h"
+#include "examples/commands.h"
+
+namespace precis::cli {
+
+int tokenize_command(const Args& args) {
+  Options o = parse_options(args, {"tokenizer", "val-fraction"}, "tokenize");
+  PRECIS_CHECK(o.positional.size() == 2, "tokenize: usage: precis tokenize --tokenizer gpt2|char INPUT.txt ",
+               "OUT_PREFIX [--val-fraction 0.1]");
+  std::string kind = o.get("tokenizer", "gpt2");
+  double val_fraction = std::stod(o.get("val-fraction", "0.1"));
+  tokenize_file(o.positional[0], o.positional[1], kind, val_fraction);
+  return 0;
+}
+
+}  // namespace precis::cli

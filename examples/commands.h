@@ -1,0 +1,24 @@
+// The subcommands of the `precis` command line, one file each.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace precis::cli {
+
+using Args = std::vector<std::string>;
+
+int train_command(const Args& args);     // precis train CONFIG [key=value ...]
+int sample_command(const Args& args);    // precis sample CHECKPOINT [--prompt TEXT] [--tokens N] ...
+int tokenize_command(const Args& args);  // precis tokenize --tokenizer gpt2|char INPUT OUT_PREFIX [--val-fraction F]
+int device_command(const Args& args);    // precis device
+
+// "--name value" options after the positional arguments; unknown options are errors.
+struct Options {
+  std::vector<std::string> positional;
+  std::vector<std::pair<std::string, std::string>> named;
+  std::string get(const std::string& name, const std::string& fallback) const;
+};
+Options parse_options(const Args& args, const std::vector<std::string>& known, const std::string& command);
+
+}  // namespace precis::cli

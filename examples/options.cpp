@@ -1,0 +1,38 @@
+#include <algorithm>
+
+#include "core/error.h"
+#include "examples/commands.h"
+
+namespace precis::cli {
+
+std::string Options::get(const std::string& name, const std::string& fallback) const {
+  for (const auto& [key, value] : named)
+    if (key == name) return value;
+  return fallback;
+}
+
+Options parse_options(const Args& args, const std::vector<std::string>& known, const std::string& command) {
+  Options out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.rfind("--", 0) != 0) {
+      out.positional.push_back(a);
+      continue;
+    }
+    std::string name = a.substr(2), value;
+    size_t eq = name.find('=');
+    if (eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    } else {
+      PRECIS_CHECK(i + 1 < args.size(), command, ": option --", name, " needs a value");
+      value = args[++i];
+    }
+    PRECIS_CHECK(std::find(known.begin(), known.end(), name) != known.end(), command, ": unknown option --", name,
+                 "; run `precis help`");
+    out.named.emplace_back(name, value);
+  }
+  return out;
+}
+
+}  // namespace precis::cli

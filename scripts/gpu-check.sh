@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One call on a GPU machine: configure, build (sm_90 only, -j16), run the
+# gpu-labelled tests and the benchmarks, and print a short table last.
+# Usage: bash scripts/gpu-check.sh [build-dir]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build-gpu}
+OUT=${OUT:-/tmp/precis-gpu-check}
+mkdir -p "$OUT"
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DPRECIS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+  >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
+grep "precis:" "$OUT/configure.log"
+cmake --build "$BUILD" -j16 >"$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -40; exit 1; }
+echo "build: ok"
+
+(cd "$BUILD" && ctest -L gpu --output-on-failure -j4) >"$OUT/gpu-tests.log" 2>&1
+tests_rc=$?
+tail -25 "$OUT/gpu-tests.log"
+
+bench_rows=()
+if [ -x "$BUILD/precis" ]; then
+  "$BUILD/precis" device | tee "$OUT/device.txt"
+fi
+for b in bench/run-*.sh; do
+  [ -f "$b" ] || continue
+  row=$(bash "$b" "$BUILD" 2>&1 | tee -a "$OUT/bench.log" | tail -1)
+  bench_rows+=("$(basename "$b" .sh): $row")
+done
+
+echo
+echo "==== gpu-check summary ===="
+printf "%-24s %s\n" "gpu" "$(head -1 "$OUT/gpu.txt")"
+printf "%-24s %s\n" "gpu tests" "$(grep -E 'tests passed|tests failed' "$OUT/gpu-tests.log" | tail -1) (rc=$tests_rc)"
+for r in "${bench_rows[@]}"; do printf "%-24s %s\n" "${r%%:*}" "${r#*: }"; done
+exit $tests_rc

@@ -1,0 +1,51 @@
+// StepReport: what one log interval measured, printed as one line and written
+// as one JSON object per line to out_dir/metrics.jsonl.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/json.h"
+
+namespace precis::train {
+
+struct StepReport {
+  int64_t step = 0;       // optimizer steps completed
+  int64_t max_steps = 0;
+  double loss = 0;        // this step's training loss (mean over its micro-batches)
+  double lr = 0;
+  double grad_norm = 0;
+  double ms = 0;          // mean wall time per step over the interval
+  double tokens_per_s = 0;
+  std::vector<std::pair<std::string, double>> phase_ms;  // mean per step
+  std::optional<double> val_loss;
+  std::optional<double> tflops;   // achieved, from the model's FLOP count
+  std::optional<double> mfu;      // fraction of the device's peak
+  int64_t peak_memory_bytes = 0;
+  double eta_s = 0;
+
+  std::string line() const;
+  Json json() const;
+};
+
+// Appends one JSON object per line to a file, flushed after each record.
+class JsonlWriter {
+ public:
+  JsonlWriter() = default;
+  // `append`: keep what is there (a resumed run); otherwise start the file anew.
+  void open(const std::string& path, bool append);
+  void write(const Json& record);
+  bool is_open() const { return out_.is_open(); }
+
+ private:
+  std::ofstream out_;
+  std::string path_;
+};
+
+std::string format_duration(double seconds);  // "3m57s", "1h02m", "42s"
+
+}  // namespace precis::train

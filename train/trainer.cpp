@@ -1,0 +1,277 @@
+#include "train/trainer.h"
+
+#include <omp.h>
+
+#include <Eigen/Core>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "core/autograd.h"
+#include "core/gpu.h"
+#include "data/char_tokenizer.h"
+#include "data/gpt2_tokenizer.h"
+#include "data/tokenize.h"
+#include "ops/elementwise.h"
+#include "optim/adamw.h"
+#include "optim/clip_grad.h"
+#include "optim/sgd.h"
+#include "train/checkpoint.h"
+
+namespace precis::train {
+
+namespace fs = std::filesystem;
+
+models::GPT2Config gpt2_config_from(const ModelConfig& m) {
+  models::GPT2Config c;
+  c.vocab_size = m.vocab_size;
+  c.block_size = m.block_size;
+  c.n_layer = m.n_layer;
+  c.n_head = m.n_head;
+  c.n_embd = m.n_embd;
+  c.dropout = m.dropout;
+  c.bias = m.bias;
+  c.tie_embeddings = m.tie_embeddings;
+  c.vocab_multiple = m.vocab_multiple;
+  c.attention = m.attention;
+  return c;
+}
+
+Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
+  if (config_.threads > 0) {
+    omp_set_num_threads(static_cast<int>(config_.threads));
+    Eigen::setNbThreads(static_cast<int>(config_.threads));
+  }
+  device_ = resolve_device(config_.device);
+  fs::create_directories(config_.out_dir);
+  if (config_.checkpoint.dir.empty()) config_.checkpoint.dir = (fs::path(config_.out_dir) / "checkpoints").string();
+  if (config_.schedule.decay_steps < 0) config_.schedule.decay_steps = config_.max_steps;
+  setup_data();
+  setup_model();
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::setup_data() {
+  const DataConfig& d = config_.data;
+  if (!d.text_file.empty()) {
+    // Tokenise the text into shards under out_dir/data (fast: a char vocabulary
+    // is immediate, GPT-2 BPE takes about a second for tinyshakespeare).
+    fs::path dir = fs::path(config_.out_dir) / "data";
+    fs::create_directories(dir);
+    std::string prefix = (dir / (fs::path(d.text_file).stem().string() + "_" + d.tokenizer)).string();
+    tokenize_file(d.text_file, prefix, d.tokenizer, d.val_fraction, /*quiet=*/true);
+    train_files_ = {prefix + "_train.bin"};
+    val_files_ = {prefix + "_val.bin"};
+    if (d.tokenizer == "char") {
+      auto tok = std::make_unique<CharTokenizer>(CharTokenizer::load(prefix + "_vocab.json"));
+      tokenizer_json_ = tok->to_json();
+      tokenizer_ = std::move(tok);
+    }
+  } else {
+    train_files_ = find_token_files(d.train_bin);
+    if (!d.val_bin.empty()) val_files_ = find_token_files(d.val_bin);
+  }
+  if (!tokenizer_) {
+    tokenizer_ = std::make_unique<GPT2Tokenizer>();
+    tokenizer_json_ = Json::object();
+    tokenizer_json_["tokenizer"] = "gpt2";
+  }
+  config_.model.vocab_size = tokenizer_->vocab_size();
+
+  TokenDatasetOptions train_options;
+  train_options.batch_size = config_.batch.micro_batch;
+  train_options.seq_len = config_.batch.seq_len;
+  train_options.shuffle = d.order == "random";
+  train_options.seed = config_.seed;
+  train_options.prefetch = d.prefetch;
+  train_data_ = std::make_unique<TokenDataset>(train_files_, train_options);
+  if (!val_files_.empty()) {
+    TokenDatasetOptions val_options = train_options;
+    val_options.shuffle = false;
+    val_options.prefetch = false;
+    val_data_ = std::make_unique<TokenDataset>(val_files_, val_options);
+    val_start_ = val_data_->position();
+  }
+}
+
+void Trainer::setup_model() {
+  model_ = std::make_unique<models::GPT2>(gpt2_config_from(config_.model), config_.seed);
+  flat_ = nn::flatten_parameters(*model_, device_);
+  const OptimizerConfig& o = config_.optimizer;
+  auto groups = optim::default_param_groups(*model_, o.weight_decay);
+  if (o.name == "adamw") {
+    optimizer_ = std::make_unique<optim::AdamW>(groups, optim::AdamWOptions{o.lr, o.beta1, o.beta2, o.eps});
+  } else {
+    optimizer_ = std::make_unique<optim::SGD>(
+        groups, optim::SGDOptions{.lr = o.lr, .momentum = o.momentum, .dampening = 0.0, .nesterov = o.nesterov});
+  }
+  schedule_ = optim::LrSchedule{config_.schedule.kind, o.lr, config_.schedule.min_lr, config_.schedule.warmup_steps,
+                                config_.schedule.decay_steps};
+}
+
+double Trainer::train_step() {
+  flat_->zero_grad();
+  const int64_t accum = config_.batch.grad_accum;
+  double loss_sum = 0;
+  for (int64_t micro = 0; micro < accum; ++micro) {
+    Tensor inputs, targets;
+    {
+      Profiler::Phase phase(profiler_, "data");
+      TokenBatch batch = train_data_->next_batch();
+      inputs = batch.inputs.to(device_);
+      targets = batch.targets.to(device_);
+    }
+    Tensor loss;
+    {
+      Profiler::Phase phase(profiler_, "forward");
+      loss = model_->forward(inputs, targets).loss;
+      loss_sum += loss.item();
+    }
+    {
+      Profiler::Phase phase(profiler_, "backward");
+      // Each micro-batch contributes 1/accum of the step's mean gradient.
+      (accum > 1 ? ops::mul(loss, 1.0 / static_cast<double>(accum)) : loss).backward();
+    }
+  }
+  {
+    Profiler::Phase phase(profiler_, "optimizer");
+    last_grad_norm_ = optim::clip_grad_norm(model_->parameters(), config_.optimizer.grad_clip);
+    optimizer_->set_lr(schedule_.at(step_));
+    optimizer_->step();
+  }
+  return loss_sum / static_cast<double>(accum);
+}
+
+double Trainer::evaluate() {
+  if (!val_data_) return std::nan("");
+  NoGradGuard no_grad;
+  model_->eval();
+  // The same batches every time, so the curve shows the model, not the sampling noise.
+  val_data_->restore(val_start_);
+  double total = 0;
+  for (int64_t i = 0; i < config_.eval_steps; ++i) {
+    TokenBatch batch = val_data_->next_batch();
+    total += model_->forward(batch.inputs.to(device_), batch.targets.to(device_)).loss.item();
+  }
+  model_->train();
+  return total / static_cast<double>(std::max<int64_t>(config_.eval_steps, 1));
+}
+
+std::string Trainer::sample(const std::string& prompt, int64_t tokens) {
+  std::vector<int32_t> ids = tokenizer_->encode(prompt);
+  if (ids.empty()) ids.push_back(tokenizer_->eot_token() >= 0 ? tokenizer_->eot_token() : 0);
+  std::vector<int32_t> out =
+      model_->generate(ids, tokens, config_.sample.temperature, config_.sample.top_k, config_.seed);
+  return tokenizer_->decode(out);
+}
+
+Json Trainer::train_state() const {
+  Json state = Json::object();
+  state["step"] = step_;
+  state["data"] = train_data_->position().to_json();
+  Json rng = Json::object();
+  rng["dropout_seed"] = static_cast<int64_t>(model_->dropout_generator().seed());
+  rng["dropout_offset"] = static_cast<int64_t>(model_->dropout_generator().offset());
+  state["rng"] = rng;
+  Json model = Json::object();
+  const models::GPT2Config& c = model_->config();
+  model["vocab_size"] = c.vocab_size;
+  model["block_size"] = c.block_size;
+  model["n_layer"] = c.n_layer;
+  model["n_head"] = c.n_head;
+  model["n_embd"] = c.n_embd;
+  model["bias"] = c.bias;
+  model["tie_embeddings"] = c.tie_embeddings;
+  model["vocab_multiple"] = c.vocab_multiple;
+  state["model"] = model;
+  state["tokenizer"] = tokenizer_json_;
+  state["config_path"] = config_.config_path;
+  return state;
+}
+
+void Trainer::save_checkpoint() {
+  train::save_checkpoint(config_.checkpoint.dir, step_, *model_, optimizer_.get(), train_state(),
+                         config_.checkpoint.keep_last);
+}
+
+bool Trainer::try_resume() {
+  if (!config_.checkpoint.resume) return false;
+  if (!fs::exists(fs::path(config_.checkpoint.dir) / "latest")) {
+    std::cerr << "note: resume requested but no checkpoint in '" << config_.checkpoint.dir
+              << "' yet; starting from step 0\n";
+    return false;
+  }
+  Json state = load_checkpoint(config_.checkpoint.dir, *model_, optimizer_.get());
+  step_ = state.at("step").as_int();
+  train_data_->restore(TokenDatasetPosition::from_json(state.at("data")));
+  const Json& rng = state.at("rng");
+  model_->dropout_generator().manual_seed(static_cast<uint64_t>(rng.at("dropout_seed").as_int()));
+  model_->dropout_generator().set_offset(static_cast<uint64_t>(rng.at("dropout_offset").as_int()));
+  std::cout << "resumed from " << config_.checkpoint.dir << " at step " << step_ << "\n";
+  return true;
+}
+
+void Trainer::log_interval(double loss, double grad_norm, double lr, double interval_seconds,
+                           int64_t steps_in_interval, std::optional<double> val_loss) {
+  StepReport r;
+  r.step = step_;
+  r.max_steps = config_.max_steps;
+  r.loss = loss;
+  r.lr = lr;
+  r.grad_norm = grad_norm;
+  double steps = static_cast<double>(std::max<int64_t>(steps_in_interval, 1));
+  r.ms = 1000.0 * interval_seconds / steps;
+  double tokens_per_step =
+      static_cast<double>(config_.batch.micro_batch * config_.batch.seq_len * config_.batch.grad_accum);
+  r.tokens_per_s = tokens_per_step * steps / std::max(interval_seconds, 1e-9);
+  for (auto& [name, ms] : profiler_.take_ms()) r.phase_ms.emplace_back(name, ms / steps);
+  // Training FLOPs: 3x the forward (backward is twice the forward).
+  r.tflops = 3.0 * model_->config().flops_per_token_forward(config_.batch.seq_len) * r.tokens_per_s / 1e12;
+  r.val_loss = val_loss;
+  r.eta_s = r.ms / 1000.0 * static_cast<double>(config_.max_steps - step_);
+  std::cout << r.line() << std::endl;
+  metrics_.write(r.json());
+  reports_.push_back(r);
+}
+
+void Trainer::run() {
+  bool resumed = try_resume();
+  metrics_.open((fs::path(config_.out_dir) / "metrics.jsonl").string(), /*append=*/resumed);
+  const auto& c = model_->config();
+  std::cout << "precis: GPT-2 " << c.n_layer << " layers, " << c.n_head << " heads, " << c.n_embd << " wide, vocab "
+            << c.vocab_size << " (" << model_->num_parameters_unpadded() / 1e6 << "M parameters) on " << device_
+            << "; " << config_.batch.micro_batch << " x " << config_.batch.seq_len << " tokens x "
+            << config_.batch.grad_accum << " micro-steps per step; " << train_data_->num_tokens()
+            << " training tokens\n";
+  using Clock = std::chrono::steady_clock;
+  auto interval_start = Clock::now();
+  int64_t interval_steps = 0;
+  while (step_ < config_.max_steps) {
+    double loss = train_step();
+    ++step_;
+    ++interval_steps;
+    losses_.push_back(loss);
+    bool eval_now = val_data_ && config_.eval_interval > 0 &&
+                    (step_ % config_.eval_interval == 0 || step_ == config_.max_steps);
+    bool log_now = step_ % config_.log_interval == 0 || step_ == config_.max_steps || eval_now;
+    if (log_now) {
+      double seconds = std::chrono::duration<double>(Clock::now() - interval_start).count();
+      std::optional<double> val_loss;
+      if (eval_now) val_loss = evaluate();
+      log_interval(loss, last_grad_norm_, optimizer_->lr(), seconds, interval_steps, val_loss);
+      interval_start = Clock::now();
+      interval_steps = 0;
+    }
+    if (config_.checkpoint.interval > 0 && step_ % config_.checkpoint.interval == 0) save_checkpoint();
+  }
+  save_checkpoint();
+  if (config_.sample.tokens > 0) {
+    std::cout << "---- sample (" << config_.sample.tokens << " tokens, temperature " << config_.sample.temperature
+              << ", top_k " << config_.sample.top_k << ") ----\n"
+              << sample(config_.sample.prompt, config_.sample.tokens) << "\n----\n";
+  }
+}
+
+}  // namespace precis::train

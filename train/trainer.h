@@ -1,0 +1,81 @@
+// Trainer: the training loop of `precis train CONFIG` (DESIGN.md section 7).
+//
+// Builds the data, the GPT-2 model (parameters packed into flat buffers on the
+// device), the optimizer and the schedule from a TrainConfig; then per step:
+// grad_accum micro-batches of forward + backward (loss scaled by 1/grad_accum),
+// gradient clipping, the learning rate for this step, the optimizer update.
+// Every log_interval it prints one line with the phase breakdown and writes
+// the same record to out_dir/metrics.jsonl; every eval_interval it measures the
+// validation loss; it checkpoints, and it prints a text sample at the end.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/json.h"
+#include "core/profiler.h"
+#include "data/token_dataset.h"
+#include "data/tokenizer.h"
+#include "models/gpt2.h"
+#include "nn/flat_parameters.h"
+#include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+#include "train/config.h"
+#include "train/step_report.h"
+
+namespace precis::train {
+
+class Trainer {
+ public:
+  explicit Trainer(TrainConfig config);
+  ~Trainer();
+
+  // Trains to max_steps (from the latest checkpoint when checkpoint.resume is set).
+  void run();
+  // Mean validation loss over eval_steps batches (the same batches each time).
+  double evaluate();
+  // Generates from the prompt and returns the decoded text.
+  std::string sample(const std::string& prompt, int64_t tokens);
+
+  // The per-step training losses of this run (for tests and the sweep).
+  const std::vector<double>& losses() const { return losses_; }
+  const std::vector<StepReport>& reports() const { return reports_; }
+  int64_t step() const { return step_; }
+  models::GPT2& model() { return *model_; }
+  const TrainConfig& config() const { return config_; }
+
+ private:
+  void setup_data();
+  void setup_model();
+  double train_step();  // one optimizer step; returns its loss
+  void save_checkpoint();
+  bool try_resume();
+  Json train_state() const;
+  void log_interval(double loss, double grad_norm, double lr, double interval_seconds, int64_t steps_in_interval,
+                    std::optional<double> val_loss);
+
+  TrainConfig config_;
+  Device device_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  Json tokenizer_json_;  // how to rebuild the tokenizer (saved with checkpoints)
+  std::vector<std::string> train_files_, val_files_;
+  std::unique_ptr<TokenDataset> train_data_, val_data_;
+  TokenDatasetPosition val_start_;
+  std::unique_ptr<models::GPT2> model_;
+  std::shared_ptr<nn::FlatParameters> flat_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  optim::LrSchedule schedule_;
+  Profiler profiler_;
+  JsonlWriter metrics_;
+  int64_t step_ = 0;
+  double last_grad_norm_ = 0;
+  std::vector<double> losses_;
+  std::vector<StepReport> reports_;
+};
+
+// The model configuration a TrainConfig describes (with the data's vocabulary size).
+models::GPT2Config gpt2_config_from(const ModelConfig& model);
+
+}  // namespace precis::train
