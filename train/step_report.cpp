@@ -37,7 +37,8 @@ std::string StepReport::line() const {
     out += " ms";
   }
   if (tflops) {
-    std::snprintf(buf, sizeof buf, " | %.1f TFLOP/s", *tflops);
+    if (*tflops >= 1.0) std::snprintf(buf, sizeof buf, " | %.1f TFLOP/s", *tflops);
+    else std::snprintf(buf, sizeof buf, " | %.1f GFLOP/s", *tflops * 1000.0);
     out += buf;
   }
   if (mfu) {
