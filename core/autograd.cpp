@@ -82,9 +82,10 @@ bool any_requires_grad(const std::vector<Tensor>& inputs) {
 }
 
 void record(const char* op, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
-            BackwardFn backward) {
+            BackwardFn backward, bool saves_tensors) {
   if (!any_requires_grad(inputs)) return;
-  auto node = std::make_shared<FunctionNode>(op, static_cast<uint32_t>(outputs.size()), std::move(backward));
+  auto node =
+      std::make_shared<FunctionNode>(op, static_cast<uint32_t>(outputs.size()), std::move(backward), saves_tensors);
   for (const Tensor& input : inputs) {
     node->next_edges().push_back(input.defined() ? edge_to(input) : Edge{});
     node->input_shapes().push_back(input.defined() ? input.shape() : Shape{});

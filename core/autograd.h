@@ -67,16 +67,20 @@ class Node {
 
 class FunctionNode final : public Node {
  public:
-  FunctionNode(std::string name, uint32_t num_outputs, BackwardFn fn)
-      : Node(std::move(name), num_outputs), fn_(std::move(fn)) {}
+  FunctionNode(std::string name, uint32_t num_outputs, BackwardFn fn, bool saves_tensors)
+      : Node(std::move(name), num_outputs), fn_(std::move(fn)), saves_tensors_(saves_tensors) {}
   std::vector<Tensor> apply(BackwardArgs&& args) override { return fn_(args); }
+  // A node that saved nothing has nothing to free and may run in every backward
+  // (autocast's cached weight casts are shared by the micro-batches of a step).
   void release() override {
+    if (!saves_tensors_) return;
     fn_ = nullptr;
     Node::release();
   }
 
  private:
   BackwardFn fn_;
+  bool saves_tensors_;
 };
 
 // Gradient mode: ops record nodes only while it is on (the default).
@@ -102,8 +106,9 @@ bool any_requires_grad(const std::vector<Tensor>& inputs);
 
 // Records the op that made `outputs` from `inputs`, if any input requires grad:
 // the outputs get requires_grad and a grad_fn running `backward`.
+// `saves_tensors`: false when `backward` captured no tensors (see FunctionNode::release).
 void record(const char* op, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
-            BackwardFn backward);
+            BackwardFn backward, bool saves_tensors = true);
 
 void backward(const Tensor& root, const Tensor& gradient, bool retain_graph);
 

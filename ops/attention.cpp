@@ -10,6 +10,7 @@
 #include <cmath>
 #include <limits>
 
+#include "ops/autocast.h"
 #include "ops/checks.h"
 #include "ops/elementwise.h"
 #include "ops/matmul.h"
@@ -61,8 +62,10 @@ Tensor top_left_causal_mask(int64_t Tq, int64_t Tk, Device device) {
 
 }  // namespace
 
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double dropout_p,
-                                    std::optional<double> scale, Generator* gen) {
+Tensor scaled_dot_product_attention(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_arg, bool causal,
+                                    double dropout_p, std::optional<double> scale, Generator* gen) {
+  // autocast: attention's products run in the compute dtype (its softmax in f32).
+  const Tensor q = autocast::to_compute(q_arg), k = autocast::to_compute(k_arg), v = autocast::to_compute(v_arg);
   check_arguments(q, k, v, dropout_p);
   const int64_t Tq = q.size(-2), Tk = k.size(-2), D = q.size(-1);
   const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(D)));

@@ -17,6 +17,7 @@
 #include <cmath>
 
 #include "core/autograd.h"
+#include "ops/autocast.h"
 #include "ops/checks.h"
 #include "ops/cpu/loops.h"
 #include "ops/elementwise.h"
@@ -57,7 +58,8 @@ Tensor neg(const Tensor& x) {
   return out;
 }
 
-Tensor exp(const Tensor& x) {
+Tensor exp(const Tensor& x_arg) {
+  const Tensor x = autocast::to_fp32(x_arg);  // autocast: exp runs in f32
   checked_input("exp", x);
   Tensor out = cpu::map_unary(x, "exp", [](auto v) { return std::exp(v); });
   if (autograd::any_requires_grad({&x})) {
@@ -82,7 +84,8 @@ Tensor pow(const Tensor& x, double exponent) {
   return out;
 }
 
-Tensor log(const Tensor& x) {
+Tensor log(const Tensor& x_arg) {
+  const Tensor x = autocast::to_fp32(x_arg);  // autocast: log runs in f32
   checked_input("log", x);
   Tensor out = cpu::map_unary(x, "log", [](auto v) { return std::log(v); });
   record_unary("log", x, out, x, [](auto v) { return decltype(v)(1) / v; });

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/autograd.h"
+#include "ops/autocast.h"
 #include "ops/checks.h"
 #include "ops/cpu/loops.h"
 #include "ops/nn_functional.h"
@@ -148,7 +149,8 @@ std::vector<Tensor> layer_norm_grads(const Saved& s, const BackwardArgs& g, DTyp
 
 }  // namespace
 
-Tensor layer_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, double eps) {
+Tensor layer_norm(const Tensor& x_arg, const Tensor& weight, const Tensor& bias, double eps) {
+  const Tensor x_in = autocast::to_fp32(x_arg);  // autocast: layer norm runs in f32
   const char* op = "layer_norm";
   require_defined(op, x_in);
   require_cpu(op, {&x_in, &weight, &bias});

@@ -8,6 +8,7 @@
 #include <omp.h>
 
 #include "core/autograd.h"
+#include "ops/autocast.h"
 #include "ops/checks.h"
 #include "ops/cpu/loops.h"
 #include "ops/elementwise.h"
@@ -113,7 +114,9 @@ Tensor matmul_forward(const Tensor& a_in, const Tensor& b_in) {
 
 }  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
+Tensor matmul(const Tensor& a_arg, const Tensor& b_arg) {
+  // autocast: products run in the compute dtype.
+  const Tensor a = autocast::to_compute(a_arg), b = autocast::to_compute(b_arg);
   require_defined("matmul", a, "first operand");
   require_defined("matmul", b, "second operand");
   require_cpu("matmul", {&a, &b});
@@ -137,7 +140,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor linear(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_arg) {
+  const Tensor x = autocast::to_compute(x_arg), weight = autocast::to_compute(weight_arg),
+               bias = autocast::to_compute(bias_arg);
   require_defined("linear", x, "input");
   require_defined("linear", weight, "weight");
   PRECIS_CHECK(weight.dim() == 2, "linear: weight must be [out_features, in_features], got ", weight.shape());

@@ -4,6 +4,7 @@
 // gradient of x is the output gradient broadcast back to x's shape (with the
 // reduced dims restored as size 1 first). Mean divides that by the count.
 #include "core/autograd.h"
+#include "ops/autocast.h"
 #include "ops/checks.h"
 #include "ops/cpu/loops.h"
 #include "ops/cpu/reduce_rows.h"
@@ -33,7 +34,8 @@ Tensor sum_rows(const cpu::ReductionRows& r, DType dtype) {
   return out;
 }
 
-Tensor sum_impl(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, double scale, const char* op) {
+Tensor sum_impl(const Tensor& x_arg, const std::vector<int64_t>& dims, bool keepdim, double scale, const char* op) {
+  const Tensor x = autocast::to_fp32(x_arg);  // autocast: reductions run in f32
   require_defined(op, x);
   require_cpu(op, {&x});
   DType dtype = is_floating(x.dtype()) ? x.dtype() : DType::i64;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/autograd.h"
+#include "ops/autocast.h"
 #include "ops/checks.h"
 #include "ops/cpu/loops.h"
 #include "ops/nn_functional.h"
@@ -124,7 +125,8 @@ void softmax_backward(const T* y, const T* g, T* dx, const Rows& rows, bool log)
   });
 }
 
-Tensor softmax_impl(const Tensor& x_in, int64_t dim, bool log, const char* op) {
+Tensor softmax_impl(const Tensor& x_arg, int64_t dim, bool log, const char* op) {
+  const Tensor x_in = autocast::to_fp32(x_arg);  // autocast: softmax runs in f32
   require_defined(op, x_in);
   require_cpu(op, {&x_in});
   require_floating(op, x_in);

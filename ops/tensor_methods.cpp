@@ -227,9 +227,10 @@ Tensor Tensor::to(DType target) const {
   Tensor out = empty(shape(), target, device());
   copy_(out, *this);
   DType source = dtype();
-  autograd::record("to", {*this}, {out}, [source](const BackwardArgs& g) {
-    return std::vector<Tensor>{g.grad().to(source)};
-  });
+  autograd::record(
+      "to", {*this}, {out},
+      [source](const BackwardArgs& g) { return std::vector<Tensor>{g.grad().to(source)}; },
+      /*saves_tensors=*/false);
   return out;
 }
 

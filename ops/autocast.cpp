@@ -1,0 +1,65 @@
+#include "ops/autocast.h"
+
+#include <mutex>
+#include <unordered_map>
+
+#include "core/autograd.h"
+
+namespace precis::ops::autocast {
+
+namespace {
+thread_local bool t_enabled = false;
+thread_local DType t_compute = DType::f32;
+
+struct CacheEntry {
+  std::weak_ptr<TensorImpl> source;  // so a freed and reused address is not mistaken for it
+  Tensor cast;
+};
+std::mutex g_cache_mutex;
+std::unordered_map<TensorImpl*, CacheEntry> g_cache;
+
+bool is_low_precision(DType d) { return d == DType::f16 || d == DType::bf16; }
+}  // namespace
+
+bool enabled() { return t_enabled; }
+DType compute_dtype() { return t_compute; }
+
+Scope::Scope(DType compute_dtype, bool on) : previous_enabled_(t_enabled), previous_dtype_(t_compute) {
+  t_enabled = on;
+  t_compute = compute_dtype;
+}
+
+Scope::~Scope() {
+  t_enabled = previous_enabled_;
+  t_compute = previous_dtype_;
+}
+
+Tensor to_compute(const Tensor& t) {
+  if (!t_enabled || !t.defined() || !is_floating(t.dtype()) || t.dtype() == t_compute) return t;
+  bool cacheable = t.is_leaf() && t.requires_grad() && grad_mode_enabled();
+  if (!cacheable) return t.to(t_compute);
+  std::lock_guard<std::mutex> lock(g_cache_mutex);
+  auto it = g_cache.find(t.impl());
+  if (it != g_cache.end() && it->second.source.lock() == t.impl_ptr() && it->second.cast.dtype() == t_compute)
+    return it->second.cast;
+  Tensor cast = t.to(t_compute);
+  g_cache[t.impl()] = {t.impl_ptr(), cast};
+  return cast;
+}
+
+Tensor to_fp32(const Tensor& t) {
+  if (!t_enabled || !t.defined() || !is_low_precision(t.dtype())) return t;
+  return t.to(DType::f32);
+}
+
+void clear_cache() {
+  std::lock_guard<std::mutex> lock(g_cache_mutex);
+  g_cache.clear();
+}
+
+size_t cache_size() {
+  std::lock_guard<std::mutex> lock(g_cache_mutex);
+  return g_cache.size();
+}
+
+}  // namespace precis::ops::autocast

@@ -1,0 +1,43 @@
+// Autocast: the op-entry half of a precision policy (DESIGN.md section 6).
+//
+// While an autocast scope is active, ops cast their inputs as PyTorch's autocast
+// lists say: matmul, linear and attention run in the compute dtype (f16/bf16);
+// softmax, log_softmax, layer_norm, cross_entropy, sum/mean and exp/log run in
+// f32; other elementwise ops promote. The policy object (amp/) opens the scope
+// around the forward pass; ops only read it.
+//
+// Casts of weights (leaf tensors that require grad) are cached until
+// clear_cache(), so a weight used by every micro-batch of a step is cast once.
+// The cached cast's autograd node saves nothing, so every micro-batch's
+// backward can run through it; its gradient arrives in the compute dtype and is
+// accumulated into the f32 .grad in f32.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace precis::ops::autocast {
+
+bool enabled();
+DType compute_dtype();  // meaningful when enabled()
+
+class Scope {
+ public:
+  explicit Scope(DType compute_dtype, bool enabled = true);
+  ~Scope();
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+ private:
+  bool previous_enabled_;
+  DType previous_dtype_;
+};
+
+// For matmul-like ops: a floating `t` in the compute dtype (cached for weights); `t` itself when off.
+Tensor to_compute(const Tensor& t);
+// For the f32 list: f16/bf16 `t` widened to f32 when autocast is on; `t` itself otherwise.
+Tensor to_fp32(const Tensor& t);
+// Forgets cached weight casts; call once per optimizer step (the weights changed).
+void clear_cache();
+size_t cache_size();
+
+}  // namespace precis::ops::autocast
