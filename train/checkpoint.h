@@ -1,0 +1,80 @@
+// Checkpoints (DESIGN.md section 10).
+//
+// A checkpoint directory holds one folder per saved step and a pointer to the newest:
+//
+//   dir/latest                               "step_00001000" (replaced atomically)
+//   dir/step_00001000/model.safetensors      weights, Hugging Face GPT2LMHeadModel layout
+//   dir/step_00001000/config.json            the model configuration, Hugging Face GPT2Config keys
+//   dir/step_00001000/train_state.safetensors  optimizer state ("optimizer.<key>" tensors) and
+//                                            the trainer's JSON state (metadata "train_state")
+//
+// Every file is written to a temporary name and renamed; a step folder is
+// written as step_XXXXXXXX.tmp and renamed when complete; `latest` moves only
+// after that. A crash at any point leaves the previous checkpoint loadable.
+//
+// A step folder loads in transformers (GPT2LMHeadModel.from_pretrained(folder)
+// when bias is on, as HF's GPT-2 always has biases): HF's Conv1D weights (attn.c_attn, attn.c_proj,
+// mlp.c_fc, mlp.c_proj) are stored [in, out], the transpose of our Linear, and
+// the token embedding has only the real vocab_size rows, not the padded ones.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/json.h"
+#include "models/gpt2.h"
+#include "nn/module.h"
+#include "optim/optimizer.h"
+
+namespace precis::train {
+
+// The model's weights under Hugging Face GPT-2 names and layouts. The transposed
+// Conv1D weights are host copies; the others are views of the parameters, on their device.
+std::vector<nn::NamedTensor> hf_state_dict(models::GPT2& model);
+
+// The inverse of hf_state_dict: checks every name and shape first (errors name the
+// tensor and both shapes, and list missing and unexpected tensors), then copies
+// the values in, converted to each parameter's dtype and device, with padded
+// vocabulary rows set to zero. Also accepts Hugging Face's own files: names
+// without the "transformer." prefix, the attn.bias / attn.masked_bias mask
+// buffers (ignored), and lm_head.weight beside tied embeddings when it equals wte.
+void load_hf_state_dict(models::GPT2& model, const std::vector<nn::NamedTensor>& tensors);
+
+// "step_00001000"
+std::string checkpoint_step_name(int64_t step);
+
+// Writes dir/step_XXXXXXXX/ (see above), points dir/latest at it, then deletes
+// the step folders older than the newest `keep_last` (keep_last <= 0 keeps all;
+// folders of later steps, from another run, are left alone). `optimizer` may
+// be null (weights only). Call it from one process (rank 0). Returns the step folder's path.
+std::string save_checkpoint(const std::string& dir, int64_t step, models::GPT2& model,
+                            const optim::Optimizer* optimizer, const Json& train_state, int64_t keep_last);
+
+// The step folder a path names: a checkpoint directory with `latest` (followed),
+// or a step folder itself. Errors say what is missing.
+std::string resolve_checkpoint(const std::string& path_or_dir);
+
+// Whether `dir` holds a checkpoint to resume from (a `latest` file).
+bool has_checkpoint(const std::string& dir);
+
+// Loads the weights into `model` and, when `optimizer` is not null, its state;
+// returns the trainer's JSON state (an empty object for weights-only checkpoints).
+// `path_or_dir`: a checkpoint directory, a step folder, or a bare model
+// .safetensors file (weights only, as Hugging Face publishes them).
+Json load_checkpoint(const std::string& path_or_dir, models::GPT2& model, optim::Optimizer* optimizer = nullptr);
+
+// config.json: Hugging Face GPT2Config keys (vocab_size, n_positions, n_embd,
+// n_layer, n_head, tie_word_embeddings, ...) plus Precis' "bias" and "vocab_multiple".
+Json hf_config_json(const models::GPT2Config& config);
+// Reads those keys back (missing "bias", "vocab_multiple", "tie_word_embeddings"
+// take GPT-2's values), so Hugging Face's own config.json works too.
+models::GPT2Config gpt2_config_from_hf_json(const Json& config, const std::string& source = "config.json");
+
+// The model configuration stored beside a checkpoint's weights (the config.json
+// of its step folder, or beside a bare .safetensors file), so `sample` can build
+// the model without the training YAML; nullopt when there is none.
+std::optional<models::GPT2Config> checkpoint_model_config(const std::string& path_or_dir);
+
+}  // namespace precis::train
