@@ -58,7 +58,25 @@ struct BatchConfig {
 };
 
 struct PrecisionConfig {
-  std::string policy = "fp32";  // the mixed-precision work adds the other presets
+  // A preset (fp32, tf32, fp16, bf16, bf16-pure) or a jmp-style string
+  // "params=float32,compute=bfloat16,output=float32"; the fields below refine it.
+  std::string policy = "fp32";
+  std::string params;          // dtype of the parameters; empty: the policy's
+  std::string compute;         // dtype of matmuls/attention; empty: the policy's
+  std::string output;          // dtype of the model's outputs; empty: the policy's
+  std::string master_weights;  // "true" | "false"; empty: the policy's
+  std::string allow_tf32;      // "true" | "false"; empty: the policy's
+  std::string loss_scaling;    // none | static | dynamic; empty: the policy's
+  double loss_scale = 65536.0;     // initial scale (dynamic) or the scale (static)
+  int64_t growth_interval = 2000;  // clean steps before the scale grows
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  double min_scale = 1.0;          // floor
+  double max_scale = 16777216.0;   // ceiling (2^24)
+  int64_t hysteresis = 1;          // overflows in a row before backing off
+  bool stochastic_rounding = false;  // bf16 parameters rounded stochastically from the master weights
+  bool report = false;             // the numerics report (docs/precision.md)
+  int64_t report_interval = 0;     // steps between reports; 0: log_interval
 };
 
 struct CheckpointConfig {

@@ -225,8 +225,15 @@ TEST(ConfigErrors, UnknownKeyNamesTheKeyItsPositionAndTheKnownKeys) {
             "config.yaml:3:1: unknown key 'max_step' (known keys: model, data, optimizer, schedule, batch, "
             "precision, checkpoint, sample, max_steps, eval_interval, eval_steps, log_interval, seed, device, "
             "threads, out_dir)");
-  EXPECT_EQ(parse_error(kData + "precision: {policy: fp32, loss_scale: 2}\n"),
-            "config.yaml:3:27: unknown key 'precision.loss_scale' (known keys: policy)");
+  EXPECT_EQ(parse_error(kData + "precision: {policy: fp32, loss_scal: 2}\n"),
+            "config.yaml:3:27: unknown key 'precision.loss_scal' (known keys: policy, params, compute, output, "
+            "master_weights, allow_tf32, loss_scaling, loss_scale, growth_interval, growth_factor, backoff_factor, "
+            "min_scale, max_scale, hysteresis, stochastic_rounding, report, report_interval)");
+  EXPECT_EQ(parse_config(kData + "precision: {policy: fp16, loss_scale: 1024, hysteresis: 2, compute: bf16}\n")
+                .precision.hysteresis,
+            2);
+  EXPECT_EQ(parse_error(kData + "precision: {compute: float8}\n").substr(0, 60),
+            "config.yaml:3:22: 'precision.compute' must be one of float32");
 }
 
 TEST(ConfigErrors, DuplicateKey) {
