@@ -8,6 +8,7 @@
 #include "core/copy.h"
 #include "core/philox.h"
 #include "nn/init.h"
+#include "nn/observer.h"
 #include "ops/ops.h"
 
 namespace precis::models {
@@ -103,7 +104,10 @@ Tensor GPT2::hidden_states(const Tensor& idx) {
   Tensor positions = arange(0, T, 1, DType::i64).to(idx.device());
   Tensor x = ops::embedding(wte(), idx) + ops::embedding(wpe(), positions);
   x = drop_->forward(x);
-  for (size_t i = 0; i < h_->size(); ++i) x = (*h_)[i].forward(x);
+  for (size_t i = 0; i < h_->size(); ++i) {
+    x = (*h_)[i].forward(x);
+    if (nn::observing()) x = nn::observe("transformer.h." + std::to_string(i), x);
+  }
   return ln_f_->forward(x);
 }
 
@@ -113,6 +117,7 @@ GPT2Output GPT2::forward(const Tensor& idx, const Tensor& targets) {
   // Only the real vocabulary's logits: the padded rows are cut off before anything sees them.
   Tensor head = lm_head_weight().slice(0, 0, config_.vocab_size);
   out.logits = ops::linear(x, head);
+  if (nn::observing()) out.logits = nn::observe("logits", out.logits);
   if (targets.defined()) {
     PRECIS_CHECK(targets.shape() == idx.shape(), "GPT2: targets ", targets.shape(), " must match idx ", idx.shape());
     out.loss = ops::cross_entropy(out.logits.reshape({-1, config_.vocab_size}), targets.reshape({-1}));
