@@ -1,5 +1,7 @@
 #include "nn/flat_parameters.h"
 
+#include <algorithm>
+
 #include "core/autograd.h"
 #include "core/copy.h"
 
@@ -18,27 +20,37 @@ void FlatParameters::zero_grad() {
 
 namespace {
 
-// Points `param` at `storage` from `offset` on, contiguous, keeping its shape.
-void rebind(const Tensor& param, const std::shared_ptr<Storage>& storage, int64_t offset) {
-  TensorImpl* impl = param.impl();
+// Points `tensor` at `storage` from `offset` on, contiguous, keeping its shape, as `dtype`.
+void rebind(const Tensor& tensor, const std::shared_ptr<Storage>& storage, int64_t offset, DType dtype) {
+  TensorImpl* impl = tensor.impl();
   impl->storage = storage;
   impl->offset = offset;
   impl->strides = contiguous_strides(impl->shape);
+  impl->dtype = dtype;
 }
 
 }  // namespace
 
-std::shared_ptr<FlatParameters> flatten_parameters(Module& model, Device device) {
+DType flat_grad_dtype(DType param_dtype) {
+  return param_dtype == DType::f16 || param_dtype == DType::bf16 ? DType::f32 : param_dtype;
+}
+
+std::shared_ptr<FlatParameters> flatten_parameters(Module& model, Device device, std::optional<DType> param_dtype) {
+  PRECIS_CHECK(!param_dtype || is_floating(*param_dtype), "flatten_parameters: param_dtype must be a floating dtype, got ",
+               *param_dtype);
   auto flat = std::make_shared<FlatParameters>();
   flat->device_ = device;
   NoGradGuard no_grad;
   std::vector<NamedTensor> params = model.named_parameters();
   for (const NamedTensor& p : params) {
+    DType dtype = param_dtype && is_floating(p.tensor.dtype()) ? *param_dtype : p.tensor.dtype();
     FlatBuffer* buffer = nullptr;
     for (auto& b : flat->buffers_)
-      if (b.dtype == p.tensor.dtype()) buffer = &b;
-    if (!buffer) buffer = &flat->buffers_.emplace_back(FlatBuffer{p.tensor.dtype(), Tensor(), Tensor(), {}});
-    int64_t align = static_cast<int64_t>(kFlatAlignmentBytes / element_size(buffer->dtype));
+      if (b.dtype == dtype) buffer = &b;
+    if (!buffer) buffer = &flat->buffers_.emplace_back(FlatBuffer{dtype, Tensor(), Tensor(), {}});
+    // Aligned in the narrower of the two buffers' elements, so both are aligned.
+    size_t narrowest = std::min(element_size(dtype), element_size(flat_grad_dtype(dtype)));
+    int64_t align = static_cast<int64_t>(kFlatAlignmentBytes / narrowest);
     int64_t offset = 0;
     if (!buffer->slots.empty()) {
       const FlatSlot& last = buffer->slots.back();
@@ -50,10 +62,10 @@ std::shared_ptr<FlatParameters> flatten_parameters(Module& model, Device device)
     const FlatSlot& last = b.slots.back();
     int64_t total = last.offset + last.numel;
     b.data = zeros({total}, b.dtype, device);
-    b.grad = zeros({total}, b.dtype, device);
+    b.grad = zeros({total}, flat_grad_dtype(b.dtype), device);
     for (const FlatSlot& s : b.slots) {
       copy_(b.data.slice(0, s.offset, s.offset + s.numel).view(s.param.shape()), s.param);
-      rebind(s.param, b.data.storage(), s.offset);
+      rebind(s.param, b.data.storage(), s.offset, b.dtype);
       Tensor grad_view = b.grad.as_strided(s.param.shape(), contiguous_strides(s.param.shape()), s.offset);
       s.param.impl()->grad = grad_view.impl_ptr();
     }
@@ -63,7 +75,7 @@ std::shared_ptr<FlatParameters> flatten_parameters(Module& model, Device device)
     if (buf.tensor.device() == device) continue;
     Tensor moved = empty(buf.tensor.shape(), buf.tensor.dtype(), device);
     copy_(moved, buf.tensor);
-    rebind(buf.tensor, moved.storage(), 0);
+    rebind(buf.tensor, moved.storage(), 0, buf.tensor.dtype());
   }
   return flat;
 }

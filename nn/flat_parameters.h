@@ -1,15 +1,23 @@
 // Flat parameter and gradient buffers (DESIGN.md section 4).
 //
-// flatten_parameters(model, device) packs every parameter of `model` into one
-// contiguous buffer per dtype on `device` and rebinds each parameter to a view
-// of it (the module's Tensor handles see the change, since they share the
-// TensorImpl). Gradients get a matching buffer, so after backward all gradients
-// of a dtype are one dense range: the fused optimizer, the global grad norm,
-// DDP buckets and checkpoints work on slices of it. It is also how a model
-// moves to a device.
+// flatten_parameters(model, device, param_dtype) packs every parameter of
+// `model` into one contiguous buffer per dtype on `device` and rebinds each
+// parameter to a view of it (the module's Tensor handles see the change, since
+// they share the TensorImpl). Gradients get a matching buffer, so after
+// backward all gradients of a dtype are one dense range: the fused optimizer,
+// the global grad norm, DDP buckets and checkpoints work on slices of it. It is
+// also how a model moves to a device.
+//
+// With `param_dtype`, every floating parameter is converted to it (values
+// rounded to nearest-even, the TensorImpl's dtype rebound too). Gradients of
+// f16/bf16 parameters live in an f32 buffer with the same element offsets:
+// backward accumulates into an existing .grad converting to its dtype, so
+// low-precision gradients sum in f32 (across micro-steps too), and the
+// optimizers take an f32 gradient for a low-precision parameter.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,9 +34,9 @@ struct FlatSlot {
 };
 
 struct FlatBuffer {
-  DType dtype;
+  DType dtype;  // of the parameters
   Tensor data;  // 1-D, all parameters of this dtype
-  Tensor grad;  // 1-D, their gradients, same layout
+  Tensor grad;  // 1-D, their gradients, same layout; f32 when dtype is f16/bf16
   std::vector<FlatSlot> slots;
 };
 
@@ -42,7 +50,7 @@ class FlatParameters {
   void zero_grad();
 
  private:
-  friend std::shared_ptr<FlatParameters> flatten_parameters(Module&, Device);
+  friend std::shared_ptr<FlatParameters> flatten_parameters(Module&, Device, std::optional<DType>);
   std::vector<FlatBuffer> buffers_;
   Device device_;
 };
@@ -50,6 +58,11 @@ class FlatParameters {
 // Each parameter starts on a 64-byte boundary, so vector loads never straddle two.
 inline constexpr size_t kFlatAlignmentBytes = 64;
 
-std::shared_ptr<FlatParameters> flatten_parameters(Module& model, Device device = Device::cpu());
+// The dtype a flat gradient buffer has for parameters of `param_dtype`.
+DType flat_grad_dtype(DType param_dtype);
+
+// `param_dtype` must be floating; non-floating parameters keep their dtype.
+std::shared_ptr<FlatParameters> flatten_parameters(Module& model, Device device = Device::cpu(),
+                                                   std::optional<DType> param_dtype = std::nullopt);
 
 }  // namespace precis::nn

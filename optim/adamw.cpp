@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/strided_loop.h"
+#include "optim/low_precision.h"
 
 namespace precis::optim {
 
@@ -16,20 +17,45 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options) : Optimizer(s
 
 namespace {
 
-// One parameter's update on the CPU; T is the parameter's type (f32 or f64), state in S.
+// The step's constants in the compute type T (f32 or f64).
 template <typename T>
-void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, double lr, double wd, double b1, double b2, double eps,
-                  double bias1, double bias2) {
-  const T decay = static_cast<T>(1.0 - lr * wd);
-  const T step_size = static_cast<T>(lr / bias1);
-  const T inv_sqrt_bias2 = static_cast<T>(1.0 / std::sqrt(bias2));
-  const T tb1 = static_cast<T>(b1), tb2 = static_cast<T>(b2), teps = static_cast<T>(eps);
+struct AdamWConstants {
+  T decay, step_size, inv_sqrt_bias2, b1, b2, eps;
+};
+
+template <typename T>
+AdamWConstants<T> adamw_constants(double lr, double wd, const AdamWOptions& o, double bias1, double bias2) {
+  return {static_cast<T>(1.0 - lr * wd), static_cast<T>(lr / bias1), static_cast<T>(1.0 / std::sqrt(bias2)),
+          static_cast<T>(o.beta1),       static_cast<T>(o.beta2),    static_cast<T>(o.eps)};
+}
+
+// One element: m, v updated in place; returns the new parameter value
+//   x * (1 - lr wd) - (lr / bias1) m / (sqrt(v) / sqrt(bias2) + eps)
+template <typename T>
+inline T adamw_element(T x, T grad, T& m, T& v, const AdamWConstants<T>& c) {
+  m = c.b1 * m + (1 - c.b1) * grad;
+  v = c.b2 * v + (1 - c.b2) * grad * grad;
+  return x * c.decay - c.step_size * m / (std::sqrt(v) * c.inv_sqrt_bias2 + c.eps);
+}
+
+// A parameter of the compute type T (f32 or f64), updated in place.
+template <typename T>
+void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, const AdamWConstants<T>& c) {
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) p[i] = adamw_element(p[i], g[i], m[i], v[i], c);
+}
+
+// A low-precision parameter P (f16/bf16) with gradient G (f32 or P), f32 moments:
+//   x = master ? master[i] : float(p[i]);  x <- adamw_element(x, float(g[i]))
+//   master[i] = x (when kept);  p[i] = round(x) (nearest-even or stochastic)
+template <typename P, typename G>
+void adamw_update_low_precision(P* p, float* master, const G* g, float* m, float* v, int64_t n,
+                                const AdamWConstants<float>& c, const Rounding& rounding) {
 #pragma omp parallel for schedule(static) if (n >= kParallelGrain)
   for (int64_t i = 0; i < n; ++i) {
-    T grad = g[i];
-    m[i] = tb1 * m[i] + (1 - tb1) * grad;
-    v[i] = tb2 * v[i] + (1 - tb2) * grad * grad;
-    p[i] = p[i] * decay - step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bias2 + teps);
+    float x = adamw_element(master ? master[i] : convert<float>(p[i]), convert<float>(g[i]), m[i], v[i], c);
+    if (master) master[i] = x;
+    p[i] = round_to<P>(x, rounding, static_cast<uint64_t>(i));
   }
 }
 
@@ -40,19 +66,33 @@ void AdamW::step() {
   const double bias1 = 1.0 - std::pow(options_.beta1, static_cast<double>(step_count_));
   const double bias2 = 1.0 - std::pow(options_.beta2, static_cast<double>(step_count_));
   for_each_param([&](size_t index, Tensor& p, double weight_decay) {
+    const Tensor& g = p.grad();
     PRECIS_CHECK(p.is_cpu(), "AdamW: parameter ", index, " is on ", p.device(), "; the CUDA AdamW kernel is not built yet");
-    PRECIS_CHECK(p.dtype() == DType::f32 || p.dtype() == DType::f64, "AdamW: parameter ", index, " is ", p.dtype(),
-                 "; low-precision parameters need master weights (precision policy bf16-pure)");
-    PRECIS_CHECK(p.is_contiguous() && p.grad().is_contiguous() && p.grad().dtype() == p.dtype(),
-                 "AdamW: parameter ", index, " and its gradient must be dense and of one dtype");
+    PRECIS_CHECK(p.is_contiguous() && g.is_contiguous(), "AdamW: parameter ", index, " and its gradient must be dense");
     Tensor& m = state_buffer(index, "exp_avg", p);
     Tensor& v = state_buffer(index, "exp_avg_sq", p);
-    if (p.dtype() == DType::f32) {
-      adamw_update<float>(p.data<float>(), p.grad().data<float>(), m.data<float>(), v.data<float>(), p.numel(), lr_,
-                          weight_decay, options_.beta1, options_.beta2, options_.eps, bias1, bias2);
+    if (p.dtype() == DType::f32 && g.dtype() == DType::f32) {
+      adamw_update<float>(p.data<float>(), g.data<float>(), m.data<float>(), v.data<float>(), p.numel(),
+                          adamw_constants<float>(lr_, weight_decay, options_, bias1, bias2));
+    } else if (p.dtype() == DType::f64 && g.dtype() == DType::f64) {
+      adamw_update<double>(p.data<double>(), g.data<double>(), m.data<double>(), v.data<double>(), p.numel(),
+                           adamw_constants<double>(lr_, weight_decay, options_, bias1, bias2));
     } else {
-      adamw_update<double>(p.data<double>(), p.grad().data<double>(), m.data<double>(), v.data<double>(), p.numel(),
-                           lr_, weight_decay, options_.beta1, options_.beta2, options_.eps, bias1, bias2);
+      PRECIS_CHECK(is_low_precision(p.dtype()) && (g.dtype() == DType::f32 || g.dtype() == p.dtype()),
+                   "AdamW: parameter ", index, " is ", p.dtype(), " with a ", g.dtype(),
+                   " gradient; supported: float32/float64 with a gradient of the same dtype, float16/bfloat16 with "
+                   "a float32 or same-dtype gradient");
+      PRECIS_CHECK(!options_.stochastic_rounding || p.dtype() == DType::bf16, "AdamW: stochastic_rounding is for "
+                   "bfloat16 parameters, but parameter ", index, " is ", p.dtype());
+      float* master = options_.master_weights ? master_buffer(index, p).data<float>() : nullptr;
+      Rounding rounding{options_.stochastic_rounding, options_.seed, static_cast<uint64_t>(step_count_), index};
+      dispatch_low_precision(p.dtype(), g.dtype(), [&](auto param_tag, auto grad_tag) {
+        using P = typename decltype(param_tag)::type;
+        using G = typename decltype(grad_tag)::type;
+        adamw_update_low_precision<P, G>(p.data<P>(), master, g.data<G>(), m.data<float>(), v.data<float>(),
+                                         p.numel(), adamw_constants<float>(lr_, weight_decay, options_, bias1, bias2),
+                                         rounding);
+      });
     }
   });
 }

@@ -2,6 +2,7 @@
 
 #include "core/copy.h"
 #include "nn/module.h"
+#include "optim/low_precision.h"
 
 namespace precis::optim {
 
@@ -26,6 +27,22 @@ Tensor& Optimizer::state_buffer(size_t param_index, const std::string& name, con
     it = state_.emplace(key, zeros(like.shape(), dtype, like.device())).first;
   }
   return it->second;
+}
+
+Tensor& Optimizer::master_buffer(size_t param_index, const Tensor& param) {
+  std::string key = "state." + std::to_string(param_index) + ".master";
+  auto it = state_.find(key);
+  if (it == state_.end()) {
+    Tensor master = empty(param.shape(), DType::f32, param.device());
+    copy_(master, param);
+    it = state_.emplace(key, master).first;
+  }
+  return it->second;
+}
+
+Tensor Optimizer::master(size_t param_index) const {
+  auto it = state_.find("state." + std::to_string(param_index) + ".master");
+  return it == state_.end() ? Tensor() : it->second;
 }
 
 std::map<std::string, Tensor> Optimizer::state_dict() const {
@@ -55,6 +72,12 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
                  num_params, " parameters; the checkpoint was made for a different model");
     PRECIS_CHECK(value.shape() == flat[index].shape(), "optimizer state: '", key, "' has shape ", value.shape(),
                  " but parameter ", index, " has shape ", flat[index].shape());
+    if (key.substr(dot2 + 1) == "master") {
+      PRECIS_CHECK(is_low_precision(flat[index].dtype()) && value.dtype() == DType::f32, "optimizer state: '", key,
+                   "' is a ", value.dtype(), " master copy but parameter ", index, " is ", flat[index].dtype(),
+                   "; master copies are float32 copies of float16/bfloat16 parameters, so the checkpoint was "
+                   "made with another precision policy");
+    }
     Tensor buffer = empty(value.shape(), value.dtype(), flat[index].device());
     copy_(buffer, value);
     loaded[key] = buffer;

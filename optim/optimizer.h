@@ -1,4 +1,10 @@
 // Optimizer base: parameter groups, learning rate, zero_grad, saveable state.
+//
+// Low-precision (f16/bf16) parameters: optimizers keep their moments in f32
+// and, with master weights, an f32 copy of the parameter ("state.<i>.master")
+// that the update is applied to; the parameter then holds the copy rounded
+// (optim/low_precision.h). The master copy is saved and restored with the rest
+// of the state.
 #pragma once
 
 #include <map>
@@ -34,13 +40,20 @@ class Optimizer {
   std::vector<ParamGroup>& param_groups() { return groups_; }
 
   // State as named tensors ("step", "state.<i>.<buffer>" with i the parameter's index
-  // over all groups), for checkpoints. Loading checks names and shapes.
+  // over all groups, "state.<i>.master" for master copies), for checkpoints.
+  // Loading checks names, shapes, and that master copies are f32 and belong to
+  // f16/bf16 parameters.
   virtual std::map<std::string, Tensor> state_dict() const;
   virtual void load_state_dict(const std::map<std::string, Tensor>& state);
+
+  // The f32 master copy of parameter `param_index` (over all groups); undefined if it has none (yet).
+  Tensor master(size_t param_index) const;
 
  protected:
   // Per-parameter state buffers, created lazily (zeros like the parameter, f32 or f64).
   Tensor& state_buffer(size_t param_index, const std::string& name, const Tensor& like);
+  // The f32 master copy of a low-precision parameter, a copy of it on first use.
+  Tensor& master_buffer(size_t param_index, const Tensor& param);
   // Calls fn(index, param, weight_decay) for every parameter with a gradient.
   template <typename Fn>
   void for_each_param(Fn&& fn) {

@@ -1,6 +1,9 @@
 // SGD with momentum, Nesterov and L2 weight decay, as torch.optim.SGD:
 //   g <- g + wd p;  buf <- momentum buf + (1 - dampening) g  (buf = g on the first step)
 //   g <- nesterov ? g + momentum buf : buf;  p <- p - lr g
+//
+// Low-precision (f16/bf16) parameters as in AdamW: f32 math on the master copy
+// (or the widened parameter), rounded back into the parameter.
 #pragma once
 
 #include "optim/optimizer.h"
@@ -12,12 +15,16 @@ struct SGDOptions {
   double momentum = 0.0;
   double dampening = 0.0;
   bool nesterov = false;
+  bool master_weights = true;        // f16/bf16 parameters: update an f32 copy kept in the state
+  bool stochastic_rounding = false;  // bf16 parameters: round the f32 result stochastically
+  uint64_t seed = 0;                 // Philox seed of the stochastic rounding
 };
 
 class SGD : public Optimizer {
  public:
   SGD(std::vector<ParamGroup> groups, SGDOptions options = {});
   void step() override;
+  const SGDOptions& options() const { return options_; }
 
  private:
   SGDOptions options_;
