@@ -9,6 +9,7 @@ namespace precis {
 #if PRECIS_WITH_CUDA
 namespace cuda {
 int device_count();          // core/cuda/device_query.cu
+int compute_capability(int index);
 std::string device_summary(int index);
 std::string no_device_reason();
 }  // namespace cuda
@@ -18,6 +19,15 @@ int cuda_device_count() {
 #if PRECIS_WITH_CUDA
   return cuda::device_count();
 #else
+  return 0;
+#endif
+}
+
+int cuda_compute_capability(int index) {
+#if PRECIS_WITH_CUDA
+  return index < cuda::device_count() ? cuda::compute_capability(index) : 0;
+#else
+  (void)index;
   return 0;
 #endif
 }

@@ -13,6 +13,9 @@ int cuda_device_count();
 // One line: "NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)" or why there is no GPU.
 std::string cuda_status();
 
+// The compute capability of GPU `index` as major*10+minor (90 for an H100); 0 without a GPU.
+int cuda_compute_capability(int index = 0);
+
 // Resolves a `device:` setting: "auto" picks cuda:0 when a GPU is present, else
 // the CPU (printing a one-line note); "cuda[:N]" without that GPU is an error.
 Device resolve_device(const std::string& setting, bool quiet = false);

@@ -28,6 +28,10 @@ std::string StepReport::line() const {
     std::snprintf(buf, sizeof buf, " | val %.4f", *val_loss);
     out += buf;
   }
+  if (loss_scale) {
+    std::snprintf(buf, sizeof buf, " | scale %g skipped %lld", *loss_scale, static_cast<long long>(skipped_steps));
+    out += buf;
+  }
   if (!phase_ms.empty()) {
     out += " |";
     for (const auto& [name, value] : phase_ms) {
@@ -65,6 +69,10 @@ Json StepReport::json() const {
   for (const auto& [name, value] : phase_ms) phases[name] = value;
   j["phase_ms"] = phases;
   if (val_loss) j["val_loss"] = *val_loss;
+  if (loss_scale) {
+    j["loss_scale"] = *loss_scale;
+    j["skipped_steps"] = skipped_steps;
+  }
   if (tflops) j["tflops"] = *tflops;
   if (mfu) j["mfu"] = *mfu;
   if (peak_memory_bytes > 0) j["peak_memory_bytes"] = peak_memory_bytes;

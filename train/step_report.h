@@ -26,6 +26,8 @@ struct StepReport {
   std::optional<double> tflops;   // achieved, from the model's FLOP count
   std::optional<double> mfu;      // fraction of the device's peak
   int64_t peak_memory_bytes = 0;
+  std::optional<double> loss_scale;  // with loss scaling
+  int64_t skipped_steps = 0;         // steps skipped for inf/NaN gradients so far
   double eta_s = 0;
 
   std::string line() const;

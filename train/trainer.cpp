@@ -7,17 +7,22 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 
 #include "core/autograd.h"
 #include "core/gpu.h"
 #include "data/char_tokenizer.h"
 #include "data/gpt2_tokenizer.h"
 #include "data/tokenize.h"
+#include "nn/observer.h"
+#include "ops/autocast.h"
 #include "ops/elementwise.h"
+#include "ops/tap.h"
 #include "optim/adamw.h"
 #include "optim/clip_grad.h"
 #include "optim/sgd.h"
 #include "train/checkpoint.h"
+#include "train/precision_setup.h"
 
 namespace precis::train {
 
@@ -44,6 +49,11 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
     Eigen::setNbThreads(static_cast<int>(config_.threads));
   }
   device_ = resolve_device(config_.device);
+  policy_ = policy_from_config(config_.precision);
+  int capability = device_.is_cuda() ? cuda_compute_capability(device_.index) : 0;
+  for (const std::string& warning : policy_.validate(capability)) std::cerr << "warning: " << warning << "\n";
+  scaler_ = std::make_unique<amp::GradScaler>(scaler_options_from_config(config_.precision, policy_));
+  if (config_.precision.report_interval == 0) config_.precision.report_interval = config_.log_interval;
   fs::create_directories(config_.out_dir);
   if (config_.checkpoint.dir.empty()) config_.checkpoint.dir = (fs::path(config_.out_dir) / "checkpoints").string();
   if (config_.schedule.decay_steps < 0) config_.schedule.decay_steps = config_.max_steps;
@@ -98,11 +108,17 @@ void Trainer::setup_data() {
 
 void Trainer::setup_model() {
   model_ = std::make_unique<models::GPT2>(gpt2_config_from(config_.model), config_.seed);
-  flat_ = nn::flatten_parameters(*model_, device_);
+  std::optional<DType> param_dtype;
+  if (policy_.param_dtype != DType::f32) param_dtype = policy_.param_dtype;
+  flat_ = nn::flatten_parameters(*model_, device_, param_dtype);
   const OptimizerConfig& o = config_.optimizer;
   auto groups = optim::default_param_groups(*model_, o.weight_decay);
   if (o.name == "adamw") {
-    optimizer_ = std::make_unique<optim::AdamW>(groups, optim::AdamWOptions{o.lr, o.beta1, o.beta2, o.eps});
+    optim::AdamWOptions options{o.lr, o.beta1, o.beta2, o.eps};
+    options.master_weights = policy_.master_weights;
+    options.stochastic_rounding = config_.precision.stochastic_rounding;
+    options.seed = config_.seed;
+    optimizer_ = std::make_unique<optim::AdamW>(groups, options);
   } else {
     optimizer_ = std::make_unique<optim::SGD>(
         groups, optim::SGDOptions{.lr = o.lr, .momentum = o.momentum, .dampening = 0.0, .nesterov = o.nesterov});
@@ -113,9 +129,11 @@ void Trainer::setup_model() {
 
 double Trainer::train_step() {
   flat_->zero_grad();
+  ops::autocast::clear_cache();  // the weights changed in the last step
   const int64_t accum = config_.batch.grad_accum;
   double loss_sum = 0;
   for (int64_t micro = 0; micro < accum; ++micro) {
+    if (reporting_ && micro == 0) start_numerics();
     Tensor inputs, targets;
     {
       Profiler::Phase phase(profiler_, "data");
@@ -126,22 +144,71 @@ double Trainer::train_step() {
     Tensor loss;
     {
       Profiler::Phase phase(profiler_, "forward");
+      ops::autocast::Scope autocast(policy_.compute_dtype, policy_.autocasts());
       loss = model_->forward(inputs, targets).loss;
       loss_sum += loss.item();
     }
+    nn::set_activation_observer(nullptr);
     {
       Profiler::Phase phase(profiler_, "backward");
-      // Each micro-batch contributes 1/accum of the step's mean gradient.
-      (accum > 1 ? ops::mul(loss, 1.0 / static_cast<double>(accum)) : loss).backward();
+      // Each micro-batch contributes 1/accum of the step's mean gradient, times the loss scale.
+      if (accum > 1) loss = ops::mul(loss, 1.0 / static_cast<double>(accum));
+      scaler_->scale(loss).backward();
     }
+  }
+  std::vector<Tensor> params_before;
+  if (reporting_) {
+    for (const auto& b : flat_->buffers())
+      for (const auto& s : b.slots) numerics_.record(amp::NumericsKind::gradient, amp::layer_of(s.name), s.param.grad());
+    for (const Tensor& p : model_->parameters()) params_before.push_back(p.detach().clone());
+  }
+  bool found_inf = false;
+  if (scaler_->enabled()) {
+    Profiler::Phase phase(profiler_, "scaler");
+    found_inf = scaler_->unscale_and_check(*flat_);
   }
   {
     Profiler::Phase phase(profiler_, "optimizer");
-    last_grad_norm_ = optim::clip_grad_norm(model_->parameters(), config_.optimizer.grad_clip);
-    optimizer_->set_lr(schedule_.at(step_));
-    optimizer_->step();
+    if (found_inf) {
+      last_grad_norm_ = std::numeric_limits<double>::infinity();  // the step is skipped
+    } else {
+      last_grad_norm_ = optim::clip_grad_norm(model_->parameters(), config_.optimizer.grad_clip);
+      optimizer_->set_lr(schedule_.at(step_));
+      optimizer_->step();
+    }
   }
+  scaler_->update(found_inf);
+  if (reporting_) finish_numerics(params_before);
   return loss_sum / static_cast<double>(accum);
+}
+
+bool Trainer::report_due() const {
+  return config_.precision.report && (step_ % config_.precision.report_interval == 0 || step_ + 1 == config_.max_steps);
+}
+
+// Watches the first micro-batch of a report step: each layer's output on the way
+// forward and its gradient on the way back.
+void Trainer::start_numerics() {
+  numerics_.clear();
+  nn::set_activation_observer([this](const std::string& name, const Tensor& x) {
+    return ops::tap(
+        x, [this, name](const Tensor& t) { numerics_.record(amp::NumericsKind::activation, name, t); },
+        [this, name](const Tensor& g) { numerics_.record(amp::NumericsKind::activation_grad, name, g); });
+  });
+}
+
+void Trainer::finish_numerics(const std::vector<Tensor>& params_before) {
+  auto named = model_->named_parameters();
+  for (size_t i = 0; i < named.size(); ++i)
+    numerics_.record_update(amp::layer_of(named[i].name), params_before[i], named[i].tensor, named[i].tensor.grad());
+  std::cout << numerics_.table(step_ + 1, scaler_->scale());
+  if (!numerics_out_.is_open())
+    numerics_out_.open((fs::path(config_.out_dir) / "numerics.jsonl").string(), /*append=*/step_ > 0);
+  for (const Json& row : numerics_.json(step_ + 1, scaler_->scale())) numerics_out_.write(row);
+}
+
+int64_t Trainer::peak_memory_bytes() const {
+  return static_cast<int64_t>(allocator_for(device_).stats().peak_bytes);
 }
 
 double Trainer::evaluate() {
@@ -187,6 +254,8 @@ Json Trainer::train_state() const {
   model["vocab_multiple"] = c.vocab_multiple;
   state["model"] = model;
   state["tokenizer"] = tokenizer_json_;
+  state["scaler"] = scaler_->state();
+  state["precision"] = policy_.describe();
   state["config_path"] = config_.config_path;
   return state;
 }
@@ -209,6 +278,7 @@ bool Trainer::try_resume() {
   const Json& rng = state.at("rng");
   model_->dropout_generator().manual_seed(static_cast<uint64_t>(rng.at("dropout_seed").as_int()));
   model_->dropout_generator().set_offset(static_cast<uint64_t>(rng.at("dropout_offset").as_int()));
+  if (state.contains("scaler")) scaler_->load_state(state.at("scaler"));
   std::cout << "resumed from " << config_.checkpoint.dir << " at step " << step_ << "\n";
   return true;
 }
@@ -230,6 +300,11 @@ void Trainer::log_interval(double loss, double grad_norm, double lr, double inte
   // Training FLOPs: 3x the forward (backward is twice the forward).
   r.tflops = 3.0 * model_->config().flops_per_token_forward(config_.batch.seq_len) * r.tokens_per_s / 1e12;
   r.val_loss = val_loss;
+  if (scaler_->enabled()) {
+    r.loss_scale = scaler_->scale();
+    r.skipped_steps = scaler_->skipped_steps();
+  }
+  r.peak_memory_bytes = peak_memory_bytes();
   r.eta_s = r.ms / 1000.0 * static_cast<double>(config_.max_steps - step_);
   std::cout << r.line() << std::endl;
   metrics_.write(r.json());
@@ -244,11 +319,14 @@ void Trainer::run() {
             << c.vocab_size << " (" << model_->num_parameters_unpadded() / 1e6 << "M parameters) on " << device_
             << "; " << config_.batch.micro_batch << " x " << config_.batch.seq_len << " tokens x "
             << config_.batch.grad_accum << " micro-steps per step; " << train_data_->num_tokens()
-            << " training tokens\n";
+            << " training tokens\n"
+            << "precision " << policy_.describe() << "\n";
   using Clock = std::chrono::steady_clock;
   auto interval_start = Clock::now();
   int64_t interval_steps = 0;
+  allocator_for(device_).reset_peak();
   while (step_ < config_.max_steps) {
+    reporting_ = report_due();
     double loss = train_step();
     ++step_;
     ++interval_steps;
@@ -260,12 +338,14 @@ void Trainer::run() {
       double seconds = std::chrono::duration<double>(Clock::now() - interval_start).count();
       std::optional<double> val_loss;
       if (eval_now) val_loss = evaluate();
+      if (val_loss && step_ == config_.max_steps) final_val_loss_ = *val_loss;
       log_interval(loss, last_grad_norm_, optimizer_->lr(), seconds, interval_steps, val_loss);
       interval_start = Clock::now();
       interval_steps = 0;
     }
     if (config_.checkpoint.interval > 0 && step_ % config_.checkpoint.interval == 0) save_checkpoint();
   }
+  if (!val_data_) final_val_loss_ = std::nan("");
   save_checkpoint();
   if (config_.sample.tokens > 0) {
     std::cout << "---- sample (" << config_.sample.tokens << " tokens, temperature " << config_.sample.temperature

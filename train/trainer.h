@@ -14,6 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "amp/grad_scaler.h"
+#include "amp/numerics.h"
+#include "amp/precision_policy.h"
 #include "core/json.h"
 #include "core/profiler.h"
 #include "data/token_dataset.h"
@@ -45,12 +48,21 @@ class Trainer {
   int64_t step() const { return step_; }
   models::GPT2& model() { return *model_; }
   const TrainConfig& config() const { return config_; }
+  const amp::PrecisionPolicy& policy() const { return policy_; }
+  const amp::GradScaler& scaler() const { return *scaler_; }
+  // Final validation loss of run() (NaN without validation data).
+  double final_val_loss() const { return final_val_loss_; }
+  // Most bytes the device allocator held in tensors at once during run().
+  int64_t peak_memory_bytes() const;
 
  private:
   void setup_data();
   void setup_model();
   double train_step();  // one optimizer step; returns its loss
   void save_checkpoint();
+  bool report_due() const;
+  void start_numerics();
+  void finish_numerics(const std::vector<Tensor>& params_before);
   bool try_resume();
   Json train_state() const;
   void log_interval(double loss, double grad_norm, double lr, double interval_seconds, int64_t steps_in_interval,
@@ -66,6 +78,12 @@ class Trainer {
   std::unique_ptr<models::GPT2> model_;
   std::shared_ptr<nn::FlatParameters> flat_;
   std::unique_ptr<optim::Optimizer> optimizer_;
+  amp::PrecisionPolicy policy_;
+  std::unique_ptr<amp::GradScaler> scaler_;
+  amp::NumericsReport numerics_;
+  JsonlWriter numerics_out_;
+  bool reporting_ = false;  // the numerics report is recording this step
+  double final_val_loss_ = 0;
   optim::LrSchedule schedule_;
   Profiler profiler_;
   JsonlWriter metrics_;

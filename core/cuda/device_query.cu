@@ -30,6 +30,16 @@ std::string no_device_reason() {
   return n == 0 ? "no CUDA device present" : "GPU present";
 }
 
+int compute_capability(int index) {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return major * 10 + minor;
+}
+
 std::string device_summary(int index) {
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) return "unknown GPU";
