@@ -25,6 +25,7 @@ void* CpuAllocator::allocate(size_t nbytes) {
 void CpuAllocator::deallocate(void* ptr, size_t nbytes) {
   std::free(ptr);
   allocated_.fetch_sub(nbytes);
+  frees_.fetch_add(1);
 }
 
 AllocatorStats CpuAllocator::stats() const {
@@ -32,7 +33,8 @@ AllocatorStats CpuAllocator::stats() const {
   s.allocated_bytes = allocated_.load();
   s.reserved_bytes = s.allocated_bytes;
   s.peak_bytes = peak_.load();
-  s.num_allocs = count_.load();
+  s.num_allocs = s.num_system_allocs = count_.load();
+  s.num_system_frees = frees_.load();
   return s;
 }
 

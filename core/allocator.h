@@ -10,10 +10,12 @@
 namespace precis {
 
 struct AllocatorStats {
-  size_t allocated_bytes = 0;  // in live allocations now
-  size_t peak_bytes = 0;       // most ever live at once (since reset_peak)
-  size_t reserved_bytes = 0;   // held from the system (caching allocators hold more than is live)
-  size_t num_allocs = 0;       // allocate() calls
+  size_t allocated_bytes = 0;    // in live allocations now
+  size_t peak_bytes = 0;         // most ever live at once (since reset_peak)
+  size_t reserved_bytes = 0;     // held from the system (caching allocators hold more than is live)
+  size_t num_allocs = 0;         // allocate() calls
+  size_t num_system_allocs = 0;  // allocations from the system (cudaMalloc, cudaHostAlloc, aligned_alloc)
+  size_t num_system_frees = 0;   // and returns to it; a warm cache makes neither
 };
 
 class Allocator {
@@ -39,6 +41,7 @@ class CpuAllocator final : public Allocator {
   std::atomic<size_t> allocated_{0};
   std::atomic<size_t> peak_{0};
   std::atomic<size_t> count_{0};
+  std::atomic<size_t> frees_{0};
 };
 
 CpuAllocator& cpu_allocator();

@@ -1,115 +1,511 @@
-// Copies between host and device, fill and accumulate on the GPU.
+// copy_, fill_ and accumulate_ for GPU tensors, queued on the device's compute
+// stream (core/copy.h says what they compute; the CPU versions are in core/copy.cpp).
 //
-// copy_: a contiguous same-dtype copy is one cudaMemcpy. Anything else (a
-// strided or dtype-converting copy that crosses devices) is staged through a
-// dense host or device buffer so that only dense bytes cross the bus.
+// Each kernel comes in two forms:
+//   - contiguous: both operands dense and aligned, kVec elements per thread so
+//     that the wider operand moves in 16-byte loads and stores;
+//   - strided: any strides, up to 8 dims once dims that are contiguous in every
+//     operand have been merged; each thread turns its row-major index into one
+//     offset per operand with 32-bit index math (a multiply and a shift per
+//     dim). Tensors of 2^31 elements or more are cut into launches below that.
+// Both convert between any two dtypes the way the CPU does (core/convert.h):
+// 16-bit floats through float, anything to bool as "not zero", so a GPU result
+// equals the CPU's bit for bit.
+//
+// Copies between host and device use cudaMemcpyAsync on the compute stream; only
+// dense bytes cross the bus. Host to device: a strided host source is first made
+// dense on the host, the bytes land in the destination (or in a dense device
+// buffer that the strided kernel then lays out and converts). The call returns
+// at once: the driver stages pageable memory before returning, and a pinned
+// source is kept from reuse until the copy has run (record_pinned_use). Device to
+// host: the strided kernel makes a dense buffer in the destination dtype on the
+// device, then one copy brings it over; the call waits for it unless the
+// destination is a dense pinned tensor (core/pinned.h: synchronize() first).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <cstring>
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
 
 #include "core/copy.h"
-#include "core/cuda/cuda_check.h"
+#include "core/cuda/pinned_allocator.h"
+#include "core/cuda/runtime.h"
 
 namespace precis::cuda {
 
 namespace {
 
+// ---------------------------------------------------------------- element types
+
+// Calls fn(TypeTag<T>{}) with T the device type of `dtype`.
+template <typename Fn>
+void dispatch_device(DType dtype, const char* op, Fn&& fn) {
+  switch (dtype) {
+    case DType::f32:
+      return fn(TypeTag<float>{});
+    case DType::f64:
+      return fn(TypeTag<double>{});
+    case DType::f16:
+      return fn(TypeTag<__half>{});
+    case DType::bf16:
+      return fn(TypeTag<__nv_bfloat16>{});
+    case DType::i32:
+      return fn(TypeTag<int32_t>{});
+    case DType::i64:
+      return fn(TypeTag<int64_t>{});
+    case DType::u8:
+      return fn(TypeTag<uint8_t>{});
+    case DType::boolean:
+      return fn(TypeTag<bool>{});
+  }
+  PRECIS_FAIL(op, ": unknown dtype");
+}
+
+// convert<To>(from) of core/convert.h, for device types.
+template <typename To, typename From>
+__host__ __device__ inline To convert_to(From value) {
+  if constexpr (std::is_same_v<To, From>) {
+    return value;
+  } else if constexpr (std::is_same_v<From, __half>) {
+    return convert_to<To>(__half2float(value));
+  } else if constexpr (std::is_same_v<From, __nv_bfloat16>) {
+    return convert_to<To>(__bfloat162float(value));
+  } else if constexpr (std::is_same_v<To, bool>) {
+    return value != From(0);
+  } else if constexpr (std::is_same_v<To, __half>) {
+    return __float2half_rn(static_cast<float>(value));
+  } else if constexpr (std::is_same_v<To, __nv_bfloat16>) {
+    return __float2bfloat16_rn(static_cast<float>(value));
+  } else {
+    return static_cast<To>(value);
+  }
+}
+
+// Calls fn(TypeTag<T>{}) for the floating dtypes: accumulate_ sums gradients,
+// which are always floating point, so the GPU builds only those 16 pairs.
+template <typename Fn>
+void dispatch_floating(DType dtype, const char* op, Fn&& fn) {
+  switch (dtype) {
+    case DType::f32:
+      return fn(TypeTag<float>{});
+    case DType::f64:
+      return fn(TypeTag<double>{});
+    case DType::f16:
+      return fn(TypeTag<__half>{});
+    case DType::bf16:
+      return fn(TypeTag<__nv_bfloat16>{});
+    default:
+      PRECIS_FAIL(op, ": on the GPU both operands must be floating point (float32, float64, float16 or bfloat16), got ",
+                  dtype_name(dtype));
+  }
+}
+
+// dst + src in float, or in double when either is double. The CPU sums in
+// double; rounding twice changes nothing when the wider format has more than
+// twice the digits of the operands (float against f16/bf16, double against
+// float), so the results agree, except maybe in the last bit of an f16 or bf16
+// destination summing an f32 source.
+template <typename D, typename S>
+__device__ inline D accumulate_one(D out, S in) {
+  using Acc = std::conditional_t<std::is_same_v<D, double> || std::is_same_v<S, double>, double, float>;
+  return convert_to<D>(convert_to<Acc>(out) + convert_to<Acc>(in));
+}
+
+// kVec elements of T, aligned so that they load and store as one access.
+template <typename T, int kVec>
+struct alignas(sizeof(T) * kVec) Pack {
+  T v[kVec];
+};
+
+// Elements per thread in the contiguous kernels: 16 bytes of the wider operand.
+template <typename D, typename S>
+inline constexpr int kVecFor = static_cast<int>(16 / (sizeof(D) > sizeof(S) ? sizeof(D) : sizeof(S)));
+
+// ---------------------------------------------------------------- strided indexing
+
+constexpr int kMaxDims = 8;
+
+// n / divisor as a multiply-high, an add and a shift (Granlund & Montgomery, as
+// PyTorch's IntDivider). Exact for n and divisor below 2^31.
+struct FastDivider {
+  uint32_t divisor = 1;
+  uint32_t magic = 1;
+  uint32_t shift = 0;
+
+  FastDivider() = default;
+  explicit FastDivider(uint32_t d) : divisor(d) {
+    while (shift < 32 && (uint32_t(1) << shift) < divisor) ++shift;
+    uint64_t one = 1;
+    magic = static_cast<uint32_t>(((one << 32) * ((one << shift) - divisor)) / divisor + 1);
+  }
+  __device__ uint32_t div(uint32_t n) const { return (__umulhi(n, magic) + n) >> shift; }
+};
+
+// The element offsets of N operands of one shape: offset_k(i) = sum over dims d
+// of index_d(i) * stride_k[d], where index_d(i) are the digits of the row-major
+// index i in the mixed radix of the sizes. Dims are stored innermost first.
+template <size_t N>
+struct StridedOffsets {
+  int ndim = 0;
+  FastDivider sizes[kMaxDims];
+  int64_t strides[kMaxDims][N] = {};
+
+  __device__ void get(uint32_t linear, int64_t (&offsets)[N]) const {
+#pragma unroll
+    for (size_t k = 0; k < N; ++k) offsets[k] = 0;
+#pragma unroll
+    for (int d = 0; d < kMaxDims; ++d) {
+      if (d == ndim) break;
+      if (d == ndim - 1) {  // the outermost dim: what is left of the index is its digit
+#pragma unroll
+        for (size_t k = 0; k < N; ++k) offsets[k] += static_cast<int64_t>(linear) * strides[d][k];
+        break;
+      }
+      uint32_t quotient = sizes[d].div(linear);
+      uint32_t digit = linear - quotient * sizes[d].divisor;
+#pragma unroll
+      for (size_t k = 0; k < N; ++k) offsets[k] += static_cast<int64_t>(digit) * strides[d][k];
+      linear = quotient;
+    }
+  }
+};
+
+// Sizes and strides of N operands, innermost dim first.
+template <size_t N>
+struct Layout {
+  std::vector<int64_t> sizes;
+  std::vector<std::array<int64_t, N>> strides;
+};
+
+// Calls launch(offsets, base, n) for pieces of fewer than 2^31 elements that
+// together cover `layout`; base holds each operand's offset of the piece's first element.
+template <size_t N, typename Launch>
+void launch_in_pieces(Layout<N> layout, std::array<int64_t, N> base, Launch& launch) {
+  int64_t numel = 1;
+  for (int64_t size : layout.sizes) numel *= size;
+  if (numel <= INT32_MAX) {
+    StridedOffsets<N> offsets;
+    offsets.ndim = static_cast<int>(layout.sizes.size());
+    for (size_t d = 0; d < layout.sizes.size(); ++d) {
+      offsets.sizes[d] = FastDivider(static_cast<uint32_t>(layout.sizes[d]));
+      for (size_t k = 0; k < N; ++k) offsets.strides[d][k] = layout.strides[d][k];
+    }
+    return launch(offsets, base, static_cast<uint32_t>(numel));
+  }
+  // Cut along the outermost dim: a few of its rows per piece, or one row at a
+  // time, itself cut further, when a single row is too large.
+  const int64_t outer = layout.sizes.back();
+  const std::array<int64_t, N> outer_stride = layout.strides.back();
+  const int64_t inner = numel / outer;
+  Layout<N> piece = layout;
+  if (inner > INT32_MAX) {
+    piece.sizes.pop_back();
+    piece.strides.pop_back();
+  }
+  const int64_t rows = inner > INT32_MAX ? 1 : INT32_MAX / inner;
+  for (int64_t row = 0; row < outer; row += rows) {
+    if (inner <= INT32_MAX) piece.sizes.back() = std::min(rows, outer - row);
+    std::array<int64_t, N> at = base;
+    for (size_t k = 0; k < N; ++k) at[k] += row * outer_stride[k];
+    launch_in_pieces(piece, at, launch);
+  }
+}
+
+// Drops size-1 dims and merges each dim into the one inside it wherever that is
+// contiguous in every operand (as core/strided_loop.h's RowLoop), then launches
+// in pieces (launch_in_pieces).
+template <size_t N, typename Launch>
+void launch_strided(const Shape& shape, const std::array<const Shape*, N>& strides, const char* op, Launch&& launch) {
+  Layout<N> layout;
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+    if (shape[d] == 1) continue;
+    bool merge = !layout.sizes.empty();
+    for (size_t k = 0; k < N && merge; ++k) merge = (*strides[k])[d] == layout.strides.back()[k] * layout.sizes.back();
+    if (merge) {
+      layout.sizes.back() *= shape[d];
+      continue;
+    }
+    layout.sizes.push_back(shape[d]);
+    std::array<int64_t, N> s;
+    for (size_t k = 0; k < N; ++k) s[k] = (*strides[k])[d];
+    layout.strides.push_back(s);
+  }
+  PRECIS_CHECK(layout.sizes.size() <= kMaxDims, op, ": a GPU tensor of shape ", shape, " has ", layout.sizes.size(),
+               " dims that cannot be merged; at most ", kMaxDims, " are supported (make it contiguous first)");
+  launch_in_pieces(layout, std::array<int64_t, N>{}, launch);
+}
+
+// Blocks for a grid-stride loop over `work` items, one per thread (at least one
+// block, at most 2^20: larger grids loop).
+unsigned blocks_for(int64_t work) {
+  return static_cast<unsigned>(std::clamp<int64_t>((work + kBlockSize - 1) / kBlockSize, 1, int64_t(1) << 20));
+}
+
+bool aligned(const void* ptr, size_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
+
+// ---------------------------------------------------------------- kernels
+
+// copy, contiguous: out[i] = convert(in[i]) for i < n, as packs of kVec elements
+// (the first n / kVec * kVec) and then single elements for the tail.
+// Bytes moved: n * (sizeof(S) + sizeof(D)).
+template <typename D, typename S, int kVec>
+__global__ void copy_contiguous_kernel(D* __restrict__ out, const S* __restrict__ in, int64_t n) {
+  const int64_t packs = n / kVec;
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t p = first; p < packs; p += stride) {
+    Pack<S, kVec> source = reinterpret_cast<const Pack<S, kVec>*>(in)[p];
+    Pack<D, kVec> result;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) result.v[k] = convert_to<D>(source.v[k]);
+    reinterpret_cast<Pack<D, kVec>*>(out)[p] = result;
+  }
+  const int64_t tail = packs * kVec + first;
+  if (tail < n) out[tail] = convert_to<D>(in[tail]);
+}
+
+// copy, strided: out[o(i)] = convert(in[s(i)]) for the i-th element (row-major)
+// of the shape, o and s being the offsets of the two operands (StridedOffsets).
+// Bytes moved: n * (sizeof(S) + sizeof(D)), coalesced where the inner strides are 1.
+template <typename D, typename S>
+__global__ void copy_strided_kernel(D* out, const S* in, uint32_t n, StridedOffsets<2> offsets) {
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    int64_t at[2];
+    offsets.get(i, at);
+    out[at[0]] = convert_to<D>(in[at[1]]);
+  }
+}
+
+// accumulate, contiguous: out[i] = out[i] + in[i], in packs of kVec as copy_contiguous_kernel.
+// Bytes moved: n * (2 * sizeof(D) + sizeof(S)).
+template <typename D, typename S, int kVec>
+__global__ void accumulate_contiguous_kernel(D* out, const S* in, int64_t n) {
+  const int64_t packs = n / kVec;
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t p = first; p < packs; p += stride) {
+    Pack<S, kVec> source = reinterpret_cast<const Pack<S, kVec>*>(in)[p];
+    Pack<D, kVec> result = reinterpret_cast<const Pack<D, kVec>*>(out)[p];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) result.v[k] = accumulate_one(result.v[k], source.v[k]);
+    reinterpret_cast<Pack<D, kVec>*>(out)[p] = result;
+  }
+  const int64_t tail = packs * kVec + first;
+  if (tail < n) out[tail] = accumulate_one(out[tail], in[tail]);
+}
+
+// accumulate, strided: out[o(i)] += in[s(i)].
+// Bytes moved: n * (2 * sizeof(D) + sizeof(S)).
+template <typename D, typename S>
+__global__ void accumulate_strided_kernel(D* out, const S* in, uint32_t n, StridedOffsets<2> offsets) {
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    int64_t at[2];
+    offsets.get(i, at);
+    out[at[0]] = accumulate_one(out[at[0]], in[at[1]]);
+  }
+}
+
+// fill, contiguous: out[i] = value, kVec elements (16 bytes) per store.
+// Bytes moved: n * sizeof(T).
+template <typename T, int kVec>
+__global__ void fill_contiguous_kernel(T* __restrict__ out, int64_t n, T value) {
+  Pack<T, kVec> pack;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) pack.v[k] = value;
+  const int64_t packs = n / kVec;
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t p = first; p < packs; p += stride) {
+    reinterpret_cast<Pack<T, kVec>*>(out)[p] = pack;
+  }
+  const int64_t tail = packs * kVec + first;
+  if (tail < n) out[tail] = value;
+}
+
+// fill, strided: out[o(i)] = value. Bytes moved: n * sizeof(T).
 template <typename T>
-__global__ void fill_kernel(T* out, int64_t n, T value) {
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) out[i] = value;
+__global__ void fill_strided_kernel(T* out, uint32_t n, T value, StridedOffsets<1> offsets) {
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    int64_t at[1];
+    offsets.get(i, at);
+    out[at[0]] = value;
+  }
 }
 
-// out[i] += in[i], both of type T, accumulated in float (or double for double).
-template <typename T, typename Acc>
-__global__ void accumulate_kernel(T* out, const T* in, int64_t n) {
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) out[i] = static_cast<T>(static_cast<Acc>(out[i]) + static_cast<Acc>(in[i]));
+// ---------------------------------------------------------------- launchers
+
+// dst = convert(src), both on the current device.
+void copy_on_device(const Tensor& dst, const Tensor& src) {
+  cudaStream_t stream = compute_stream(dst.device());
+  const int64_t n = dst.numel();
+  dispatch_device(dst.dtype(), "copy", [&](auto dst_tag) {
+    using D = typename decltype(dst_tag)::type;
+    dispatch_device(src.dtype(), "copy", [&](auto src_tag) {
+      using S = typename decltype(src_tag)::type;
+      constexpr int kVec = kVecFor<D, S>;
+      D* out = static_cast<D*>(dst.raw_data());
+      const S* in = static_cast<const S*>(src.raw_data());
+      if (dst.is_contiguous() && src.is_contiguous() && aligned(out, sizeof(D) * kVec) &&
+          aligned(in, sizeof(S) * kVec)) {
+        copy_contiguous_kernel<D, S, kVec><<<blocks_for(n / kVec), kBlockSize, 0, stream>>>(out, in, n);
+      } else {
+        launch_strided<2>(dst.shape(), {&dst.strides(), &src.strides()}, "copy",
+                          [&](const StridedOffsets<2>& offsets, std::array<int64_t, 2> base, uint32_t count) {
+                            copy_strided_kernel<<<blocks_for(count), kBlockSize, 0, stream>>>(
+                                out + base[0], in + base[1], count, offsets);
+                          });
+      }
+      PRECIS_CUDA_CHECK_LAUNCH("copy");
+    });
+  });
 }
 
-constexpr int kThreads = 256;
-unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+// A dense CPU tensor with the values of `t` (t itself when it is dense).
+Tensor dense_on_host(const Tensor& t) {
+  if (t.is_contiguous()) return t;
+  Tensor dense = empty(t.shape(), t.dtype());
+  precis::copy_(dense, t);
+  return dense;
+}
+
+void copy_host_to_device(const Tensor& dst, const Tensor& src) {
+  cudaStream_t stream = compute_stream(dst.device());
+  Tensor host = dense_on_host(src);
+  const bool direct = dst.is_contiguous() && dst.dtype() == src.dtype();
+  Tensor landing = direct ? dst : empty(src.shape(), src.dtype(), dst.device());
+  PRECIS_CUDA_CHECK(cudaMemcpyAsync(landing.raw_data(), host.raw_data(), host.nbytes(), cudaMemcpyHostToDevice, stream),
+                    "copy host to device");
+  // A pinned source must not be reused before the copy has run; pageable memory was staged by the driver.
+  record_pinned_use(host.raw_data(), stream, dst.device());
+  if (!direct) copy_on_device(dst, landing);
+}
+
+void copy_device_to_host(const Tensor& dst, const Tensor& src) {
+  cudaStream_t stream = compute_stream(src.device());
+  Tensor dense = src;
+  if (!src.is_contiguous() || src.dtype() != dst.dtype()) {
+    dense = empty(src.shape(), dst.dtype(), src.device());
+    copy_on_device(dense, src);
+  }
+  const bool direct = dst.is_contiguous();
+  Tensor landing = direct ? dst : empty(dst.shape(), dst.dtype());
+  PRECIS_CUDA_CHECK(
+      cudaMemcpyAsync(landing.raw_data(), dense.raw_data(), dense.nbytes(), cudaMemcpyDeviceToHost, stream),
+      "copy device to host");
+  // Only a dense pinned destination may be left to arrive; anything else is read (or may be) on return.
+  const bool leave_async = direct && record_pinned_use(dst.raw_data(), stream, src.device());
+  if (!leave_async) PRECIS_CUDA_CHECK(cudaStreamSynchronize(stream), "copy device to host");
+  if (!direct) precis::copy_(dst, landing);
+}
+
+// Between two GPUs: the source is made dense in the destination dtype on its own
+// device, one peer copy moves the bytes, and the destination device lays them out.
+// The peer copy runs on the source's compute stream after the destination's
+// earlier work, and the destination's later work waits for it.
+void copy_between_devices(const Tensor& dst, const Tensor& src) {
+  Tensor dense = src;
+  if (!src.is_contiguous() || src.dtype() != dst.dtype()) {
+    DeviceGuard guard(src.device());
+    dense = empty(src.shape(), dst.dtype(), src.device());
+    copy_on_device(dense, src);
+  }
+  const bool direct = dst.is_contiguous();
+  Tensor landing = direct ? dst : empty(dst.shape(), dst.dtype(), dst.device());
+  cudaStream_t src_stream = compute_stream(src.device());
+  cudaStream_t dst_stream = compute_stream(dst.device());
+  cudaEvent_t dst_ready = nullptr, copied = nullptr;
+  {
+    DeviceGuard guard(dst.device());
+    PRECIS_CUDA_CHECK(cudaEventCreateWithFlags(&dst_ready, cudaEventDisableTiming), "copy between GPUs");
+    PRECIS_CUDA_CHECK(cudaEventRecord(dst_ready, dst_stream), "copy between GPUs");
+  }
+  {
+    DeviceGuard guard(src.device());
+    PRECIS_CUDA_CHECK(cudaStreamWaitEvent(src_stream, dst_ready, 0), "copy between GPUs");
+    PRECIS_CUDA_CHECK(cudaMemcpyPeerAsync(landing.raw_data(), dst.device().index, dense.raw_data(), src.device().index,
+                                          dense.nbytes(), src_stream),
+                      "copy between GPUs");
+    PRECIS_CUDA_CHECK(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming), "copy between GPUs");
+    PRECIS_CUDA_CHECK(cudaEventRecord(copied, src_stream), "copy between GPUs");
+  }
+  DeviceGuard guard(dst.device());
+  PRECIS_CUDA_CHECK(cudaStreamWaitEvent(dst_stream, copied, 0), "copy between GPUs");
+  if (!direct) copy_on_device(dst, landing);
+  // Destroying a recorded event is safe: CUDA releases it once it has completed.
+  PRECIS_CUDA_CHECK(cudaEventDestroy(dst_ready), "copy between GPUs");
+  PRECIS_CUDA_CHECK(cudaEventDestroy(copied), "copy between GPUs");
+}
 
 }  // namespace
 
 void copy_(const Tensor& dst, const Tensor& src) {
   if (dst.numel() == 0) return;
-  bool dense = dst.is_contiguous() && src.is_contiguous() && dst.dtype() == src.dtype();
-  if (dense) {
-    cudaMemcpyKind kind = src.is_cpu() ? cudaMemcpyHostToDevice
-                          : dst.is_cpu() ? cudaMemcpyDeviceToHost
-                                         : cudaMemcpyDeviceToDevice;
-    PRECIS_CUDA_CHECK(cudaMemcpy(dst.raw_data(), src.raw_data(), dst.nbytes(), kind), "copy");
-    return;
+  if (dst.is_cuda() && src.is_cuda()) {
+    if (dst.device() != src.device()) return copy_between_devices(dst, src);
+    DeviceGuard guard(dst.device());
+    return copy_on_device(dst, src);
   }
-  // Stage through the host: make the source dense on its side, convert on the host.
-  PRECIS_CHECK(src.is_cpu() || dst.is_cpu() || src.dtype() == dst.dtype(),
-               "copy: converting or strided copies between two GPUs are not supported yet (", describe(src), " to ",
-               describe(dst), ")");
-  Tensor host_src = empty(src.shape(), src.dtype());
-  if (src.is_cpu()) {
-    precis::copy_(host_src, src);
-  } else {
-    PRECIS_CHECK(src.is_contiguous(), "copy: strided reads from the GPU are not supported yet (", describe(src), ")");
-    PRECIS_CUDA_CHECK(cudaMemcpy(host_src.raw_data(), src.raw_data(), src.nbytes(), cudaMemcpyDeviceToHost), "copy");
+  if (dst.is_cuda()) {
+    DeviceGuard guard(dst.device());
+    return copy_host_to_device(dst, src);
   }
-  Tensor host_dst = empty(dst.shape(), dst.dtype());
-  precis::copy_(host_dst, host_src);
-  if (dst.is_cpu()) {
-    precis::copy_(dst, host_dst);
-  } else {
-    PRECIS_CHECK(dst.is_contiguous(), "copy: strided writes to the GPU are not supported yet (", describe(dst), ")");
-    PRECIS_CUDA_CHECK(cudaMemcpy(dst.raw_data(), host_dst.raw_data(), dst.nbytes(), cudaMemcpyHostToDevice), "copy");
-  }
+  DeviceGuard guard(src.device());
+  copy_device_to_host(dst, src);
 }
 
 void fill_(const Tensor& dst, double value) {
-  PRECIS_CHECK(dst.is_contiguous(), "fill: strided GPU tensors are not supported yet (", describe(dst), ")");
-  int64_t n = dst.numel();
+  const int64_t n = dst.numel();
   if (n == 0) return;
-  dispatch_all(dst.dtype(), "fill", [&](auto tag) {
+  DeviceGuard guard(dst.device());
+  cudaStream_t stream = compute_stream(dst.device());
+  dispatch_device(dst.dtype(), "fill", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    // Eigen's half/bfloat16 share the 16-bit layout of CUDA's; fill with the raw bits.
-    if constexpr (sizeof(T) == 2 && !std::is_integral_v<T>) {
-      T host = T(static_cast<float>(value));
-      uint16_t bits;
-      std::memcpy(&bits, &host, 2);
-      fill_kernel<<<blocks_for(n), kThreads>>>(static_cast<uint16_t*>(dst.raw_data()), n, bits);
+    constexpr int kVec = kVecFor<T, T>;
+    const T v = convert_to<T>(value);
+    T* out = static_cast<T*>(dst.raw_data());
+    if (dst.is_contiguous() && aligned(out, sizeof(T) * kVec)) {
+      fill_contiguous_kernel<T, kVec><<<blocks_for(n / kVec), kBlockSize, 0, stream>>>(out, n, v);
     } else {
-      fill_kernel<<<blocks_for(n), kThreads>>>(static_cast<T*>(dst.raw_data()), n, static_cast<T>(value));
+      launch_strided<1>(dst.shape(), {&dst.strides()}, "fill",
+                        [&](const StridedOffsets<1>& offsets, std::array<int64_t, 1> base, uint32_t count) {
+                          fill_strided_kernel<<<blocks_for(count), kBlockSize, 0, stream>>>(out + base[0], count, v,
+                                                                                            offsets);
+                        });
     }
+    PRECIS_CUDA_CHECK_LAUNCH("fill");
   });
-  PRECIS_CUDA_CHECK(cudaGetLastError(), "fill");
 }
 
 void accumulate_(const Tensor& dst, const Tensor& src) {
-  PRECIS_CHECK(dst.is_contiguous() && src.is_contiguous() && src.dtype() == dst.dtype() && src.device() == dst.device(),
-               "accumulate: on the GPU both gradients must be dense, of one dtype and on one device (got ",
-               describe(dst), " and ", describe(src), ")");
-  int64_t n = dst.numel();
+  PRECIS_CHECK(src.device() == dst.device(), "accumulate: a gradient on ", src.device(), " for a tensor on ",
+               dst.device(), "; move it there first (.to(device))");
+  const int64_t n = dst.numel();
   if (n == 0) return;
-  switch (dst.dtype()) {
-    case DType::f32:
-      accumulate_kernel<float, float><<<blocks_for(n), kThreads>>>(static_cast<float*>(dst.raw_data()),
-                                                                   static_cast<const float*>(src.raw_data()), n);
-      break;
-    case DType::f64:
-      accumulate_kernel<double, double><<<blocks_for(n), kThreads>>>(static_cast<double*>(dst.raw_data()),
-                                                                     static_cast<const double*>(src.raw_data()), n);
-      break;
-    case DType::f16:
-      accumulate_kernel<__half, float><<<blocks_for(n), kThreads>>>(static_cast<__half*>(dst.raw_data()),
-                                                                    static_cast<const __half*>(src.raw_data()), n);
-      break;
-    case DType::bf16:
-      accumulate_kernel<__nv_bfloat16, float><<<blocks_for(n), kThreads>>>(
-          static_cast<__nv_bfloat16*>(dst.raw_data()), static_cast<const __nv_bfloat16*>(src.raw_data()), n);
-      break;
-    default:
-      PRECIS_FAIL("accumulate: gradients must be floating, got ", describe(dst));
-  }
-  PRECIS_CUDA_CHECK(cudaGetLastError(), "accumulate");
+  DeviceGuard guard(dst.device());
+  cudaStream_t stream = compute_stream(dst.device());
+  dispatch_floating(dst.dtype(), "accumulate", [&](auto dst_tag) {
+    using D = typename decltype(dst_tag)::type;
+    dispatch_floating(src.dtype(), "accumulate", [&](auto src_tag) {
+      using S = typename decltype(src_tag)::type;
+      constexpr int kVec = kVecFor<D, S>;
+      D* out = static_cast<D*>(dst.raw_data());
+      const S* in = static_cast<const S*>(src.raw_data());
+      if (dst.is_contiguous() && src.is_contiguous() && aligned(out, sizeof(D) * kVec) &&
+          aligned(in, sizeof(S) * kVec)) {
+        accumulate_contiguous_kernel<D, S, kVec><<<blocks_for(n / kVec), kBlockSize, 0, stream>>>(out, in, n);
+      } else {
+        launch_strided<2>(dst.shape(), {&dst.strides(), &src.strides()}, "accumulate",
+                          [&](const StridedOffsets<2>& offsets, std::array<int64_t, 2> base, uint32_t count) {
+                            accumulate_strided_kernel<<<blocks_for(count), kBlockSize, 0, stream>>>(
+                                out + base[0], in + base[1], count, offsets);
+                          });
+      }
+      PRECIS_CUDA_CHECK_LAUNCH("accumulate");
+    });
+  });
 }
 
 }  // namespace precis::cuda

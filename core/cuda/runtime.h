@@ -4,6 +4,9 @@
 // Each device has one compute stream (all kernels of forward, backward and the
 // optimizer run on it, in order) and one communication stream (NCCL all-reduces,
 // so they overlap the backward pass). Both are created lazily, on first use.
+// They are non-blocking: they do not wait for the legacy default stream, so
+// work on them must not be ordered through synchronous calls like cudaMemcpy
+// (use cudaMemcpyAsync on the compute stream).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,6 +22,36 @@ cudaStream_t compute_stream(Device device);
 cudaStream_t comm_stream(Device device);
 // Makes `device` current for this thread (cudaSetDevice, skipped when it already is).
 void set_device(Device device);
+// Waits for everything queued on the compute stream of `device`.
+void synchronize(Device device);
+// Whether `stream` is being captured into a CUDA graph.
+bool is_capturing(cudaStream_t stream);
+// Whether any stream made here (the compute or comm stream of any device) is
+// being captured. While one is, calls such as cudaMalloc, cudaFree and
+// cudaEventQuery would break the capture.
+bool any_capture_underway();
+
+// Makes a device current for a scope and restores the previous one.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int index) {
+    PRECIS_CUDA_CHECK(cudaGetDevice(&previous_), "set device");
+    if (previous_ != index) {
+      PRECIS_CUDA_CHECK(cudaSetDevice(index), "set device");
+      changed_ = true;
+    }
+  }
+  explicit DeviceGuard(Device device) : DeviceGuard(device.index) {}
+  ~DeviceGuard() {
+    if (changed_) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool changed_ = false;
+};
 
 // Threads per block and blocks for `n` elements with one element per thread.
 inline constexpr int kBlockSize = 256;

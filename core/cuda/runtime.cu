@@ -1,0 +1,70 @@
+// Streams of each device, created once, on first use, by whichever thread asks
+// first (std::call_once), and kept for the life of the process: kernels queued
+// on them may outlive any object that could own them.
+#include <atomic>
+#include <mutex>
+
+#include "core/cuda/runtime.h"
+
+namespace precis::cuda {
+
+int device_count();  // core/cuda/device_query.cu
+
+namespace {
+
+struct DeviceStreams {
+  std::once_flag once;
+  std::atomic<bool> created{false};
+  cudaStream_t compute = nullptr;
+  cudaStream_t comm = nullptr;
+};
+
+// One entry per device, never freed (see the top of the file).
+DeviceStreams* stream_table() {
+  static DeviceStreams* table = new DeviceStreams[device_count() > 0 ? device_count() : 1];
+  return table;
+}
+
+DeviceStreams& streams_of(Device device) {
+  PRECIS_CHECK(device.is_cuda() && device.index >= 0 && device.index < device_count(), "no CUDA stream for device ",
+               device, ": ", device_count(), " GPU(s) are usable");
+  DeviceStreams& streams = stream_table()[device.index];
+  std::call_once(streams.once, [&] {
+    DeviceGuard guard(device);
+    PRECIS_CUDA_CHECK(cudaStreamCreateWithFlags(&streams.compute, cudaStreamNonBlocking), "create compute stream");
+    PRECIS_CUDA_CHECK(cudaStreamCreateWithFlags(&streams.comm, cudaStreamNonBlocking), "create comm stream");
+    streams.created.store(true, std::memory_order_release);
+  });
+  return streams;
+}
+
+}  // namespace
+
+cudaStream_t compute_stream(Device device) { return streams_of(device).compute; }
+
+cudaStream_t comm_stream(Device device) { return streams_of(device).comm; }
+
+void set_device(Device device) {
+  int current = -1;
+  PRECIS_CUDA_CHECK(cudaGetDevice(&current), "set device");
+  if (current != device.index) PRECIS_CUDA_CHECK(cudaSetDevice(device.index), "set device");
+}
+
+void synchronize(Device device) { PRECIS_CUDA_CHECK(cudaStreamSynchronize(compute_stream(device)), "synchronize"); }
+
+bool is_capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  PRECIS_CUDA_CHECK(cudaStreamIsCapturing(stream, &status), "query graph capture");
+  return status != cudaStreamCaptureStatusNone;
+}
+
+bool any_capture_underway() {
+  DeviceStreams* table = stream_table();
+  for (int i = 0; i < device_count(); ++i) {
+    if (!table[i].created.load(std::memory_order_acquire)) continue;
+    if (is_capturing(table[i].compute) || is_capturing(table[i].comm)) return true;
+  }
+  return false;
+}
+
+}  // namespace precis::cuda
