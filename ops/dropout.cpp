@@ -9,6 +9,7 @@
 #include "core/philox.h"
 #include "ops/checks.h"
 #include "ops/cpu/loops.h"
+#include "ops/cuda/dropout.h"
 #include "ops/elementwise.h"
 
 namespace precis::ops {
@@ -32,6 +33,9 @@ Tensor keep_mask(const Shape& shape, double p, uint64_t seed, uint64_t offset) {
 
 // out[i] = mask[i] ? t[i] * scale : 0, in t's dtype (f16/bf16 computed in f32).
 Tensor apply_mask(const Tensor& t, const Tensor& mask, double scale) {
+#if PRECIS_WITH_CUDA
+  if (t.is_cuda()) return cuda::apply_dropout_mask(t, mask, scale);
+#endif
   Tensor out = empty(t.shape(), t.dtype());
   cpu::dispatch_floating(t.dtype(), "dropout", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -50,20 +54,28 @@ Tensor apply_mask(const Tensor& t, const Tensor& mask, double scale) {
   return out;
 }
 
+// (out, mask) on x's device: one fused CUDA kernel, or the CPU's mask and then its application.
+std::pair<Tensor, Tensor> drop(const Tensor& x, double p, double scale, uint64_t seed, uint64_t offset) {
+#if PRECIS_WITH_CUDA
+  if (x.is_cuda()) return cuda::dropout(x, p, scale, seed, offset);
+#endif
+  Tensor mask = keep_mask(x.shape(), p, seed, offset);
+  return {apply_mask(x, mask, scale), mask};
+}
+
 }  // namespace
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   require_defined("dropout", x);
-  require_cpu("dropout", {&x});
   require_floating("dropout", x);
   PRECIS_CHECK(p >= 0.0 && p <= 1.0, "dropout: p must be in [0, 1], got ", p);
   if (!training || p == 0.0) return x;
   Generator& g = gen ? *gen : default_generator();
   const uint64_t offset = g.reserve(static_cast<uint64_t>(x.numel()));
-  Tensor mask = keep_mask(x.shape(), p, g.seed(), offset);
   // p == 1 keeps nothing, and its scale 1/(1-p) would be inf: it is never applied.
   const double scale = p < 1.0 ? 1.0 / (1.0 - p) : 0.0;
-  Tensor out = apply_mask(x, mask, scale);
+  std::pair<Tensor, Tensor> dropped = drop(x, p, scale, g.seed(), offset);
+  Tensor out = dropped.first, mask = dropped.second;
   autograd::record("dropout", {x}, {out}, [mask, scale](const BackwardArgs& grads) {
     return std::vector<Tensor>{apply_mask(grads.grad(), mask, scale)};
   });

@@ -8,6 +8,7 @@
 #include "core/autograd.h"
 #include "ops/checks.h"
 #include "ops/cpu/loops.h"
+#include "ops/cuda/elementwise.h"
 #include "ops/elementwise.h"
 #include "ops/reduce.h"
 
@@ -22,12 +23,15 @@ Tensor reduce_grad(const Tensor& grad, const Shape& shape, DType dtype) {
 }
 
 template <typename Fn>
-Tensor arithmetic(const char* op, const Tensor& a, const Tensor& b, Fn f) {
+Tensor arithmetic(const char* op, [[maybe_unused]] cuda::BinaryOp cuda_op, const Tensor& a, const Tensor& b, Fn f) {
   require_defined(op, a, "first operand");
   require_defined(op, b, "second operand");
-  require_cpu(op, {&a, &b});
+  common_device(op, {&a, &b});
   DType dtype = promote_types(a.dtype(), b.dtype());
   if (dtype == DType::boolean || dtype == DType::u8) dtype = DType::i64;
+#if PRECIS_WITH_CUDA
+  if (a.is_cuda()) return cuda::binary(cuda_op, a, b, dtype);
+#endif
   auto dispatch = [](DType d, const char* name, auto&& fn) { return cpu::dispatch_numeric(d, name, fn); };
   return cpu::map_binary_with(dispatch, a, b, dtype, op, f);
 }
@@ -36,34 +40,43 @@ Tensor arithmetic(const char* op, const Tensor& a, const Tensor& b, Fn f) {
 // compute in the compute type with the scalar unrounded, as PyTorch does.
 Tensor floating_operand(const char* op, const Tensor& a) {
   require_defined(op, a);
-  require_cpu(op, {&a});
   return is_floating(a.dtype()) ? a : a.to(DType::f32);
+}
+
+// out = f(a) with the scalar captured by f; on CUDA the kernel of `cuda_op` with `s`.
+template <typename Fn>
+Tensor scalar_op(const char* op, [[maybe_unused]] cuda::UnaryOp cuda_op, const Tensor& a, [[maybe_unused]] double s,
+                 Fn f) {
+#if PRECIS_WITH_CUDA
+  if (a.is_cuda()) return cuda::unary(cuda_op, a, s);
+#endif
+  return cpu::map_unary(a, op, f);
 }
 
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  Tensor out = arithmetic("add", a, b, [](auto x, auto y) { return x + y; });
-  autograd::record("add", {a, b}, {out}, [sa = a.shape(), sb = b.shape(), da = a.dtype(), db = b.dtype()](
-                                             const BackwardArgs& g) {
-    return std::vector<Tensor>{g.needs(0) ? reduce_grad(g.grad(), sa, da) : Tensor(),
-                               g.needs(1) ? reduce_grad(g.grad(), sb, db) : Tensor()};
-  });
+  Tensor out = arithmetic("add", cuda::BinaryOp::add, a, b, [](auto x, auto y) { return x + y; });
+  autograd::record("add", {a, b}, {out},
+                   [sa = a.shape(), sb = b.shape(), da = a.dtype(), db = b.dtype()](const BackwardArgs& g) {
+                     return std::vector<Tensor>{g.needs(0) ? reduce_grad(g.grad(), sa, da) : Tensor(),
+                                                g.needs(1) ? reduce_grad(g.grad(), sb, db) : Tensor()};
+                   });
   return out;
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
-  Tensor out = arithmetic("sub", a, b, [](auto x, auto y) { return x - y; });
-  autograd::record("sub", {a, b}, {out}, [sa = a.shape(), sb = b.shape(), da = a.dtype(), db = b.dtype()](
-                                             const BackwardArgs& g) {
-    return std::vector<Tensor>{g.needs(0) ? reduce_grad(g.grad(), sa, da) : Tensor(),
-                               g.needs(1) ? reduce_grad(neg(g.grad()), sb, db) : Tensor()};
-  });
+  Tensor out = arithmetic("sub", cuda::BinaryOp::sub, a, b, [](auto x, auto y) { return x - y; });
+  autograd::record("sub", {a, b}, {out},
+                   [sa = a.shape(), sb = b.shape(), da = a.dtype(), db = b.dtype()](const BackwardArgs& g) {
+                     return std::vector<Tensor>{g.needs(0) ? reduce_grad(g.grad(), sa, da) : Tensor(),
+                                                g.needs(1) ? reduce_grad(neg(g.grad()), sb, db) : Tensor()};
+                   });
   return out;
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
-  Tensor out = arithmetic("mul", a, b, [](auto x, auto y) { return x * y; });
+  Tensor out = arithmetic("mul", cuda::BinaryOp::mul, a, b, [](auto x, auto y) { return x * y; });
   if (autograd::any_requires_grad({&a, &b})) {
     autograd::record("mul", {a, b}, {out}, [a = a.detach(), b = b.detach()](const BackwardArgs& g) {
       return std::vector<Tensor>{g.needs(0) ? reduce_grad(mul(g.grad(), b), a.shape(), a.dtype()) : Tensor(),
@@ -74,7 +87,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
-  Tensor out = arithmetic("div", a, b, [](auto x, auto y) { return x / y; });
+  Tensor out = arithmetic("div", cuda::BinaryOp::div, a, b, [](auto x, auto y) { return x / y; });
   if (autograd::any_requires_grad({&a, &b})) {
     autograd::record("div", {a, b}, {out}, [a = a.detach(), b = b.detach()](const BackwardArgs& g) {
       Tensor grad_a = div(g.grad(), b);
@@ -88,7 +101,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
 
 Tensor add(const Tensor& a_in, double s) {
   Tensor a = floating_operand("add", a_in);
-  Tensor out = cpu::map_unary(a, "add", [s](auto x) { return x + static_cast<decltype(x)>(s); });
+  Tensor out = scalar_op("add", cuda::UnaryOp::add, a, s, [s](auto x) { return x + static_cast<decltype(x)>(s); });
   autograd::record("add", {a}, {out}, [](const BackwardArgs& g) { return std::vector<Tensor>{g.grad()}; });
   return out;
 }
@@ -97,21 +110,21 @@ Tensor sub(const Tensor& a, double s) { return add(a, -s); }
 
 Tensor rsub(double s, const Tensor& b_in) {
   Tensor b = floating_operand("rsub", b_in);
-  Tensor out = cpu::map_unary(b, "rsub", [s](auto x) { return static_cast<decltype(x)>(s) - x; });
+  Tensor out = scalar_op("rsub", cuda::UnaryOp::rsub, b, s, [s](auto x) { return static_cast<decltype(x)>(s) - x; });
   autograd::record("rsub", {b}, {out}, [](const BackwardArgs& g) { return std::vector<Tensor>{neg(g.grad())}; });
   return out;
 }
 
 Tensor mul(const Tensor& a_in, double s) {
   Tensor a = floating_operand("mul", a_in);
-  Tensor out = cpu::map_unary(a, "mul", [s](auto x) { return x * static_cast<decltype(x)>(s); });
+  Tensor out = scalar_op("mul", cuda::UnaryOp::mul, a, s, [s](auto x) { return x * static_cast<decltype(x)>(s); });
   autograd::record("mul", {a}, {out}, [s](const BackwardArgs& g) { return std::vector<Tensor>{mul(g.grad(), s)}; });
   return out;
 }
 
 Tensor div(const Tensor& a_in, double s) {
   Tensor a = floating_operand("div", a_in);
-  Tensor out = cpu::map_unary(a, "div", [s](auto x) { return x / static_cast<decltype(x)>(s); });
+  Tensor out = scalar_op("div", cuda::UnaryOp::div, a, s, [s](auto x) { return x / static_cast<decltype(x)>(s); });
   autograd::record("div", {a}, {out}, [s](const BackwardArgs& g) { return std::vector<Tensor>{div(g.grad(), s)}; });
   return out;
 }
@@ -119,7 +132,7 @@ Tensor div(const Tensor& a_in, double s) {
 // d(s / b)/db = -s / b^2 = -out / b
 Tensor rdiv(double s, const Tensor& b_in) {
   Tensor b = floating_operand("rdiv", b_in);
-  Tensor out = cpu::map_unary(b, "rdiv", [s](auto x) { return static_cast<decltype(x)>(s) / x; });
+  Tensor out = scalar_op("rdiv", cuda::UnaryOp::rdiv, b, s, [s](auto x) { return static_cast<decltype(x)>(s) / x; });
   if (autograd::any_requires_grad({&b})) {
     autograd::record("rdiv", {b}, {out}, [b = b.detach(), out = out.detach()](const BackwardArgs& g) {
       return std::vector<Tensor>{neg(mul(g.grad(), div(out, b)))};

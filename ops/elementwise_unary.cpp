@@ -1,6 +1,6 @@
-// Unary elementwise ops. Each forward is one map_unary. neg and exp write their
-// backward with ops; the others compute g * f'(saved) in one fused map_binary
-// pass over the incoming gradient and the saved tensor (x, or y = f(x)).
+// Unary elementwise ops. Each forward is one elementwise pass (a CPU loop or a CUDA
+// kernel). neg and exp write their backward with ops; the others compute g * f'(saved)
+// in one fused pass over the incoming gradient and the saved tensor (x, or y = f(x)).
 //   neg:     d(-x)      = -g
 //   exp:     d exp(x)   = g * y                                  (saves the output)
 //   pow:     d x^e      = g * e * x^(e-1), and 0 when e == 0      (saves the input)
@@ -20,6 +20,7 @@
 #include "ops/autocast.h"
 #include "ops/checks.h"
 #include "ops/cpu/loops.h"
+#include "ops/cuda/elementwise.h"
 #include "ops/elementwise.h"
 
 namespace precis::ops {
@@ -27,17 +28,31 @@ namespace precis::ops {
 namespace {
 Tensor checked_input(const char* op, const Tensor& x) {
   require_defined(op, x);
-  require_cpu(op, {&x});
   require_floating(op, x);
   return x;
 }
 
+// out = f(x) on x's device: the CUDA kernel of `cuda_op` (with `scalar`) or the CPU loop of f.
+template <typename Fn>
+Tensor apply_unary(const char* op, [[maybe_unused]] cuda::UnaryOp cuda_op, const Tensor& x,
+                   [[maybe_unused]] double scalar, Fn f) {
+#if PRECIS_WITH_CUDA
+  if (x.is_cuda()) return cuda::unary(cuda_op, x, scalar);
+#endif
+  return cpu::map_unary(x, op, f);
+}
+
 // Records `op` with a backward of g * derivative(saved), computed in saved's dtype
-// (f16/bf16 in f32). `saved` is x or the output, as the derivative wants.
+// (f16/bf16 in f32). `saved` is x or the output, as the derivative wants. On CUDA the
+// same pass is the fused kernel of `cuda_op` (with `scalar`).
 template <typename Derivative>
-void record_unary(const char* op, const Tensor& x, const Tensor& out, const Tensor& saved, Derivative derivative) {
+void record_unary(const char* op, [[maybe_unused]] cuda::UnaryOp cuda_op, [[maybe_unused]] double scalar,
+                  const Tensor& x, const Tensor& out, const Tensor& saved, Derivative derivative) {
   if (!autograd::any_requires_grad({&x})) return;
-  autograd::record(op, {x}, {out}, [op, saved = saved.detach(), derivative](const BackwardArgs& g) {
+  autograd::record(op, {x}, {out}, [=, saved = saved.detach()](const BackwardArgs& g) {
+#if PRECIS_WITH_CUDA
+    if (saved.is_cuda()) return std::vector<Tensor>{cuda::unary_backward(cuda_op, g.grad(), saved, scalar)};
+#endif
     return std::vector<Tensor>{cpu::map_binary(g.grad(), saved, saved.dtype(), op,
                                                [derivative](auto grad, auto s) { return grad * derivative(s); })};
   });
@@ -53,7 +68,7 @@ struct GeluConstants {
 
 Tensor neg(const Tensor& x) {
   checked_input("neg", x);
-  Tensor out = cpu::map_unary(x, "neg", [](auto v) { return -v; });
+  Tensor out = apply_unary("neg", cuda::UnaryOp::neg, x, 0.0, [](auto v) { return -v; });
   autograd::record("neg", {x}, {out}, [](const BackwardArgs& g) { return std::vector<Tensor>{neg(g.grad())}; });
   return out;
 }
@@ -61,22 +76,21 @@ Tensor neg(const Tensor& x) {
 Tensor exp(const Tensor& x_arg) {
   const Tensor x = autocast::to_fp32(x_arg);  // autocast: exp runs in f32
   checked_input("exp", x);
-  Tensor out = cpu::map_unary(x, "exp", [](auto v) { return std::exp(v); });
+  Tensor out = apply_unary("exp", cuda::UnaryOp::exp, x, 0.0, [](auto v) { return std::exp(v); });
   if (autograd::any_requires_grad({&x})) {
-    autograd::record("exp", {x}, {out}, [out = out.detach()](const BackwardArgs& g) {
-      return std::vector<Tensor>{mul(g.grad(), out)};
-    });
+    autograd::record("exp", {x}, {out},
+                     [out = out.detach()](const BackwardArgs& g) { return std::vector<Tensor>{mul(g.grad(), out)}; });
   }
   return out;
 }
 
 Tensor pow(const Tensor& x, double exponent) {
   checked_input("pow", x);
-  Tensor out =
-      exponent == 2.0
-          ? cpu::map_unary(x, "pow", [](auto v) { return v * v; })
-          : cpu::map_unary(x, "pow", [exponent](auto v) { return std::pow(v, static_cast<decltype(v)>(exponent)); });
-  record_unary("pow", x, out, x, [exponent](auto v) {
+  Tensor out = exponent == 2.0 ? apply_unary("pow", cuda::UnaryOp::square, x, exponent, [](auto v) { return v * v; })
+                               : apply_unary("pow", cuda::UnaryOp::pow, x, exponent, [exponent](auto v) {
+                                   return std::pow(v, static_cast<decltype(v)>(exponent));
+                                 });
+  record_unary("pow", cuda::UnaryOp::pow, exponent, x, out, x, [exponent](auto v) {
     using C = decltype(v);
     if (exponent == 0.0) return C(0);
     return static_cast<C>(exponent) * std::pow(v, static_cast<C>(exponent - 1.0));
@@ -87,56 +101,58 @@ Tensor pow(const Tensor& x, double exponent) {
 Tensor log(const Tensor& x_arg) {
   const Tensor x = autocast::to_fp32(x_arg);  // autocast: log runs in f32
   checked_input("log", x);
-  Tensor out = cpu::map_unary(x, "log", [](auto v) { return std::log(v); });
-  record_unary("log", x, out, x, [](auto v) { return decltype(v)(1) / v; });
+  Tensor out = apply_unary("log", cuda::UnaryOp::log, x, 0.0, [](auto v) { return std::log(v); });
+  record_unary("log", cuda::UnaryOp::log, 0.0, x, out, x, [](auto v) { return decltype(v)(1) / v; });
   return out;
 }
 
 Tensor sqrt(const Tensor& x) {
   checked_input("sqrt", x);
-  Tensor out = cpu::map_unary(x, "sqrt", [](auto v) { return std::sqrt(v); });
-  record_unary("sqrt", x, out, out, [](auto y) { return decltype(y)(0.5) / y; });
+  Tensor out = apply_unary("sqrt", cuda::UnaryOp::sqrt, x, 0.0, [](auto v) { return std::sqrt(v); });
+  record_unary("sqrt", cuda::UnaryOp::sqrt, 0.0, x, out, out, [](auto y) { return decltype(y)(0.5) / y; });
   return out;
 }
 
 Tensor rsqrt(const Tensor& x) {
   checked_input("rsqrt", x);
-  Tensor out = cpu::map_unary(x, "rsqrt", [](auto v) { return decltype(v)(1) / std::sqrt(v); });
-  record_unary("rsqrt", x, out, out, [](auto y) { return decltype(y)(-0.5) * y * y * y; });
+  Tensor out = apply_unary("rsqrt", cuda::UnaryOp::rsqrt, x, 0.0, [](auto v) { return decltype(v)(1) / std::sqrt(v); });
+  record_unary("rsqrt", cuda::UnaryOp::rsqrt, 0.0, x, out, out, [](auto y) { return decltype(y)(-0.5) * y * y * y; });
   return out;
 }
 
 Tensor tanh(const Tensor& x) {
   checked_input("tanh", x);
-  Tensor out = cpu::map_unary(x, "tanh", [](auto v) { return std::tanh(v); });
-  record_unary("tanh", x, out, out, [](auto y) { return decltype(y)(1) - y * y; });
+  Tensor out = apply_unary("tanh", cuda::UnaryOp::tanh, x, 0.0, [](auto v) { return std::tanh(v); });
+  record_unary("tanh", cuda::UnaryOp::tanh, 0.0, x, out, out, [](auto y) { return decltype(y)(1) - y * y; });
   return out;
 }
 
 // 1 / (1 + e^-x): for very negative x, e^-x overflows to inf and the result is 0, as it should be.
 Tensor sigmoid(const Tensor& x) {
   checked_input("sigmoid", x);
-  Tensor out = cpu::map_unary(x, "sigmoid", [](auto v) { return decltype(v)(1) / (decltype(v)(1) + std::exp(-v)); });
-  record_unary("sigmoid", x, out, out, [](auto y) { return y * (decltype(y)(1) - y); });
+  Tensor out = apply_unary("sigmoid", cuda::UnaryOp::sigmoid, x, 0.0,
+                           [](auto v) { return decltype(v)(1) / (decltype(v)(1) + std::exp(-v)); });
+  record_unary("sigmoid", cuda::UnaryOp::sigmoid, 0.0, x, out, out, [](auto y) { return y * (decltype(y)(1) - y); });
   return out;
 }
 
 // std::max(v, 0) returns v when v is NaN, so NaNs propagate as in PyTorch.
 Tensor relu(const Tensor& x) {
   checked_input("relu", x);
-  Tensor out = cpu::map_unary(x, "relu", [](auto v) { return std::max(v, decltype(v)(0)); });
-  record_unary("relu", x, out, x, [](auto v) { return v > decltype(v)(0) ? decltype(v)(1) : decltype(v)(0); });
+  Tensor out = apply_unary("relu", cuda::UnaryOp::relu, x, 0.0, [](auto v) { return std::max(v, decltype(v)(0)); });
+  record_unary("relu", cuda::UnaryOp::relu, 0.0, x, out, x,
+               [](auto v) { return v > decltype(v)(0) ? decltype(v)(1) : decltype(v)(0); });
   return out;
 }
 
 Tensor gelu(const Tensor& x) {
   checked_input("gelu", x);
-  Tensor out = cpu::map_unary(x, "gelu", [](auto v) {
+  Tensor out = apply_unary("gelu", cuda::UnaryOp::gelu, x, 0.0, [](auto v) {
     using C = decltype(v);
     using K = GeluConstants<C>;
     return C(0.5) * v * (C(1) + std::tanh(K::k * (v + K::c * v * v * v)));
   });
-  record_unary("gelu", x, out, x, [](auto v) {
+  record_unary("gelu", cuda::UnaryOp::gelu, 0.0, x, out, x, [](auto v) {
     using C = decltype(v);
     using K = GeluConstants<C>;
     C t = std::tanh(K::k * (v + K::c * v * v * v));

@@ -13,6 +13,7 @@
 #include "ops/checks.h"
 #include "ops/cpu/loops.h"
 #include "ops/cpu/reduce_rows.h"
+#include "ops/cuda/reduce.h"
 #include "ops/reduce.h"
 
 namespace precis::ops {
@@ -89,15 +90,14 @@ void row_max(const T* x, int64_t outer, int64_t inner, FinishFn finish) {
 
 void check_input(const char* op, const Tensor& x) {
   require_defined(op, x);
-  require_cpu(op, {&x});
   PRECIS_CHECK(is_floating(x.dtype()) || x.dtype() == DType::i32 || x.dtype() == DType::i64, op,
                ": input must be a floating or integer (int32, int64) tensor, got ", describe(x));
 }
 
-// `t` as a dense tensor of `dtype`, copied only when needed. No autograd.
+// `t` as a dense tensor of `dtype` on its device, copied only when needed. No autograd.
 Tensor dense(const Tensor& t, DType dtype) {
   if (t.dtype() == dtype && t.is_contiguous()) return t;
-  Tensor out = empty(t.shape(), dtype);
+  Tensor out = empty(t.shape(), dtype, t.device());
   copy_(out, t);
   return out;
 }
@@ -114,6 +114,10 @@ Shape broadcast_strides(const cpu::ReductionRows& r) {
 Tensor amax_backward(const Tensor& x, const Tensor& values, const Tensor& grad_in, const std::vector<int64_t>& dims,
                      const char* op) {
   cpu::ReductionRows r = cpu::reduction_rows(x, dims, op);
+#if PRECIS_WITH_CUDA
+  if (x.is_cuda())
+    return cuda::amax_backward(x, r.rows, dense(values, x.dtype()), dense(grad_in, x.dtype()), broadcast_strides(r));
+#endif
   Tensor grad = empty(x.shape(), x.dtype());
   cpu::dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -149,6 +153,9 @@ Tensor amax_backward(const Tensor& x, const Tensor& values, const Tensor& grad_i
 
 // max(x, dim)'s backward: the gradient of each output goes to the element its index names.
 Tensor max_backward(const Tensor& indices, const Tensor& grad_in, const Shape& shape, DType dtype, int64_t d) {
+#if PRECIS_WITH_CUDA
+  if (indices.is_cuda()) return cuda::max_backward(indices, dense(grad_in, dtype), shape, dtype, d);
+#endif
   // A dense x is [before, n, after] around dim d; output o = (a, b) came from x[a, indices[o], b].
   const int64_t n = shape.empty() ? 1 : shape[d];
   int64_t after = 1;
@@ -167,19 +174,36 @@ Tensor max_backward(const Tensor& indices, const Tensor& grad_in, const Shape& s
   return grad;
 }
 
+// The first maximum of each of r's rows, shaped `shape`; with their indices (i64) when `indices` is given.
+Tensor row_maxima(const cpu::ReductionRows& r, const Shape& shape, DType dtype, const char* op, Tensor* indices) {
+#if PRECIS_WITH_CUDA
+  if (r.rows.is_cuda()) {
+    std::pair<Tensor, Tensor> found = cuda::max_rows(r.rows, indices != nullptr);
+    if (indices) *indices = found.second.as_strided(shape, contiguous_strides(shape), 0);
+    return found.first.as_strided(shape, contiguous_strides(shape), 0);
+  }
+#endif
+  Tensor values = empty(shape, dtype);
+  if (indices) *indices = empty(shape, DType::i64);
+  cpu::dispatch_numeric(dtype, op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* v = values.data<T>();
+    int64_t* idx = indices ? indices->data<int64_t>() : nullptr;
+    row_max(r.rows.data<T>(), r.outer, r.inner, [&](int64_t row, const auto& best) {
+      v[row] = convert<T>(best.value);
+      if (idx) idx[row] = best.index;
+    });
+  });
+  return values;
+}
+
 Tensor amax_impl(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, const char* op) {
   check_input(op, x);
   cpu::ReductionRows r = cpu::reduction_rows(x, dims, op);
   PRECIS_CHECK(r.inner > 0, op, ": cannot reduce over zero elements (input ", describe(x), ", dims ", dims,
                dims.empty() ? " = all" : "", ")");
   Shape shape = keepdim ? r.keepdim_shape : r.out_shape;
-  Tensor values = empty(shape, x.dtype());
-  cpu::dispatch_numeric(x.dtype(), op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* v = values.data<T>();
-    row_max(r.rows.data<T>(), r.outer, r.inner,
-            [&](int64_t row, const auto& best) { v[row] = convert<T>(best.value); });
-  });
+  Tensor values = row_maxima(r, shape, x.dtype(), op, nullptr);
   if (autograd::any_requires_grad({&x})) {
     autograd::record(op, {x}, {values}, [x = x.detach(), values = values.detach(), dims, op](const BackwardArgs& g) {
       return std::vector<Tensor>{amax_backward(x, values, g.grad(), dims, op)};
@@ -197,16 +221,8 @@ std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
   PRECIS_CHECK(n > 0, "max: cannot take the max over dim ", dim, " of size 0 (input ", describe(x), ")");
   cpu::ReductionRows r = cpu::reduction_rows(x, {dim}, "max");
   Shape shape = keepdim ? r.keepdim_shape : r.out_shape;
-  Tensor values = empty(shape, x.dtype()), indices = empty(shape, DType::i64);
-  cpu::dispatch_numeric(x.dtype(), "max", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* v = values.data<T>();
-    int64_t* idx = indices.data<int64_t>();
-    row_max(r.rows.data<T>(), r.outer, r.inner, [&](int64_t row, const auto& best) {
-      v[row] = convert<T>(best.value);
-      idx[row] = best.index;
-    });
-  });
+  Tensor indices;
+  Tensor values = row_maxima(r, shape, x.dtype(), "max", &indices);
   if (autograd::any_requires_grad({&x})) {
     autograd::record("max", {x}, {values}, [indices, shape = x.shape(), dtype = x.dtype(), d](const BackwardArgs& g) {
       return std::vector<Tensor>{max_backward(indices, g.grad(), shape, dtype, d)};

@@ -8,6 +8,7 @@
 #include "ops/checks.h"
 #include "ops/cpu/loops.h"
 #include "ops/cpu/reduce_rows.h"
+#include "ops/cuda/reduce.h"
 #include "ops/elementwise.h"
 #include "ops/reduce.h"
 
@@ -34,20 +35,46 @@ Tensor sum_rows(const cpu::ReductionRows& r, DType dtype) {
   return out;
 }
 
+// The dims a reduction over `dims` covers (every dim when empty), checked as reduction_rows checks them.
+std::vector<bool> reduced_dims(const Tensor& x, const std::vector<int64_t>& dims, const char* op) {
+  std::vector<bool> reduced(x.dim(), dims.empty());
+  for (int64_t d : dims) {
+    int64_t w = wrap_dim(d, x.dim(), op);
+    if (x.dim() == 0) continue;
+    PRECIS_CHECK(!reduced[w], op, ": dim ", d, " appears twice in the reduction dims");
+    reduced[w] = true;
+  }
+  return reduced;
+}
+
+// The sums over the reduced dims, one per kept position in row-major order, on x's device.
+// The CUDA kernels read x in place where its layout allows (no permuted copy).
+Tensor sum_values(const Tensor& x, const std::vector<int64_t>& dims, [[maybe_unused]] const std::vector<bool>& reduced,
+                  const char* op) {
+#if PRECIS_WITH_CUDA
+  if (x.is_cuda()) return cuda::sum(x, reduced);
+#endif
+  return sum_rows(cpu::reduction_rows(x, dims, op), x.dtype());
+}
+
 Tensor sum_impl(const Tensor& x_arg, const std::vector<int64_t>& dims, bool keepdim, double scale, const char* op) {
   const Tensor x = autocast::to_fp32(x_arg);  // autocast: reductions run in f32
   require_defined(op, x);
-  require_cpu(op, {&x});
   DType dtype = is_floating(x.dtype()) ? x.dtype() : DType::i64;
-  cpu::ReductionRows r = cpu::reduction_rows(cpu::converted(x, dtype), dims, op);
-  Tensor out = sum_rows(r, dtype);
+  std::vector<bool> reduced = reduced_dims(x, dims, op);
+  Shape out_shape, keep_shape;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    keep_shape.push_back(reduced[d] ? 1 : x.shape()[d]);
+    if (!reduced[d]) out_shape.push_back(x.shape()[d]);
+  }
+  Tensor out = sum_values(cpu::converted(x, dtype), dims, reduced, op);
   if (scale != 1.0) {
     NoGradGuard no_grad;
     out = mul(out, scale);
   }
-  out = out.as_strided(keepdim ? r.keepdim_shape : r.out_shape,
-                       contiguous_strides(keepdim ? r.keepdim_shape : r.out_shape), 0);
-  Shape in_shape = x.shape(), keep_shape = r.keepdim_shape;
+  const Shape& shape = keepdim ? keep_shape : out_shape;
+  out = out.as_strided(shape, contiguous_strides(shape), 0);
+  Shape in_shape = x.shape();
   autograd::record(op, {x}, {out}, [in_shape, keep_shape, scale](const BackwardArgs& g) {
     Tensor grad = g.grad().reshape(keep_shape).expand(in_shape);
     if (scale != 1.0) grad = mul(grad, scale);
@@ -74,8 +101,7 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 
 Tensor sum_to_shape(const Tensor& x, const Shape& shape) {
   if (x.shape() == shape) return x;
-  PRECIS_CHECK(x.dim() >= static_cast<int64_t>(shape.size()), "sum_to_shape: cannot reduce ", x.shape(), " to ",
-               shape);
+  PRECIS_CHECK(x.dim() >= static_cast<int64_t>(shape.size()), "sum_to_shape: cannot reduce ", x.shape(), " to ", shape);
   size_t lead = x.shape().size() - shape.size();
   std::vector<int64_t> dims;
   for (size_t d = 0; d < x.shape().size(); ++d) {

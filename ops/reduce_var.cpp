@@ -16,6 +16,7 @@
 #include "ops/checks.h"
 #include "ops/cpu/loops.h"
 #include "ops/cpu/reduce_rows.h"
+#include "ops/cuda/reduce.h"
 #include "ops/reduce.h"
 
 namespace precis::ops {
@@ -74,10 +75,10 @@ void row_moments(const T* x, int64_t outer, int64_t inner, FinishFn finish) {
   }
 }
 
-// `t` as a dense tensor of `dtype`, copied only when needed. No autograd.
+// `t` as a dense tensor of `dtype` on its device, copied only when needed. No autograd.
 Tensor dense(const Tensor& t, DType dtype) {
   if (t.dtype() == dtype && t.is_contiguous()) return t;
-  Tensor out = empty(t.shape(), dtype);
+  Tensor out = empty(t.shape(), dtype, t.device());
   copy_(out, t);
   return out;
 }
@@ -85,11 +86,14 @@ Tensor dense(const Tensor& t, DType dtype) {
 // dx = g * 2 (x - mean) / (N - correction), with the mean of x's row recomputed.
 Tensor var_backward(const Tensor& x, const Tensor& grad_in, const std::vector<int64_t>& dims, double denom) {
   cpu::ReductionRows r = cpu::reduction_rows(x, dims, "var");
-  Tensor grad = empty(x.shape(), x.dtype());
   // mean and 2 g / denom of each output, broadcast back over the reduced dims.
   Shape broadcast = contiguous_strides(r.keepdim_shape);
   for (size_t d = 0; d < broadcast.size(); ++d)
     if (r.reduced[d]) broadcast[d] = 0;
+#if PRECIS_WITH_CUDA
+  if (x.is_cuda()) return cuda::var_backward(x, r.rows, dense(grad_in, x.dtype()), broadcast, denom);
+#endif
+  Tensor grad = empty(x.shape(), x.dtype());
   cpu::dispatch_floating(x.dtype(), "var", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_type_t<T>;
@@ -112,23 +116,31 @@ Tensor var_backward(const Tensor& x, const Tensor& grad_in, const std::vector<in
   return grad;
 }
 
-}  // namespace
-
-Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
-  require_defined("var", x);
-  require_cpu("var", {&x});
-  require_floating("var", x);
-  cpu::ReductionRows r = cpu::reduction_rows(x, dims, "var");
-  // Like torch.var: N <= correction divides by zero (inf, or nan for a zero numerator).
-  const double denom = std::max<double>(0.0, static_cast<double>(r.inner - correction));
-  Shape shape = keepdim ? r.keepdim_shape : r.out_shape;
-  Tensor out = empty(shape, x.dtype());
-  cpu::dispatch_floating(x.dtype(), "var", [&](auto tag) {
+// Each row's M2 / denom, shaped `shape`, on the rows' device.
+Tensor row_variances(const cpu::ReductionRows& r, const Shape& shape, DType dtype, double denom) {
+#if PRECIS_WITH_CUDA
+  if (r.rows.is_cuda()) return cuda::var_rows(r.rows, denom).as_strided(shape, contiguous_strides(shape), 0);
+#endif
+  Tensor out = empty(shape, dtype);
+  cpu::dispatch_floating(dtype, "var", [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* o = out.data<T>();
     row_moments(r.rows.data<T>(), r.outer, r.inner,
                 [&](int64_t row, const Moments& m) { o[row] = convert<T>(m.m2 / denom); });
   });
+  return out;
+}
+
+}  // namespace
+
+Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
+  require_defined("var", x);
+  require_floating("var", x);
+  cpu::ReductionRows r = cpu::reduction_rows(x, dims, "var");
+  // Like torch.var: N <= correction divides by zero (inf, or nan for a zero numerator).
+  const double denom = std::max<double>(0.0, static_cast<double>(r.inner - correction));
+  Shape shape = keepdim ? r.keepdim_shape : r.out_shape;
+  Tensor out = row_variances(r, shape, x.dtype(), denom);
   if (autograd::any_requires_grad({&x})) {
     autograd::record("var", {x}, {out}, [x = x.detach(), dims, denom](const BackwardArgs& g) {
       return std::vector<Tensor>{var_backward(x, g.grad(), dims, denom)};

@@ -7,6 +7,7 @@
 #include "core/autograd.h"
 #include "ops/checks.h"
 #include "ops/cpu/loops.h"
+#include "ops/cuda/elementwise.h"
 #include "ops/elementwise.h"
 #include "ops/reduce.h"
 
@@ -14,13 +15,37 @@ namespace precis::ops {
 
 namespace {
 
+// g where cond == when, 0 elsewhere, in g's dtype and the broadcast shape of cond and g.
+Tensor picked_grad(const Tensor& cond, const Tensor& grad, bool when, const char* op) {
+#if PRECIS_WITH_CUDA
+  if (grad.is_cuda()) return cuda::where_scalar(cond, grad, when, 0.0);
+#endif
+  Tensor zero = scalar_tensor(0.0, grad.dtype());
+  return cpu::map_ternary(cond, grad, zero, grad.dtype(), op,
+                          [when](bool c, auto g, auto z) { return c == when ? g : z; });
+}
+
+// cond ? a : b (broadcast, in `dtype`) on the inputs' device.
+Tensor select(const Tensor& cond, const Tensor& a, const Tensor& b, DType dtype) {
+#if PRECIS_WITH_CUDA
+  if (a.is_cuda()) return cuda::where(cond, a, b, dtype);
+#endif
+  return cpu::map_ternary(cond, a, b, dtype, "where", [](bool c, auto x, auto y) { return c ? x : y; });
+}
+
+// mask ? value : x, in x's dtype, on x's device.
+Tensor fill_where(const Tensor& mask, const Tensor& x, double value) {
+#if PRECIS_WITH_CUDA
+  if (x.is_cuda()) return cuda::where_scalar(mask, x, false, value);
+#endif
+  return cpu::map_ternary(mask, scalar_tensor(value, x.dtype()), x, x.dtype(), "masked_fill",
+                          [](bool m, auto v, auto y) { return m ? v : y; });
+}
+
 // g where cond == when, 0 elsewhere, summed back to `shape` and converted to `dtype`.
 Tensor selected_grad(const Tensor& cond, const Tensor& grad, bool when, const Shape& shape, DType dtype,
                      const char* op) {
-  Tensor zero = scalar_tensor(0.0, grad.dtype());
-  Tensor picked = cpu::map_ternary(cond, grad, zero, grad.dtype(), op,
-                                   [when](bool c, auto g, auto z) { return c == when ? g : z; });
-  Tensor reduced = sum_to_shape(picked, shape);
+  Tensor reduced = sum_to_shape(picked_grad(cond, grad, when, op), shape);
   return reduced.dtype() == dtype ? reduced : reduced.to(dtype);
 }
 
@@ -30,11 +55,11 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   require_defined("where", cond, "condition");
   require_defined("where", a, "first operand");
   require_defined("where", b, "second operand");
-  require_cpu("where", {&cond, &a, &b});
+  common_device("where", {&cond, &a, &b});
   require_floating("where", a, "first operand");
   require_floating("where", b, "second operand");
   DType dtype = promote_types(a.dtype(), b.dtype());
-  Tensor out = cpu::map_ternary(cond, a, b, dtype, "where", [](bool c, auto x, auto y) { return c ? x : y; });
+  Tensor out = select(cond, a, b, dtype);
   if (autograd::any_requires_grad({&a, &b})) {
     autograd::record(
         "where", {a, b}, {out},
@@ -49,14 +74,12 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   require_defined("masked_fill", x);
   require_defined("masked_fill", mask, "mask");
-  require_cpu("masked_fill", {&x, &mask});
+  common_device("masked_fill", {&x, &mask});
   require_floating("masked_fill", x);
   PRECIS_CHECK(mask.dtype() == DType::boolean, "masked_fill: mask must be a bool tensor, got ", describe(mask));
   PRECIS_CHECK(broadcast_shapes(x.shape(), mask.shape(), "masked_fill") == x.shape(), "masked_fill: mask of shape ",
                mask.shape(), " does not broadcast to the input's shape ", x.shape());
-  Tensor fill = scalar_tensor(value, x.dtype());
-  Tensor out =
-      cpu::map_ternary(mask, fill, x, x.dtype(), "masked_fill", [](bool m, auto v, auto y) { return m ? v : y; });
+  Tensor out = fill_where(mask, x, value);
   if (autograd::any_requires_grad({&x})) {
     autograd::record("masked_fill", {x}, {out},
                      [mask = mask.detach(), shape = x.shape(), dtype = x.dtype()](const BackwardArgs& g) {
@@ -68,6 +91,9 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
 
 Tensor causal_mask(int64_t T, Device device) {
   PRECIS_CHECK(T >= 0, "causal_mask: T must be non-negative, got ", T);
+#if PRECIS_WITH_CUDA
+  if (device.is_cuda()) return cuda::causal_mask(T, device);
+#endif
   Tensor mask = empty({T, T}, DType::boolean);
   bool* m = mask.data<bool>();
 #pragma omp parallel for schedule(static) if (T * T >= kParallelGrain)

@@ -1,0 +1,135 @@
+// The elementwise map every op of ops/cuda/elementwise_*.cu is built on:
+// out[i] = f(in_0[i], ..., in_{N-1}[i]) over N inputs of one element type T,
+// computed in compute_t<T> and rounded to T on store.
+//
+// Two kernels: a dense one moving 16 bytes per operand per thread when every
+// operand is contiguous and 16-byte aligned (the common case), and a strided
+// one that finds each operand's element through a StridedIndex (transposes,
+// slices, broadcasting).
+#pragma once
+
+#include <array>
+
+#include "core/copy.h"
+#include "ops/cuda/tensor_info.cuh"
+
+namespace precis::ops::cuda {
+
+template <typename T, int N>
+struct Inputs {
+  const T* p[N];
+};
+
+template <typename F, typename C, int N>
+__device__ __forceinline__ C call(const F& f, const C (&v)[N]) {
+  static_assert(N == 1 || N == 2, "maps take one or two inputs");
+  if constexpr (N == 1)
+    return f(v[0]);
+  else
+    return f(v[0], v[1]);
+}
+
+// Thread t handles elements [t * P, t * P + P) with P = 16 / sizeof(T); the last thread
+// finishes a tail shorter than a pack one element at a time.
+template <typename T, int N, typename F>
+__global__ void map_dense_kernel(T* out, Inputs<T, N> in, int64_t n, F f) {
+  using C = compute_t<T>;
+  using Pack = Packed128<T>;
+  const int64_t start = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * Pack::size;
+  if (start + Pack::size <= n) {
+    Pack loaded[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) loaded[k] = load128(in.p[k] + start);
+    Pack result;
+#pragma unroll
+    for (int j = 0; j < Pack::size; ++j) {
+      C v[N];
+#pragma unroll
+      for (int k = 0; k < N; ++k) v[k] = convert_to<C>(loaded[k].v[j]);
+      result.v[j] = convert_to<T>(call(f, v));
+    }
+    store128(out + start, result);
+  } else {
+    for (int64_t i = start; i < n; ++i) {
+      C v[N];
+#pragma unroll
+      for (int k = 0; k < N; ++k) v[k] = convert_to<C>(in.p[k][i]);
+      out[i] = convert_to<T>(call(f, v));
+    }
+  }
+}
+
+// One element per thread; `out` is dense, the inputs have any strides.
+template <typename T, int N, typename F>
+__global__ void map_strided_kernel(T* out, Inputs<T, N> in, StridedIndex<N> index, int64_t n, F f) {
+  using C = compute_t<T>;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  int64_t off[N];
+  index.offsets(i, off);
+  C v[N];
+#pragma unroll
+  for (int k = 0; k < N; ++k) v[k] = convert_to<C>(in.p[k][off[k]]);
+  out[i] = convert_to<T>(call(f, v));
+}
+
+// ---- host side
+
+// A view of `t` broadcast to `shape` (stride 0 along broadcast dims); `shape` comes from broadcast_shapes.
+inline Tensor broadcast_to(const Tensor& t, const Shape& shape) {
+  if (t.shape() == shape) return t;
+  const size_t lead = shape.size() - t.shape().size();
+  Shape strides(shape.size(), 0);
+  for (size_t d = 0; d < t.shape().size(); ++d) strides[lead + d] = t.shape()[d] == 1 ? 0 : t.strides()[d];
+  return t.as_strided(shape, strides, t.offset());
+}
+
+// `t` in `dtype` (a converted device copy when it differs). No autograd.
+inline Tensor as_dtype(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype) return t;
+  Tensor out = empty(t.shape(), dtype, t.device());
+  precis::copy_(out, t);
+  return out;
+}
+
+// `t` dense (a device copy when it is not). No autograd.
+inline Tensor dense(const Tensor& t) {
+  if (t.is_contiguous()) return t;
+  Tensor out = empty(t.shape(), t.dtype(), t.device());
+  precis::copy_(out, t);
+  return out;
+}
+
+// out = f(inputs...) elementwise: `out` is a new dense tensor; the inputs have its shape
+// (broadcast views are fine) and element type T.
+template <typename T, int N, typename F>
+void launch_map(const char* op, const Tensor& out, std::array<Tensor, N> inputs, F f) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  cudaStream_t stream = stream_for(out);
+  std::array<Shape, N> strides;
+  for (int k = 0; k < N; ++k) strides[k] = inputs[k].strides();
+  StridedIndex<N> index;
+  if (!make_strided_index<N>(out.shape(), strides, index)) {
+    // More than kMaxDims dims survive merging: read dense copies instead.
+    for (Tensor& t : inputs) t = dense(t);
+    for (int k = 0; k < N; ++k) strides[k] = inputs[k].strides();
+    make_strided_index<N>(out.shape(), strides, index);
+  }
+  Inputs<T, N> in;
+  bool vectorisable = aligned16(out.raw_data());
+  for (int k = 0; k < N; ++k) {
+    in.p[k] = data_of<const T>(inputs[k]);
+    vectorisable = vectorisable && aligned16(in.p[k]) && index.ndim == 1 && index.strides[k][0] == 1;
+  }
+  if (vectorisable) {
+    map_dense_kernel<T, N, F><<<precis::cuda::grid_for(n, Packed128<T>::size), precis::cuda::kBlockSize, 0, stream>>>(
+        data_of<T>(out), in, n, f);
+  } else {
+    map_strided_kernel<T, N, F>
+        <<<precis::cuda::grid_for(n), precis::cuda::kBlockSize, 0, stream>>>(data_of<T>(out), in, index, n, f);
+  }
+  PRECIS_CUDA_CHECK_LAUNCH(op);
+}
+
+}  // namespace precis::ops::cuda

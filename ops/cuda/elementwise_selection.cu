@@ -1,0 +1,110 @@
+// where, where_scalar (masked_fill and the selection gradients) and causal_mask.
+//   where:        out[i] = cond[i] != 0 ? a[i] : b[i]       (all three broadcast to out's shape)
+//   where_scalar: out[i] = (cond[i] != 0) == when ? x[i] : value
+//   causal_mask:  out[i][j] = j > i
+// The condition is read as bytes (bool and u8 are both one byte); the picked value is
+// copied, not recomputed, so the results equal the CPU's bit for bit.
+#include "ops/cuda/elementwise.cuh"
+#include "ops/cuda/elementwise.h"
+
+namespace precis::ops::cuda {
+
+namespace {
+
+template <typename T>
+__global__ void where_kernel(T* out, const uint8_t* cond, const T* a, const T* b, StridedIndex<3> index, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  int64_t off[3];
+  index.offsets(i, off);
+  out[i] = cond[off[0]] != 0 ? a[off[1]] : b[off[2]];
+}
+
+template <typename T>
+__global__ void where_scalar_kernel(T* out, const uint8_t* cond, const T* x, StridedIndex<2> index, bool when,
+                                    double value, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  int64_t off[2];
+  index.offsets(i, off);
+  out[i] = (cond[off[0]] != 0) == when ? x[off[1]] : convert_to<T>(value);
+}
+
+__global__ void causal_mask_kernel(bool* out, int64_t T) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= T * T) return;
+  out[i] = i % T > i / T;
+}
+
+void check_condition(const char* op, const Tensor& cond) {
+  PRECIS_CHECK(cond.dtype() == DType::boolean || cond.dtype() == DType::u8, op,
+               ": the condition must be a bool or uint8 tensor, got ", describe(cond));
+}
+
+// The strided index of `shape` over `operands` (broadcast views of that shape), made
+// dense first when more than kMaxDims dims would remain.
+template <int N>
+StridedIndex<N> index_over(const Shape& shape, std::array<Tensor, N>& operands) {
+  std::array<Shape, N> strides;
+  for (int k = 0; k < N; ++k) strides[k] = operands[k].strides();
+  StridedIndex<N> index;
+  if (!make_strided_index<N>(shape, strides, index)) {
+    for (int k = 0; k < N; ++k) {
+      operands[k] = dense(operands[k]);
+      strides[k] = operands[k].strides();
+    }
+    make_strided_index<N>(shape, strides, index);
+  }
+  return index;
+}
+
+}  // namespace
+
+Tensor where(const Tensor& cond_in, const Tensor& a_in, const Tensor& b_in, DType dtype) {
+  check_condition("where", cond_in);
+  Shape shape = broadcast_shapes(broadcast_shapes(cond_in.shape(), a_in.shape(), "where"), b_in.shape(), "where");
+  std::array<Tensor, 3> operands{broadcast_to(cond_in, shape), broadcast_to(as_dtype(a_in, dtype), shape),
+                                 broadcast_to(as_dtype(b_in, dtype), shape)};
+  Tensor out = empty(shape, dtype, a_in.device());
+  const int64_t n = out.numel();
+  if (n == 0) return out;
+  StridedIndex<3> index = index_over<3>(shape, operands);
+  cudaStream_t stream = stream_for(out);
+  dispatch_floating(dtype, "where", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    where_kernel<T><<<precis::cuda::grid_for(n), precis::cuda::kBlockSize, 0, stream>>>(
+        data_of<T>(out), data_of<const uint8_t>(operands[0]), data_of<const T>(operands[1]),
+        data_of<const T>(operands[2]), index, n);
+  });
+  PRECIS_CUDA_CHECK_LAUNCH("where");
+  return out;
+}
+
+Tensor where_scalar(const Tensor& cond_in, const Tensor& x_in, bool when, double value) {
+  check_condition("where", cond_in);
+  Shape shape = broadcast_shapes(cond_in.shape(), x_in.shape(), "where");
+  std::array<Tensor, 2> operands{broadcast_to(cond_in, shape), broadcast_to(x_in, shape)};
+  Tensor out = empty(shape, x_in.dtype(), x_in.device());
+  const int64_t n = out.numel();
+  if (n == 0) return out;
+  StridedIndex<2> index = index_over<2>(shape, operands);
+  cudaStream_t stream = stream_for(out);
+  dispatch_floating(x_in.dtype(), "where", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    where_scalar_kernel<T><<<precis::cuda::grid_for(n), precis::cuda::kBlockSize, 0, stream>>>(
+        data_of<T>(out), data_of<const uint8_t>(operands[0]), data_of<const T>(operands[1]), index, when, value, n);
+  });
+  PRECIS_CUDA_CHECK_LAUNCH("where");
+  return out;
+}
+
+Tensor causal_mask(int64_t T, Device device) {
+  Tensor mask = empty({T, T}, DType::boolean, device);
+  if (T == 0) return mask;
+  causal_mask_kernel<<<precis::cuda::grid_for(T * T), precis::cuda::kBlockSize, 0, stream_for(mask)>>>(
+      data_of<bool>(mask), T);
+  PRECIS_CUDA_CHECK_LAUNCH("causal_mask");
+  return mask;
+}
+
+}  // namespace precis::ops::cuda
