@@ -1,4 +1,6 @@
-// matmul and linear on the CPU, through Eigen's blocked, multithreaded GEMM.
+// matmul, linear and linear_gelu: validation, autocast and autograd here; the
+// product on the CPU through Eigen's blocked, multithreaded GEMM, on the GPU
+// through cuBLASLt (ops/cuda/matmul.cu).
 //
 // For C = A B (A: [M, K], B: [K, N]):  dA = dC B^T,  dB = A^T dC.
 // Batch dims broadcast; their gradients are summed back to each input's shape.
@@ -7,6 +9,8 @@
 #include <Eigen/Dense>
 #include <omp.h>
 
+#include <atomic>
+
 #include "core/autograd.h"
 #include "ops/autocast.h"
 #include "ops/checks.h"
@@ -14,10 +18,15 @@
 #include "ops/elementwise.h"
 #include "ops/matmul.h"
 #include "ops/reduce.h"
+#if PRECIS_WITH_CUDA
+#include "ops/cuda/matmul.h"
+#endif
 
 namespace precis::ops {
 
 namespace {
+
+std::atomic<bool> g_allow_tf32{false};
 
 using Eigen::Dynamic;
 template <typename T, int Order>
@@ -112,14 +121,109 @@ Tensor matmul_forward(const Tensor& a_in, const Tensor& b_in) {
   return compute == dtype ? out : cpu::converted(out, dtype);
 }
 
+void check_linear(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  require_defined(op, x, "input");
+  require_defined(op, weight, "weight");
+  common_device(op, {&x, &weight, &bias});
+  PRECIS_CHECK(weight.dim() == 2, op, ": weight must be [out_features, in_features], got ", weight.shape());
+  PRECIS_CHECK(x.dim() >= 1 && x.shape().back() == weight.shape()[1], op, ": input ", x.shape(),
+               " does not end in in_features = ", weight.shape()[1], " (weight ", weight.shape(), ")");
+  PRECIS_CHECK(!bias.defined() || (bias.dim() == 1 && bias.shape()[0] == weight.shape()[0]), op, ": bias ",
+               bias.shape(), " must be [out_features] = [", weight.shape()[0], "]");
+}
+
+#if PRECIS_WITH_CUDA
+// cuBLASLt multiplies f32, f16 and bf16; f64 products stay on the CPU.
+DType gpu_dtype(const char* op, DType dtype) {
+  PRECIS_CHECK(dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16, op, ": no GPU product for ",
+               dtype_name(dtype), " tensors; use float32, float16 or bfloat16 on the GPU");
+  return dtype;
+}
+
+Tensor matmul_forward_cuda(const Tensor& a_in, const Tensor& b_in) {
+  DType dtype = gpu_dtype("matmul", promote_types(a_in.dtype(), b_in.dtype()));
+  Tensor a = a_in.detach().to(dtype), b = b_in.detach().to(dtype);
+  Shape out_shape = broadcast_shapes(Shape(a.shape().begin(), a.shape().end() - 2),
+                                     Shape(b.shape().begin(), b.shape().end() - 2), "matmul");
+  out_shape.push_back(a.shape()[a.dim() - 2]);
+  out_shape.push_back(b.shape().back());
+  Tensor out = empty(out_shape, dtype, a.device());
+  cuda::matmul(out, a, b);
+  return out;
+}
+
+// linear and linear_gelu on the GPU: one cuBLASLt call on x folded to [N, in],
+// its epilogue adding the bias (and applying the GELU, keeping its input z), and
+// one autograd node. With z = x W^T + b and g the gradient of z (dy for linear,
+// dy * gelu'(z) for linear_gelu):  dx = g W,  dW = g^T x,  db = g summed over
+// its rows, fused into the dW product.
+Tensor linear_cuda(const char* op, const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, bool gelu) {
+  DType dtype = promote_types(x_in.dtype(), weight_in.dtype());
+  if (bias_in.defined()) dtype = promote_types(dtype, bias_in.dtype());
+  gpu_dtype(op, dtype);
+  const Tensor x = x_in.to(dtype), weight = weight_in.to(dtype);
+  const Tensor bias = bias_in.defined() ? bias_in.to(dtype) : Tensor();
+  const int64_t out_features = weight.shape()[0];
+  const Tensor x2 = x.detach().reshape({-1, weight.shape()[1]}), w = weight.detach();
+  const bool needs_grad = autograd::any_requires_grad({&x, &weight, &bias});
+  Tensor pre;
+  if (gelu && needs_grad) {
+    pre = empty({x2.shape()[0], cuda::gelu_aux_ld(out_features)}, dtype, x.device()).narrow(1, 0, out_features);
+  }
+  Tensor y = empty({x2.shape()[0], out_features}, dtype, x.device());
+  cuda::linear(y, x2, w, bias.defined() ? bias.detach() : Tensor(), gelu, pre);
+  Shape out_shape = x.shape();
+  out_shape.back() = out_features;
+  y = y.view(out_shape);
+  if (needs_grad) {
+    autograd::record(op, {x, weight, bias}, {y},
+                     [x2, w, pre, gelu, dtype, has_bias = bias.defined(), x_shape = x.shape()](const BackwardArgs& g) {
+                       const int64_t out_features = w.shape()[0];
+                       Tensor grad = g.grad().to(dtype).reshape({-1, out_features}).contiguous();
+                       if (gelu) {
+                         Tensor grad_pre = empty(grad.shape(), dtype, grad.device());
+                         cuda::gelu_backward(grad_pre, grad, pre);
+                         grad = grad_pre;
+                       }
+                       Tensor grad_x, grad_w, grad_b;
+                       if (g.needs(0)) {
+                         grad_x = empty(x2.shape(), dtype, grad.device());
+                         cuda::matmul(grad_x, grad, w);
+                         grad_x = grad_x.view(x_shape);
+                       }
+                       const bool needs_bias = has_bias && g.needs(2);
+                       if (g.needs(1) || needs_bias) {
+                         Tensor grad_weight = empty(w.shape(), dtype, grad.device());
+                         if (needs_bias) grad_b = empty({out_features}, dtype, grad.device());
+                         cuda::linear_param_backward(grad_weight, grad_b, grad, x2);
+                         if (g.needs(1)) grad_w = grad_weight;
+                       }
+                       return std::vector<Tensor>{grad_x, grad_w, grad_b};
+                     });
+  }
+  return y;
+}
+#endif
+
+// The forward product on the operands' device.
+Tensor product(const Tensor& a, const Tensor& b) {
+#if PRECIS_WITH_CUDA
+  if (a.is_cuda()) return matmul_forward_cuda(a, b);
+#endif
+  return matmul_forward(a, b);
+}
+
 }  // namespace
+
+void set_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
+bool allow_tf32() { return g_allow_tf32.load(); }
 
 Tensor matmul(const Tensor& a_arg, const Tensor& b_arg) {
   // autocast: products run in the compute dtype.
   const Tensor a = autocast::to_compute(a_arg), b = autocast::to_compute(b_arg);
   require_defined("matmul", a, "first operand");
   require_defined("matmul", b, "second operand");
-  require_cpu("matmul", {&a, &b});
+  common_device("matmul", {&a, &b});
   require_floating("matmul", a, "first operand");
   require_floating("matmul", b, "second operand");
   PRECIS_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: operands must have at least 1 dim, got shapes ", a.shape(),
@@ -128,7 +232,7 @@ Tensor matmul(const Tensor& a_arg, const Tensor& b_arg) {
   if (b.dim() == 1) return matmul(a, b.unsqueeze(-1)).squeeze(-1);
   PRECIS_CHECK(a.shape().back() == b.shape()[b.dim() - 2], "matmul: shapes ", a.shape(), " and ", b.shape(),
                " do not fit (inner dims ", a.shape().back(), " and ", b.shape()[b.dim() - 2], " differ)");
-  Tensor out = matmul_forward(a, b);
+  Tensor out = product(a, b);
   if (autograd::any_requires_grad({&a, &b})) {
     autograd::record("matmul", {a, b}, {out}, [a = a.detach(), b = b.detach()](const BackwardArgs& g) {
       Tensor grad_a, grad_b;
@@ -143,19 +247,26 @@ Tensor matmul(const Tensor& a_arg, const Tensor& b_arg) {
 Tensor linear(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_arg) {
   const Tensor x = autocast::to_compute(x_arg), weight = autocast::to_compute(weight_arg),
                bias = autocast::to_compute(bias_arg);
-  require_defined("linear", x, "input");
-  require_defined("linear", weight, "weight");
-  PRECIS_CHECK(weight.dim() == 2, "linear: weight must be [out_features, in_features], got ", weight.shape());
-  PRECIS_CHECK(x.dim() >= 1 && x.shape().back() == weight.shape()[1], "linear: input ", x.shape(),
-               " does not end in in_features = ", weight.shape()[1], " (weight ", weight.shape(), ")");
-  PRECIS_CHECK(!bias.defined() || (bias.dim() == 1 && bias.shape()[0] == weight.shape()[0]), "linear: bias ",
-               bias.shape(), " must be [out_features] = [", weight.shape()[0], "]");
+  check_linear("linear", x, weight, bias);
+#if PRECIS_WITH_CUDA
+  if (x.is_cuda()) return linear_cuda("linear", x, weight, bias, /*gelu=*/false);
+#endif
   // Fold the leading dims into one so the product is a single GEMM.
   Shape out_shape = x.shape();
   out_shape.back() = weight.shape()[0];
   Tensor y = matmul(x.reshape({-1, x.shape().back()}), weight.t());
   if (bias.defined()) y = y + bias;
   return y.reshape(out_shape);
+}
+
+Tensor linear_gelu(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_arg) {
+  const Tensor x = autocast::to_compute(x_arg), weight = autocast::to_compute(weight_arg),
+               bias = autocast::to_compute(bias_arg);
+  check_linear("linear_gelu", x, weight, bias);
+#if PRECIS_WITH_CUDA
+  if (x.is_cuda()) return linear_cuda("linear_gelu", x, weight, bias, /*gelu=*/true);
+#endif
+  return gelu(linear(x, weight, bias));
 }
 
 }  // namespace precis::ops

@@ -1,0 +1,59 @@
+// Matrix products on the GPU through cuBLASLt (DESIGN.md section 5). Plain C++
+// declarations: ops/matmul.cpp calls them behind PRECIS_WITH_CUDA, and every
+// CUDA type stays in matmul.cu.
+//
+// Each function writes into outputs its caller allocated (a test can poison
+// them first), runs on cuda::compute_stream of the operands' device, and takes
+// operands of one dtype: f32 (on TF32 tensor cores when ops::allow_tf32()), f16
+// or bf16 (both accumulated in f32). Row-major operands and transposed views
+// are read in place; other strides are copied with .contiguous() first.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace precis::ops::cuda {
+
+// out = a @ b with a: [..., M, K], b: [..., K, N]; their batch dims broadcast to
+// out's; out: contiguous [batch..., M, N]. One strided-batched cuBLASLt call per
+// block of batch dims whose strides line up (a broadcast operand gets batch
+// stride 0); a batch that shares one b is folded into a single [batch*M, K] product.
+void matmul(const Tensor& out, const Tensor& a, const Tensor& b);
+
+// out = x W^T + bias, then GELU (tanh approximation) when `gelu`, in one cuBLASLt
+// call whose epilogue adds the bias and applies the GELU. x: [N, in],
+// weight: [out, in], bias: [out] or undefined, out: contiguous [N, out].
+// With `gelu`, a defined `pre_gelu` receives x W^T + bias (the GELU input, for the
+// backward): a [N, out] view with unit column stride and a row stride of
+// gelu_aux_ld(out), the multiple of 8 cuBLASLt asks of its aux matrix.
+void linear(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu = false,
+            const Tensor& pre_gelu = Tensor());
+int64_t gelu_aux_ld(int64_t out_features);
+
+// Parameter gradients of linear, with g = grad_out: [N, out] and x: [N, in]:
+// grad_weight = g^T x ([out, in]) and, when grad_bias is defined, grad_bias =
+// g summed over its rows ([out]), fused into the grad_weight product (BGRADB).
+void linear_param_backward(const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& grad_out, const Tensor& x);
+
+// grad_pre = grad_out * gelu'(pre): grad_out and grad_pre contiguous [N, out],
+// pre as linear's pre_gelu (unit column stride, any row stride).
+void gelu_backward(const Tensor& grad_pre, const Tensor& grad_out, const Tensor& pre);
+
+// When off, linear applies bias and GELU, and linear_param_backward sums the
+// bias gradient, with separate kernels after a plain product: the path taken
+// (with a one-time note) where cuBLASLt has no algorithm for an epilogue. For
+// tests and benchmarks; on by default.
+void set_fuse_epilogues(bool fuse);
+bool fuse_epilogues();
+
+// The algorithm heuristic is asked once per problem (device, shapes, strides,
+// dtypes, transposes, pointer alignments, epilogue) and its answer cached.
+struct MatmulCacheStats {
+  int64_t lookups = 0;  // products planned
+  int64_t hits = 0;     // of which found their algorithm in the cache
+  int64_t entries = 0;  // problems cached
+};
+MatmulCacheStats matmul_cache_stats();
+
+}  // namespace precis::ops::cuda
