@@ -7,6 +7,10 @@
 // The forward saves m_r and log_sum_r = lse_r - m_r per row (f32, f64 for f64 logits), so the
 // backward is one pass too. They stay apart because m + log_sum rounds log_sum away when m is
 // large; (x - m) - log_sum, as PyTorch computes log-softmax, does not.
+//
+// Targets are checked on the host on the CPU, and on the device by the forward kernel on the
+// GPU (ops/cuda/cross_entropy.cu, which also keeps n_valid on the device so that neither
+// pass needs it on the host); both raise the same error for the first bad target.
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -17,14 +21,18 @@
 #include "ops/cpu/loops.h"
 #include "ops/nn_functional.h"
 
+#if PRECIS_WITH_CUDA
+#include "ops/cuda/nn_kernels.h"
+#endif
+
 namespace precis::ops {
 
 namespace {
 
-// `t` as a dense tensor of `dtype`, copied only when needed. No autograd.
+// `t` as a dense tensor of `dtype` on its device, copied only when needed. No autograd.
 Tensor dense(const Tensor& t, DType dtype) {
   if (t.dtype() == dtype && t.is_contiguous()) return t;
-  Tensor out = empty(t.shape(), dtype);
+  Tensor out = empty(t.shape(), dtype, t.device());
   copy_(out, t);
   return out;
 }
@@ -81,13 +89,75 @@ void cross_entropy_backward(const Tensor& logits, const int64_t* targets, int64_
   }
 }
 
+void check_target(int64_t target, int64_t position, int64_t C, int64_t ignore_index) {
+  PRECIS_CHECK(target >= 0 && target < C, "cross_entropy: target ", target, " (at flat index ", position,
+               ") is out of range for ", C, " classes; expected a class in [0, ", C - 1, "] or ignore_index (",
+               ignore_index, ")");
+}
+
+// What the backward needs: the dense logits in their dtype, the targets, the per-row
+// (m, log_sum), and the number of rows not ignored (on the host for the CPU, as an i64
+// scalar on the device for the GPU).
+struct Saved {
+  Tensor logits, targets, stats;
+  int64_t ignore_index = 0;
+  int64_t n_valid = 0;
+  Tensor valid_count;
+};
+
+Tensor cross_entropy_forward_cpu(Saved& s) {
+  const int64_t rows = s.targets.numel(), C = s.logits.shape().back();
+  const int64_t* t = s.targets.data<int64_t>();
+  for (int64_t r = 0; r < rows; ++r) {
+    if (t[r] == s.ignore_index) continue;
+    check_target(t[r], r, C, s.ignore_index);
+    ++s.n_valid;
+  }
+  std::vector<double> loss(rows);
+  cpu::dispatch_floating(s.logits.dtype(), "cross_entropy", [&](auto tag) {
+    cross_entropy_forward<typename decltype(tag)::type>(s.logits, t, s.ignore_index, s.stats, loss);
+  });
+  double total = 0;
+  for (double l : loss) total += l;  // in row order: the same result on any number of threads
+  return scalar_tensor(total / static_cast<double>(s.n_valid), s.stats.dtype());
+}
+
+Tensor cross_entropy_backward_cpu(const Saved& s, const Tensor& grad) {
+  Tensor dx = empty(s.logits.shape(), s.logits.dtype());
+  const double scale = grad.item<double>() / static_cast<double>(s.n_valid);
+  cpu::dispatch_floating(s.logits.dtype(), "cross_entropy", [&](auto tag) {
+    cross_entropy_backward<typename decltype(tag)::type>(s.logits, s.targets.data<int64_t>(), s.ignore_index, s.stats,
+                                                         scale, dx);
+  });
+  return dx;
+}
+
+#if PRECIS_WITH_CUDA
+Tensor cross_entropy_forward_cuda(Saved& s) {
+  const Device device = s.logits.device();
+  Tensor out = empty({}, s.stats.dtype(), device);
+  s.valid_count = empty({}, DType::i64, device);
+  const cuda::BadIndex bad =
+      cuda::cross_entropy_forward(s.logits, s.targets, s.ignore_index, s.stats, out, s.valid_count);
+  if (bad.position >= 0) check_target(bad.value, bad.position, s.logits.shape().back(), s.ignore_index);
+  return out;
+}
+
+Tensor cross_entropy_backward_cuda(const Saved& s, const Tensor& grad) {
+  Tensor dx = empty(s.logits.shape(), s.logits.dtype(), s.logits.device());
+  cuda::cross_entropy_backward(s.logits, s.targets, s.ignore_index, s.stats, s.valid_count,
+                               dense(grad, s.stats.dtype()), dx);
+  return dx;
+}
+#endif
+
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t ignore_index) {
   const char* op = "cross_entropy";
   require_defined(op, logits_in, "logits");
   require_defined(op, targets_in, "targets");
-  require_cpu(op, {&logits_in, &targets_in});
+  const Device device = common_device(op, {&logits_in, &targets_in});
   require_floating(op, logits_in, "logits");
   PRECIS_CHECK(targets_in.dtype() == DType::i32 || targets_in.dtype() == DType::i64, op,
                ": targets must be an int32 or int64 tensor of class indices, got ", describe(targets_in));
@@ -95,40 +165,36 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t 
   const Shape rows_shape(logits_in.shape().begin(), logits_in.shape().end() - 1);
   PRECIS_CHECK(targets_in.shape() == rows_shape, op, ": targets ", targets_in.shape(),
                " must have the shape of logits ", logits_in.shape(), " without the class dim, ", rows_shape);
-  const int64_t C = logits_in.shape().back(), rows = shape_numel(rows_shape);
-
-  Tensor targets = dense(targets_in, DType::i64);
-  const int64_t* t = targets.data<int64_t>();
-  int64_t n_valid = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    if (t[r] == ignore_index) continue;
-    PRECIS_CHECK(t[r] >= 0 && t[r] < C, op, ": target ", t[r], " (at flat index ", r, ") is out of range for ", C,
-                 " classes; expected a class in [0, ", C - 1, "] or ignore_index (", ignore_index, ")");
-    ++n_valid;
-  }
+  const int64_t rows = shape_numel(rows_shape);
 
   const DType out_dtype = logits_in.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  Tensor logits = dense(logits_in, logits_in.dtype());
-  Tensor stats = empty({rows, 2}, out_dtype);
-  std::vector<double> loss(rows);
-  cpu::dispatch_floating(logits.dtype(), op, [&](auto tag) {
-    cross_entropy_forward<typename decltype(tag)::type>(logits, t, ignore_index, stats, loss);
-  });
-  double total = 0;
-  for (double l : loss) total += l;  // in row order: the same result on any number of threads
-  Tensor out = scalar_tensor(total / static_cast<double>(n_valid), out_dtype);
+  Saved saved;
+  saved.logits = dense(logits_in, logits_in.dtype()).detach();
+  saved.stats = empty({rows, 2}, out_dtype, device);
+  saved.ignore_index = ignore_index;
+  Tensor out;
+  if (device.is_cpu()) {
+    saved.targets = dense(targets_in, DType::i64);
+    out = cross_entropy_forward_cpu(saved);
+  } else {
+#if PRECIS_WITH_CUDA
+    saved.targets = dense(targets_in, targets_in.dtype());  // i32 or i64: the kernels read either
+    out = cross_entropy_forward_cuda(saved);
+#endif
+  }
 
   if (autograd::any_requires_grad({&logits_in})) {
-    autograd::record(op, {logits_in}, {out},
-                     [logits = logits.detach(), targets, stats, ignore_index, n_valid](const BackwardArgs& g) {
-                       Tensor dx = empty(logits.shape(), logits.dtype());
-                       const double scale = g.grad().item<double>() / static_cast<double>(n_valid);
-                       cpu::dispatch_floating(logits.dtype(), "cross_entropy", [&](auto tag) {
-                         cross_entropy_backward<typename decltype(tag)::type>(logits, targets.data<int64_t>(),
-                                                                              ignore_index, stats, scale, dx);
-                       });
-                       return std::vector<Tensor>{dx};
-                     });
+    autograd::record(op, {logits_in}, {out}, [saved](const BackwardArgs& g) {
+      Tensor dx;
+      if (saved.logits.is_cpu()) {
+        dx = cross_entropy_backward_cpu(saved, g.grad());
+      } else {
+#if PRECIS_WITH_CUDA
+        dx = cross_entropy_backward_cuda(saved, g.grad());
+#endif
+      }
+      return std::vector<Tensor>{dx};
+    });
   }
   return out;
 }

@@ -4,9 +4,12 @@
 // weight row v is the sum of the output-gradient rows whose index is v:
 //   dweight[v, :] = sum over n with idx[n] == v of dout[n, :]
 // (a scatter-add; rows never looked up get zero). Repeated indices write the
-// same row, so the loop is split over columns, not over n: each thread owns a
+// same row, so the CPU loop is split over columns, not over n: each thread owns a
 // band of columns of every row and the sums need no atomics. Each element is
 // summed in the order of n, so the result does not depend on the thread count.
+// The CUDA kernels (ops/cuda/embedding.cu) sort the indices instead, also
+// deterministic; they check the indices on the device and report the first bad
+// one with the CPU's error.
 #include <algorithm>
 
 #include "core/autograd.h"
@@ -15,24 +18,34 @@
 #include "ops/cpu/loops.h"
 #include "ops/nn_functional.h"
 
+#if PRECIS_WITH_CUDA
+#include "ops/cuda/nn_kernels.h"
+#endif
+
 namespace precis::ops {
 
 namespace {
 
+// `t` as a dense tensor of `dtype` on its device, copied only when needed. No autograd.
+Tensor dense(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype && t.is_contiguous()) return t;
+  Tensor out = empty(t.shape(), dtype, t.device());
+  copy_(out, t);
+  return out;
+}
+
+void check_index(int64_t index, int64_t position, const Tensor& weight) {
+  const int64_t rows = weight.shape()[0];
+  PRECIS_CHECK(index >= 0 && index < rows, "embedding: index ", index, " (at position ", position,
+               " of the flattened indices) is out of range for a weight of ", rows, " rows ", weight.shape(),
+               "; indices must be in [0, ", rows, ")");
+}
+
 // The indices as a dense i64 vector, each checked against [0, rows).
 Tensor checked_indices(const Tensor& indices, const Tensor& weight) {
-  Tensor idx = cpu::converted(indices, DType::i64);
-  if (!idx.is_contiguous()) {
-    Tensor dense = empty(idx.shape(), DType::i64);
-    copy_(dense, idx);
-    idx = dense;
-  }
-  const int64_t rows = weight.shape()[0];
+  Tensor idx = dense(indices, DType::i64);
   const int64_t* p = idx.data<int64_t>();
-  for (int64_t n = 0; n < idx.numel(); ++n)
-    PRECIS_CHECK(p[n] >= 0 && p[n] < rows, "embedding: index ", p[n], " (at position ", n,
-                 " of the flattened indices) is out of range for a weight of ", rows, " rows ", weight.shape(),
-                 "; indices must be in [0, ", rows, ")");
+  for (int64_t n = 0; n < idx.numel(); ++n) check_index(p[n], n, weight);
   return idx;
 }
 
@@ -59,22 +72,10 @@ Tensor scatter_add_rows(const Tensor& grad_rows, const Tensor& idx, int64_t rows
   return cpu::converted(acc, weight_dtype);
 }
 
-}  // namespace
-
-Tensor embedding(const Tensor& weight, const Tensor& indices) {
-  require_defined("embedding", weight, "weight");
-  require_defined("embedding", indices, "indices");
-  require_cpu("embedding", {&weight, &indices});
-  require_floating("embedding", weight, "weight");
-  PRECIS_CHECK(weight.dim() == 2, "embedding: weight must be [num_embeddings, embedding_dim], got ", weight.shape());
-  PRECIS_CHECK(indices.dtype() == DType::i32 || indices.dtype() == DType::i64,
-               "embedding: indices must be int32 or int64, got ", describe(indices));
-  Tensor idx = checked_indices(indices, weight);
+// out [..., C] = weight rows picked by the checked i64 indices idx; weight of any strides.
+Tensor gather_rows_cpu(const Tensor& weight, const Tensor& idx, const Shape& out_shape) {
   const int64_t N = idx.numel(), C = weight.shape()[1];
-  Shape out_shape = indices.shape();
-  out_shape.push_back(C);
   Tensor out = empty(out_shape, weight.dtype());
-
   cpu::dispatch_floating(weight.dtype(), "embedding", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* w = static_cast<const T*>(weight.storage()->data()) + weight.offset();
@@ -92,15 +93,54 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
       }
     }
   });
+  return out;
+}
+
+}  // namespace
+
+Tensor embedding(const Tensor& weight, const Tensor& indices) {
+  require_defined("embedding", weight, "weight");
+  require_defined("embedding", indices, "indices");
+  const Device device = common_device("embedding", {&weight, &indices});
+  require_floating("embedding", weight, "weight");
+  PRECIS_CHECK(weight.dim() == 2, "embedding: weight must be [num_embeddings, embedding_dim], got ", weight.shape());
+  PRECIS_CHECK(indices.dtype() == DType::i32 || indices.dtype() == DType::i64,
+               "embedding: indices must be int32 or int64, got ", describe(indices));
+  const int64_t N = indices.numel(), C = weight.shape()[1];
+  Shape out_shape = indices.shape();
+  out_shape.push_back(C);
+  Tensor idx, out;
+  if (device.is_cpu()) {
+    idx = checked_indices(indices, weight);
+    out = gather_rows_cpu(weight, idx, out_shape);
+  } else {
+#if PRECIS_WITH_CUDA
+    // The kernel reads rows with unit column stride; any row stride, the indices as given (i32 or i64).
+    const Tensor table = weight.strides()[1] == 1 ? weight : dense(weight, weight.dtype());
+    idx = dense(indices, indices.dtype());
+    out = empty(out_shape, weight.dtype(), device);
+    const cuda::BadIndex bad = cuda::embedding_forward(table, idx, out);
+    if (bad.position >= 0) check_index(bad.value, bad.position, weight);
+#endif
+  }
 
   if (autograd::any_requires_grad({&weight})) {
     const int64_t rows = weight.shape()[0];
     const DType dtype = weight.dtype();
     autograd::record("embedding", {weight}, {out}, [idx, rows, N, C, dtype](const BackwardArgs& g) {
       Tensor grad_rows = g.grad().reshape({N, C}).contiguous();
-      return std::vector<Tensor>{cpu::dispatch_floating(grad_rows.dtype(), "embedding backward", [&](auto tag) {
-        return scatter_add_rows<typename decltype(tag)::type>(grad_rows, idx, rows, dtype);
-      })};
+      Tensor dweight;
+      if (idx.is_cpu()) {
+        dweight = cpu::dispatch_floating(grad_rows.dtype(), "embedding backward", [&](auto tag) {
+          return scatter_add_rows<typename decltype(tag)::type>(grad_rows, idx, rows, dtype);
+        });
+      } else {
+#if PRECIS_WITH_CUDA
+        dweight = empty({rows, C}, dtype, idx.device());
+        cuda::embedding_backward(dense(grad_rows, dtype), idx, dweight);
+#endif
+      }
+      return std::vector<Tensor>{dweight};
     });
   }
   return out;

@@ -8,9 +8,10 @@
 // directly, through the mean (d mean/d x_j = 1/C) and through rstd
 // (d rstd/d x_j = -rstd^3 (x_j - mean) / C); then sum over i against dxhat_i.
 //
-// Forward and backward are each one pass per row (rows in parallel). The forward saves
-// mean and rstd per row in f32 (f64 for f64 inputs). dw and db are summed per thread and
+// On the CPU, forward and backward are each one pass per row (rows in parallel). The forward
+// saves mean and rstd per row in f32 (f64 for f64 inputs). dw and db are summed per thread and
 // the partial sums added in thread order, so a run with the same threads is bit-exact.
+// The CUDA kernels (ops/cuda/layer_norm.cu) save the same statistics and are deterministic too.
 #include <omp.h>
 
 #include <cmath>
@@ -23,21 +24,25 @@
 #include "ops/cpu/loops.h"
 #include "ops/nn_functional.h"
 
+#if PRECIS_WITH_CUDA
+#include "ops/cuda/nn_kernels.h"
+#endif
+
 namespace precis::ops {
 
 namespace {
 
-// `t` as a dense tensor of `dtype`, copied only when needed. No autograd.
+// `t` as a dense tensor of `dtype` on its device, copied only when needed. No autograd.
 Tensor dense(const Tensor& t, DType dtype) {
   if (t.dtype() == dtype && t.is_contiguous()) return t;
-  Tensor out = empty(t.shape(), dtype);
+  Tensor out = empty(t.shape(), dtype, t.device());
   copy_(out, t);
   return out;
 }
 
-// The parameter as `C` values in `dtype` (f32 or f64), or `fill` everywhere when undefined.
-Tensor parameter_or(const Tensor& p, int64_t C, DType dtype, double fill) {
-  return p.defined() ? dense(p, dtype) : full({C}, fill, dtype);
+// The parameter as `C` values in `dtype` (f32 or f64) on `device`, or `fill` everywhere when undefined.
+Tensor parameter_or(const Tensor& p, int64_t C, DType dtype, double fill, Device device) {
+  return p.defined() ? dense(p, dtype) : full({C}, fill, dtype, device);
 }
 
 struct Saved {
@@ -135,13 +140,21 @@ std::vector<Tensor> layer_norm_grads(const Saved& s, const BackwardArgs& g, DTyp
   const int64_t C = s.x.shape().back();
   const DType stats = s.mean.dtype();
   Tensor dx, dw, db;
-  if (g.needs(0)) dx = empty(s.x.shape(), s.x.dtype());
-  if (g.needs(1)) dw = empty({C}, stats);
-  if (g.needs(2)) db = empty({C}, stats);
-  cpu::dispatch_floating(s.x.dtype(), "layer_norm", [&](auto tag) {
-    layer_norm_backward<typename decltype(tag)::type>(s, dense(g.grad(), s.x.dtype()), dx.defined() ? &dx : nullptr,
-                                                      dw.defined() ? &dw : nullptr, db.defined() ? &db : nullptr);
-  });
+  const Device device = s.x.device();
+  if (g.needs(0)) dx = empty(s.x.shape(), s.x.dtype(), device);
+  if (g.needs(1)) dw = empty({C}, stats, device);
+  if (g.needs(2)) db = empty({C}, stats, device);
+  const Tensor grad = dense(g.grad(), s.x.dtype());
+  if (device.is_cpu()) {
+    cpu::dispatch_floating(s.x.dtype(), "layer_norm", [&](auto tag) {
+      layer_norm_backward<typename decltype(tag)::type>(s, grad, dx.defined() ? &dx : nullptr,
+                                                        dw.defined() ? &dw : nullptr, db.defined() ? &db : nullptr);
+    });
+  } else {
+#if PRECIS_WITH_CUDA
+    cuda::layer_norm_backward(s.x, grad, s.weight, s.mean, s.rstd, dx, dw, db);
+#endif
+  }
   if (dw.defined()) dw = cpu::converted(dw, weight_dtype);
   if (db.defined()) db = cpu::converted(db, bias_dtype);
   return {dx, dw, db};
@@ -153,7 +166,7 @@ Tensor layer_norm(const Tensor& x_arg, const Tensor& weight, const Tensor& bias,
   const Tensor x_in = autocast::to_fp32(x_arg);  // autocast: layer norm runs in f32
   const char* op = "layer_norm";
   require_defined(op, x_in);
-  require_cpu(op, {&x_in, &weight, &bias});
+  const Device device = common_device(op, {&x_in, &weight, &bias});
   require_floating(op, x_in);
   PRECIS_CHECK(x_in.dim() >= 1, op, ": input must have at least 1 dim (the normalised one), got ", describe(x_in));
   const int64_t C = x_in.shape().back();
@@ -165,12 +178,19 @@ Tensor layer_norm(const Tensor& x_arg, const Tensor& weight, const Tensor& bias,
   }
   const DType stats = x_in.dtype() == DType::f64 ? DType::f64 : DType::f32;
   Shape row_shape(x_in.shape().begin(), x_in.shape().end() - 1);
-  Saved saved{dense(x_in, x_in.dtype()), parameter_or(weight, C, stats, 1.0), empty(row_shape, stats),
-              empty(row_shape, stats)};
-  Tensor y = empty(x_in.shape(), x_in.dtype());
-  cpu::dispatch_floating(x_in.dtype(), op, [&](auto tag) {
-    layer_norm_forward<typename decltype(tag)::type>(saved, parameter_or(bias, C, stats, 0.0), eps, y);
-  });
+  Saved saved{dense(x_in, x_in.dtype()), parameter_or(weight, C, stats, 1.0, device), empty(row_shape, stats, device),
+              empty(row_shape, stats, device)};
+  const Tensor bias_values = parameter_or(bias, C, stats, 0.0, device);
+  Tensor y = empty(x_in.shape(), x_in.dtype(), device);
+  if (device.is_cpu()) {
+    cpu::dispatch_floating(x_in.dtype(), op, [&](auto tag) {
+      layer_norm_forward<typename decltype(tag)::type>(saved, bias_values, eps, y);
+    });
+  } else {
+#if PRECIS_WITH_CUDA
+    cuda::layer_norm_forward(saved.x, saved.weight, bias_values, eps, y, saved.mean, saved.rstd);
+#endif
+  }
   if (autograd::any_requires_grad({&x_in, &weight, &bias})) {
     autograd::record(op, {x_in, weight, bias}, {y},
                      [saved, weight_dtype = weight.defined() ? weight.dtype() : stats,

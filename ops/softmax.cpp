@@ -7,8 +7,10 @@
 //   log_softmax: dy_i/dx_j = δ_ij - exp(y_j),   so dx_j = g_j - exp(y_j) sum_i g_i
 // Both save only the output. Computed in f32 (f64 for f64) and rounded to the input dtype.
 //
-// A dense tensor of shape [before, n, after] around `dim` holds before * after rows of n
-// values with stride `after`; they are read in place, so no dim needs a transpose.
+// On the CPU, a dense tensor of shape [before, n, after] around `dim` holds before * after
+// rows of n values with stride `after`; they are read in place, so no dim needs a transpose.
+// The CUDA kernels (ops/cuda/softmax.cu) take rows along the last dim; another dim is
+// moved last with a dense permuted copy and the result moved back.
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -19,6 +21,10 @@
 #include "ops/checks.h"
 #include "ops/cpu/loops.h"
 #include "ops/nn_functional.h"
+
+#if PRECIS_WITH_CUDA
+#include "ops/cuda/nn_kernels.h"
+#endif
 
 namespace precis::ops {
 
@@ -65,10 +71,10 @@ C* scratch(int64_t n) {
   return buffer.data();
 }
 
-// `t` as a dense tensor of `dtype`, copied only when needed. No autograd.
+// `t` as a dense tensor of `dtype` on its device, copied only when needed. No autograd.
 Tensor dense(const Tensor& t, DType dtype) {
   if (t.dtype() == dtype && t.is_contiguous()) return t;
-  Tensor out = empty(t.shape(), dtype);
+  Tensor out = empty(t.shape(), dtype, t.device());
   copy_(out, t);
   return out;
 }
@@ -125,26 +131,82 @@ void softmax_backward(const T* y, const T* g, T* dx, const Rows& rows, bool log)
   });
 }
 
-Tensor softmax_impl(const Tensor& x_arg, int64_t dim, bool log, const char* op) {
-  const Tensor x_in = autocast::to_fp32(x_arg);  // autocast: softmax runs in f32
-  require_defined(op, x_in);
-  require_cpu(op, {&x_in});
-  require_floating(op, x_in);
-  const Rows rows = rows_along(x_in.shape(), wrap_dim(dim, x_in.dim(), op));
+Tensor softmax_forward_cpu(const Tensor& x_in, const Rows& rows, bool log, const char* op) {
   Tensor x = dense(x_in, x_in.dtype());
   Tensor y = empty(x.shape(), x.dtype());
   cpu::dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (x.numel() > 0) softmax_forward(x.data<T>(), y.data<T>(), rows, log);
   });
+  return y;
+}
+
+Tensor softmax_backward_cpu(const Tensor& y, const Tensor& grad, const Rows& rows, bool log, const char* op) {
+  Tensor dx = empty(y.shape(), y.dtype());
+  cpu::dispatch_floating(y.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    Tensor g = dense(grad, y.dtype());
+    if (y.numel() > 0) softmax_backward(y.data<T>(), g.data<T>(), dx.data<T>(), rows, log);
+  });
+  return dx;
+}
+
+#if PRECIS_WITH_CUDA
+// A view of `t` with `dim` and the last dim swapped (itself when dim is the last). No autograd.
+Tensor swap_with_last(const Tensor& t, int64_t dim) {
+  const int64_t last = t.dim() - 1;
+  if (t.dim() == 0 || dim == last) return t;
+  Shape shape = t.shape(), strides = t.strides();
+  std::swap(shape[dim], shape[last]);
+  std::swap(strides[dim], strides[last]);
+  return t.as_strided(shape, strides, t.offset());
+}
+
+// `t` (with dim moved last) back in the layout of the input: dense, dim in its place.
+Tensor moved_back(const Tensor& t, int64_t dim) { return dense(swap_with_last(t, dim), t.dtype()); }
+
+// y with `dim` moved last (dense), which is what the backward kernel reads.
+Tensor softmax_forward_cuda(const Tensor& x_in, int64_t dim, bool log) {
+  Tensor x = dense(swap_with_last(x_in, dim), x_in.dtype());
+  Tensor y = empty(x.shape(), x.dtype(), x.device());
+  cuda::softmax_forward(x, y, log);
+  return y;
+}
+
+Tensor softmax_backward_cuda(const Tensor& y_last, const Tensor& grad, int64_t dim, bool log) {
+  Tensor g = dense(swap_with_last(grad, dim), y_last.dtype());
+  Tensor dx = empty(y_last.shape(), y_last.dtype(), y_last.device());
+  cuda::softmax_backward(y_last, g, dx, log);
+  return moved_back(dx, dim);
+}
+#endif
+
+Tensor softmax_impl(const Tensor& x_arg, int64_t dim, bool log, const char* op) {
+  const Tensor x_in = autocast::to_fp32(x_arg);  // autocast: softmax runs in f32
+  require_defined(op, x_in);
+  common_device(op, {&x_in});
+  require_floating(op, x_in);
+  const int64_t d = wrap_dim(dim, x_in.dim(), op);
+  // What the backward reads: y itself on the CPU, y with d moved last on the GPU.
+  Tensor y, saved;
+  if (x_in.is_cpu()) {
+    y = saved = softmax_forward_cpu(x_in, rows_along(x_in.shape(), d), log, op);
+  } else {
+#if PRECIS_WITH_CUDA
+    saved = softmax_forward_cuda(x_in, d, log);
+    y = moved_back(saved, d);
+#endif
+  }
   if (autograd::any_requires_grad({&x_in})) {
-    autograd::record(op, {x_in}, {y}, [y = y.detach(), rows, log, op](const BackwardArgs& g) {
-      Tensor dx = empty(y.shape(), y.dtype());
-      cpu::dispatch_floating(y.dtype(), op, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        Tensor g_dense = dense(g.grad(), y.dtype());
-        if (y.numel() > 0) softmax_backward(y.data<T>(), g_dense.data<T>(), dx.data<T>(), rows, log);
-      });
+    autograd::record(op, {x_in}, {y}, [saved = saved.detach(), d, log, op](const BackwardArgs& g) {
+      Tensor dx;
+      if (saved.is_cpu()) {
+        dx = softmax_backward_cpu(saved, g.grad(), rows_along(saved.shape(), d), log, op);
+      } else {
+#if PRECIS_WITH_CUDA
+        dx = softmax_backward_cuda(saved, g.grad(), d, log);
+#endif
+      }
       return std::vector<Tensor>{dx};
     });
   }

@@ -5,6 +5,10 @@
 #include "core/strided_loop.h"
 #include "optim/low_precision.h"
 
+#if PRECIS_WITH_CUDA
+#include "ops/cuda/adamw.h"
+#endif
+
 namespace precis::optim {
 
 AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options) : Optimizer(std::move(groups)), options_(options) {
@@ -65,36 +69,56 @@ void AdamW::step() {
   ++step_count_;
   const double bias1 = 1.0 - std::pow(options_.beta1, static_cast<double>(step_count_));
   const double bias2 = 1.0 - std::pow(options_.beta2, static_cast<double>(step_count_));
+#if PRECIS_WITH_CUDA
+  std::vector<ops::cuda::AdamWTensors> on_gpu;  // CUDA parameters: updated together after the loop
+#endif
   for_each_param([&](size_t index, Tensor& p, double weight_decay) {
     const Tensor& g = p.grad();
-    PRECIS_CHECK(p.is_cpu(), "AdamW: parameter ", index, " is on ", p.device(), "; the CUDA AdamW kernel is not built yet");
     PRECIS_CHECK(p.is_contiguous() && g.is_contiguous(), "AdamW: parameter ", index, " and its gradient must be dense");
-    Tensor& m = state_buffer(index, "exp_avg", p);
-    Tensor& v = state_buffer(index, "exp_avg_sq", p);
-    if (p.dtype() == DType::f32 && g.dtype() == DType::f32) {
-      adamw_update<float>(p.data<float>(), g.data<float>(), m.data<float>(), v.data<float>(), p.numel(),
-                          adamw_constants<float>(lr_, weight_decay, options_, bias1, bias2));
-    } else if (p.dtype() == DType::f64 && g.dtype() == DType::f64) {
-      adamw_update<double>(p.data<double>(), g.data<double>(), m.data<double>(), v.data<double>(), p.numel(),
-                           adamw_constants<double>(lr_, weight_decay, options_, bias1, bias2));
-    } else {
+    PRECIS_CHECK(g.device() == p.device(), "AdamW: parameter ", index, " is on ", p.device(), " but its gradient on ",
+                 g.device());
+    const bool low_precision =
+        !(p.dtype() == DType::f32 && g.dtype() == DType::f32) && !(p.dtype() == DType::f64 && g.dtype() == DType::f64);
+    if (low_precision) {
       PRECIS_CHECK(is_low_precision(p.dtype()) && (g.dtype() == DType::f32 || g.dtype() == p.dtype()),
                    "AdamW: parameter ", index, " is ", p.dtype(), " with a ", g.dtype(),
                    " gradient; supported: float32/float64 with a gradient of the same dtype, float16/bfloat16 with "
                    "a float32 or same-dtype gradient");
-      PRECIS_CHECK(!options_.stochastic_rounding || p.dtype() == DType::bf16, "AdamW: stochastic_rounding is for "
-                   "bfloat16 parameters, but parameter ", index, " is ", p.dtype());
-      float* master = options_.master_weights ? master_buffer(index, p).data<float>() : nullptr;
+      PRECIS_CHECK(!options_.stochastic_rounding || p.dtype() == DType::bf16,
+                   "AdamW: stochastic_rounding is for bfloat16 parameters, but parameter ", index, " is ", p.dtype());
+    }
+    Tensor& m = state_buffer(index, "exp_avg", p);
+    Tensor& v = state_buffer(index, "exp_avg_sq", p);
+    const Tensor master = low_precision && options_.master_weights ? master_buffer(index, p) : Tensor();
+#if PRECIS_WITH_CUDA
+    if (p.is_cuda()) {
+      on_gpu.push_back({p, g, m, v, master, weight_decay, index});
+      return;
+    }
+#endif
+    if (!low_precision && p.dtype() == DType::f32) {
+      adamw_update<float>(p.data<float>(), g.data<float>(), m.data<float>(), v.data<float>(), p.numel(),
+                          adamw_constants<float>(lr_, weight_decay, options_, bias1, bias2));
+    } else if (!low_precision) {
+      adamw_update<double>(p.data<double>(), g.data<double>(), m.data<double>(), v.data<double>(), p.numel(),
+                           adamw_constants<double>(lr_, weight_decay, options_, bias1, bias2));
+    } else {
       Rounding rounding{options_.stochastic_rounding, options_.seed, static_cast<uint64_t>(step_count_), index};
       dispatch_low_precision(p.dtype(), g.dtype(), [&](auto param_tag, auto grad_tag) {
         using P = typename decltype(param_tag)::type;
         using G = typename decltype(grad_tag)::type;
-        adamw_update_low_precision<P, G>(p.data<P>(), master, g.data<G>(), m.data<float>(), v.data<float>(),
-                                         p.numel(), adamw_constants<float>(lr_, weight_decay, options_, bias1, bias2),
-                                         rounding);
+        adamw_update_low_precision<P, G>(p.data<P>(), master.defined() ? master.data<float>() : nullptr, g.data<G>(),
+                                         m.data<float>(), v.data<float>(), p.numel(),
+                                         adamw_constants<float>(lr_, weight_decay, options_, bias1, bias2), rounding);
       });
     }
   });
+#if PRECIS_WITH_CUDA
+  // The fused kernel (ops/cuda/adamw.cu): the same per-element update, a few launches for all parameters.
+  if (!on_gpu.empty())
+    ops::cuda::adamw_step(on_gpu, {lr_, options_.beta1, options_.beta2, options_.eps, bias1, bias2,
+                                   options_.stochastic_rounding, options_.seed, static_cast<uint64_t>(step_count_)});
+#endif
 }
 
 }  // namespace precis::optim

@@ -5,6 +5,10 @@
 #include "core/convert.h"
 #include "core/strided_loop.h"
 
+#if PRECIS_WITH_CUDA
+#include "ops/cuda/global_norm.h"
+#endif
+
 namespace precis::optim {
 
 namespace {
@@ -39,14 +43,22 @@ void scale(const Tensor& g, double factor) {
 }  // namespace
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
-  double total = 0;
+  // CUDA gradients are summed by ops/cuda/global_norm (batched launches, one copy back).
+  std::vector<Tensor> cpu_grads, cuda_grads;
   for (const Tensor& p : params)
-    if (p.grad().defined()) total += squared_norm(p.grad());
+    if (p.grad().defined()) (p.grad().is_cuda() ? cuda_grads : cpu_grads).push_back(p.grad());
+  double total = 0;
+  for (const Tensor& g : cpu_grads) total += squared_norm(g);
+#if PRECIS_WITH_CUDA
+  if (!cuda_grads.empty()) total += ops::cuda::sum_of_squares(cuda_grads);
+#endif
   double norm = std::sqrt(total);
   if (max_norm > 0 && std::isfinite(norm) && norm > max_norm) {
     double factor = max_norm / (norm + 1e-6);
-    for (const Tensor& p : params)
-      if (p.grad().defined()) scale(p.grad(), factor);
+    for (const Tensor& g : cpu_grads) scale(g, factor);
+#if PRECIS_WITH_CUDA
+    if (!cuda_grads.empty()) ops::cuda::scale_(cuda_grads, factor);
+#endif
   }
   return norm;
 }

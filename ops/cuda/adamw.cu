@@ -1,0 +1,203 @@
+// Fused AdamW on the GPU, in the manner of llm.c's adamw.cuh: one pass reads the
+// parameter (or its f32 master copy), the gradient and both moments, and writes
+// the moments and the parameter back. Per element, in the compute type C (f32,
+// f64 for f64 parameters), exactly the CPU's formula (optim/adamw.cpp):
+//   m <- b1 m + (1 - b1) g,   v <- b2 v + (1 - b2) g^2
+//   x <- x (1 - lr wd) - (lr / bias1) m / (sqrt(v) / sqrt(bias2) + eps)
+// x is the parameter, or for f16/bf16 parameters the f32 master copy when there is
+// one (else the widened parameter); the parameter then gets x rounded to nearest
+// even, or for bf16 stochastically.
+// Bytes per element: param, grad, m, v read and param, m, v written, plus the
+// master read and written when there is one (f32 parameters: 28 bytes).
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "core/philox.h"
+#include "ops/cuda/adamw.h"
+#include "ops/cuda/nn_kernels.h"
+
+namespace precis::ops::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kVec = 4;                                   // elements per thread and step: one Philox draw
+constexpr int64_t kChunk = int64_t{kThreads} * kVec * 8;  // elements per block
+
+template <typename T>
+struct alignas(sizeof(T) * kVec) Vec {
+  T v[kVec];
+};
+
+template <typename P, typename G, typename C>
+struct AdamWSlot {
+  P* param;
+  const G* grad;
+  C* m;
+  C* v;
+  float* master;  // f16/bf16 parameters with master weights, else null
+  int64_t n;
+  C decay;          // 1 - lr * weight_decay
+  uint32_t index;   // the parameter's index in the optimizer
+  bool vectorized;  // every array aligned for kVec-element accesses
+};
+
+template <typename P, typename G, typename C>
+struct AdamWBatch {
+  AdamWSlot<P, G, C> slot[kAdamWBatch];
+  int64_t first_block[kAdamWBatch + 1];
+  int count;
+};
+
+template <typename C>
+struct AdamWConstants {
+  C step_size, inv_sqrt_bias2, b1, b2, eps;
+  bool stochastic;
+  uint64_t seed, step;
+};
+
+template <typename C>
+__device__ __forceinline__ C adamw_element(C x, C g, C& m, C& v, C decay, const AdamWConstants<C>& c) {
+  m = c.b1 * m + (1 - c.b1) * g;
+  v = c.b2 * v + (1 - c.b2) * g * g;
+  return x * decay - c.step_size * m / (::sqrt(v) * c.inv_sqrt_bias2 + c.eps);
+}
+
+// bf16 bits of x rounded stochastically: add 16 random bits below the kept half and
+// truncate (optim/low_precision.h's bf16_bits_stochastic); inf and NaN are kept.
+__device__ __forceinline__ __nv_bfloat16 bf16_stochastic(float x, uint32_t random16) {
+  const uint32_t bits = __float_as_uint(x);
+  __nv_bfloat16_raw raw;
+  if (!isfinite(x))
+    raw.x = static_cast<uint16_t>((bits >> 16) | (isnan(x) ? 0x40u : 0u));
+  else
+    raw.x = static_cast<uint16_t>((bits + random16) >> 16);
+  return raw;
+}
+
+// The 4 stochastic-rounding words of elements 4q .. 4q + 3 of a parameter.
+__device__ __forceinline__ Philox4 rounding_bits(uint64_t q, uint32_t index, uint64_t step, uint64_t seed) {
+  return philox4x32(q, (step << 32) | index, seed);
+}
+
+template <typename P, typename C>
+__device__ __forceinline__ P store_param(C x, bool stochastic, uint32_t random_word) {
+  if constexpr (std::is_same_v<P, __nv_bfloat16>) {
+    if (stochastic) return bf16_stochastic(x, random_word >> 16);
+  }
+  return convert_to<P>(x);
+}
+
+// Block b updates elements [chunk * kChunk, + kChunk) of its tensor, kVec at a time.
+template <typename P, typename G, typename C>
+__global__ void __launch_bounds__(kThreads)
+    adamw_kernel(const __grid_constant__ AdamWBatch<P, G, C> batch, const AdamWConstants<C> c) {
+  const int s = tensor_of_block(batch.first_block, batch.count, blockIdx.x);
+  const AdamWSlot<P, G, C>& t = batch.slot[s];
+  const int64_t start = (blockIdx.x - batch.first_block[s]) * kChunk;
+  const int64_t end = start + kChunk < t.n ? start + kChunk : t.n;
+  for (int64_t i = start + threadIdx.x * kVec; i < end; i += int64_t{kThreads} * kVec) {
+    const bool stochastic = std::is_same_v<P, __nv_bfloat16> && c.stochastic;
+    const Philox4 bits = stochastic ? rounding_bits(i / 4, t.index, c.step, c.seed) : Philox4{};
+    if (t.vectorized && i + kVec <= end) {
+      Vec<P> p = *reinterpret_cast<const Vec<P>*>(t.param + i);
+      const Vec<G> g = *reinterpret_cast<const Vec<G>*>(t.grad + i);
+      Vec<C> m = *reinterpret_cast<const Vec<C>*>(t.m + i);
+      Vec<C> v = *reinterpret_cast<const Vec<C>*>(t.v + i);
+      Vec<float> master;
+      if (t.master) master = *reinterpret_cast<const Vec<float>*>(t.master + i);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        const C x = t.master ? C(master.v[k]) : convert_to<C>(p.v[k]);
+        const C updated = adamw_element(x, convert_to<C>(g.v[k]), m.v[k], v.v[k], t.decay, c);
+        if (t.master) master.v[k] = static_cast<float>(updated);
+        p.v[k] = store_param<P>(updated, stochastic, bits.x[k]);
+      }
+      *reinterpret_cast<Vec<P>*>(t.param + i) = p;
+      *reinterpret_cast<Vec<C>*>(t.m + i) = m;
+      *reinterpret_cast<Vec<C>*>(t.v + i) = v;
+      if (t.master) *reinterpret_cast<Vec<float>*>(t.master + i) = master;
+    } else {
+      for (int64_t j = i; j < i + kVec && j < end; ++j) {
+        const C x = t.master ? C(t.master[j]) : convert_to<C>(t.param[j]);
+        const C updated = adamw_element(x, convert_to<C>(t.grad[j]), t.m[j], t.v[j], t.decay, c);
+        if (t.master) t.master[j] = static_cast<float>(updated);
+        t.param[j] = store_param<P>(updated, stochastic, bits.x[j % 4]);
+      }
+    }
+  }
+}
+
+template <typename T>
+bool vec_aligned(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % (sizeof(T) * kVec) == 0;
+}
+
+// Updates `params` (one device; parameter type P, gradient type G) kAdamWBatch at a time.
+template <typename P, typename G>
+void adamw_launch(const std::vector<const AdamWTensors*>& params, const AdamWStep& step) {
+  using C = compute_t<P>;
+  const char* op = "AdamW";
+  cudaStream_t stream = stream_for(params.front()->param);
+  AdamWConstants<C> c;
+  c.step_size = static_cast<C>(step.lr / step.bias1);
+  c.inv_sqrt_bias2 = static_cast<C>(1.0 / std::sqrt(step.bias2));
+  c.b1 = static_cast<C>(step.beta1);
+  c.b2 = static_cast<C>(step.beta2);
+  c.eps = static_cast<C>(step.eps);
+  c.stochastic = step.stochastic_rounding;
+  c.seed = step.seed;
+  c.step = step.step;
+  for (size_t first = 0; first < params.size(); first += kAdamWBatch) {
+    AdamWBatch<P, G, C> batch{};
+    batch.count = static_cast<int>(std::min<size_t>(kAdamWBatch, params.size() - first));
+    for (int s = 0; s < batch.count; ++s) {
+      const AdamWTensors& a = *params[first + s];
+      AdamWSlot<P, G, C>& slot = batch.slot[s];
+      slot.param = static_cast<P*>(a.param.raw_data());
+      slot.grad = static_cast<const G*>(a.grad.raw_data());
+      slot.m = static_cast<C*>(a.exp_avg.raw_data());
+      slot.v = static_cast<C*>(a.exp_avg_sq.raw_data());
+      slot.master = a.master.defined() ? static_cast<float*>(a.master.raw_data()) : nullptr;
+      slot.n = a.param.numel();
+      slot.decay = static_cast<C>(1.0 - step.lr * a.weight_decay);
+      slot.index = static_cast<uint32_t>(a.index);
+      slot.vectorized = vec_aligned<P>(slot.param) && vec_aligned<G>(slot.grad) && vec_aligned<C>(slot.m) &&
+                        vec_aligned<C>(slot.v) && (!slot.master || vec_aligned<float>(slot.master));
+      batch.first_block[s + 1] = batch.first_block[s] + (slot.n + kChunk - 1) / kChunk;
+    }
+    const int64_t blocks = batch.first_block[batch.count];
+    if (blocks == 0) continue;
+    PRECIS_CHECK(blocks <= INT32_MAX, op, ": ", blocks, " blocks in one launch");
+    adamw_kernel<P, G, C><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(batch, c);
+    PRECIS_CUDA_CHECK_LAUNCH(op);
+  }
+}
+
+}  // namespace
+
+void adamw_step(const std::vector<AdamWTensors>& params, const AdamWStep& step) {
+  // One launch sequence per (device, parameter dtype, gradient dtype), in parameter order.
+  std::map<std::tuple<int, DType, DType>, std::vector<const AdamWTensors*>> groups;
+  for (const AdamWTensors& a : params) groups[{a.param.device().index, a.param.dtype(), a.grad.dtype()}].push_back(&a);
+  for (const auto& [key, group] : groups) {
+    const auto [device, param, grad] = key;
+    if (param == DType::f32 && grad == DType::f32)
+      adamw_launch<float, float>(group, step);
+    else if (param == DType::f64 && grad == DType::f64)
+      adamw_launch<double, double>(group, step);
+    else if (param == DType::f16 && grad == DType::f32)
+      adamw_launch<__half, float>(group, step);
+    else if (param == DType::f16 && grad == DType::f16)
+      adamw_launch<__half, __half>(group, step);
+    else if (param == DType::bf16 && grad == DType::f32)
+      adamw_launch<__nv_bfloat16, float>(group, step);
+    else if (param == DType::bf16 && grad == DType::bf16)
+      adamw_launch<__nv_bfloat16, __nv_bfloat16>(group, step);
+    else
+      PRECIS_FAIL("AdamW: no CUDA kernel for ", param, " parameters with ", grad, " gradients");
+  }
+}
+
+}  // namespace precis::ops::cuda

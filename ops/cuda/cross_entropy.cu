@@ -1,0 +1,194 @@
+// cross_entropy: log-softmax and NLL fused over rows of C logits (the math is derived in
+// ops/cross_entropy.cpp), in the manner of llm.c's fused classifier:
+//   forward:  per row the online (max m, sum s), loss_r = (m - x_t) + log s, stats (m, log s);
+//             then one block adds the rows' losses in row order and divides by the number of
+//             rows whose target is not ignore_index (deterministic; NaN when there are none).
+//   backward: dx_j = g (exp((x_j - m) - log s) - [j == t]) / n_valid, recomputed from the
+//             logits and the saved stats in one pass; zeros where the target is ignored.
+// Logits stay in their dtype (f16/bf16 are read as they are, no f32 copy is made or
+// kept); the math is f32 (f64 for f64 logits), and dlogits are written in the logits' dtype.
+//
+// Targets are checked on the device, by the forward kernel that reads them anyway: a row
+// whose target is neither ignore_index nor in [0, C) records its index in a flag (atomicMin,
+// so the first such row is reported) and is never used to index the logits. The flag is
+// copied back once per forward (8 bytes and a stream synchronisation), cheaper than copying
+// every target to the host to check them there.
+#include <limits>
+
+#include "ops/cuda/nn_kernels.h"
+
+namespace precis::ops::cuda {
+
+namespace {
+
+// Bytes: the logits read once (and the target's logit again), per row the target read
+// and 2 statistics and one f64 loss written.
+template <int kThreads, int kPack, typename T, typename Target, typename A = compute_t<T>>
+__global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
+    cross_entropy_forward_kernel(const T* logits, const Target* targets, int64_t ignore_index, A* stats, double* losses,
+                                 unsigned long long* bad, int64_t rows, int64_t C) {
+  const int64_t row = row_index();
+  if (row >= rows) return;
+  const int64_t t = static_cast<int64_t>(targets[row]);
+  const bool ignored = t == ignore_index, valid = t >= 0 && t < C;
+  if (ignored || !valid) {
+    if (threadIdx.x == 0) {
+      if (!ignored) flag_bad_position(bad, row);
+      stats[2 * row] = stats[2 * row + 1] = A(0);
+      losses[row] = ignored ? 0.0 : std::numeric_limits<double>::quiet_NaN();
+    }
+    return;
+  }
+  const T* xr = logits + row * C;
+  Pair<A> ms = max_sum_identity<A>();
+  for_each_in_row<kPack>(xr, C, threadIdx.x, kThreads, [&](int64_t i, auto width) {
+    constexpr int W = decltype(width)::value;
+    const Pack<T, W> v = load_pack<W>(xr + i);
+#pragma unroll
+    for (int k = 0; k < W; ++k) max_sum_add(ms, convert_to<A>(v.v[k]));
+  });
+  ms = row_all_reduce<kThreads>(ms, MaxSumOp{});
+  if (threadIdx.x == 0) {
+    const A log_sum = ::log(ms.second);
+    stats[2 * row] = ms.first;
+    stats[2 * row + 1] = log_sum;
+    losses[row] = static_cast<double>(ms.first - convert_to<A>(xr[t])) + static_cast<double>(log_sum);
+  }
+}
+
+// loss = sum of the non-ignored rows' losses / their number, in f64, by one block: each
+// thread adds every blockDim-th row in order, then a fixed-order block reduction.
+// Bytes: 8 + sizeof(Target) per row read, two scalars written.
+template <typename Target, typename A>
+__global__ void __launch_bounds__(1024)
+    cross_entropy_mean_kernel(const double* losses, const Target* targets, int64_t ignore_index, int64_t rows, A* loss,
+                              int64_t* valid_count) {
+  Pair<double> sum_count{0.0, 0.0};  // the count is exact in a double up to 2^53 rows
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    if (static_cast<int64_t>(targets[r]) == ignore_index) continue;
+    sum_count.first += losses[r];
+    sum_count.second += 1.0;
+  }
+  sum_count = block_all_reduce(sum_count, SumOp{});
+  if (threadIdx.x == 0) {
+    *valid_count = static_cast<int64_t>(sum_count.second);
+    *loss = static_cast<A>(sum_count.first / sum_count.second);  // 0 / 0 = NaN when every target is ignored
+  }
+}
+
+// Bytes: the logits read once, dlogits written once, per row a target and two statistics.
+template <int kThreads, int kPack, typename T, typename Target, typename A = compute_t<T>>
+__global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
+    cross_entropy_backward_kernel(const T* logits, const Target* targets, int64_t ignore_index, const A* stats,
+                                  const int64_t* valid_count, const A* grad, T* dlogits, int64_t rows, int64_t C) {
+  const int64_t row = row_index();
+  if (row >= rows) return;
+  const T* xr = logits + row * C;
+  T* dr = dlogits + row * C;
+  const int64_t t = static_cast<int64_t>(targets[row]);
+  if (t == ignore_index) {
+    for_each_in_row<kPack>(dr, C, threadIdx.x, kThreads, [&](int64_t i, auto width) {
+      constexpr int W = decltype(width)::value;
+      Pack<T, W> zero;
+#pragma unroll
+      for (int k = 0; k < W; ++k) zero.v[k] = convert_to<T>(A(0));
+      store_pack<W>(dr + i, zero);
+    });
+    return;
+  }
+  const A m = stats[2 * row], log_sum = stats[2 * row + 1];
+  const A scale = static_cast<A>(static_cast<double>(*grad) / static_cast<double>(*valid_count));
+  for_each_in_row<kPack>(xr, C, threadIdx.x, kThreads, [&](int64_t i, auto width) {
+    constexpr int W = decltype(width)::value;
+    const Pack<T, W> v = load_pack<W>(xr + i);
+    Pack<T, W> out;
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const A p = ::exp((convert_to<A>(v.v[k]) - m) - log_sum);
+      out.v[k] = convert_to<T>((i + k == t ? p - A(1) : p) * scale);
+    }
+    store_pack<W>(dr + i, out);
+  });
+}
+
+template <typename Fn>
+void dispatch_targets(DType dtype, Fn&& fn) {
+  if (dtype == DType::i32)
+    fn(TypeTag<int32_t>{});
+  else
+    fn(TypeTag<int64_t>{});
+}
+
+}  // namespace
+
+BadIndex cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& stats,
+                               const Tensor& loss, const Tensor& valid_count) {
+  const char* op = "cross_entropy";
+  const int64_t rows = targets.numel(), C = logits.shape().back();
+  cudaStream_t stream = stream_for(logits);
+  Tensor losses = empty({rows}, DType::f64, logits.device());
+  Tensor flag = empty({1}, DType::i64, logits.device());
+  auto* bad = static_cast<unsigned long long*>(flag.raw_data());
+  clear_bad_position(bad, stream, op);
+  dispatch_floating(logits.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = compute_t<T>;
+    dispatch_targets(targets.dtype(), [&](auto target_tag) {
+      using Target = typename decltype(target_tag)::type;
+      const T* xp = static_cast<const T*>(logits.raw_data());
+      const Target* tp = static_cast<const Target*>(targets.raw_data());
+      if (rows > 0) {
+        dispatch_row_threads(C, [&](auto threads) {
+          constexpr int kThreads = decltype(threads)::value;
+          const dim3 grid(row_grid<kThreads>(rows)), block = row_block<kThreads>();
+          // Packs at any row alignment: one array is read, and for_each_in_row splits it at 16-byte boundaries.
+          cross_entropy_forward_kernel<kThreads, Packed128<T>::size, T, Target>
+              <<<grid, block, 0, stream>>>(xp, tp, ignore_index, static_cast<A*>(stats.raw_data()),
+                                           static_cast<double*>(losses.raw_data()), bad, rows, C);
+        });
+        PRECIS_CUDA_CHECK_LAUNCH(op);
+      }
+      cross_entropy_mean_kernel<Target, A><<<1, 1024, 0, stream>>>(static_cast<const double*>(losses.raw_data()), tp,
+                                                                   ignore_index, rows, static_cast<A*>(loss.raw_data()),
+                                                                   static_cast<int64_t*>(valid_count.raw_data()));
+      PRECIS_CUDA_CHECK_LAUNCH(op);
+    });
+  });
+  return read_bad_position(bad, targets, stream, op);
+}
+
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& stats,
+                            const Tensor& valid_count, const Tensor& grad, const Tensor& dlogits) {
+  const char* op = "cross_entropy backward";
+  const int64_t rows = targets.numel(), C = logits.shape().back();
+  if (rows == 0 || C == 0) return;
+  cudaStream_t stream = stream_for(logits);
+  dispatch_floating(logits.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = compute_t<T>;
+    PRECIS_CHECK(grad.dtype() == dtype_of<A>::value && grad.numel() == 1, op, ": expected a ", dtype_of<A>::value,
+                 " scalar gradient, got ", describe(grad));
+    dispatch_targets(targets.dtype(), [&](auto target_tag) {
+      using Target = typename decltype(target_tag)::type;
+      const T* xp = static_cast<const T*>(logits.raw_data());
+      T* dp = static_cast<T*>(dlogits.raw_data());
+      const bool packed = same_phase16(xp, dp);
+      dispatch_row_threads(C, [&](auto threads) {
+        constexpr int kThreads = decltype(threads)::value;
+        const dim3 grid(row_grid<kThreads>(rows)), block = row_block<kThreads>();
+        auto launch = [&](auto kernel) {
+          kernel<<<grid, block, 0, stream>>>(
+              xp, static_cast<const Target*>(targets.raw_data()), ignore_index, static_cast<const A*>(stats.raw_data()),
+              static_cast<const int64_t*>(valid_count.raw_data()), static_cast<const A*>(grad.raw_data()), dp, rows, C);
+        };
+        if (packed)
+          launch(cross_entropy_backward_kernel<kThreads, Packed128<T>::size, T, Target>);
+        else
+          launch(cross_entropy_backward_kernel<kThreads, 1, T, Target>);
+      });
+    });
+  });
+  PRECIS_CUDA_CHECK_LAUNCH(op);
+}
+
+}  // namespace precis::ops::cuda

@@ -1,0 +1,284 @@
+// The CUDA kernels of the neural-network ops (softmax, layer norm, cross entropy,
+// embedding), as plain C++ launchers on Tensors: ops/*.cpp validate, allocate the
+// outputs on the device and call these; each runs on the compute stream of its
+// tensors' device and does not synchronise, unless it says so.
+//
+// The second half, for *.cu files only, holds the device building blocks these
+// kernels share: 16-byte packed loads, rows split around 16-byte boundaries, and
+// deterministic warp/block reductions.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace precis::ops::cuda {
+
+// The first out-of-range index a kernel met (by position in the flattened index
+// tensor), found on the device and copied back once; position -1 when none.
+struct BadIndex {
+  int64_t position = -1;
+  int64_t value = 0;
+};
+
+// y = softmax(x) (or log_softmax) along the last dim; x, y dense, one shape and dtype.
+void softmax_forward(const Tensor& x, const Tensor& y, bool log);
+// dx from the output y and its gradient g; all dense, one shape and dtype.
+void softmax_backward(const Tensor& y, const Tensor& g, const Tensor& dx, bool log);
+
+// Layer norm over the last dim of the dense x ([rows, C] when flattened): y, and per
+// row mean and rstd. weight, bias [C], mean, rstd are dense, f32 (f64 for f64 x).
+void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
+                        const Tensor& mean, const Tensor& rstd);
+// dx, dweight, dbias (each skipped when undefined; dweight/dbias [C] in the
+// statistics dtype), from the dense x, the dense gradient g and the saved statistics.
+void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                         const Tensor& dx, const Tensor& dweight, const Tensor& dbias);
+
+// Fused log-softmax + NLL over the dense logits [rows, C] and targets [rows] (i32/i64):
+// stats [rows, 2] gets (max, log-sum) per row, loss (a scalar in the statistics dtype)
+// the mean over the rows whose target is not ignore_index, valid_count (i64 scalar)
+// their number. Synchronises once, to read back the target check (not while a CUDA
+// graph is being captured: then a bad target only turns the loss into NaN).
+BadIndex cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& stats,
+                               const Tensor& loss, const Tensor& valid_count);
+// dlogits (the logits' dtype) = grad * (softmax - onehot) / valid_count, softmax recomputed
+// from the logits and stats; zero rows where the target is ignored. grad: scalar on the device.
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& stats,
+                            const Tensor& valid_count, const Tensor& grad, const Tensor& dlogits);
+
+// out [N, C] = weight[indices[n], :]; weight [rows, C] with unit column stride; indices
+// dense i32/i64. Synchronises once to read back the index check (as cross_entropy_forward).
+BadIndex embedding_forward(const Tensor& weight, const Tensor& indices, const Tensor& out);
+// dweight [rows, C] (dense) = scatter-add of grad_rows [N, C] (dense) by indices,
+// deterministic: the indices are sorted, and each weight row sums its gradient rows in order.
+void embedding_backward(const Tensor& grad_rows, const Tensor& indices, const Tensor& dweight);
+
+}  // namespace precis::ops::cuda
+
+#if defined(__CUDACC__)
+
+#include <algorithm>
+#include <limits>
+#include <type_traits>
+
+#include "ops/cuda/tensor_info.cuh"
+
+namespace precis::ops::cuda {
+
+// ---- packs of W elements: a 16-byte Packed128 (W = Packed128<T>::size) or a single element
+
+template <typename T>
+struct Single {
+  T v[1];
+};
+template <typename T, int W>
+using Pack = std::conditional_t<W == 1, Single<T>, Packed128<T>>;
+
+template <int W, typename T>
+__device__ __forceinline__ Pack<T, W> load_pack(const T* p) {
+  static_assert(W == 1 || W == Packed128<T>::size, "a pack is one element or 16 bytes");
+  if constexpr (W == 1)
+    return {{*p}};
+  else
+    return load128(p);
+}
+template <int W, typename T>
+__device__ __forceinline__ void store_pack(T* p, const Pack<T, W>& value) {
+  if constexpr (W == 1)
+    *p = value.v[0];
+  else
+    store128(p, value);
+}
+
+// Pointers whose addresses agree modulo 16 bytes: their rows cross 16-byte boundaries at the same elements.
+inline bool same_phase16(const void* a, const void* b) {
+  return (reinterpret_cast<uintptr_t>(a) - reinterpret_cast<uintptr_t>(b)) % 16 == 0;
+}
+
+template <int W>
+using Width = std::integral_constant<int, W>;
+
+// Visits a row of n elements starting at `row` (any alignment) with `threads` threads:
+// op(i, Width<1>) for the elements before the first 16-byte boundary and after the last,
+// op(i, Width<kPack>) for each aligned pack in between. Arrays in the same phase as `row`
+// (same_phase16) can be loaded at i with the same width. kPack 1 visits element by element.
+template <int kPack, typename T, typename Op>
+__device__ __forceinline__ void for_each_in_row(const T* row, int64_t n, int tid, int threads, Op&& op) {
+  if constexpr (kPack == 1) {
+    for (int64_t i = tid; i < n; i += threads) op(i, Width<1>{});
+  } else {
+    const int64_t misaligned = static_cast<int64_t>((reinterpret_cast<uintptr_t>(row) % 16) / sizeof(T));
+    const int64_t head = misaligned == 0 ? 0 : std::min<int64_t>(n, kPack - misaligned);
+    const int64_t packs = (n - head) / kPack;
+    const int64_t tail = head + packs * kPack;
+    if (tid < head) op(static_cast<int64_t>(tid), Width<1>{});
+    for (int64_t p = tid; p < packs; p += threads) op(head + p * kPack, Width<kPack>{});
+    for (int64_t i = tail + tid; i < n; i += threads) op(i, Width<1>{});
+  }
+}
+
+// ---- deterministic reductions: a fixed shuffle and summation order, and every thread gets the result
+
+template <typename A>
+struct Pair {
+  A first, second;
+};
+
+template <typename A>
+__device__ __forceinline__ A shuffle_xor(A v, int mask) {
+  return __shfl_xor_sync(0xffffffffu, v, mask);
+}
+template <typename A>
+__device__ __forceinline__ Pair<A> shuffle_xor(Pair<A> v, int mask) {
+  return {__shfl_xor_sync(0xffffffffu, v.first, mask), __shfl_xor_sync(0xffffffffu, v.second, mask)};
+}
+
+template <typename V, typename Op>
+__device__ __forceinline__ V warp_all_reduce(V v, Op op) {
+#pragma unroll
+  for (int mask = 16; mask > 0; mask >>= 1) v = op(v, shuffle_xor(v, mask));
+  return v;
+}
+
+// Reduces over a one-dimensional block of any multiple of 32 threads (at most 1024);
+// every thread must call it.
+template <typename V, typename Op>
+__device__ __forceinline__ V block_all_reduce(V v, Op op) {
+  __shared__ V partial[32];
+  v = warp_all_reduce(v, op);
+  const int warps = blockDim.x / 32;
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = partial[0];
+  for (int w = 1; w < warps; ++w) v = op(v, partial[w]);
+  __syncthreads();  // partial is free for the next reduction
+  return v;
+}
+
+// Reduces over the kThreads threads of a row group: a warp (kThreads 32, no shared
+// memory, no barrier) or a whole block of kThreads (see dispatch_row_threads).
+template <int kThreads, typename V, typename Op>
+__device__ __forceinline__ V row_all_reduce(V v, Op op) {
+  if constexpr (kThreads == 32)
+    return warp_all_reduce(v, op);
+  else
+    return block_all_reduce(v, op);
+}
+
+struct SumOp {
+  template <typename V>
+  __device__ __forceinline__ V operator()(V a, V b) const {
+    return a + b;
+  }
+  template <typename A>
+  __device__ __forceinline__ Pair<A> operator()(Pair<A> a, Pair<A> b) const {
+    return {a.first + b.first, a.second + b.second};
+  }
+};
+
+// ---- online softmax statistics: (max m, sum s of exp(x - m)) of a set of values
+
+// Folds x in. A -inf adds exp(-inf) = 0 and is skipped, so that -inf - -inf (NaN) is never formed.
+template <typename A>
+__device__ __forceinline__ void max_sum_add(Pair<A>& ms, A x) {
+  if (x > ms.first) {
+    ms.second = ms.second * ::exp(ms.first - x) + A(1);
+    ms.first = x;
+  } else if (x != -std::numeric_limits<A>::infinity()) {
+    ms.second += ::exp(x - ms.first);
+  }
+}
+
+struct MaxSumOp {
+  template <typename A>
+  __device__ __forceinline__ Pair<A> operator()(Pair<A> a, Pair<A> b) const {
+    const A m = a.first > b.first ? a.first : b.first;
+    if (m == -std::numeric_limits<A>::infinity()) return {m, A(0)};
+    return {m, a.second * ::exp(a.first - m) + b.second * ::exp(b.first - m)};
+  }
+};
+
+template <typename A>
+__device__ __forceinline__ Pair<A> max_sum_identity() {
+  return {-std::numeric_limits<A>::infinity(), A(0)};
+}
+
+// ---- row groups: a warp per row for short rows, a block per row for long ones
+
+// Calls fn(std::integral_constant<int, kThreads>) with the threads that share one row of n values.
+template <typename Fn>
+void dispatch_row_threads(int64_t n, Fn&& fn) {
+  if (n <= 1024) return fn(std::integral_constant<int, 32>{});
+  if (n <= 16384) return fn(std::integral_constant<int, 256>{});
+  return fn(std::integral_constant<int, 512>{});
+}
+
+// Block shape and grid for `rows` rows with kThreads threads per row: warps are stacked
+// kWarpRowsPerBlock to a block (threadIdx.y picks the row), blocks take one row each.
+inline constexpr int kWarpRowsPerBlock = 8;
+template <int kThreads>
+inline constexpr int kRowBlockThreads = kThreads == 32 ? 32 * kWarpRowsPerBlock : kThreads;
+// __launch_bounds__ of a row kernel: at least 1024 threads resident per SM (at most 64 registers each).
+#define PRECIS_ROW_LAUNCH_BOUNDS(kThreads) \
+  __launch_bounds__(kRowBlockThreads<kThreads>, 1024 / kRowBlockThreads<kThreads>)
+template <int kThreads>
+dim3 row_block() {
+  return kThreads == 32 ? dim3(32, kWarpRowsPerBlock) : dim3(kThreads, 1);
+}
+template <int kThreads>
+unsigned row_grid(int64_t rows) {
+  const int64_t per_block = kThreads == 32 ? kWarpRowsPerBlock : 1;
+  return static_cast<unsigned>((rows + per_block - 1) / per_block);
+}
+__device__ __forceinline__ int64_t row_index() { return static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; }
+
+// ---- batched launches: one launch works on up to N tensors, whose table is a kernel argument
+
+// The tensor block `block` works on: s with first_block[s] <= block < first_block[s + 1].
+__device__ __forceinline__ int tensor_of_block(const int64_t* first_block, int count, int64_t block) {
+  int s = 0;
+  while (s + 1 < count && block >= first_block[s + 1]) ++s;
+  return s;
+}
+
+// ---- index checks on the device
+
+// A one-word device flag holding the smallest bad position (atomicMin), ~0 when none.
+__device__ __forceinline__ void flag_bad_position(unsigned long long* flag, int64_t position) {
+  atomicMin(flag, static_cast<unsigned long long>(position));
+}
+
+// Clears `flag` (one unsigned long long on the device) on `stream`.
+inline void clear_bad_position(unsigned long long* flag, cudaStream_t stream, const char* op) {
+  PRECIS_CUDA_CHECK(cudaMemsetAsync(flag, 0xff, sizeof(unsigned long long), stream), op);
+}
+
+// Reads the flag back (one copy and one stream synchronisation) and, when set, the
+// offending index from `indices` (dense i32/i64 on the device). While `stream` is
+// being captured into a CUDA graph nothing can be read back; the check is skipped.
+inline BadIndex read_bad_position(const unsigned long long* flag, const Tensor& indices, cudaStream_t stream,
+                                  const char* op) {
+  if (precis::cuda::is_capturing(stream)) return {};
+  auto copy_back = [&](void* host, const void* device, size_t bytes) {
+    PRECIS_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream), op);
+    PRECIS_CUDA_CHECK(cudaStreamSynchronize(stream), op);
+  };
+  unsigned long long position = 0;
+  copy_back(&position, flag, sizeof(position));
+  if (position == ~0ull) return {};
+  BadIndex bad{static_cast<int64_t>(position), 0};
+  const char* at = static_cast<const char*>(indices.raw_data()) + bad.position * element_size(indices.dtype());
+  if (indices.dtype() == DType::i32) {
+    int32_t value = 0;
+    copy_back(&value, at, sizeof(value));
+    bad.value = value;
+  } else {
+    copy_back(&bad.value, at, sizeof(bad.value));
+  }
+  return bad;
+}
+
+}  // namespace precis::ops::cuda
+
+#endif  // __CUDACC__

@@ -1,0 +1,191 @@
+// The fused GPU AdamW and the GPU global grad norm / clipping against the CPU:
+// several steps over many parameters (more than one launch's batch) of odd sizes,
+// misaligned ones among them, two weight-decay groups, f32 and f64, and f16/bf16
+// parameters with f32 master weights (nearest and stochastic rounding). Tolerances:
+// f32 1e-5 relative, f16/bf16 1e-2, f64 1e-12. Skipped, with the reason, where no
+// GPU is usable.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/copy.h"
+#include "optim/adamw.h"
+#include "optim/clip_grad.h"
+#include "support/gpu.h"
+#include "support/gradcheck.h"
+
+using namespace precis;
+using precis::testing::expect_close;
+using precis::testing::random_f64;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+Tensor values(const Shape& shape, uint64_t seed, DType dtype, double low = -1.0, double high = 1.0) {
+  return random_f64(shape, seed, low, high).to(dtype);
+}
+
+double rtol_of(DType dtype) {
+  switch (dtype) {
+    case DType::f64:
+      return 1e-12;
+    case DType::f32:
+      return 1e-5;
+    default:
+      return 1e-2;
+  }
+}
+
+// |gpu - cpu| <= rtol (|cpu| + max|cpu| / 10), rtol by the dtype.
+void expect_near(const Tensor& gpu, const Tensor& cpu) {
+  ASSERT_TRUE(gpu.is_cuda());
+  ASSERT_EQ(gpu.dtype(), cpu.dtype());
+  double largest = 0;
+  for (double v : cpu.to_vector<double>()) largest = std::max(largest, std::abs(v));
+  expect_close(gpu, cpu, rtol_of(cpu.dtype()) * largest / 10, rtol_of(cpu.dtype()));
+}
+
+// The same parameters on the CPU and on the GPU: sizes 1 .. 20000 (more than one block),
+// more than one launch's batch of them, and one that starts 4 bytes past an aligned address.
+struct Twins {
+  std::vector<Tensor> cpu, gpu;
+};
+Twins make_params(DType dtype, uint64_t seed) {
+  std::vector<int64_t> sizes = {1, 7, 513, 65 * 33, 20000};
+  for (int i = 0; i < 36; ++i) sizes.push_back(i % 5 + 1 + 16 * (i % 3));
+  Twins t;
+  for (int64_t n : sizes) {
+    Tensor host = values({n}, ++seed, dtype);
+    t.cpu.push_back(host.detach().set_requires_grad());
+    t.gpu.push_back(host.to(kGpu).set_requires_grad());
+  }
+  // Misaligned: a view one element into a larger buffer (a leaf: the buffer needs no grad).
+  Tensor host = values({101}, ++seed, dtype);
+  t.cpu.push_back(host.narrow(0, 1, 100).set_requires_grad());
+  t.gpu.push_back(host.to(kGpu).narrow(0, 1, 100).set_requires_grad());
+  return t;
+}
+
+// The same random gradients (of `dtype`) on both twins; the GPU ones, for the last parameter, misaligned too.
+void set_grads(Twins& t, DType dtype, uint64_t seed) {
+  for (size_t i = 0; i < t.cpu.size(); ++i) {
+    const int64_t n = t.cpu[i].numel();
+    Tensor g = values({n + 1}, seed * 1000 + i, dtype);
+    t.cpu[i].set_grad(g.narrow(0, 1, n).contiguous());
+    t.gpu[i].set_grad(i + 1 == t.cpu.size() ? g.to(kGpu).narrow(0, 1, n) : g.narrow(0, 1, n).to(kGpu));
+  }
+}
+
+// Two groups: weight decay on the even parameters only.
+std::vector<optim::ParamGroup> groups_of(const std::vector<Tensor>& params) {
+  optim::ParamGroup decay{{}, 0.1}, no_decay{{}, 0.0};
+  for (size_t i = 0; i < params.size(); ++i) (i % 2 == 0 ? decay : no_decay).params.push_back(params[i]);
+  return {decay, no_decay};
+}
+
+// Parameter i of groups_of(params) has optimizer index index_in_groups(i, n).
+size_t index_in_groups(size_t i, size_t n) { return i % 2 == 0 ? i / 2 : (n + 1) / 2 + i / 2; }
+
+}  // namespace
+
+TEST(AdamWGpu, MatchesTheCpuOverSeveralSteps) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  for (DType dtype : {DType::f32, DType::f64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Twins t = make_params(dtype, 10);
+    const optim::AdamWOptions options{.lr = 0.01, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
+    optim::AdamW cpu(groups_of(t.cpu), options), gpu(groups_of(t.gpu), options);
+    for (int step = 1; step <= 5; ++step) {
+      set_grads(t, dtype, step);
+      cpu.step();
+      gpu.step();
+    }
+    const auto cpu_state = cpu.state_dict(), gpu_state = gpu.state_dict();
+    for (size_t i = 0; i < t.cpu.size(); ++i) {
+      SCOPED_TRACE("parameter " + std::to_string(i));
+      expect_near(t.gpu[i], t.cpu[i]);
+      const std::string key = "state." + std::to_string(index_in_groups(i, t.cpu.size()));
+      expect_near(gpu_state.at(key + ".exp_avg"), cpu_state.at(key + ".exp_avg"));
+      expect_near(gpu_state.at(key + ".exp_avg_sq"), cpu_state.at(key + ".exp_avg_sq"));
+    }
+  }
+}
+
+TEST(AdamWGpu, LowPrecisionParametersMatchTheCpu) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  struct Case {
+    DType param, grad;
+    bool master, stochastic;
+  };
+  const Case cases[] = {{DType::bf16, DType::f32, true, false},   {DType::bf16, DType::f32, true, true},
+                        {DType::bf16, DType::bf16, false, false}, {DType::bf16, DType::f32, false, true},
+                        {DType::f16, DType::f32, true, false},    {DType::f16, DType::f16, false, false}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(dtype_name(c.param)) + " params, " + dtype_name(c.grad) + " grads" +
+                 (c.master ? ", master weights" : "") + (c.stochastic ? ", stochastic rounding" : ""));
+    Twins t = make_params(c.param, 20);
+    optim::AdamWOptions options{.lr = 0.01, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
+    options.master_weights = c.master;
+    options.stochastic_rounding = c.stochastic;
+    options.seed = 1234;
+    optim::AdamW cpu(groups_of(t.cpu), options), gpu(groups_of(t.gpu), options);
+    for (int step = 1; step <= 4; ++step) {
+      set_grads(t, c.grad, step);
+      cpu.step();
+      gpu.step();
+    }
+    for (size_t i = 0; i < t.cpu.size(); ++i) {
+      SCOPED_TRACE("parameter " + std::to_string(i));
+      expect_near(t.gpu[i], t.cpu[i]);
+      const size_t index = index_in_groups(i, t.cpu.size());
+      ASSERT_EQ(gpu.master(index).defined(), c.master);
+      if (c.master) expect_near(gpu.master(index), cpu.master(index));
+    }
+  }
+}
+
+TEST(ClipGradNormGpu, MatchesTheCpu) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  // f32 parameters and a few bf16 ones, more than one launch's batch, one of 100000 values (several blocks).
+  Twins t = make_params(DType::f32, 30);
+  for (int i = 0; i < 3; ++i) {
+    Tensor host = values({100000 / (i + 1)}, 40 + i, DType::bf16);
+    t.cpu.push_back(host.detach().set_requires_grad());
+    t.gpu.push_back(host.to(kGpu).set_requires_grad());
+  }
+  for (size_t i = 0; i < t.cpu.size(); ++i) {
+    Tensor g = values(t.cpu[i].shape(), 50 + i, t.cpu[i].dtype());
+    t.cpu[i].set_grad(g);
+    t.gpu[i].set_grad(g.to(kGpu));
+  }
+  // Under the limit: the norm, and no change.
+  const double norm_cpu = optim::clip_grad_norm(t.cpu, 1e9), norm_gpu = optim::clip_grad_norm(t.gpu, 1e9);
+  EXPECT_NEAR(norm_gpu, norm_cpu, 1e-12 * norm_cpu);
+  EXPECT_EQ(optim::clip_grad_norm(t.gpu, 0.0), norm_gpu);  // the same bits on every run
+  for (size_t i = 0; i < t.cpu.size(); ++i) expect_close(t.gpu[i].grad(), t.cpu[i].grad(), 0, 0);
+  // Over the limit: scaled to max_norm.
+  EXPECT_NEAR(optim::clip_grad_norm(t.gpu, 1.0), norm_cpu, 1e-12 * norm_cpu);
+  optim::clip_grad_norm(t.cpu, 1.0);
+  for (size_t i = 0; i < t.cpu.size(); ++i) {
+    SCOPED_TRACE("parameter " + std::to_string(i));
+    expect_near(t.gpu[i].grad(), t.cpu[i].grad());
+  }
+  // The norm after clipping: 1, up to the bf16 roundings of the scaled gradients.
+  EXPECT_NEAR(optim::clip_grad_norm(t.gpu, 0.0), 1.0, 1e-4);
+}
+
+TEST(ClipGradNormGpu, NonFiniteNormsScaleNothing) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  Tensor p = values({1000}, 60, DType::f32).to(kGpu).set_requires_grad();
+  Tensor g = values({1000}, 61, DType::f32);
+  std::vector<float> v = g.to_vector<float>();
+  v[517] = std::numeric_limits<float>::infinity();
+  p.set_grad(from_vector(v, {1000}).to(kGpu));
+  EXPECT_TRUE(std::isinf(optim::clip_grad_norm({p}, 1.0)));
+  expect_close(p.grad(), from_vector(v, {1000}), 0, 0);
+}
