@@ -10,6 +10,7 @@ namespace precis {
 namespace cuda {
 int device_count();          // core/cuda/device_query.cu
 int compute_capability(int index);
+std::string device_name(int index);
 std::string device_summary(int index);
 std::string no_device_reason();
 }  // namespace cuda
@@ -39,6 +40,33 @@ std::string cuda_status() {
 #else
   return "this build of Precis has no CUDA backend (configured without the CUDA toolkit)";
 #endif
+}
+
+std::string cuda_device_name(int index) {
+#if PRECIS_WITH_CUDA
+  if (index < cuda::device_count()) return cuda::device_name(index);
+#endif
+  (void)index;
+  return "";
+}
+
+double peak_tflops(int index, DType compute, bool tf32) {
+  struct Peak {
+    const char* name_part;
+    double half, tf32, fp32;
+  };
+  // Dense (no sparsity) datasheet figures.
+  static const Peak table[] = {
+      {"H200", 989.4, 494.7, 66.9},      {"H100 PCIe", 756.5, 378.0, 51.2}, {"H100", 989.4, 494.7, 66.9},
+      {"A100", 312.0, 156.0, 19.5},
+  };
+  std::string name = cuda_device_name(index);
+  for (const Peak& p : table) {
+    if (name.find(p.name_part) == std::string::npos) continue;
+    if (compute == DType::f16 || compute == DType::bf16) return p.half;
+    return tf32 ? p.tf32 : p.fp32;
+  }
+  return 0.0;
 }
 
 Device resolve_device(const std::string& setting, bool quiet) {

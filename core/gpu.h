@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/device.h"
+#include "core/dtype.h"
 
 namespace precis {
 
@@ -15,6 +16,12 @@ std::string cuda_status();
 
 // The compute capability of GPU `index` as major*10+minor (90 for an H100); 0 without a GPU.
 int cuda_compute_capability(int index = 0);
+
+// The dense tensor-core peak of GPU `index` in TFLOP/s for matmuls in `compute`
+// (f16/bf16, or f32 with tf32 on/off), from the vendor's datasheet, keyed by the
+// device name (H100 SXM, H100 PCIe, H200, A100). 0 when the GPU is unknown.
+double peak_tflops(int index, DType compute, bool tf32);
+std::string cuda_device_name(int index = 0);
 
 // Resolves a `device:` setting: "auto" picks cuda:0 when a GPU is present, else
 // the CPU (printing a one-line note); "cuda[:N]" without that GPU is an error.

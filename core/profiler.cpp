@@ -2,25 +2,65 @@
 
 #include "core/error.h"
 
+#if PRECIS_WITH_CUDA
+#include "core/cuda/profiler_events.h"
+#endif
+
 namespace precis {
 
-void Profiler::begin(const char* name) { open_.push_back({name, Clock::now()}); }
+#if PRECIS_WITH_CUDA
+struct Profiler::GpuEvents : cuda::PhaseEvents {
+  using cuda::PhaseEvents::PhaseEvents;
+};
+#else
+struct Profiler::GpuEvents {};
+#endif
+
+Profiler::Profiler() = default;
+Profiler::~Profiler() = default;
+
+void Profiler::set_device(Device device) {
+  device_ = device;
+#if PRECIS_WITH_CUDA
+  if (device.is_cuda()) gpu_ = std::make_unique<GpuEvents>(device);
+#endif
+}
+
+void Profiler::begin(const char* name) {
+  open_.push_back({name, Clock::now()});
+#if PRECIS_WITH_CUDA
+  if (gpu_) gpu_->begin(name);
+#endif
+}
 
 void Profiler::end() {
   PRECIS_CHECK(!open_.empty(), "Profiler::end without a matching begin");
   Open phase = std::move(open_.back());
   open_.pop_back();
-  double ms = std::chrono::duration<double, std::milli>(Clock::now() - phase.start).count();
-  for (auto& [name, total] : totals_) {
-    if (name == phase.name) {
+#if PRECIS_WITH_CUDA
+  if (gpu_) {
+    gpu_->end();
+    return;
+  }
+#endif
+  add(phase.name, std::chrono::duration<double, std::milli>(Clock::now() - phase.start).count());
+}
+
+void Profiler::add(const std::string& name, double ms) {
+  for (auto& [existing, total] : totals_) {
+    if (existing == name) {
       total += ms;
       return;
     }
   }
-  totals_.emplace_back(phase.name, ms);
+  totals_.emplace_back(name, ms);
 }
 
 std::vector<std::pair<std::string, double>> Profiler::take_ms() {
+#if PRECIS_WITH_CUDA
+  if (gpu_)
+    for (auto& [name, ms] : gpu_->resolve()) add(name, ms);
+#endif
   auto out = std::move(totals_);
   totals_.clear();
   return out;

@@ -9,8 +9,11 @@
 
 #include <chrono>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "core/device.h"
 
 namespace precis {
 
@@ -28,6 +31,10 @@ class Profiler {
     Profiler& profiler_;
   };
 
+  Profiler();
+  ~Profiler();
+  // Phases after this are timed on `device` (CUDA events on its compute stream for a GPU).
+  void set_device(Device device);
   void begin(const char* name);
   void end();
   // Milliseconds per phase since the last call, in first-seen order; resets the totals.
@@ -39,8 +46,13 @@ class Profiler {
     std::string name;
     Clock::time_point start;
   };
+  void add(const std::string& name, double ms);
+
   std::vector<Open> open_;
   std::vector<std::pair<std::string, double>> totals_;
+  Device device_ = Device::cpu();
+  struct GpuEvents;  // CUDA events of the phases not yet resolved (core/cuda/profiler_events.cu)
+  std::unique_ptr<GpuEvents> gpu_;
 };
 
 }  // namespace precis

@@ -12,6 +12,8 @@ int train_command(const Args& args);     // precis train CONFIG [key=value ...]
 int sample_command(const Args& args);    // precis sample CHECKPOINT [--prompt TEXT] [--tokens N] ...
 int tokenize_command(const Args& args);  // precis tokenize --tokenizer gpt2|char INPUT OUT_PREFIX [--val-fraction F]
 int device_command(const Args& args);    // precis device
+int numerics_command(const Args& args);  // precis numerics CONFIG [key=value ...]
+int sweep_command(const Args& args);     // precis sweep CONFIG [--precisions a,b,c] [key=value ...]
 
 // "--name value" options after the positional arguments; unknown options are errors.
 struct Options {

@@ -17,6 +17,10 @@ void print_usage() {
                "                                      generate text from a checkpoint directory\n"
                "  tokenize --tokenizer gpt2|char INPUT.txt OUT_PREFIX [--val-fraction F]\n"
                "                                      write llm.c token shards OUT_PREFIX_{train,val}.bin\n"
+               "  numerics CONFIG.yaml [key=value ...] a short run with the numerics report (per-layer\n"
+               "                                      max|x|, zeros, fp16 underflow, inf/nan, lost updates)\n"
+               "  sweep CONFIG.yaml [--precisions fp32,tf32,fp16,bf16] [key=value ...]\n"
+               "                                      train once per precision policy; table + loss plots\n"
                "  device                              show which device `device: auto` would use\n"
                "  help                                this message\n";
 }
@@ -33,6 +37,8 @@ int run(const std::vector<std::string>& args) {
   if (command == "sample") return sample_command(rest);
   if (command == "tokenize") return tokenize_command(rest);
   if (command == "device") return device_command(rest);
+  if (command == "numerics") return numerics_command(rest);
+  if (command == "sweep") return sweep_command(rest);
   PRECIS_FAIL("unknown command '", command, "'; run `precis help` for the list");
 }
 

@@ -17,6 +17,7 @@
 #include "nn/observer.h"
 #include "ops/autocast.h"
 #include "ops/elementwise.h"
+#include "ops/matmul.h"
 #include "ops/tap.h"
 #include "optim/adamw.h"
 #include "optim/clip_grad.h"
@@ -49,7 +50,9 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
     Eigen::setNbThreads(static_cast<int>(config_.threads));
   }
   device_ = resolve_device(config_.device);
+  profiler_.set_device(device_);
   policy_ = policy_from_config(config_.precision);
+  ops::set_allow_tf32(policy_.allow_tf32);  // nothing enables TF32 behind the user's back
   int capability = device_.is_cuda() ? cuda_compute_capability(device_.index) : 0;
   for (const std::string& warning : policy_.validate(capability)) std::cerr << "warning: " << warning << "\n";
   scaler_ = std::make_unique<amp::GradScaler>(scaler_options_from_config(config_.precision, policy_));
@@ -299,6 +302,10 @@ void Trainer::log_interval(double loss, double grad_norm, double lr, double inte
   for (auto& [name, ms] : profiler_.take_ms()) r.phase_ms.emplace_back(name, ms / steps);
   // Training FLOPs: 3x the forward (backward is twice the forward).
   r.tflops = 3.0 * model_->config().flops_per_token_forward(config_.batch.seq_len) * r.tokens_per_s / 1e12;
+  if (device_.is_cuda()) {
+    double peak = peak_tflops(device_.index, policy_.compute_dtype, policy_.allow_tf32);
+    if (peak > 0) r.mfu = *r.tflops / peak;
+  }
   r.val_loss = val_loss;
   if (scaler_->enabled()) {
     r.loss_scale = scaler_->scale();

@@ -30,6 +30,15 @@ std::string no_device_reason() {
   return n == 0 ? "no CUDA device present" : "GPU present";
 }
 
+std::string device_name(int index) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
+  return prop.name;
+}
+
 int compute_capability(int index) {
   int major = 0, minor = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index) != cudaSuccess ||

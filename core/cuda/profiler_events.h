@@ -1,0 +1,41 @@
+// PhaseEvents: the GPU side of core/profiler. Each phase is a pair of CUDA
+// events recorded on the compute stream; resolve() waits once for the last
+// event and reads every elapsed time, so timing adds no sync per phase.
+// Only included behind PRECIS_WITH_CUDA.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/device.h"
+
+namespace precis::cuda {
+
+class PhaseEvents {
+ public:
+  explicit PhaseEvents(Device device);
+  ~PhaseEvents();
+  PhaseEvents(const PhaseEvents&) = delete;
+  PhaseEvents& operator=(const PhaseEvents&) = delete;
+
+  void begin(const std::string& name);
+  void end();
+  // Milliseconds of each recorded phase since the last resolve, in record order.
+  std::vector<std::pair<std::string, double>> resolve();
+
+ private:
+  struct Pending {
+    std::string name;
+    void* start;  // cudaEvent_t
+    void* stop;
+  };
+  void* take_event();
+
+  Device device_;
+  std::vector<Pending> pending_;
+  std::vector<size_t> open_;    // indices into pending_ of phases not yet ended
+  std::vector<void*> free_;     // events ready for reuse
+};
+
+}  // namespace precis::cuda

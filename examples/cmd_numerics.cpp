@@ -1,0 +1,26 @@
+#include <iostream>
+
+#include "core/error.h"
+#include "examples/commands.h"
+#include "train/config.h"
+#include "train/trainer.h"
+
+namespace precis::cli {
+
+// A short run of CONFIG with the numerics report on: per-layer statistics of
+// activations, gradients and updates every log interval (docs/precision.md).
+int numerics_command(const Args& args) {
+  PRECIS_CHECK(!args.empty(), "numerics: usage: precis numerics CONFIG.yaml [key=value ...] ",
+               "(e.g. precision=fp16 max_steps=20)");
+  std::vector<std::string> overrides = {"precision.report=true", "sample.tokens=0", "max_steps=20",
+                                        "log_interval=10"};
+  overrides.insert(overrides.end(), args.begin() + 1, args.end());
+  train::TrainConfig config = train::load_config(args[0], overrides);
+  config.out_dir += "/numerics";
+  train::Trainer trainer(config);
+  trainer.run();
+  std::cout << "numerics written to " << config.out_dir << "/numerics.jsonl\n";
+  return 0;
+}
+
+}  // namespace precis::cli

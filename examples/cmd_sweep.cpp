@@ -1,0 +1,110 @@
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "core/error.h"
+#include "examples/commands.h"
+#include "train/config.h"
+#include "train/svg_plot.h"
+#include "train/trainer.h"
+
+namespace precis::cli {
+
+namespace {
+
+struct SweepRow {
+  std::string policy;
+  double train_loss = 0, val_loss = 0, tokens_per_s = 0;
+  int64_t peak_bytes = 0, skipped = 0;
+};
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+// Median tokens/s over the log lines after the first (which includes warm-up).
+double steady_tokens_per_s(const std::vector<train::StepReport>& reports) {
+  std::vector<double> v;
+  for (size_t i = reports.size() > 1 ? 1 : 0; i < reports.size(); ++i) v.push_back(reports[i].tokens_per_s);
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::string markdown_table(const std::vector<SweepRow>& rows) {
+  std::string out =
+      "| precision | final train loss | final val loss | tokens/s | peak memory (MiB) | skipped steps |\n"
+      "|---|---|---|---|---|---|\n";
+  char line[256];
+  for (const auto& r : rows) {
+    std::snprintf(line, sizeof line, "| %s | %.4f | %.4f | %.0f | %.1f | %lld |\n", r.policy.c_str(), r.train_loss,
+                  r.val_loss, r.tokens_per_s, static_cast<double>(r.peak_bytes) / (1 << 20),
+                  static_cast<long long>(r.skipped));
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace
+
+// Trains CONFIG once per precision policy and compares them.
+int sweep_command(const Args& args) {
+  std::vector<std::string> overrides;
+  Args rest;
+  for (const auto& a : args) (a.find('=') != std::string::npos && a.rfind("--", 0) != 0 ? overrides : rest).push_back(a);
+  Options o = parse_options(rest, {"precisions"}, "sweep");
+  PRECIS_CHECK(o.positional.size() == 1, "sweep: usage: precis sweep CONFIG.yaml [--precisions fp32,tf32,fp16,bf16] ",
+               "[key=value ...]");
+  std::vector<std::string> policies = split_list(o.get("precisions", "fp32,tf32,fp16,bf16"));
+  PRECIS_CHECK(!policies.empty(), "sweep: --precisions lists no policy");
+
+  std::vector<SweepRow> rows;
+  std::vector<train::PlotSeries> curves;
+  std::string out_dir;
+  for (const std::string& policy : policies) {
+    std::vector<std::string> run_overrides = overrides;
+    run_overrides.push_back("precision=" + policy);
+    run_overrides.push_back("sample.tokens=0");
+    train::TrainConfig config = train::load_config(o.positional[0], run_overrides);
+    out_dir = config.out_dir;
+    config.out_dir = (std::filesystem::path(out_dir) / ("sweep-" + policy)).string();
+    std::cout << "==== sweep: " << policy << " ====" << std::endl;
+    train::Trainer trainer(config);
+    trainer.run();
+    SweepRow row;
+    row.policy = policy;
+    row.train_loss = trainer.losses().empty() ? std::nan("") : trainer.losses().back();
+    row.val_loss = trainer.final_val_loss();
+    row.tokens_per_s = steady_tokens_per_s(trainer.reports());
+    row.peak_bytes = trainer.peak_memory_bytes();
+    row.skipped = trainer.scaler().skipped_steps();
+    rows.push_back(row);
+    train::PlotSeries curve{policy, {}, {}};
+    for (size_t i = 0; i < trainer.losses().size(); ++i) {
+      curve.x.push_back(static_cast<double>(i + 1));
+      curve.y.push_back(trainer.losses()[i]);
+    }
+    train::write_svg_plot((std::filesystem::path(config.out_dir) / "loss.svg").string(), "training loss: " + policy,
+                          "step", "loss", {curve});
+    curves.push_back(curve);
+  }
+  std::string table = markdown_table(rows);
+  std::cout << "\n" << table;
+  std::filesystem::path dir(out_dir);
+  std::ofstream(dir / "sweep.md") << "# Precision sweep: " << o.positional[0] << "\n\n" << table;
+  train::write_svg_plot((dir / "sweep-loss.svg").string(), "training loss by precision", "step", "loss", curves);
+  std::cout << "written: " << (dir / "sweep.md").string() << ", " << (dir / "sweep-loss.svg").string()
+            << " and a loss.svg per policy\n";
+  return 0;
+}
+
+}  // namespace precis::cli

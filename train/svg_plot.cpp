@@ -1,0 +1,99 @@
+#include "train/svg_plot.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "core/error.h"
+
+namespace precis::train {
+
+namespace {
+
+constexpr double kWidth = 720, kHeight = 440, kLeft = 70, kRight = 160, kTop = 40, kBottom = 50;
+const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#17becf"};
+
+std::string escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '<') out += "&lt;";
+    else if (c == '>') out += "&gt;";
+    else if (c == '&') out += "&amp;";
+    else out += c;
+  }
+  return out;
+}
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", v);
+  return buf;
+}
+
+}  // namespace
+
+void write_svg_plot(const std::string& path, const std::string& title, const std::string& x_label,
+                    const std::string& y_label, const std::vector<PlotSeries>& series) {
+  double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
+  for (const auto& s : series)
+    for (size_t i = 0; i < s.x.size(); ++i) {
+      if (!std::isfinite(s.y[i])) continue;
+      x0 = std::min(x0, s.x[i]), x1 = std::max(x1, s.x[i]);
+      y0 = std::min(y0, s.y[i]), y1 = std::max(y1, s.y[i]);
+    }
+  if (!std::isfinite(x0)) x0 = 0, x1 = 1, y0 = 0, y1 = 1;
+  if (x1 == x0) x1 = x0 + 1;
+  if (y1 == y0) y1 = y0 + 1;
+  const double pw = kWidth - kLeft - kRight, ph = kHeight - kTop - kBottom;
+  auto px = [&](double x) { return kLeft + (x - x0) / (x1 - x0) * pw; };
+  auto py = [&](double y) { return kTop + (1 - (y - y0) / (y1 - y0)) * ph; };
+
+  std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(kWidth) + "\" height=\"" +
+                    num(kHeight) + "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  svg += "<text x=\"" + num(kWidth / 2) + "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">" + escape(title) +
+         "</text>\n";
+  svg += "<rect x=\"" + num(kLeft) + "\" y=\"" + num(kTop) + "\" width=\"" + num(pw) + "\" height=\"" + num(ph) +
+         "\" fill=\"none\" stroke=\"#333\"/>\n";
+  for (int i = 0; i <= 5; ++i) {
+    double xv = x0 + (x1 - x0) * i / 5, yv = y0 + (y1 - y0) * i / 5;
+    svg += "<text x=\"" + num(px(xv)) + "\" y=\"" + num(kTop + ph + 18) + "\" text-anchor=\"middle\">" + num(xv) +
+           "</text>\n";
+    svg += "<text x=\"" + num(kLeft - 6) + "\" y=\"" + num(py(yv) + 4) + "\" text-anchor=\"end\">" + num(yv) +
+           "</text>\n";
+    svg += "<line x1=\"" + num(kLeft) + "\" x2=\"" + num(kLeft + pw) + "\" y1=\"" + num(py(yv)) + "\" y2=\"" +
+           num(py(yv)) + "\" stroke=\"#eee\"/>\n";
+  }
+  svg += "<text x=\"" + num(kLeft + pw / 2) + "\" y=\"" + num(kHeight - 10) + "\" text-anchor=\"middle\">" +
+         escape(x_label) + "</text>\n";
+  svg += "<text transform=\"translate(16," + num(kTop + ph / 2) + ") rotate(-90)\" text-anchor=\"middle\">" +
+         escape(y_label) + "</text>\n";
+  for (size_t k = 0; k < series.size(); ++k) {
+    const auto& s = series[k];
+    const char* color = kColors[k % (sizeof kColors / sizeof kColors[0])];
+    std::string points;
+    for (size_t i = 0; i < s.x.size(); ++i)
+      if (std::isfinite(s.y[i])) points += num(px(s.x[i])) + "," + num(py(s.y[i])) + " ";
+    svg += "<polyline fill=\"none\" stroke=\"" + std::string(color) + "\" stroke-width=\"1.5\" points=\"" + points +
+           "\"/>\n";
+    double ly = kTop + 14 + 18.0 * static_cast<double>(k);
+    svg += "<line x1=\"" + num(kLeft + pw + 12) + "\" x2=\"" + num(kLeft + pw + 32) + "\" y1=\"" + num(ly - 4) +
+           "\" y2=\"" + num(ly - 4) + "\" stroke=\"" + color + "\" stroke-width=\"2\"/>\n";
+    svg += "<text x=\"" + num(kLeft + pw + 36) + "\" y=\"" + num(ly) + "\">" + escape(s.label) + "</text>\n";
+  }
+  svg += "</svg>\n";
+
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    PRECIS_CHECK(out.is_open(), "cannot write plot '", path, "': check that its directory exists and is writable");
+    out << svg;
+    PRECIS_CHECK(out.good(), "writing plot '", path, "' failed");
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+}  // namespace precis::train
