@@ -1,6 +1,7 @@
 // Where a tensor lives: the CPU or one CUDA device.
 #pragma once
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 
