@@ -1,5 +1,9 @@
 #include "amp/grad_scaler.h"
 
+#if PRECIS_WITH_CUDA
+#include "amp/cuda/grad_scaler.h"
+#endif
+
 #include <algorithm>
 #include <cmath>
 
@@ -59,8 +63,11 @@ bool unscale_and_check_inf(T* g, int64_t n, compute_type_t<T> inv_scale) {
 }
 
 bool unscale_tensor(const Tensor& grad, double inv_scale) {
-  PRECIS_CHECK(grad.is_cpu() && grad.is_contiguous(), "GradScaler: gradients must be dense CPU tensors here (got ",
-               describe(grad), "); the CUDA unscale kernel is not built yet");
+#if PRECIS_WITH_CUDA
+  if (grad.is_cuda()) return cuda::unscale_and_check(grad, inv_scale);
+#endif
+  PRECIS_CHECK(grad.is_cpu() && grad.is_contiguous(), "GradScaler: gradients must be dense tensors (got ",
+               describe(grad), ")");
   PRECIS_CHECK(is_floating(grad.dtype()), "GradScaler: gradients must be floating point, got ", describe(grad));
   return dispatch_all(grad.dtype(), "GradScaler", [&](auto tag) {
     using T = typename decltype(tag)::type;

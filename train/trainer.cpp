@@ -62,6 +62,10 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
   if (config_.schedule.decay_steps < 0) config_.schedule.decay_steps = config_.max_steps;
   setup_data();
   setup_model();
+  if (config_.batch.seq_len < config_.model.block_size)
+    std::cerr << "note: seq_len " << config_.batch.seq_len << " < block_size " << config_.model.block_size
+              << ": positions from " << config_.batch.seq_len << " on are never trained, so samples longer than "
+              << config_.batch.seq_len << " tokens degrade; set block_size to seq_len for sampling\n";
 }
 
 Trainer::~Trainer() = default;

@@ -176,7 +176,8 @@ TEST(ClipGradNormGpu, MatchesTheCpu) {
     expect_near(t.gpu[i].grad(), t.cpu[i].grad());
   }
   // The norm after clipping: 1, up to the bf16 roundings of the scaled gradients.
-  EXPECT_NEAR(optim::clip_grad_norm(t.gpu, 0.0), 1.0, 1e-4);
+  // Each scaled bf16 gradient is rounded again (relative error up to 2^-9), so the norm is 1 only to ~1e-3.
+  EXPECT_NEAR(optim::clip_grad_norm(t.gpu, 0.0), 1.0, 1e-3);
 }
 
 TEST(ClipGradNormGpu, NonFiniteNormsScaleNothing) {

@@ -90,12 +90,12 @@ TEST(Config, ShippedDemoConfigSaysWhatTheDemoNeeds) {
   TrainConfig config = load_config("examples/configs/shakespeare-char.yaml");
   EXPECT_EQ(config.model.n_layer, 4);
   EXPECT_EQ(config.model.n_embd, 128);
-  EXPECT_EQ(config.model.block_size, 128);
+  EXPECT_EQ(config.model.block_size, 64);
   EXPECT_EQ(config.batch.seq_len, 64);
   EXPECT_EQ(config.batch.micro_batch, 16);
   EXPECT_DOUBLE_EQ(config.optimizer.beta2, 0.99);
   EXPECT_EQ(config.schedule.warmup_steps, 50);
-  EXPECT_EQ(config.schedule.decay_steps, 600);
+  EXPECT_EQ(config.schedule.decay_steps, 1000);
   EXPECT_EQ(config.sample.tokens, 300);
   EXPECT_EQ(config.out_dir, "out/shakespeare-char");
 }
