@@ -1,0 +1,114 @@
+// The `precis` command line end to end: each subcommand on a tiny config, and
+// the exit code and one-line message of a user mistake.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int exit_code;
+  std::string output;  // stdout and stderr
+};
+
+Result run(const std::string& args) {
+  std::string command = std::string(PRECIS_CLI_PATH) + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  EXPECT_NE(pipe, nullptr);
+  std::string output;
+  std::array<char, 4096> buffer;
+  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
+  int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A tiny char-level run: seconds on the CPU.
+fs::path write_tiny_config(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("precis_cli_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "tiny.yaml") << "model: {n_layer: 1, n_head: 2, n_embd: 16, block_size: 16}\n"
+                                      "data: {text_file: assets/tinyshakespeare.txt, tokenizer: char}\n"
+                                      "batch: {micro_batch: 2, seq_len: 16}\n"
+                                      "sample: {tokens: 8}\n"
+                                      "max_steps: 4\neval_interval: 2\neval_steps: 1\nlog_interval: 2\n"
+                                      "device: cpu\nout_dir: "
+                                   << (dir / "out").string() << "\n";
+  return dir;
+}
+
+}  // namespace
+
+TEST(Cli, HelpListsTheCommands) {
+  Result r = run("help");
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* command : {"train", "sample", "tokenize", "numerics", "sweep", "device"})
+    EXPECT_NE(r.output.find(command), std::string::npos) << command;
+}
+
+TEST(Cli, TrainThenSampleFromTheCheckpoint) {
+  fs::path dir = write_tiny_config("train");
+  Result train = run("train " + (dir / "tiny.yaml").string() + " optimizer.lr=1e-3");
+  ASSERT_EQ(train.exit_code, 0) << train.output;
+  EXPECT_NE(train.output.find("step 4/4 100.0%"), std::string::npos) << train.output;
+  EXPECT_NE(train.output.find("---- sample"), std::string::npos);
+  EXPECT_TRUE(fs::exists(dir / "out" / "metrics.jsonl"));
+  Result sample = run("sample " + (dir / "out" / "checkpoints").string() + " --prompt ROMEO --tokens 5 --device cpu");
+  ASSERT_EQ(sample.exit_code, 0) << sample.output;
+  EXPECT_EQ(sample.output.rfind("ROMEO", 0), 0u) << sample.output;
+}
+
+TEST(Cli, TokenizeWritesShards) {
+  fs::path dir = write_tiny_config("tokenize");
+  Result r = run("tokenize --tokenizer char assets/tinyshakespeare.txt " + (dir / "shake").string() +
+                 " --val-fraction 0.1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(dir / "shake_train.bin"));
+  EXPECT_TRUE(fs::exists(dir / "shake_val.bin"));
+  EXPECT_TRUE(fs::exists(dir / "shake_vocab.json"));
+}
+
+TEST(Cli, SweepWritesATableAndPlots) {
+  fs::path dir = write_tiny_config("sweep");
+  Result r = run("sweep " + (dir / "tiny.yaml").string() + " --precisions fp32,bf16 max_steps=2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::string table = read_file(dir / "out" / "sweep.md");
+  EXPECT_NE(table.find("| fp32 |"), std::string::npos) << table;
+  EXPECT_NE(table.find("| bf16 |"), std::string::npos) << table;
+  EXPECT_NE(read_file(dir / "out" / "sweep-loss.svg").find("<polyline"), std::string::npos);
+  EXPECT_TRUE(fs::exists(dir / "out" / "sweep-bf16" / "loss.svg"));
+}
+
+TEST(Cli, NumericsPrintsTheReport) {
+  fs::path dir = write_tiny_config("numerics");
+  Result r = run("numerics " + (dir / "tiny.yaml").string() + " precision=fp16 max_steps=2 log_interval=1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("numerics at step 1 (loss scale"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(dir / "out" / "numerics" / "numerics.jsonl"));
+}
+
+TEST(Cli, MistakesGiveOneClearLineAndExitCode1) {
+  Result missing = run("train does-not-exist.yaml");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_EQ(missing.output, "error: cannot read config file 'does-not-exist.yaml': No such file or directory\n");
+  Result unknown = run("frobnicate");
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_NE(unknown.output.find("unknown command 'frobnicate'"), std::string::npos);
+  fs::path dir = write_tiny_config("mistake");
+  Result bad_override = run("train " + (dir / "tiny.yaml").string() + " optimizer.lr=fast");
+  EXPECT_EQ(bad_override.exit_code, 1);
+  EXPECT_NE(bad_override.output.find("'optimizer.lr' must be a number"), std::string::npos) << bad_override.output;
+}
