@@ -5,8 +5,8 @@
 // saved indices. amax and the full max(x) follow PyTorch: an output equal to k
 // tied elements moves with each of them equally, so each tie gets g / k and every
 // other element 0. NaN counts as the largest value (it propagates), as in PyTorch.
-#include <algorithm>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/autograd.h"
@@ -38,32 +38,6 @@ bool ties(C a, C m) {
     return a == m;
 }
 
-// Reduces each row of a dense [outer, inner] layout: piece(row, begin, end) -> Acc for
-// pieces of at most kParallelGrain values, folded in order with combine(earlier, later),
-// then finish(row, Acc). Long rows are cut into pieces so that a full reduction still uses
-// every core; the pieces depend only on the shape, so results do not depend on the threads.
-template <typename Acc, typename PieceFn, typename CombineFn, typename FinishFn>
-void reduce_rows_in_pieces(int64_t outer, int64_t inner, PieceFn piece, CombineFn combine, FinishFn finish) {
-  const bool parallel = outer * inner >= kParallelGrain;
-  if (inner <= kParallelGrain) {
-#pragma omp parallel for schedule(static) if (parallel && outer > 1)
-    for (int64_t row = 0; row < outer; ++row) finish(row, piece(row, 0, inner));
-    return;
-  }
-  const int64_t per_row = (inner + kParallelGrain - 1) / kParallelGrain;
-  std::vector<Acc> partial(outer * per_row);
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t task = 0; task < outer * per_row; ++task) {
-    int64_t begin = (task % per_row) * kParallelGrain;
-    partial[task] = piece(task / per_row, begin, std::min(inner, begin + kParallelGrain));
-  }
-  for (int64_t row = 0; row < outer; ++row) {
-    Acc acc = partial[row * per_row];
-    for (int64_t p = 1; p < per_row; ++p) acc = combine(acc, partial[row * per_row + p]);
-    finish(row, acc);
-  }
-}
-
 template <typename C>
 struct Best {
   C value;
@@ -74,7 +48,7 @@ struct Best {
 template <typename T, typename FinishFn>
 void row_max(const T* x, int64_t outer, int64_t inner, FinishFn finish) {
   using C = compute_type_t<T>;
-  reduce_rows_in_pieces<Best<C>>(
+  cpu::reduce_rows_in_pieces<Best<C>>(
       outer, inner,
       [&](int64_t row, int64_t begin, int64_t end) {
         const T* r = x + row * inner;
@@ -127,7 +101,7 @@ Tensor amax_backward(const Tensor& x, const Tensor& values, const Tensor& grad_i
     const T* g = g_dense.data<T>();
     const T* rows = r.rows.data<T>();
     std::vector<C> share(r.outer);
-    reduce_rows_in_pieces<int64_t>(
+    cpu::reduce_rows_in_pieces<int64_t>(
         r.outer, r.inner,
         [&](int64_t row, int64_t begin, int64_t end) {
           const C max = convert<C>(m[row]);

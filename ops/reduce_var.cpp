@@ -55,24 +55,7 @@ void row_moments(const T* x, int64_t outer, int64_t inner, FinishFn finish) {
     }
     return m;
   };
-  const bool parallel = outer * inner >= kParallelGrain;
-  if (inner <= kParallelGrain) {
-#pragma omp parallel for schedule(static) if (parallel && outer > 1)
-    for (int64_t row = 0; row < outer; ++row) finish(row, piece(row, 0, inner));
-    return;
-  }
-  const int64_t per_row = (inner + kParallelGrain - 1) / kParallelGrain;
-  std::vector<Moments> partial(outer * per_row);
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t task = 0; task < outer * per_row; ++task) {
-    int64_t begin = (task % per_row) * kParallelGrain;
-    partial[task] = piece(task / per_row, begin, std::min(inner, begin + kParallelGrain));
-  }
-  for (int64_t row = 0; row < outer; ++row) {
-    Moments m = partial[row * per_row];
-    for (int64_t p = 1; p < per_row; ++p) m = merge(m, partial[row * per_row + p]);
-    finish(row, m);
-  }
+  cpu::reduce_rows_in_pieces<Moments>(outer, inner, piece, merge, finish);
 }
 
 // `t` as a dense tensor of `dtype` on its device, copied only when needed. No autograd.

@@ -7,24 +7,10 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "support/errors.h"
 
 using namespace precis;
-
-namespace {
-
-// The message of the precis::Error that `fn` throws, or a test failure if it throws none.
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a precis::Error";
-  return "";
-}
-
-}  // namespace
+using precis::testing::error_of;
 
 TEST(Json, ParsesEveryKindOfValue) {
   Json v = Json::parse(R"( {"n": null, "t": true, "f": false, "i": -42, "r": 2.5e3, "s": "hi",

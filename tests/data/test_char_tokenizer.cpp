@@ -6,21 +6,12 @@
 
 #include "core/error.h"
 #include "data/char_tokenizer.h"
+#include "support/errors.h"
 
 using namespace precis;
+using precis::testing::error_of;
 
 namespace {
-
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a precis::Error";
-  return "";
-}
 
 std::string read_file(const std::string& path) {
   std::ifstream file(path, std::ios::binary);

@@ -9,8 +9,10 @@
 #include "data/gpt2_pretokenize.h"
 #include "data/gpt2_tokenizer.h"
 #include "data/unicode_classes.h"
+#include "support/errors.h"
 
 using namespace precis;
+using precis::testing::error_of;
 
 namespace {
 
@@ -25,17 +27,6 @@ std::string read_file(const std::string& path) {
 const GPT2Tokenizer& gpt2() {
   static const GPT2Tokenizer tokenizer;
   return tokenizer;
-}
-
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a precis::Error";
-  return "";
 }
 
 struct Case {

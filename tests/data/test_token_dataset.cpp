@@ -9,22 +9,13 @@
 #include "data/token_dataset.h"
 #include "data/token_file.h"
 #include "data/window_order.h"
+#include "support/errors.h"
 
 using namespace precis;
+using precis::testing::error_of;
 namespace fs = std::filesystem;
 
 namespace {
-
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a precis::Error";
-  return "";
-}
 
 using Rows = std::vector<std::vector<int32_t>>;
 

@@ -6,22 +6,13 @@
 
 #include "core/error.h"
 #include "data/token_file.h"
+#include "support/errors.h"
 
 using namespace precis;
+using precis::testing::error_of;
 namespace fs = std::filesystem;
 
 namespace {
-
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a precis::Error";
-  return "";
-}
 
 class TokenFileTest : public ::testing::Test {
  protected:

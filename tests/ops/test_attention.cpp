@@ -4,25 +4,16 @@
 
 #include "core/random.h"
 #include "ops/ops.h"
+#include "support/errors.h"
 #include "support/gradcheck.h"
 
 using namespace precis;
+using precis::testing::error_of;
 using precis::testing::expect_close;
 using precis::testing::expect_gradients_match;
 using precis::testing::random_f64;
 
 namespace {
-
-template <typename Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a precis::Error";
-  return "";
-}
 
 // Attention weights p[b, i, j] computed directly in double: the softmax over the
 // keys j a query i may see of scale * q_i . k_j. q: [B, Tq, D], k: [B, Tk, D],

@@ -3,24 +3,16 @@
 #include <cmath>
 
 #include "ops/ops.h"
+#include "support/errors.h"
 #include "support/gradcheck.h"
 
 using namespace precis;
 using precis::testing::expect_close;
+using precis::testing::expect_error;
 using precis::testing::expect_gradients_match;
 using precis::testing::random_f64;
 
 namespace {
-
-template <typename Fn>
-void expect_error(Fn fn, const std::string& expected) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an error containing: " << expected;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << "message: " << e.what();
-  }
-}
 
 Tensor targets_of(const std::vector<int64_t>& values, const Shape& shape, DType dtype = DType::i64) {
   return from_vector(values, shape).to(dtype);

@@ -2,25 +2,16 @@
 
 #include "core/random.h"
 #include "ops/ops.h"
+#include "support/errors.h"
 #include "support/gradcheck.h"
 
 using namespace precis;
+using precis::testing::error_of;
 using precis::testing::expect_close;
 using precis::testing::expect_gradients_match;
 using precis::testing::random_f64;
 
 namespace {
-
-template <typename Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a precis::Error";
-  return "";
-}
 
 Tensor indices_of(const std::vector<int64_t>& values, const Shape& shape, DType dtype = DType::i64) {
   return from_vector(values, shape).to(dtype);

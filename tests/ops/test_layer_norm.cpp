@@ -3,24 +3,16 @@
 #include <cmath>
 
 #include "ops/ops.h"
+#include "support/errors.h"
 #include "support/gradcheck.h"
 
 using namespace precis;
 using precis::testing::expect_close;
+using precis::testing::expect_error;
 using precis::testing::expect_gradients_match;
 using precis::testing::random_f64;
 
 namespace {
-
-template <typename Fn>
-void expect_error(Fn fn, const std::string& expected) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an error containing: " << expected;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << "message: " << e.what();
-  }
-}
 
 // layer_norm in plain double loops over rows of the last dim, as the reference (f64).
 Tensor reference_layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {

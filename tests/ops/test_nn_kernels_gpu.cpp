@@ -20,6 +20,7 @@
 
 #include "core/copy.h"
 #include "ops/ops.h"
+#include "support/errors.h"
 #include "support/gpu.h"
 #include "support/gradcheck.h"
 #if PRECIS_WITH_CUDA
@@ -28,6 +29,7 @@
 
 using namespace precis;
 using precis::testing::expect_close;
+using precis::testing::expect_error;
 using precis::testing::random_f64;
 
 namespace {
@@ -67,16 +69,6 @@ void expect_near(const Tensor& gpu, const Tensor& expected, DType dtype, Toleran
 }
 void expect_near(const Tensor& gpu, const Tensor& expected, Tolerance tol) {
   expect_near(gpu, expected, expected.dtype(), tol);
-}
-
-template <typename Fn>
-void expect_error(Fn fn, const std::string& expected) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an error containing: " << expected;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << "message: " << e.what();
-  }
 }
 
 // The class of row r: spread over [0, C), with every fifth row ignored (-100).

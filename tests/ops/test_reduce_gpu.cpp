@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <limits>
 #include <string>
 #include <vector>
 
@@ -19,62 +18,20 @@
 #include "core/random.h"
 #include "ops/ops.h"
 #include "support/gpu.h"
+#include "support/gpu_compare.h"
 #include "support/gradcheck.h"
 
 using namespace precis;
-using precis::testing::expect_close;
+using precis::testing::expect_matches;
+using precis::testing::kCpu;
+using precis::testing::kFloating;
+using precis::testing::kGpu;
+using precis::testing::kNaN;
+using precis::testing::poison;
 using precis::testing::random_f64;
+using precis::testing::tolerance_for;
 
 namespace {
-
-const Device kGpu = Device::cuda(0);
-const Device kCpu = Device::cpu();
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
-const DType kFloating[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
-struct Tolerance {
-  double atol, rtol;
-};
-
-Tolerance tolerance_for(DType dtype) {
-  switch (dtype) {
-    case DType::f64:
-      return {1e-12, 1e-12};
-    case DType::f32:
-      return {1e-6, 1e-5};
-    case DType::f16:
-    case DType::bf16:
-      return {1e-2, 1e-2};
-    default:
-      return {0, 0};
-  }
-}
-
-// Fills freed device blocks of the size an output of `shape` and `dtype` takes with NaN
-// (floating) or 0xAB bytes, so that the op's output most likely lands in poisoned memory.
-void poison(const Shape& shape, DType dtype) {
-  const int64_t n = shape_numel(shape);
-  if (n == 0) return;
-  std::vector<Tensor> blocks;
-  for (int copy = 0; copy < 3; ++copy) {
-    if (is_floating(dtype)) {
-      blocks.push_back(full(shape, kNaN, dtype, kGpu));
-    } else {
-      Tensor bytes = empty({n * static_cast<int64_t>(element_size(dtype))}, DType::u8, kGpu);
-      fill_(bytes, 0xAB);
-      blocks.push_back(bytes);
-    }
-  }
-}
-
-void expect_matches(const Tensor& gpu, const Tensor& cpu, Tolerance tol) {
-  ASSERT_TRUE(gpu.defined());
-  ASSERT_TRUE(gpu.is_cuda()) << describe(gpu);
-  ASSERT_EQ(gpu.dtype(), cpu.dtype());
-  ASSERT_EQ(gpu.shape(), cpu.shape());
-  expect_close(gpu.to(kCpu), cpu, tol.atol, tol.rtol);
-}
-void expect_matches(const Tensor& gpu, const Tensor& cpu) { expect_matches(gpu, cpu, tolerance_for(cpu.dtype())); }
 
 void expect_identical(const Tensor& gpu, const Tensor& cpu) {
   ASSERT_TRUE(gpu.is_cuda());

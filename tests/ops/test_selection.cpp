@@ -4,9 +4,11 @@
 #include <string>
 
 #include "ops/ops.h"
+#include "support/errors.h"
 #include "support/gradcheck.h"
 
 using namespace precis;
+using precis::testing::error_of;
 using precis::testing::expect_close;
 using precis::testing::expect_gradients_match;
 using precis::testing::random_f64;
@@ -23,15 +25,6 @@ Tensor random_bools(const Shape& shape, uint64_t seed) {
   std::vector<uint8_t> values(u.size());
   for (size_t i = 0; i < u.size(); ++i) values[i] = u[i] < 0.5;
   return bools(values, shape);
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
 }
 
 }  // namespace

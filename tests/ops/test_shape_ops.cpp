@@ -2,28 +2,14 @@
 
 #include "core/copy.h"
 #include "ops/ops.h"
+#include "support/errors.h"
 #include "support/gradcheck.h"
 
 using namespace precis;
+using precis::testing::error_of;
 using precis::testing::expect_close;
 using precis::testing::expect_gradients_match;
 using precis::testing::random_f64;
-
-namespace {
-
-// The message of the precis::Error that `fn` throws (fails the test if it throws none).
-template <typename Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a precis::Error";
-  return "";
-}
-
-}  // namespace
 
 TEST(Cat, HandComputedValues) {
   Tensor a = tensor({1, 2, 3, 4, 5, 6}).reshape({2, 3});

@@ -4,24 +4,16 @@
 #include <limits>
 
 #include "ops/ops.h"
+#include "support/errors.h"
 #include "support/gradcheck.h"
 
 using namespace precis;
 using precis::testing::expect_close;
+using precis::testing::expect_error;
 using precis::testing::expect_gradients_match;
 using precis::testing::random_f64;
 
 namespace {
-
-template <typename Fn>
-void expect_error(Fn fn, const std::string& expected) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an error containing: " << expected;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << "message: " << e.what();
-  }
-}
 
 // softmax computed naively in double along `dim`, by moving dim last: the reference.
 Tensor reference_softmax(const Tensor& x, int64_t dim, bool log) {

@@ -4,9 +4,11 @@
 #include <string>
 
 #include "ops/ops.h"
+#include "support/errors.h"
 #include "support/gradcheck.h"
 
 using namespace precis;
+using precis::testing::error_of;
 using precis::testing::expect_close;
 using precis::testing::expect_gradients_match;
 using precis::testing::random_f64;
@@ -37,15 +39,6 @@ Tensor away_from_zero(const Shape& shape, uint64_t seed) {
   std::vector<double> v = random_f64(shape, seed, 0.1, 1.0).to_vector<double>();
   for (size_t i = 0; i < v.size(); i += 2) v[i] = -v[i];
   return from_vector(v, shape);
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
 }
 
 }  // namespace

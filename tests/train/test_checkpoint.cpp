@@ -8,6 +8,7 @@
 #include "core/copy.h"
 #include "core/random.h"
 #include "optim/adamw.h"
+#include "support/errors.h"
 #include "train/checkpoint.h"
 #include "train/safetensors.h"
 
@@ -15,20 +16,10 @@ using namespace precis;
 using namespace precis::train;
 using precis::models::GPT2;
 using precis::models::GPT2Config;
+using precis::testing::error_of;
 namespace fs = std::filesystem;
 
 namespace {
-
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a precis::Error";
-  return "";
-}
 
 #define EXPECT_CONTAINS(text, part) \
   EXPECT_NE(std::string(text).find(part), std::string::npos) << "'" << (part) << "' not in: " << (text)

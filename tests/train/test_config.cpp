@@ -4,12 +4,12 @@
 
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "support/errors.h"
 #include "train/config.h"
 
 namespace precis::train {
@@ -22,15 +22,7 @@ TrainConfig parse(const std::string& text, const std::vector<std::string>& overr
   return parse_config(text, overrides, "config.yaml");
 }
 
-// The message of the precis::Error that `run` throws, or a marker that it did not.
-std::string error_of(const std::function<void()>& run) {
-  try {
-    run();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using precis::testing::error_of;
 
 std::string parse_error(const std::string& text, const std::vector<std::string>& overrides = {}) {
   return error_of([&] { parse(text, overrides); });

@@ -7,24 +7,15 @@
 #include "core/copy.h"
 #include "core/json.h"
 #include "core/random.h"
+#include "support/errors.h"
 #include "train/safetensors.h"
 
 using namespace precis;
 using namespace precis::train;
+using precis::testing::error_of;
 namespace fs = std::filesystem;
 
 namespace {
-
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a precis::Error";
-  return "";
-}
 
 // A fresh, empty directory for one test.
 fs::path scratch_dir(const std::string& name) {
