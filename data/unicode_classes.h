@@ -2,6 +2,8 @@
 // code point is a letter (\p{L}), a number (\p{N}), whitespace (\s) or other.
 #pragma once
 
+#include "core/utf8.h"  // append_utf8, used with these classes
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -22,6 +24,5 @@ struct Utf8Char {
 // not begin a valid UTF-8 sequence decodes as U+FFFD of length 1, so any bytes
 // can be tokenised: GPT-2's BPE is byte-level and still encodes them exactly.
 Utf8Char decode_utf8(std::string_view text, size_t pos);
-void append_utf8(std::string& out, char32_t code_point);
 
 }  // namespace precis
