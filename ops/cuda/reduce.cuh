@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "ops/cuda/elementwise.cuh"
 #include "ops/cuda/tensor_info.cuh"
 
 namespace precis::ops::cuda {
@@ -160,6 +161,19 @@ void reduce_rows(const char* op, const R& r, int64_t outer, int64_t inner, Devic
   reduce_rows_kernel<PieceMerger<R>><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       PieceMerger<R>{r, partial_data, pieces}, outer, pieces, merge_group);
   PRECIS_CUDA_CHECK_LAUNCH(op);
+}
+
+// The index a reduction's backward walks: x together with the reduced statistics
+// broadcast back over it (stride 0 along the reduced dims). When more than
+// kMaxDims dims survive merging, x is replaced by a dense copy, which merges more.
+inline StridedIndex<2> backward_index(Tensor& x, const Shape& broadcast_strides, const char* op) {
+  StridedIndex<2> index;
+  if (!make_strided_index<2>(x.shape(), {x.strides(), broadcast_strides}, index)) {
+    x = dense(x);
+    PRECIS_CHECK(make_strided_index<2>(x.shape(), {x.strides(), broadcast_strides}, index), op,
+                 ": the CUDA backward handles at most ", kMaxDims, " dims that cannot be merged; got ", describe(x));
+  }
+  return index;
 }
 
 }  // namespace precis::ops::cuda

@@ -108,13 +108,7 @@ Tensor var_backward(const Tensor& x_in, const Tensor& rows, const Tensor& grad, 
     reduce_rows("var", r, outer, inner, x.device());
     const int64_t n = x.numel();
     if (n == 0) return;
-    StridedIndex<2> index;
-    if (!make_strided_index<2>(x.shape(), {x.strides(), broadcast_strides}, index)) {
-      x = dense(x);  // more than kMaxDims dims survive merging: a dense x merges more
-      PRECIS_CHECK(make_strided_index<2>(x.shape(), {x.strides(), broadcast_strides}, index),
-                   "var: the CUDA backward handles at most ", kMaxDims, " dims that cannot be merged; got ",
-                   describe(x));
-    }
+    const StridedIndex<2> index = backward_index(x, broadcast_strides, "var");
     var_backward_kernel<T><<<precis::cuda::grid_for(n), precis::cuda::kBlockSize, 0, stream_for(out)>>>(
         data_of<T>(out), data_of<const T>(x), mean, scale, index, n);
     PRECIS_CUDA_CHECK_LAUNCH("var");
