@@ -29,7 +29,7 @@ struct GPT2Config {
   bool bias = true;
   bool tie_embeddings = true;
   int64_t vocab_multiple = 64;
-  std::string attention = "reference";
+  std::string attention = "flash";
 
   int64_t padded_vocab_size() const { return (vocab_size + vocab_multiple - 1) / vocab_multiple * vocab_multiple; }
   // gpt2 (124M), gpt2-medium (350M), gpt2-large (774M), gpt2-xl (1558M).

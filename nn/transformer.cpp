@@ -1,5 +1,9 @@
 #include "nn/transformer.h"
 
+#include <atomic>
+#include <iostream>
+
+#include "ops/autocast.h"
 #include "ops/elementwise.h"
 #include "ops/nn_functional.h"
 #include "ops/shape_ops.h"
@@ -17,6 +21,19 @@ CausalSelfAttention::CausalSelfAttention(const TransformerConfig& config, Genera
   resid_dropout_ = register_module("resid_dropout", std::make_shared<Dropout>(config.dropout, dropout_gen));
 }
 
+// model.attention: flash asks for the fused kernel; where it cannot run on a GPU (an f32
+// policy, attention dropout) the reference runs instead, and one line per process says why.
+ops::AttentionImpl CausalSelfAttention::attention_impl(const Tensor& q, double dropout_p) const {
+  if (config_.attention != "flash") return ops::AttentionImpl::reference;
+  static std::atomic<bool> noted{false};
+  if (q.is_cuda() && !noted.load()) {
+    const Tensor qc = ops::autocast::to_compute(q);  // the dtype attention will compute in
+    if (auto why = ops::flash_attention_unsupported(qc, qc, qc, dropout_p); why && !noted.exchange(true))
+      std::cerr << "note: model.attention is flash, but the reference attention runs: " << *why << "\n";
+  }
+  return ops::AttentionImpl::flash;
+}
+
 Tensor CausalSelfAttention::forward(const Tensor& x) {
   PRECIS_CHECK(x.dim() == 3 && x.size(2) == config_.n_embd, "CausalSelfAttention: expected input [B, T, ",
                config_.n_embd, "], got ", x.shape());
@@ -25,8 +42,9 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   // [B, T, C] -> [B, H, T, D]
   auto heads = [&](const Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
   double attn_dropout = is_training() ? config_.dropout : 0.0;
-  Tensor y = ops::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), /*causal=*/true,
-                                               attn_dropout, std::nullopt, dropout_gen_);
+  const Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
+  const ops::AttentionImpl impl = attention_impl(q, attn_dropout);
+  Tensor y = ops::scaled_dot_product_attention(q, k, v, /*causal=*/true, attn_dropout, std::nullopt, dropout_gen_, impl);
   y = y.transpose(1, 2).reshape({B, T, C});
   return resid_dropout_->forward(c_proj->forward(y));
 }

@@ -9,6 +9,7 @@
 #include "core/random.h"
 #include "nn/layers.h"
 #include "nn/linear.h"
+#include "ops/nn_functional.h"
 
 namespace precis::nn {
 
@@ -17,7 +18,7 @@ struct TransformerConfig {
   int64_t n_head = 12;
   double dropout = 0.0;
   bool bias = true;
-  std::string attention = "reference";  // "reference" (plain ops) or "flash" (fused kernel, CUDA)
+  std::string attention = "flash";  // "flash" (fused kernel where it can run, else reference) or "reference"
 };
 
 class CausalSelfAttention : public Module {
@@ -30,6 +31,8 @@ class CausalSelfAttention : public Module {
   std::shared_ptr<Linear> c_proj;  // C -> C
 
  private:
+  ops::AttentionImpl attention_impl(const Tensor& q, double dropout_p) const;
+
   TransformerConfig config_;
   std::shared_ptr<Dropout> resid_dropout_;
   Generator* dropout_gen_;

@@ -1,8 +1,9 @@
-// scaled_dot_product_attention: the plain reference implementation,
+// scaled_dot_product_attention: dispatches to the fused flash attention
+// (ops/flash_attention.cpp) where it can run, else runs the plain reference implementation,
 //   out = dropout(softmax(q k^T * scale, masked)) v,
 // composed from matmul, mul, masked_fill, softmax and dropout, so its gradient
 // is the chain of theirs. It materialises the [..., Tq, Tk] score matrix; the
-// fused flash-attention kernel is the fast path and is checked against this.
+// fused kernel is the fast path and is checked against this one.
 //
 // The causal mask is aligned top-left, as PyTorch's is_causal: query i sees keys
 // j <= i, whatever Tq and Tk are. Key 0 is always visible, so no row is all -inf.
@@ -63,10 +64,13 @@ Tensor top_left_causal_mask(int64_t Tq, int64_t Tk, Device device) {
 }  // namespace
 
 Tensor scaled_dot_product_attention(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_arg, bool causal,
-                                    double dropout_p, std::optional<double> scale, Generator* gen) {
+                                    double dropout_p, std::optional<double> scale, Generator* gen,
+                                    AttentionImpl impl) {
   // autocast: attention's products run in the compute dtype (its softmax in f32).
   const Tensor q = autocast::to_compute(q_arg), k = autocast::to_compute(k_arg), v = autocast::to_compute(v_arg);
   check_arguments(q, k, v, dropout_p);
+  if (impl == AttentionImpl::flash && !flash_attention_unsupported(q, k, v, dropout_p))
+    return flash_attention(q, k, v, causal, scale);
   const int64_t Tq = q.size(-2), Tk = k.size(-2), D = q.size(-1);
   const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(D)));
   Tensor scores = mul(matmul(q, k.transpose(-2, -1)), s);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 
 #include "core/random.h"
 #include "core/tensor.h"
@@ -22,11 +23,26 @@ Tensor embedding(const Tensor& weight, const Tensor& indices);
 // ignore_index. logits: [N, C] (or [..., C]), targets: [N] (or [...]) i32/i64.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
 
+// Which implementation scaled_dot_product_attention uses: the fused flash-attention
+// kernel wherever it can run these inputs (else the reference), or always the reference.
+enum class AttentionImpl { flash, reference };
+
 // softmax(q k^T * scale + mask) v over the last two dims, q: [..., Tq, D], k, v: [..., Tk, D].
-// causal hides key j > query i. scale defaults to 1/sqrt(D). The plain reference
-// implementation, built from the ops above.
+// causal hides key j > query i (top-left aligned). scale defaults to 1/sqrt(D).
+// AttentionImpl::flash runs flash_attention when flash_attention_unsupported says
+// nothing against it; otherwise (and with AttentionImpl::reference) the plain
+// reference implementation built from the ops above runs.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = false,
                                     double dropout_p = 0.0, std::optional<double> scale = std::nullopt,
-                                    Generator* gen = nullptr);
+                                    Generator* gen = nullptr, AttentionImpl impl = AttentionImpl::flash);
+
+// The fused attention (ops/flash_attention.cpp): the same function as the reference
+// without its Tq x Tk matrices. q [B, H, Tq, D], k, v [B, H, Tk, D], f16/bf16 on CUDA,
+// D 64 or 128, no dropout. The output is a [B, H, Tq, D] view of [B, Tq, H, D] memory.
+Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = false,
+                       std::optional<double> scale = std::nullopt);
+// Why flash_attention cannot run these inputs (a phrase for a note), or nothing when it can.
+std::optional<std::string> flash_attention_unsupported(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                       double dropout_p = 0.0);
 
 }  // namespace precis::ops

@@ -18,7 +18,7 @@ struct ModelConfig {
   bool bias = true;
   bool tie_embeddings = true;
   int64_t vocab_multiple = 64;          // the embedding is padded to a multiple of this
-  std::string attention = "reference";  // reference | flash
+  std::string attention = "flash";  // flash (where it can run) | reference
 };
 
 struct DataConfig {

@@ -231,3 +231,16 @@ TEST(Attention, Errors) {
             }),
             "scaled_dot_product_attention: query must be a floating tensor, got int64[2, 5, 4] on cpu");
 }
+
+TEST(Attention, FlashRunsOnlyOnCudaAndTheDispatchFallsBackToTheReference) {
+  Tensor q = random_f64({1, 2, 5, 64}, 1), k = random_f64({1, 2, 5, 64}, 2), v = random_f64({1, 2, 5, 64}, 3);
+  std::optional<std::string> why = ops::flash_attention_unsupported(q, k, v);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_TRUE(why->find("CUDA") != std::string::npos) << *why;
+  precis::testing::expect_error([&] { ops::flash_attention(q, k, v, true); }, "model.attention: reference");
+  // AttentionImpl::flash (the default) on inputs flash cannot take is the reference itself.
+  expect_close(ops::scaled_dot_product_attention(q, k, v, true),
+               ops::scaled_dot_product_attention(q, k, v, true, 0.0, std::nullopt, nullptr,
+                                                 ops::AttentionImpl::reference),
+               0.0, 0.0);
+}

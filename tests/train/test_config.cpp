@@ -34,7 +34,7 @@ TEST(Config, DefaultsMatchTheHeader) {
   EXPECT_EQ(config.model.preset, "custom");
   EXPECT_EQ(config.model.n_layer, defaults.model.n_layer);
   EXPECT_EQ(config.model.n_embd, 768);
-  EXPECT_EQ(config.model.attention, "reference");
+  EXPECT_EQ(config.model.attention, "flash");
   EXPECT_EQ(config.data.text_file, "assets/tinyshakespeare.txt");
   EXPECT_EQ(config.data.tokenizer, "char");
   EXPECT_DOUBLE_EQ(config.data.val_fraction, 0.1);

@@ -1,0 +1,159 @@
+// The tensor-core building blocks of the flash-attention kernels (sm_80+), as
+// small inline-PTX wrappers a reader can check against the PTX manual:
+//
+//   mma.sync m16n8k16   C[16x8] += A[16x16] B[16x8], 16-bit inputs, f32 accumulators
+//   ldmatrix (x4)       four 8x8 tiles of 16-bit values from shared memory into the
+//                       register layout mma wants (.trans: transposed on the way)
+//   cp.async (16 B)     global -> shared copies that bypass registers, so the next
+//                       tile loads while the tensor cores work on this one
+//
+// Register layouts of m16n8k16 (lane = thread index in the warp, g = lane / 4,
+// c = 2 * (lane % 4)):
+//   A (row-major 16x16): a0 = A[g][c, c+1]      a1 = A[g+8][c, c+1]
+//                        a2 = A[g][c+8, c+9]    a3 = A[g+8][c+8, c+9]
+//   B (16x8, "col"):     b0 = B[c, c+1][g]      b1 = B[c+8, c+9][g]
+//   C (16x8, f32):       c0, c1 = C[g][c, c+1]  c2, c3 = C[g+8][c, c+1]
+// Two adjacent C tiles of a row of scores hold exactly an A tile's values, which
+// is how the probabilities P go from one product (S = Q K^T) into the next (P V)
+// without leaving registers.
+//
+// Shared-memory tiles are [rows][cols] of 16-bit values in 16-byte chunks of 8,
+// with chunk c of row r stored at chunk c ^ (r % 8) ("XOR swizzle"): the 8 rows an
+// ldmatrix reads at one logical chunk then sit in 8 different bank groups, so the
+// reads do not conflict.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace precis::ops::cuda::flash {
+
+// ---- the matrix instruction
+
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    static_assert(std::is_same_v<T, __half>, "flash attention runs on f16 or bf16");
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two floats rounded to a pair of 16-bit values in one register (lo in the low half).
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+}
+
+// ---- shared memory
+
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Element offset of (row, col) in a swizzled [rows][kCols] tile (col: any column).
+template <int kCols>
+__device__ __forceinline__ int swizzled(int row, int col) {
+  static_assert(kCols % 64 == 0, "tiles are whole 128-byte rows of 8 chunks");
+  return row * kCols + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
+}
+
+template <bool kTrans>
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  if constexpr (kTrans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_address(p)));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_address(p)));
+}
+
+// The A fragment of the 16x16 block at (row0, col0) of a row-major [rows][kCols] tile.
+template <int kCols, typename T>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const T* tile, int row0, int col0, int lane) {
+  const int row = row0 + (lane & 7) + ((lane >> 3) & 1) * 8, col = col0 + (lane >> 4) * 8;
+  ldmatrix_x4<false>(a, tile + swizzled<kCols>(row, col));
+}
+
+// The A fragment of the 16x16 block of the TRANSPOSE of a row-major tile: A[m][k] = tile[k0 + k][m0 + m].
+template <int kCols, typename T>
+__device__ __forceinline__ void load_a_transposed(uint32_t (&a)[4], const T* tile, int k0, int m0, int lane) {
+  const int row = k0 + (lane & 7) + (lane >> 4) * 8, col = m0 + ((lane >> 3) & 1) * 8;
+  ldmatrix_x4<true>(a, tile + swizzled<kCols>(row, col));
+}
+
+// B fragments of two n-tiles (n0 and n0 + 8) for k in [k0, k0 + 16) from a tile stored
+// [n][k] (B = tile^T, e.g. K in S = Q K^T): b[0], b[1] for n0; b[2], b[3] for n0 + 8.
+template <int kCols, typename T>
+__device__ __forceinline__ void load_b_from_rows(uint32_t (&b)[4], const T* tile, int n0, int k0, int lane) {
+  const int row = n0 + (lane & 7) + (lane >> 4) * 8, col = k0 + ((lane >> 3) & 1) * 8;
+  ldmatrix_x4<false>(b, tile + swizzled<kCols>(row, col));
+}
+
+// B fragments of two n-tiles (n0, n0 + 8) for k in [k0, k0 + 16) from a tile stored
+// [k][n] (B = tile, e.g. V in O = P V): b[0], b[1] for n0; b[2], b[3] for n0 + 8.
+template <int kCols, typename T>
+__device__ __forceinline__ void load_b_from_cols(uint32_t (&b)[4], const T* tile, int k0, int n0, int lane) {
+  const int row = k0 + (lane & 7) + ((lane >> 3) & 1) * 8, col = n0 + (lane >> 4) * 8;
+  ldmatrix_x4<true>(b, tile + swizzled<kCols>(row, col));
+}
+
+// ---- asynchronous copies
+
+// 16 bytes global -> shared; when !valid the destination is zero-filled and src is not read.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// Starts copying rows [0, kRows) of a [*, kCols] matrix (row stride `stride` elements,
+// rows from `valid_rows` on read as zeros) into a swizzled shared tile; kThreads threads.
+template <int kRows, int kCols, int kThreads, typename T>
+__device__ __forceinline__ void load_tile_async(T* tile, const T* src, int64_t stride, int valid_rows, int tid) {
+  constexpr int kChunksPerRow = kCols / 8, kChunks = kRows * kChunksPerRow;
+  static_assert(kChunks % kThreads == 0, "every thread copies the same number of chunks");
+#pragma unroll
+  for (int i = 0; i < kChunks / kThreads; ++i) {
+    const int chunk = tid + i * kThreads, row = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
+    const bool valid = row < valid_rows;
+    cp_async_16(tile + swizzled<kCols>(row, col), valid ? src + row * stride + col : src, valid);
+  }
+}
+
+// ---- quad reductions: the 4 lanes that hold one row of a C fragment
+
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+}  // namespace precis::ops::cuda::flash

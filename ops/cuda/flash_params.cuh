@@ -1,0 +1,43 @@
+// What the flash-attention kernels know of their tensors: each [B, H, T, D] operand
+// as a base pointer and three strides (in elements; the last dim is unit-stride),
+// and the problem's sizes. Built on the host from checked Tensors.
+#pragma once
+
+#include <cstdint>
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace precis::ops::cuda::flash {
+
+template <typename T>
+struct HeadsView {
+  T* data;
+  int64_t batch_stride, head_stride, row_stride;
+
+  // The [T, D] matrix of batch b, head h.
+  __host__ __device__ T* matrix(int b, int h) const { return data + b * batch_stride + h * head_stride; }
+};
+
+template <typename T>
+HeadsView<T> heads_view(const Tensor& t) {
+  return {static_cast<T*>(t.raw_data()), t.strides()[0], t.strides()[1], t.strides()[2]};
+}
+
+struct Sizes {
+  int batch, heads, q_len, k_len;
+  bool causal;
+  float scale;       // softmax(scale * q.k)
+  float scale_log2;  // scale * log2(e): the kernels exponentiate with exp2
+};
+
+inline Sizes sizes_of(const Tensor& q, const Tensor& k, bool causal, double scale) {
+  const double log2e = 1.4426950408889634;
+  return {static_cast<int>(q.size(0)), static_cast<int>(q.size(1)), static_cast<int>(q.size(2)),
+          static_cast<int>(k.size(2)),  causal,
+          static_cast<float>(scale),    static_cast<float>(scale * log2e)};
+}
+
+__host__ __device__ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+}  // namespace precis::ops::cuda::flash

@@ -1,0 +1,107 @@
+// flash_attention: the fused attention op (ops/cuda/flash_attention_*.cu explain the
+// kernels), with its autograd node, and the test of whether it can run some inputs.
+//
+// The output is laid out [B, Tq, H, D] in memory and returned as the [B, H, Tq, D]
+// view, so the transformer's y.transpose(1, 2).reshape({B, T, C}) costs no copy; the
+// input gradients are laid out the same way. Backward saves q, k, v, the output and
+// the per-row log-sum-exp (B H Tq floats): no Tq x Tk matrix is ever kept.
+#include <cmath>
+#include <cstdint>
+
+#include "core/autograd.h"
+#include "core/copy.h"
+#include "core/gpu.h"
+#include "ops/checks.h"
+#include "ops/nn_functional.h"
+
+#if PRECIS_WITH_CUDA
+#include "ops/cuda/flash_attention.h"
+#endif
+
+namespace precis::ops {
+
+namespace {
+
+constexpr const char* kOp = "flash_attention";
+
+bool rows_aligned(const Tensor& t) {
+  // 16-byte rows: the kernels copy 8 values at a time.
+  const int64_t bytes = static_cast<int64_t>(element_size(t.dtype()));
+  return t.strides()[3] == 1 && reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0 &&
+         (t.strides()[0] * bytes) % 16 == 0 && (t.strides()[1] * bytes) % 16 == 0 && (t.strides()[2] * bytes) % 16 == 0;
+}
+
+// A fresh [B, H, T, D] tensor laid out [B, T, H, D] in memory.
+Tensor heads_last_layout(int64_t B, int64_t H, int64_t T, int64_t D, DType dtype, Device device) {
+  return empty({B, T, H, D}, dtype, device).transpose(1, 2);
+}
+
+Tensor aligned(const Tensor& t) {
+  if (rows_aligned(t)) return t;
+  const Tensor out = heads_last_layout(t.size(0), t.size(1), t.size(2), t.size(3), t.dtype(), t.device());
+  copy_(out, t);
+  return out;
+}
+
+}  // namespace
+
+std::optional<std::string> flash_attention_unsupported(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                       double dropout_p) {
+#if !PRECIS_WITH_CUDA
+  (void)q, (void)k, (void)v, (void)dropout_p;
+  return std::string("this build has no CUDA");
+#else
+  if (!q.is_cuda()) return std::string("it runs on CUDA devices only");
+  if (cuda_compute_capability(q.device().index) < 80) return std::string("it needs compute capability 8.0 or newer");
+  if (q.dtype() != DType::f16 && q.dtype() != DType::bf16)
+    return "it runs in f16 or bf16, and attention here computes in " + std::string(dtype_name(q.dtype()));
+  if (dropout_p > 0.0) return std::string("it has no attention dropout (set model.dropout: 0)");
+  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4 || k.size(0) != q.size(0) || k.size(1) != q.size(1) ||
+      k.size(3) != q.size(3) || v.shape() != k.shape())
+    return std::string("it takes q [B, H, Tq, D] and k, v [B, H, Tk, D], with one B, H and D");
+  if (q.size(3) != 64 && q.size(3) != 128)
+    return "its head size is 64 or 128, not " + std::to_string(q.size(3));
+  if (q.size(2) == 0 || k.size(2) == 0) return std::string("a sequence is empty");
+  if (q.size(0) * q.size(1) > INT32_MAX || q.size(2) > INT32_MAX / 2 || k.size(2) > INT32_MAX / 2)
+    return std::string("the problem is too large for its 32-bit indices");
+  return std::nullopt;
+#endif
+}
+
+Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, std::optional<double> scale) {
+  require_defined(kOp, q, "query");
+  require_defined(kOp, k, "key");
+  require_defined(kOp, v, "value");
+  common_device(kOp, {&q, &k, &v});
+  PRECIS_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype(), kOp, ": query, key and value must have one dtype");
+  if (auto why = flash_attention_unsupported(q, k, v, 0.0))
+    PRECIS_FAIL(kOp, ": cannot run on query ", q.shape(), " ", q.dtype(), " on ", q.device(), ": ", *why,
+                "; use scaled_dot_product_attention (model.attention: reference)");
+#if PRECIS_WITH_CUDA
+  const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), D = q.size(3);
+  const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(D)));
+  const Tensor qa = aligned(q), ka = aligned(k), va = aligned(v);
+  Tensor out = heads_last_layout(B, H, Tq, D, q.dtype(), q.device());
+  Tensor lse = empty({B, H, Tq}, DType::f32, q.device());
+  cuda::flash_attention_forward(qa, ka, va, causal, s, out, lse);
+  if (autograd::any_requires_grad({&q, &k, &v})) {
+    autograd::record(kOp, {q, k, v}, {out},
+                     [qa = qa.detach(), ka = ka.detach(), va = va.detach(), saved_out = out.detach(), lse, causal,
+                      s](const BackwardArgs& g) {
+                       const Tensor dout = aligned(g.grad());
+                       auto like = [](const Tensor& t) {
+                         return heads_last_layout(t.size(0), t.size(1), t.size(2), t.size(3), t.dtype(), t.device());
+                       };
+                       Tensor dq = like(qa), dk = like(ka), dv = like(va);
+                       cuda::flash_attention_backward(qa, ka, va, saved_out, lse, dout, causal, s, dq, dk, dv);
+                       return std::vector<Tensor>{dq, dk, dv};
+                     });
+  }
+  return out;
+#else
+  (void)causal, (void)scale;
+  return Tensor();
+#endif
+}
+
+}  // namespace precis::ops
