@@ -21,9 +21,12 @@
 // f32 buffer read-modify-written once per key block. Arithmetic: 5 products of
 // 2 Tq Tk D flops each (S, dP, dV, dK, dQ), half of it skipped when causal.
 //
-// The block: 4 warps. For S and dP each warp owns 16 query rows of the 64; P and dS
-// go to shared memory (16-bit), where the transposed reads for dV and dK (each warp
-// owns 16 keys) and the dQ product find them.
+// The block: 8 warps, 128 keys, query blocks of 64 rows. For S and dP each warp owns
+// 16 query rows x 64 keys; P and dS go to shared memory (16-bit), where the transposed
+// reads for dV and dK (each warp owns 16 keys) and the dQ product (each warp: 16 rows,
+// half the head columns) find them. The next query block's Q and dO load (cp.async)
+// while this one computes. 128 keys per block halve the dQ atomics and the Q/dO
+// reloads of 64-key blocks.
 #include "ops/cuda/flash_attention.h"
 #include "ops/cuda/flash_mma.cuh"
 #include "ops/cuda/flash_params.cuh"
@@ -35,7 +38,7 @@ namespace {
 
 using namespace flash;
 
-constexpr int kThreads = 128, kBlockM = 64, kBlockN = 64;
+constexpr int kThreads = 256, kBlockM = 64, kBlockN = 128;  // 8 warps
 constexpr float kLog2e = 1.4426950408889634f;
 
 // ---- 1. delta_i = sum_d dO_id O_id, kD / 8 threads per row (16-byte loads), f32.
@@ -67,8 +70,10 @@ __global__ void flash_delta_kernel(HeadsView<const T> out, HeadsView<const T> do
 
 template <int kD>
 struct BackwardTile {
-  // K, V, Q, dO tiles [64][kD] and P, dS tiles [64][64] of 16-bit values; lse, delta rows in f32.
-  static constexpr int kSmemBytes = (2 * kBlockN + 2 * kBlockM) * kD * 2 + 2 * kBlockM * kBlockN * 2 + 2 * kBlockM * 4;
+  // K, V [kBlockN][kD]; Q, dO [kBlockM][kD] twice (the next query block loads while this
+  // one computes); P, dS [kBlockM][kBlockN], all 16-bit; lse, delta rows in f32, twice.
+  static constexpr int kSmemBytes =
+      (2 * kBlockN + 4 * kBlockM) * kD * 2 + 2 * kBlockM * kBlockN * 2 + 4 * kBlockM * 4;
 };
 
 template <typename T, int kD>
@@ -79,12 +84,12 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ __align__(16) unsigned char smem[];
   T* sK = reinterpret_cast<T*>(smem);
   T* sV = sK + kBlockN * kD;
-  T* sQ = sV + kBlockN * kD;
-  T* sdO = sQ + kBlockM * kD;
-  T* sP = sdO + kBlockM * kD;
+  T* sQ = sV + kBlockN * kD;  // [2][kBlockM * kD]
+  T* sdO = sQ + 2 * kBlockM * kD;
+  T* sP = sdO + 2 * kBlockM * kD;
   T* sdS = sP + kBlockM * kBlockN;
-  float* sLse = reinterpret_cast<float*>(sdS + kBlockM * kBlockN);  // log2 units
-  float* sDelta = sLse + kBlockM;
+  float* sLse = reinterpret_cast<float*>(sdS + kBlockM * kBlockN);  // [2][kBlockM], log2 units
+  float* sDelta = sLse + 2 * kBlockM;                               // [2][kBlockM]
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int bh = blockIdx.x, b = bh / s.heads, h = bh % s.heads;
@@ -95,48 +100,64 @@ __global__ void __launch_bounds__(kThreads)
   const float* delta_bh = delta + static_cast<int64_t>(bh) * s.q_len;
   float* dq_bh = dq_accum + static_cast<int64_t>(bh) * s.q_len * kD;
 
+  // Starts loading query block m into buffer `buf`: Q, dO (cp.async) and lse, delta.
+  auto load_query_block = [&](int m, int buf) {
+    const int m0 = m * kBlockM;
+    load_tile_async<kBlockM, kD, kThreads>(sQ + buf * kBlockM * kD, qm + m0 * q.row_stride, q.row_stride,
+                                           s.q_len - m0, tid);
+    load_tile_async<kBlockM, kD, kThreads>(sdO + buf * kBlockM * kD, dom + m0 * dout.row_stride, dout.row_stride,
+                                           s.q_len - m0, tid);
+    if (tid < kBlockM) {
+      const int row = m0 + tid;
+      // Rows past the end: lse +inf makes their P zero.
+      sLse[buf * kBlockM + tid] = row < s.q_len ? lse_bh[row] * kLog2e : INFINITY;
+      sDelta[buf * kBlockM + tid] = row < s.q_len ? delta_bh[row] : 0.f;
+    }
+  };
+
+  // Causal: queries before n0 see none of these keys.
+  const int m_begin = s.causal ? n0 / kBlockM : 0, m_end = ceil_div(s.q_len, kBlockM);
   load_tile_async<kBlockN, kD, kThreads>(sK, k.matrix(b, h) + n0 * k.row_stride, k.row_stride, s.k_len - n0, tid);
   load_tile_async<kBlockN, kD, kThreads>(sV, v.matrix(b, h) + n0 * v.row_stride, v.row_stride, s.k_len - n0, tid);
+  if (m_begin < m_end) load_query_block(m_begin, 0);
   cp_async_commit();
 
+  // Warp roles. S, dP: query rows row0 .. +16 against keys key0 .. +64. dK, dV: keys
+  // warp*16 .. +16. dQ: query rows row0 .. +16, head columns col0 .. + kD/2.
+  const int row0 = (warp % 4) * 16, key0 = (warp / 4) * 64, col0 = (warp / 4) * (kD / 2);
   float dv_acc[kD / 8][4], dk_acc[kD / 8][4];
 #pragma unroll
   for (int dt = 0; dt < kD / 8; ++dt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dv_acc[dt][e] = dk_acc[dt][e] = 0.f;
 
-  // Causal: queries before n0 see none of these keys.
-  const int m_begin = s.causal ? n0 / kBlockM : 0, m_end = ceil_div(s.q_len, kBlockM);
   for (int m = m_begin; m < m_end; ++m) {
-    const int m0 = m * kBlockM;
-    load_tile_async<kBlockM, kD, kThreads>(sQ, qm + m0 * q.row_stride, q.row_stride, s.q_len - m0, tid);
-    load_tile_async<kBlockM, kD, kThreads>(sdO, dom + m0 * dout.row_stride, dout.row_stride, s.q_len - m0, tid);
-    cp_async_commit();
-    if (tid < kBlockM) {
-      const int row = m0 + tid;
-      // Rows past the end: lse +inf makes their P zero.
-      sLse[tid] = row < s.q_len ? lse_bh[row] * kLog2e : INFINITY;
-      sDelta[tid] = row < s.q_len ? delta_bh[row] : 0.f;
-    }
+    const int m0 = m * kBlockM, buf = (m - m_begin) & 1;
     cp_async_wait<0>();
-    __syncthreads();
+    __syncthreads();  // block m is in buffer `buf`; every warp is done with block m - 1
+    if (m + 1 < m_end) {
+      load_query_block(m + 1, buf ^ 1);
+      cp_async_commit();
+    }
+    const T* sQb = sQ + buf * kBlockM * kD;
+    const T* sdOb = sdO + buf * kBlockM * kD;
 
-    // S = Q K^T and dP = dO V^T for the warp's 16 query rows.
-    float sc[kBlockN / 8][4], dp[kBlockN / 8][4];
+    // S = Q K^T and dP = dO V^T for the warp's 16 query rows and 64 keys.
+    float sc[8][4], dp[8][4];
 #pragma unroll
-    for (int nt = 0; nt < kBlockN / 8; ++nt)
+    for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) sc[nt][e] = dp[nt][e] = 0.f;
 #pragma unroll
     for (int ks = 0; ks < kD / 16; ++ks) {
       uint32_t qa[4], da[4];
-      load_a<kD>(qa, sQ, warp * 16, ks * 16, lane);
-      load_a<kD>(da, sdO, warp * 16, ks * 16, lane);
+      load_a<kD>(qa, sQb, row0, ks * 16, lane);
+      load_a<kD>(da, sdOb, row0, ks * 16, lane);
 #pragma unroll
-      for (int np = 0; np < kBlockN / 16; ++np) {
+      for (int np = 0; np < 4; ++np) {
         uint32_t kb[4], vb[4];
-        load_b_from_rows<kD>(kb, sK, np * 16, ks * 16, lane);
-        load_b_from_rows<kD>(vb, sV, np * 16, ks * 16, lane);
+        load_b_from_rows<kD>(kb, sK, key0 + np * 16, ks * 16, lane);
+        load_b_from_rows<kD>(vb, sV, key0 + np * 16, ks * 16, lane);
         mma_16816<T>(sc[2 * np], qa, kb[0], kb[1]);
         mma_16816<T>(sc[2 * np + 1], qa, kb[2], kb[3]);
         mma_16816<T>(dp[2 * np], da, vb[0], vb[1]);
@@ -148,11 +169,11 @@ __global__ void __launch_bounds__(kThreads)
     const bool needs_mask = n0 + kBlockN > s.k_len || (s.causal && n0 + kBlockN - 1 > m0);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int local_row = warp * 16 + lane / 4 + 8 * half, query = m0 + local_row;
-      const float row_lse = sLse[local_row], row_delta = sDelta[local_row];
+      const int local_row = row0 + lane / 4 + 8 * half, query = m0 + local_row;
+      const float row_lse = sLse[buf * kBlockM + local_row], row_delta = sDelta[buf * kBlockM + local_row];
 #pragma unroll
-      for (int nt = 0; nt < kBlockN / 8; ++nt) {
-        const int local_key = nt * 8 + 2 * (lane % 4);
+      for (int nt = 0; nt < 8; ++nt) {
+        const int local_key = key0 + nt * 8 + 2 * (lane % 4);
         float p[2], ds[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
@@ -176,8 +197,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int dp2 = 0; dp2 < kD / 16; ++dp2) {
         uint32_t ob[4], qb[4];
-        load_b_from_cols<kD>(ob, sdO, ks * 16, dp2 * 16, lane);
-        load_b_from_cols<kD>(qb, sQ, ks * 16, dp2 * 16, lane);
+        load_b_from_cols<kD>(ob, sdOb, ks * 16, dp2 * 16, lane);
+        load_b_from_cols<kD>(qb, sQb, ks * 16, dp2 * 16, lane);
         mma_16816<T>(dv_acc[2 * dp2], pa, ob[0], ob[1]);
         mma_16816<T>(dv_acc[2 * dp2 + 1], pa, ob[2], ob[3]);
         mma_16816<T>(dk_acc[2 * dp2], dsa, qb[0], qb[1]);
@@ -185,31 +206,31 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
 
-    // dQ[rows] += scale dS K, 16 columns at a time (few live registers), added atomically.
+    // dQ[rows] += scale dS K over the block's kBlockN keys, 16 columns at a time, added atomically.
 #pragma unroll
-    for (int dp2 = 0; dp2 < kD / 16; ++dp2) {
+    for (int dp2 = 0; dp2 < kD / 32; ++dp2) {
+      const int col = col0 + dp2 * 16;
       float dq[2][4] = {};
 #pragma unroll
       for (int ks = 0; ks < kBlockN / 16; ++ks) {
         uint32_t a[4], kb[4];
-        load_a<kBlockN>(a, sdS, warp * 16, ks * 16, lane);
-        load_b_from_cols<kD>(kb, sK, ks * 16, dp2 * 16, lane);
+        load_a<kBlockN>(a, sdS, row0, ks * 16, lane);
+        load_b_from_cols<kD>(kb, sK, ks * 16, col, lane);
         mma_16816<T>(dq[0], a, kb[0], kb[1]);
         mma_16816<T>(dq[1], a, kb[2], kb[3]);
       }
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int row = m0 + warp * 16 + lane / 4 + 8 * half;
+        const int row = m0 + row0 + lane / 4 + 8 * half;
         if (row >= s.q_len) continue;
 #pragma unroll
         for (int t = 0; t < 2; ++t) {
-          float* dst = dq_bh + static_cast<int64_t>(row) * kD + dp2 * 16 + t * 8 + 2 * (lane % 4);
+          float* dst = dq_bh + static_cast<int64_t>(row) * kD + col + t * 8 + 2 * (lane % 4);
           atomicAdd(dst, dq[t][2 * half] * s.scale);
           atomicAdd(dst + 1, dq[t][2 * half + 1] * s.scale);
         }
       }
     }
-    __syncthreads();  // the next query block overwrites Q, dO, P, dS, lse, delta
   }
 
   // dK (scaled) and dV of the warp's 16 keys.
