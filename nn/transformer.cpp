@@ -38,14 +38,21 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   PRECIS_CHECK(x.dim() == 3 && x.size(2) == config_.n_embd, "CausalSelfAttention: expected input [B, T, ",
                config_.n_embd, "], got ", x.shape());
   const int64_t B = x.size(0), T = x.size(1), C = config_.n_embd, H = config_.n_head, D = C / H;
-  std::vector<Tensor> qkv = ops::split(c_attn->forward(x), C, 2);
-  // [B, T, C] -> [B, H, T, D]
-  auto heads = [&](const Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
+  const Tensor qkv = c_attn->forward(x);
   double attn_dropout = is_training() ? config_.dropout : 0.0;
-  const Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
-  const ops::AttentionImpl impl = attention_impl(q, attn_dropout);
-  Tensor y = ops::scaled_dot_product_attention(q, k, v, /*causal=*/true, attn_dropout, std::nullopt, dropout_gen_, impl);
-  y = y.transpose(1, 2).reshape({B, T, C});
+  Tensor y;
+  if (config_.attention == "flash" && attn_dropout == 0.0 &&
+      !ops::flash_attention_packed_unsupported(ops::autocast::to_compute(qkv), H)) {
+    y = ops::flash_attention_packed(ops::autocast::to_compute(qkv), H, /*causal=*/true);  // the fast path
+  } else {
+    std::vector<Tensor> parts = ops::split(qkv, C, 2);
+    // [B, T, C] -> [B, H, T, D]
+    auto heads = [&](const Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
+    const Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
+    const ops::AttentionImpl impl = attention_impl(q, attn_dropout);
+    y = ops::scaled_dot_product_attention(q, k, v, /*causal=*/true, attn_dropout, std::nullopt, dropout_gen_, impl);
+    y = y.transpose(1, 2).reshape({B, T, C});
+  }
   return resid_dropout_->forward(c_proj->forward(y));
 }
 

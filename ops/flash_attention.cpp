@@ -43,6 +43,14 @@ Tensor aligned(const Tensor& t) {
   return out;
 }
 
+// qkv [B, T, 3C] with 16-byte aligned rows and q/k/v parts (a dense copy when not).
+Tensor aligned_packed(const Tensor& qkv) {
+  const int64_t bytes = static_cast<int64_t>(element_size(qkv.dtype()));
+  const bool ok = reinterpret_cast<uintptr_t>(qkv.raw_data()) % 16 == 0 && (qkv.strides()[0] * bytes) % 16 == 0 &&
+                  (qkv.strides()[1] * bytes) % 16 == 0 && (qkv.size(2) / 3 * bytes) % 16 == 0;
+  return ok ? qkv : qkv.contiguous();
+}
+
 }  // namespace
 
 std::optional<std::string> flash_attention_unsupported(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -100,6 +108,61 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool c
   return out;
 #else
   (void)causal, (void)scale;
+  return Tensor();
+#endif
+}
+
+namespace {
+
+// The [B, H, T, D] view of part `part` (0 q, 1 k, 2 v) of a [B, T, 3 H D] tensor.
+Tensor head_part(const Tensor& qkv, int64_t part, int64_t n_head) {
+  const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
+  return qkv.narrow(2, part * C, C).view({B, T, n_head, C / n_head}).transpose(1, 2);
+}
+
+}  // namespace
+
+std::optional<std::string> flash_attention_packed_unsupported(const Tensor& qkv, int64_t n_head) {
+  if (qkv.dim() != 3 || n_head <= 0 || qkv.size(2) % (3 * n_head) != 0)
+    return std::string("it takes qkv of shape [B, T, 3 * n_head * D]");
+  if (qkv.strides()[2] != 1) return std::string("qkv's last dim must be unit-stride");
+  const Tensor q = head_part(qkv, 0, n_head);
+  return flash_attention_unsupported(q, q, q, 0.0);
+}
+
+Tensor flash_attention_packed(const Tensor& qkv, int64_t n_head, bool causal) {
+  const char* op = "flash_attention_packed";
+  require_defined(op, qkv, "qkv");
+  if (auto why = flash_attention_packed_unsupported(qkv, n_head))
+    PRECIS_FAIL(op, ": cannot run on qkv ", qkv.shape(), " ", qkv.dtype(), " on ", qkv.device(), " with ", n_head,
+                " heads: ", *why);
+#if PRECIS_WITH_CUDA
+  const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, D = C / n_head;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  const Tensor packed = aligned_packed(qkv);
+  const Tensor q = head_part(packed, 0, n_head), k = head_part(packed, 1, n_head), v = head_part(packed, 2, n_head);
+  Tensor y = empty({B, T, C}, qkv.dtype(), qkv.device());
+  const Tensor out = y.view({B, T, n_head, D}).transpose(1, 2);
+  Tensor lse = empty({B, n_head, T}, DType::f32, qkv.device());
+  cuda::flash_attention_forward(q, k, v, causal, scale, out, lse);
+  if (autograd::any_requires_grad({&qkv})) {
+    autograd::record(op, {qkv}, {y},
+                     [q = q.detach(), k = k.detach(), v = v.detach(), out = out.detach(), lse, n_head, causal,
+                      scale](const BackwardArgs& g) {
+                       const Tensor dy = g.grad().is_contiguous() ? g.grad() : g.grad().contiguous();
+                       const int64_t B = dy.size(0), T = dy.size(1), C = dy.size(2);
+                       const Tensor dout = dy.view({B, T, n_head, C / n_head}).transpose(1, 2);
+                       // d(qkv) is written in place by the kernels: no split backward, no zero fill.
+                       Tensor dqkv = empty({B, T, 3 * C}, dy.dtype(), dy.device());
+                       cuda::flash_attention_backward(q, k, v, out, lse, dout, causal, scale,
+                                                      head_part(dqkv, 0, n_head), head_part(dqkv, 1, n_head),
+                                                      head_part(dqkv, 2, n_head));
+                       return std::vector<Tensor>{dqkv};
+                     });
+  }
+  return y;
+#else
+  (void)causal;
   return Tensor();
 #endif
 }

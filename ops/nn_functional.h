@@ -41,6 +41,12 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 // D 64 or 128, no dropout. The output is a [B, H, Tq, D] view of [B, Tq, H, D] memory.
 Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = false,
                        std::optional<double> scale = std::nullopt);
+// Attention straight from the fused c_attn product: qkv [B, T, 3C] holds q, k, v side by
+// side (C = n_head * D); returns y [B, T, C] (heads side by side, ready for c_proj). Its
+// backward writes d(qkv) in one buffer, where the split/transpose views of the unpacked
+// path cost a zero fill and three strided copies per layer.
+Tensor flash_attention_packed(const Tensor& qkv, int64_t n_head, bool causal = true);
+std::optional<std::string> flash_attention_packed_unsupported(const Tensor& qkv, int64_t n_head);
 // Why flash_attention cannot run these inputs (a phrase for a note), or nothing when it can.
 std::optional<std::string> flash_attention_unsupported(const Tensor& q, const Tensor& k, const Tensor& v,
                                                        double dropout_p = 0.0);

@@ -238,3 +238,28 @@ TEST(FlashAttentionGpu, TinyGpt2GradientsMatchTheReferenceAttention) {
 }
 
 #endif  // PRECIS_WITH_CUDA
+
+#if PRECIS_WITH_CUDA
+TEST(FlashAttentionGpu, PackedQkvMatchesTheReferenceAndWritesTheWholeGradient) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  // flash_attention_packed on the fused c_attn product [B, T, 3C]: output [B, T, C] and
+  // d(qkv) against the reference on the q, k, v parts.
+  for (int64_t T : {1, 77, 200}) {
+    SCOPED_TRACE("T " + std::to_string(T));
+    const int64_t B = 2, H = 3, D = 64, C = H * D;
+    Tensor qkv = random_f64({B, T, 3 * C}, 11 + T, -2.0, 2.0).to(DType::bf16).to(kGpu).set_requires_grad();
+    Tensor y = ops::flash_attention_packed(qkv, H, true);
+    ASSERT_EQ(y.shape(), (Shape{B, T, C}));
+    Tensor dy = random_f64({B, T, C}, 12 + T).to(DType::bf16).to(kGpu);
+    y.backward(dy);
+    auto heads = [&](const Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
+    std::vector<Tensor> parts = ops::split(qkv.detach(), C, 2);
+    Reference r = reference(heads(parts[0]), heads(parts[1]), heads(parts[2]), true, heads(dy));
+    EXPECT_LE(relative_error(heads(y), r.out), bar(DType::bf16));
+    std::vector<Tensor> grads = ops::split(qkv.grad().to(Device::cpu()).to(DType::f64), C, 2);
+    EXPECT_LE(relative_error(heads(grads[0]), r.dq), bar(DType::bf16)) << "dq";
+    EXPECT_LE(relative_error(heads(grads[1]), r.dk), bar(DType::bf16)) << "dk";
+    EXPECT_LE(relative_error(heads(grads[2]), r.dv), bar(DType::bf16)) << "dv";
+  }
+}
+#endif
