@@ -28,6 +28,7 @@ endif()
 
 # ---- CUDA: AUTO builds it when nvcc and the libraries are present
 set(PRECIS_WITH_CUDA OFF)
+set(PRECIS_WITH_CUPTI OFF)
 if(NOT PRECIS_CUDA STREQUAL "OFF")
   if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
     set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
@@ -59,6 +60,14 @@ if(NOT PRECIS_CUDA STREQUAL "OFF")
     precis_report("cuBLASLt" "found ${CUDAToolkit_LIBRARY_DIR}")
     precis_report("cuDNN" "found ${PRECIS_CUDNN_LIBRARY}")
     precis_report("NCCL" "found ${PRECIS_NCCL_LIBRARY}")
+    # CUPTI (optional) records every GPU kernel for `profile.trace`; FindCUDAToolkit
+    # looks in the toolkit's include/lib and in extras/CUPTI.
+    if(TARGET CUDA::cupti)
+      set(PRECIS_WITH_CUPTI ON)
+      precis_report("CUPTI" "found ${CUDAToolkit_CUPTI_INCLUDE_DIR}")
+    else()
+      precis_report("CUPTI" "not found: profile.trace (kernel traces) disabled")
+    endif()
   else()
     set(_why "")
     if(NOT CMAKE_CUDA_COMPILER)

@@ -37,6 +37,7 @@ void Profiler::end() {
   PRECIS_CHECK(!open_.empty(), "Profiler::end without a matching begin");
   Open phase = std::move(open_.back());
   open_.pop_back();
+  if (recording_spans_) spans_.push_back({phase.name, phase.start, Clock::now()});
 #if PRECIS_WITH_CUDA
   if (gpu_) {
     gpu_->end();
@@ -54,6 +55,12 @@ void Profiler::add(const std::string& name, double ms) {
     }
   }
   totals_.emplace_back(name, ms);
+}
+
+std::vector<Profiler::Span> Profiler::take_spans() {
+  std::vector<Span> out = std::move(spans_);
+  spans_.clear();
+  return out;
 }
 
 std::vector<std::pair<std::string, double>> Profiler::take_ms() {

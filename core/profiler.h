@@ -4,7 +4,10 @@
 // On the CPU a phase is wall-clock time (steady_clock). On the GPU a phase is
 // bracketed by CUDA events recorded on the compute stream and resolved only
 // when the interval is read, so measuring never adds a device sync per phase
-// (DESIGN.md section 7).
+// (DESIGN.md section 7). In CUDA builds each GPU phase is also an NVTX range.
+//
+// For a trace (train/step_trace.h) it can also keep the CPU-side start and end
+// of every phase: the time the host spent issuing that phase's work.
 #pragma once
 
 #include <chrono>
@@ -19,6 +22,12 @@ namespace precis {
 
 class Profiler {
  public:
+  using Clock = std::chrono::steady_clock;
+  struct Span {
+    std::string name;
+    Clock::time_point start, end;
+  };
+
   // RAII: times the enclosing scope as `phase`.
   class Phase {
    public:
@@ -39,9 +48,12 @@ class Profiler {
   void end();
   // Milliseconds per phase since the last call, in first-seen order; resets the totals.
   std::vector<std::pair<std::string, double>> take_ms();
+  // While on, every ended phase is kept as a Span (host clock), in the order phases end.
+  void record_spans(bool on) { recording_spans_ = on; }
+  // The spans kept since the last call; clears them.
+  std::vector<Span> take_spans();
 
  private:
-  using Clock = std::chrono::steady_clock;
   struct Open {
     std::string name;
     Clock::time_point start;
@@ -50,6 +62,8 @@ class Profiler {
 
   std::vector<Open> open_;
   std::vector<std::pair<std::string, double>> totals_;
+  bool recording_spans_ = false;
+  std::vector<Span> spans_;
   Device device_ = Device::cpu();
   struct GpuEvents;  // CUDA events of the phases not yet resolved (core/cuda/profiler_events.cu)
   std::unique_ptr<GpuEvents> gpu_;

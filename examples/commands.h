@@ -14,6 +14,7 @@ int tokenize_command(const Args& args);  // precis tokenize --tokenizer gpt2|cha
 int device_command(const Args& args);    // precis device
 int numerics_command(const Args& args);  // precis numerics CONFIG [key=value ...]
 int sweep_command(const Args& args);     // precis sweep CONFIG [--precisions a,b,c] [key=value ...]
+int bench_command(const Args& args);     // precis bench gpt2 [--preset P] [--batch B] [--seq T] ...
 int bench_attention_command(const Args& args);  // precis bench attention [--tokens N] [--seq 512,1024,...] ...
 
 // "--name value" options after the positional arguments; unknown options are errors.

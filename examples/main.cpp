@@ -21,6 +21,15 @@ void print_usage() {
                "                                      max|x|, zeros, fp16 underflow, inf/nan, lost updates)\n"
                "  sweep CONFIG.yaml [--precisions fp32,tf32,fp16,bf16] [key=value ...]\n"
                "                                      train once per precision policy; table + loss plots\n"
+               "  bench gpt2 [--preset gpt2|gpt2-medium|gpt2-large|gpt2-xl|tiny] [--batch 16] [--seq 1024]\n"
+               "             [--precision bf16] [--steps 30] [--warmup 5] [--attention reference|flash]\n"
+               "             [--cuda-graphs] [--trace PATH.json] [--device auto|cuda|cpu] [--out DIR]\n"
+               "                                      training throughput: tokens/s, ms/step, phase breakdown,\n"
+               "                                      TFLOP/s, MFU, peak memory (warm-up steps left out);\n"
+               "                                      --trace writes a Perfetto trace of one step's kernels\n"
+               "  bench attention [--tokens 16384] [--heads 12] [--head-dim 64] [--seq 512,1024,...]\n"
+               "                  [--dtype bf16] [--iters 20]\n"
+               "                                      flash vs reference attention alone, by sequence length\n"
                "  device                              show which device `device: auto` would use\n"
                "  help                                this message\n";
 }
@@ -39,6 +48,7 @@ int run(const std::vector<std::string>& args) {
   if (command == "device") return device_command(rest);
   if (command == "numerics") return numerics_command(rest);
   if (command == "sweep") return sweep_command(rest);
+  if (command == "bench") return bench_command(rest);
   PRECIS_FAIL("unknown command '", command, "'; run `precis help` for the list");
 }
 

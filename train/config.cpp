@@ -23,8 +23,8 @@
 namespace precis::train {
 namespace {
 
-const std::vector<std::string> kSections = {"model", "data",      "optimizer",  "schedule",
-                                            "batch", "precision", "checkpoint", "sample"};
+const std::vector<std::string> kSections = {"model",     "data",       "optimizer", "schedule", "batch",
+                                            "precision", "checkpoint", "sample",    "profile"};
 
 struct Preset {
   const char* name;
@@ -325,11 +325,15 @@ std::vector<Field> make_fields(TrainConfig& c) {
       integer("checkpoint.interval", k.interval, at_least(0)),
       integer("checkpoint.keep_last", k.keep_last, at_least(1)),
       boolean("checkpoint.resume", k.resume),
+      boolean("checkpoint.save_final", k.save_final),
 
       integer("sample.tokens", p.tokens, at_least(0)),
       number("sample.temperature", p.temperature, kPositive),
       integer("sample.top_k", p.top_k, at_least(0)),
       text("sample.prompt", p.prompt),
+
+      text("profile.trace", c.profile.trace),
+      integer("profile.trace_step", c.profile.trace_step, at_least(1)),
 
       integer("max_steps", c.max_steps, at_least(1)),
       integer("eval_interval", c.eval_interval, at_least(0)),
@@ -338,6 +342,7 @@ std::vector<Field> make_fields(TrainConfig& c) {
       unsigned_integer("seed", c.seed),
       text("device", c.device, check_device),
       integer("threads", c.threads, at_least(0)),
+      boolean("cuda_graphs", c.cuda_graphs),
       text("out_dir", c.out_dir),
   };
 }
@@ -369,6 +374,7 @@ class ConfigReader {
   void check_data() const;
   void resolve_batch();
   void resolve_schedule();
+  void check_profile() const;
 
   TrainConfig& config_;
   std::string source_;
@@ -565,6 +571,15 @@ void ConfigReader::resolve_batch() {
   batch.grad_accum = batch.tokens_per_step / micro_tokens;
 }
 
+// A trace of a step the run never reaches would silently write nothing.
+void ConfigReader::check_profile() const {
+  const ProfileConfig& profile = config_.profile;
+  if (profile.trace.empty() || profile.trace_step <= config_.max_steps) return;
+  fail(where_set({"profile.trace_step", "max_steps", "profile.trace"}),
+       "'profile.trace_step' (" + std::to_string(profile.trace_step) + ") must be <= 'max_steps' (" +
+           std::to_string(config_.max_steps) + ") so that the traced step runs");
+}
+
 void ConfigReader::resolve_schedule() {
   if (config_.schedule.decay_steps == -1) config_.schedule.decay_steps = config_.max_steps;
 }
@@ -576,6 +591,7 @@ void ConfigReader::finish() {
   check_data();
   resolve_batch();
   resolve_schedule();
+  check_profile();
 }
 
 YAML::Node parse_yaml(const std::string& yaml_text, const std::string& source_name) {

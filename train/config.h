@@ -84,6 +84,7 @@ struct CheckpointConfig {
   int64_t interval = 0;    // steps between checkpoints; 0: only at the end
   int64_t keep_last = 2;   // older checkpoints are deleted
   bool resume = false;     // continue from the latest checkpoint in dir
+  bool save_final = true;  // write a checkpoint at the end of run() (the benchmark turns it off)
 };
 
 struct SampleConfig {
@@ -91,6 +92,11 @@ struct SampleConfig {
   double temperature = 0.8;
   int64_t top_k = 40;
   std::string prompt = "\n";
+};
+
+struct ProfileConfig {
+  std::string trace;       // a Chrome/Perfetto trace (JSON) of one step with every GPU kernel; empty: none
+  int64_t trace_step = 3;  // the step traced (1-based, as in the log line; after warm-up)
 };
 
 struct TrainConfig {
@@ -102,6 +108,7 @@ struct TrainConfig {
   PrecisionConfig precision;
   CheckpointConfig checkpoint;
   SampleConfig sample;
+  ProfileConfig profile;
   int64_t max_steps = 100;
   int64_t eval_interval = 50;  // 0: no validation during training
   int64_t eval_steps = 10;     // batches per validation
@@ -109,6 +116,7 @@ struct TrainConfig {
   uint64_t seed = 1337;
   std::string device = "auto";  // auto | cpu | cuda | cuda:N
   int64_t threads = 0;          // CPU threads, 0: all cores
+  bool cuda_graphs = false;     // capture the training step in a CUDA graph after warm-up and replay it
   std::string out_dir = "out";
   std::string config_path;      // the file it was loaded from
 };

@@ -23,7 +23,9 @@
 #include "optim/clip_grad.h"
 #include "optim/sgd.h"
 #include "train/checkpoint.h"
+#include "train/device_peak.h"
 #include "train/precision_setup.h"
+#include "train/step_trace.h"
 
 namespace precis::train {
 
@@ -51,6 +53,7 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
   }
   device_ = resolve_device(config_.device);
   profiler_.set_device(device_);
+  if (!config_.profile.trace.empty()) step_trace_ = std::make_unique<StepTrace>(config_.profile.trace, device_);
   policy_ = policy_from_config(config_.precision);
   ops::set_allow_tf32(policy_.allow_tf32);  // nothing enables TF32 behind the user's back
   int capability = device_.is_cuda() ? cuda_compute_capability(device_.index) : 0;
@@ -307,7 +310,7 @@ void Trainer::log_interval(double loss, double grad_norm, double lr, double inte
   // Training FLOPs: 3x the forward (backward is twice the forward).
   r.tflops = 3.0 * model_->config().flops_per_token_forward(config_.batch.seq_len) * r.tokens_per_s / 1e12;
   if (device_.is_cuda()) {
-    double peak = peak_tflops(device_.index, policy_.compute_dtype, policy_.allow_tf32);
+    double peak = device_peak_tflops(device_, policy_.compute_dtype, policy_.allow_tf32);
     if (peak > 0) r.mfu = *r.tflops / peak;
   }
   r.val_loss = val_loss;
@@ -332,13 +335,18 @@ void Trainer::run() {
             << config_.batch.grad_accum << " micro-steps per step; " << train_data_->num_tokens()
             << " training tokens\n"
             << "precision " << policy_.describe() << "\n";
+  // An unknown GPU's peak is measured now, outside the timed steps and the memory peak.
+  device_peak_tflops(device_, policy_.compute_dtype, policy_.allow_tf32);
   using Clock = std::chrono::steady_clock;
   auto interval_start = Clock::now();
   int64_t interval_steps = 0;
   allocator_for(device_).reset_peak();
   while (step_ < config_.max_steps) {
     reporting_ = report_due();
+    bool tracing = step_trace_ && step_ + 1 == config_.profile.trace_step;
+    if (tracing) step_trace_->begin(profiler_);
     double loss = train_step();
+    if (tracing) step_trace_->end(profiler_, step_ + 1, std::cout);
     ++step_;
     ++interval_steps;
     losses_.push_back(loss);
@@ -357,7 +365,7 @@ void Trainer::run() {
     if (config_.checkpoint.interval > 0 && step_ % config_.checkpoint.interval == 0) save_checkpoint();
   }
   if (!val_data_) final_val_loss_ = std::nan("");
-  save_checkpoint();
+  if (config_.checkpoint.save_final) save_checkpoint();
   if (config_.sample.tokens > 0) {
     std::cout << "---- sample (" << config_.sample.tokens << " tokens, temperature " << config_.sample.temperature
               << ", top_k " << config_.sample.top_k << ") ----\n"

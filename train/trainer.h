@@ -30,6 +30,8 @@
 
 namespace precis::train {
 
+class StepTrace;
+
 class Trainer {
  public:
   explicit Trainer(TrainConfig config);
@@ -86,6 +88,7 @@ class Trainer {
   double final_val_loss_ = 0;
   optim::LrSchedule schedule_;
   Profiler profiler_;
+  std::unique_ptr<StepTrace> step_trace_;  // profile.trace
   JsonlWriter metrics_;
   int64_t step_ = 0;
   double last_grad_norm_ = 0;

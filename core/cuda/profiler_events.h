@@ -1,6 +1,7 @@
 // PhaseEvents: the GPU side of core/profiler. Each phase is a pair of CUDA
 // events recorded on the compute stream; resolve() waits once for the last
-// event and reads every elapsed time, so timing adds no sync per phase.
+// event and reads every elapsed time, so timing adds no sync per phase. Each
+// phase is also an NVTX range, so Nsight Systems shows the phases by name.
 // Only included behind PRECIS_WITH_CUDA.
 #pragma once
 

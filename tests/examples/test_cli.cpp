@@ -2,31 +2,18 @@
 // the exit code and one-line message of a user mistake.
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include "support/cli.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int exit_code;
-  std::string output;  // stdout and stderr
-};
-
-Result run(const std::string& args) {
-  std::string command = std::string(PRECIS_CLI_PATH) + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  EXPECT_NE(pipe, nullptr);
-  std::string output;
-  std::array<char, 4096> buffer;
-  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
-  int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
+using Result = precis::testing::CliResult;
+Result run(const std::string& args) { return precis::testing::run_cli(args); }
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path);
@@ -55,7 +42,7 @@ fs::path write_tiny_config(const std::string& name) {
 TEST(Cli, HelpListsTheCommands) {
   Result r = run("help");
   EXPECT_EQ(r.exit_code, 0);
-  for (const char* command : {"train", "sample", "tokenize", "numerics", "sweep", "device"})
+  for (const char* command : {"train", "sample", "tokenize", "numerics", "sweep", "bench", "device"})
     EXPECT_NE(r.output.find(command), std::string::npos) << command;
 }
 

@@ -1,0 +1,161 @@
+// KernelTrace on CUPTI's Activity API: CUPTI fills buffers we hand it with one
+// record per kernel, memcpy and memset (GPU start and end in ns on CUPTI's
+// clock) and hands each full buffer back through a callback, possibly on a
+// thread of its own; stop() forces out the last partly filled ones.
+#if PRECIS_WITH_CUPTI
+
+#include "core/kernel_trace.h"
+
+#include <cuda_runtime.h>
+#include <cupti.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+
+#include "core/cuda/cuda_check.h"
+
+#define PRECIS_CUPTI_CHECK(call, op)                                          \
+  do {                                                                        \
+    CUptiResult precis_cupti_status_ = (call);                                \
+    if (precis_cupti_status_ != CUPTI_SUCCESS) {                              \
+      const char* precis_cupti_text_ = "unknown error";                       \
+      cuptiGetResultString(precis_cupti_status_, &precis_cupti_text_);        \
+      PRECIS_FAIL(op, ": CUPTI error (", precis_cupti_text_, ") in ", #call); \
+    }                                                                         \
+  } while (0)
+
+namespace precis {
+
+namespace {
+
+// The newest record layouts of this CUPTI; CUPTI only ever appends fields.
+#if CUPTI_API_VERSION >= 130000
+using KernelRecord = CUpti_ActivityKernel10;
+using MemcpyRecord = CUpti_ActivityMemcpy6;
+#else
+using KernelRecord = CUpti_ActivityKernel9;
+using MemcpyRecord = CUpti_ActivityMemcpy5;
+#endif
+using MemsetRecord = CUpti_ActivityMemset4;
+
+constexpr size_t kBufferBytes = 8 << 20;
+constexpr size_t kBufferAlignment = 8;
+const CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                                     CUPTI_ACTIVITY_KIND_MEMSET};
+
+std::mutex g_mutex;
+std::vector<GpuActivity> g_records;  // filled by the completion callback
+bool g_callbacks_registered = false;
+bool g_running = false;
+
+const char* memcpy_name(uint8_t kind) {
+  switch (kind) {
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD:
+      return "Memcpy HtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH:
+      return "Memcpy DtoH";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD:
+      return "Memcpy DtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH:
+      return "Memcpy HtoH";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP:
+      return "Memcpy PtoP";
+    default:
+      return "Memcpy";
+  }
+}
+
+GpuActivity from_record(const CUpti_Activity* record) {
+  GpuActivity a;
+  if (record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || record->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
+    auto* k = reinterpret_cast<const KernelRecord*>(record);
+    a = {GpuActivity::Kind::kernel,    demangle(k->name), static_cast<int64_t>(k->start),
+         static_cast<int64_t>(k->end), k->streamId,       0};
+  } else if (record->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+    auto* m = reinterpret_cast<const MemcpyRecord*>(record);
+    a = {GpuActivity::Kind::memcpy,
+         memcpy_name(m->copyKind),
+         static_cast<int64_t>(m->start),
+         static_cast<int64_t>(m->end),
+         m->streamId,
+         static_cast<int64_t>(m->bytes)};
+  } else {
+    auto* m = reinterpret_cast<const MemsetRecord*>(record);
+    a = {GpuActivity::Kind::memset,    "Memset",    static_cast<int64_t>(m->start),
+         static_cast<int64_t>(m->end), m->streamId, static_cast<int64_t>(m->bytes)};
+  }
+  return a;
+}
+
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(kBufferAlignment, kBufferBytes));
+  *size = *buffer ? kBufferBytes : 0;
+  *max_records = 0;  // as many as fit
+}
+
+void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid_bytes) {
+  std::vector<GpuActivity> parsed;
+  CUpti_Activity* record = nullptr;
+  while (cuptiActivityGetNextRecord(buffer, valid_bytes, &record) == CUPTI_SUCCESS) {
+    if (record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || record->kind == CUPTI_ACTIVITY_KIND_KERNEL ||
+        record->kind == CUPTI_ACTIVITY_KIND_MEMCPY || record->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
+      parsed.push_back(from_record(record));
+    }
+  }
+  std::free(buffer);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_records.insert(g_records.end(), parsed.begin(), parsed.end());
+}
+
+}  // namespace
+
+bool kernel_trace_available() { return true; }
+std::string kernel_trace_unavailable_reason() { return ""; }
+
+KernelTrace::~KernelTrace() {
+  if (!running_) return;
+  try {
+    stop();
+  } catch (...) {  // a destructor must not throw; the trace is lost either way
+  }
+}
+
+void KernelTrace::start() {
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    PRECIS_CHECK(!g_running, "kernel trace: another trace is already recording (one at a time per process)");
+    g_records.clear();
+    g_running = running_ = true;
+  }
+  // Outside the lock: CUPTI may deliver a buffer from inside its own calls.
+  if (!g_callbacks_registered) {
+    PRECIS_CUPTI_CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed), "kernel trace");
+    g_callbacks_registered = true;
+  }
+  for (CUpti_ActivityKind kind : kKinds) PRECIS_CUPTI_CHECK(cuptiActivityEnable(kind), "kernel trace");
+}
+
+std::vector<GpuActivity> KernelTrace::stop() {
+  PRECIS_CHECK(running_, "kernel trace: stop() without start()");
+  running_ = false;
+  PRECIS_CUDA_CHECK(cudaDeviceSynchronize(), "kernel trace");
+  PRECIS_CUPTI_CHECK(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "kernel trace");
+  for (CUpti_ActivityKind kind : kKinds) PRECIS_CUPTI_CHECK(cuptiActivityDisable(kind), "kernel trace");
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_running = false;
+  std::vector<GpuActivity> out = std::move(g_records);
+  g_records.clear();
+  std::sort(out.begin(), out.end(), [](const GpuActivity& a, const GpuActivity& b) { return a.start_ns < b.start_ns; });
+  return out;
+}
+
+int64_t KernelTrace::now_ns() {
+  uint64_t timestamp = 0;
+  PRECIS_CUPTI_CHECK(cuptiGetTimestamp(&timestamp), "kernel trace clock");
+  return static_cast<int64_t>(timestamp);
+}
+
+}  // namespace precis
+
+#endif  // PRECIS_WITH_CUPTI

@@ -1,0 +1,201 @@
+// precis bench gpt2: GPT-2 training throughput on GPT-2 BPE tokens of the
+// shipped tinyshakespeare, through the same Trainer as `precis train` (no
+// validation, no sample, no checkpoint). Warm-up steps are left out of the
+// figures; the last line is one machine-readable record (key=value pairs).
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/gpu.h"
+#include "examples/commands.h"
+#include "train/config.h"
+#include "train/device_peak.h"
+#include "train/steady_state.h"
+#include "train/trainer.h"
+
+namespace precis::cli {
+
+namespace {
+
+const char* kUsage =
+    "usage: precis bench gpt2 [--preset gpt2|gpt2-medium|gpt2-large|gpt2-xl|tiny] [--batch B] [--seq T] "
+    "[--precision P] [--steps N] [--warmup W] [--attention reference|flash] [--cuda-graphs] [--trace PATH.json] "
+    "[--device auto|cuda|cpu] [--out DIR]";
+
+// Beside the GPT-2 family, `tiny` (2 layers, 2 heads of 64, 128 wide) runs in seconds on a CPU.
+const std::vector<std::string> kPresets = {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "tiny"};
+
+struct BenchOptions {
+  std::string preset = "gpt2";
+  int64_t batch = 16, seq = 1024, steps = 30, warmup = 5;
+  std::string precision = "bf16", attention, trace, device = "auto";  // attention: empty keeps the config's default
+  std::string out_dir = (std::filesystem::temp_directory_path() / "precis-bench").string();
+  bool cuda_graphs = false;
+};
+
+int64_t parse_count(const Options& o, const std::string& name, int64_t fallback, int64_t min) {
+  std::string text = o.get(name, "");
+  if (text.empty()) return fallback;
+  size_t used = 0;
+  int64_t value = -1;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  PRECIS_CHECK(used == text.size() && value >= min, "bench: --", name, " must be an integer >= ", min, ", got '", text,
+               "'");
+  return value;
+}
+
+BenchOptions parse_bench_options(const Args& args) {
+  Args rest;
+  BenchOptions b;
+  for (const std::string& a : args) {
+    if (a == "--cuda-graphs") {
+      b.cuda_graphs = true;
+    } else {
+      rest.push_back(a);
+    }
+  }
+  Options o = parse_options(
+      rest, {"preset", "batch", "seq", "precision", "steps", "warmup", "attention", "trace", "device", "out"}, "bench");
+  std::string models;
+  for (const std::string& p : o.positional) models += (models.empty() ? "" : " ") + p;
+  PRECIS_CHECK(models == "gpt2", "bench: give the model to benchmark, gpt2 (",
+               models.empty() ? std::string("none given") : "got '" + models + "'", "); ", kUsage);
+  b.preset = o.get("preset", b.preset);
+  PRECIS_CHECK(std::find(kPresets.begin(), kPresets.end(), b.preset) != kPresets.end(), "bench: unknown --preset '",
+               b.preset, "' (known: gpt2, gpt2-medium, gpt2-large, gpt2-xl, tiny)");
+  b.batch = parse_count(o, "batch", b.batch, 1);
+  b.seq = parse_count(o, "seq", b.seq, 1);
+  b.steps = parse_count(o, "steps", b.steps, 1);
+  b.warmup = parse_count(o, "warmup", b.warmup, 0);
+  b.precision = o.get("precision", b.precision);
+  b.attention = o.get("attention", b.attention);
+  b.trace = o.get("trace", b.trace);
+  b.device = o.get("device", b.device);
+  b.out_dir = o.get("out", b.out_dir);
+  return b;
+}
+
+// The steps before `first_measured` are warm-up (and the traced step, which
+// waits for the GPU twice); logging every `first_measured` steps puts an
+// interval boundary exactly there.
+int64_t first_measured_step(const BenchOptions& b) { return b.warmup + (b.trace.empty() ? 0 : 1); }
+
+train::TrainConfig bench_config(const BenchOptions& b) {
+  std::string yaml = "data: {text_file: \"" PRECIS_SOURCE_DIR "/assets/tinyshakespeare.txt\", tokenizer: gpt2}\n";
+  std::vector<std::string> overrides = {
+      "batch.micro_batch=" + std::to_string(b.batch),
+      "batch.seq_len=" + std::to_string(b.seq),
+      "precision=" + b.precision,
+      "cuda_graphs=" + std::string(b.cuda_graphs ? "true" : "false"),
+      "device=" + b.device,
+      "out_dir=" + b.out_dir,
+      "schedule.kind=constant",
+      "eval_interval=0",
+      "sample.tokens=0",
+      "checkpoint.save_final=false",
+  };
+  int64_t first_measured = first_measured_step(b);
+  overrides.push_back("max_steps=" + std::to_string(first_measured + b.steps));
+  overrides.push_back("log_interval=" + std::to_string(first_measured > 0 ? first_measured : b.steps));
+  if (!b.attention.empty()) overrides.push_back("model.attention=" + b.attention);
+  if (b.preset == "tiny") {
+    for (const char* size : {"model.n_layer=2", "model.n_head=2", "model.n_embd=128"}) overrides.push_back(size);
+    overrides.push_back("model.block_size=" + std::to_string(b.seq));
+  } else {
+    overrides.push_back("model.preset=" + b.preset);
+  }
+  if (!b.trace.empty()) {
+    overrides.push_back("profile.trace=" + b.trace);
+    overrides.push_back("profile.trace_step=" + std::to_string(first_measured));
+  }
+  try {
+    return train::parse_config(yaml, overrides, "bench");
+  } catch (const Error& e) {
+    PRECIS_FAIL("bench: ", e.what());
+  }
+}
+
+std::string format(const char* pattern, double value) {
+  char text[64];
+  std::snprintf(text, sizeof text, pattern, value);
+  return text;
+}
+
+void print_figures(const BenchOptions& b, train::Trainer& trainer, const train::SteadyState& s) {
+  const models::GPT2Config& model = trainer.model().config();
+  Device device = resolve_device(trainer.config().device, /*quiet=*/true);
+  const double tokens_per_step = static_cast<double>(b.batch * b.seq);
+  const double tokens_per_s = tokens_per_step * 1000.0 / s.ms_per_step;
+  const double tflops = 3.0 * model.flops_per_token_forward(b.seq) * tokens_per_s / 1e12;  // backward = 2x forward
+  const double peak = train::device_peak_tflops(device, trainer.policy().compute_dtype, trainer.policy().allow_tf32);
+  const double peak_gib = static_cast<double>(trainer.peak_memory_bytes()) / (1ull << 30);
+  std::string device_text = device.str();
+  if (device.is_cuda()) device_text.append(" ").append(cuda_device_name(device.index));
+
+  std::cout << "\n==== precis bench gpt2 ====\n"
+            << "model        " << b.preset << ": " << model.n_layer << " layers, " << model.n_head << " heads, "
+            << model.n_embd << " wide, " << format("%.1f", trainer.model().num_parameters_unpadded() / 1e6)
+            << "M parameters, attention " << model.attention << "\n"
+            << "run          " << device_text << ", " << trainer.policy().describe() << ", B=" << b.batch
+            << " x T=" << b.seq << (b.cuda_graphs ? ", CUDA graphs" : "") << "\n"
+            << "measured     " << s.steps << " steps after " << b.warmup << " warm-up step(s)"
+            << (b.trace.empty() ? "" : " and the traced step") << "\n"
+            << "tokens/s     " << format("%.0f", tokens_per_s) << "\n"
+            << "ms/step      " << format("%.2f", s.ms_per_step) << "\n";
+  double phases_ms = 0;
+  for (const auto& [name, ms] : s.phase_ms) {
+    phases_ms += ms;
+    std::printf("  %-10s %8.2f ms %5.1f%%\n", name.c_str(), ms, 100.0 * ms / s.ms_per_step);
+  }
+  double other = std::max(0.0, s.ms_per_step - phases_ms);
+  std::printf("  %-10s %8.2f ms %5.1f%%   (host time outside the phases)\n", "other", other,
+              100.0 * other / s.ms_per_step);
+  std::fflush(stdout);
+  std::cout << "achieved     " << format(tflops >= 1 ? "%.1f" : "%.3g", tflops)
+            << " TFLOP/s (6N + attention FLOPs per token)\n"
+            << "MFU          "
+            << (peak > 0 ? format("%.1f%%", 100.0 * tflops / peak) + " of " + format("%.1f", peak) +
+                               " TFLOP/s peak for " + dtype_name(trainer.policy().compute_dtype)
+                         : std::string("n/a (no peak figure for the CPU)"))
+            << "\n"
+            << "peak memory  " << format("%.2f", peak_gib) << " GiB\n"
+            << "metrics      " << trainer.config().out_dir << "/metrics.jsonl\n";
+
+  std::string record =
+      "result: bench=gpt2 preset=" + b.preset + " device=" + device.str() + " precision=" + b.precision +
+      " attention=" + model.attention + " cuda_graphs=" + (b.cuda_graphs ? "true" : "false") +
+      " batch=" + std::to_string(b.batch) + " seq=" + std::to_string(b.seq) + " steps=" + std::to_string(s.steps) +
+      " warmup=" + std::to_string(b.warmup) + " tokens_per_s=" + format("%.0f", tokens_per_s) +
+      " ms_per_step=" + format("%.3f", s.ms_per_step) + " tflops=" + format("%.2f", tflops) +
+      " mfu=" + (peak > 0 ? format("%.4f", tflops / peak) : "n/a") + " peak_gib=" + format("%.3f", peak_gib);
+  for (const auto& [name, ms] : s.phase_ms) record += " " + name + "_ms=" + format("%.3f", ms);
+  std::cout << record << std::endl;
+}
+
+}  // namespace
+
+int bench_command(const Args& args) {
+  if (!args.empty() && args[0] == "attention") return bench_attention_command(Args(args.begin() + 1, args.end()));
+  BenchOptions b = parse_bench_options(args);
+  train::TrainConfig config = bench_config(b);
+  if (b.preset != "tiny" && !resolve_device(config.device, /*quiet=*/true).is_cuda())
+    std::cerr << "note: bench " << b.preset << " at B=" << b.batch << ", T=" << b.seq
+              << " on the CPU is slow and can need tens of GiB; --preset tiny --batch 2 --seq 64 is sized for a CPU\n";
+  train::Trainer trainer(config);
+  trainer.run();
+  train::SteadyState s = train::steady_state(trainer.reports(), first_measured_step(b));
+  PRECIS_CHECK(s.steps == b.steps, "bench: measured ", s.steps, " steps instead of ", b.steps,
+               " (the log intervals did not line up with the warm-up)");
+  print_figures(b, trainer, s);
+  return 0;
+}
+
+}  // namespace precis::cli

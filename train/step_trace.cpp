@@ -1,0 +1,100 @@
+#include "train/step_trace.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <ostream>
+
+#include "core/error.h"
+#include "core/gpu.h"
+#include "core/pinned.h"
+#include "core/trace_json.h"
+#include "train/kernel_table.h"
+
+namespace precis::train {
+
+namespace {
+
+constexpr int kCpuPid = 0;
+constexpr int kGpuPid = 1;
+
+int64_t host_ns(Profiler::Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+}  // namespace
+
+StepTrace::StepTrace(std::string path, Device device) : path_(std::move(path)), device_(device) {
+  check_writable(path_, "profile.trace");
+  PRECIS_CHECK(kernel_trace_available(), "profile.trace: ", kernel_trace_unavailable_reason());
+  PRECIS_CHECK(device_.is_cuda(), "profile.trace records GPU kernels, but this run is on the ", device_,
+               "; use device: cuda, or leave profile.trace empty");
+}
+
+int64_t StepTrace::to_trace_clock(Profiler::Clock::time_point t) const { return host_ns(t) + host_to_trace_ns_; }
+
+void StepTrace::begin(Profiler& profiler) {
+  synchronize(device_);  // the previous step's kernels stay out of this trace
+  kernels_.start();
+  // The offset between the host clock and CUPTI's, read back to back.
+  auto before = Profiler::Clock::now();
+  int64_t trace_now = KernelTrace::now_ns();
+  auto after = Profiler::Clock::now();
+  host_to_trace_ns_ = trace_now - (host_ns(before) + host_ns(after)) / 2;
+  profiler.take_spans();
+  profiler.record_spans(true);
+  step_start_ = Profiler::Clock::now();
+}
+
+void StepTrace::end(Profiler& profiler, int64_t step, std::ostream& out) {
+  auto host_end = Profiler::Clock::now();
+  std::vector<GpuActivity> activities = kernels_.stop();
+  profiler.record_spans(false);
+  std::vector<Profiler::Span> spans = profiler.take_spans();
+
+  const int64_t origin = to_trace_clock(step_start_);
+  int64_t end_ns = to_trace_clock(host_end);
+  for (const GpuActivity& a : activities) end_ns = std::max(end_ns, a.end_ns);
+  const double step_ms = static_cast<double>(end_ns - origin) / 1e6;
+  auto us = [origin](int64_t ns) { return static_cast<double>(ns - origin) / 1e3; };
+
+  std::vector<TraceTrack> tracks = {{kCpuPid, 0, "CPU", "phases (host)"}};
+  std::vector<TraceEvent> events;
+  events.push_back({"step " + std::to_string(step), "step", kCpuPid, 0, 0.0, step_ms * 1e3});
+  for (const Profiler::Span& s : spans) {
+    int64_t start = to_trace_clock(s.start);
+    events.push_back(
+        {s.name, "phase", kCpuPid, 0, us(start), static_cast<double>(to_trace_clock(s.end) - start) / 1e3});
+  }
+  std::map<uint32_t, bool> streams;
+  const std::string gpu_name = device_.str() + " " + cuda_device_name(device_.index);
+  for (const GpuActivity& a : activities) {
+    if (!streams[a.stream]) {
+      streams[a.stream] = true;
+      tracks.push_back({kGpuPid, static_cast<int>(a.stream), "GPU " + gpu_name, "stream " + std::to_string(a.stream)});
+    }
+    TraceEvent e{a.name,         activity_kind_name(a.kind),
+                 kGpuPid,        static_cast<int>(a.stream),
+                 us(a.start_ns), static_cast<double>(a.end_ns - a.start_ns) / 1e3};
+    if (a.kind != GpuActivity::Kind::kernel) e.args["bytes"] = a.bytes;
+    events.push_back(std::move(e));
+  }
+  write_chrome_trace(path_, tracks, events);
+
+  std::vector<KernelTotal> totals = kernel_totals(activities);
+  double kernel_ms = 0;
+  int64_t launches = 0;
+  for (const KernelTotal& k : totals) {
+    kernel_ms += k.total_ms;
+    launches += k.calls;
+  }
+  char head[256];
+  std::snprintf(head, sizeof head, "trace of step %lld: %s (%zu GPU events; open in ui.perfetto.dev)\n",
+                static_cast<long long>(step), path_.c_str(), activities.size());
+  out << head;
+  std::snprintf(head, sizeof head, "step %.3f ms; %lld kernel launches, %.3f ms of kernels (%.1f%% of the step)\n",
+                step_ms, static_cast<long long>(launches), kernel_ms, step_ms > 0 ? 100.0 * kernel_ms / step_ms : 0.0);
+  out << head << kernel_table(totals, step_ms) << std::flush;
+}
+
+}  // namespace precis::train
