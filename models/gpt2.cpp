@@ -9,6 +9,7 @@
 #include "core/philox.h"
 #include "nn/init.h"
 #include "nn/observer.h"
+#include "ops/autocast.h"
 #include "ops/ops.h"
 
 namespace precis::models {
@@ -108,19 +109,28 @@ Tensor GPT2::hidden_states(const Tensor& idx) {
     x = (*h_)[i].forward(x);
     if (nn::observing()) x = nn::observe("transformer.h." + std::to_string(i), x);
   }
-  return ln_f_->forward(x);
+  // The classifier reads it: under autocast stored in the compute dtype, as its cast would make it.
+  return ops::layer_norm(x, ln_f_->weight, ln_f_->bias, ln_f_->eps, ops::autocast::linear_input_dtype());
 }
 
 GPT2Output GPT2::forward(const Tensor& idx, const Tensor& targets) {
   Tensor x = hidden_states(idx);
   GPT2Output out;
-  // Only the real vocabulary's logits: the padded rows are cut off before anything sees them.
-  Tensor head = lm_head_weight().slice(0, 0, config_.vocab_size);
-  out.logits = ops::linear(x, head);
+  // The product runs at the padded width (rows of a multiple of 64 values: aligned for any
+  // dtype, and the weight is the whole parameter, whose autocast cast is cached); only the
+  // real vocabulary's columns are shown, and scored.
+  const int64_t V = config_.vocab_size, Vp = config_.padded_vocab_size();
+  const Tensor padded = ops::linear(x, lm_head_weight());
+  out.logits = padded.narrow(-1, 0, V);
   if (nn::observing()) out.logits = nn::observe("logits", out.logits);
   if (targets.defined()) {
     PRECIS_CHECK(targets.shape() == idx.shape(), "GPT2: targets ", targets.shape(), " must match idx ", idx.shape());
-    out.loss = ops::cross_entropy(out.logits.reshape({-1, config_.vocab_size}), targets.reshape({-1}));
+    // The loss reads the real columns of the padded rows in place and writes its gradient at
+    // the padded width, zeros in the padding, so nothing is copied or scattered. (The
+    // numerics report scores the observed logits, so that their gradient passes its tap.)
+    const Tensor flat_targets = targets.reshape({-1});
+    out.loss = nn::observing() ? ops::cross_entropy(out.logits.reshape({-1, V}), flat_targets)
+                               : ops::cross_entropy(padded.reshape({-1, Vp}), flat_targets, -100, V);
   }
   return out;
 }

@@ -4,8 +4,9 @@
 // transformer.ln_f, and the output projection tied to wte.
 //
 // The token embedding is padded to a multiple of 64 rows (50257 -> 50304) so the
-// classifier matmul has friendly sizes; the padded logits are cut off before the
-// loss and before sampling, so they are never scored or sampled.
+// classifier matmul has friendly sizes; the loss reads only the real columns of the
+// padded logits and the returned logits are a view of them, so the padding is never
+// scored or sampled.
 #pragma once
 
 #include <memory>
@@ -39,7 +40,7 @@ struct GPT2Config {
 };
 
 struct GPT2Output {
-  Tensor logits;  // [B, T, vocab_size] (padding cut off)
+  Tensor logits;  // [B, T, vocab_size]: a view of the padded logits, rows padded_vocab_size() apart
   Tensor loss;    // scalar mean cross-entropy, when targets were given
 };
 
@@ -51,7 +52,8 @@ class GPT2 : public nn::Module {
 
   // idx: [B, T] token ids (i32/i64), T <= block_size; targets: [B, T] or undefined.
   GPT2Output forward(const Tensor& idx, const Tensor& targets = Tensor());
-  // The final hidden states [B, T, C] (after ln_f), before the classifier.
+  // The final hidden states [B, T, C] (after ln_f), before the classifier; in the compute
+  // dtype under autocast (what the classifier reads).
   Tensor hidden_states(const Tensor& idx);
   // Samples max_new_tokens tokens after `prompt` (softmax at `temperature`, kept to
   // the top_k most likely when top_k > 0), reproducibly for a seed.

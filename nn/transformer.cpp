@@ -5,6 +5,7 @@
 
 #include "ops/autocast.h"
 #include "ops/elementwise.h"
+#include "ops/matmul.h"
 #include "ops/nn_functional.h"
 #include "ops/shape_ops.h"
 
@@ -65,7 +66,8 @@ MLP::MLP(const TransformerConfig& config, Generator* dropout_gen) : Module("MLP"
 }
 
 Tensor MLP::forward(const Tensor& x) {
-  return dropout_->forward(c_proj->forward(ops::gelu(c_fc->forward(x))));
+  // c_proj(gelu(c_fc(x))) as one op: the bias and GELU in c_fc's product, the GELU's gradient in c_proj's.
+  return dropout_->forward(ops::linear_gelu_linear(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias));
 }
 
 Block::Block(const TransformerConfig& config, Generator* dropout_gen) : Module("Block") {
@@ -76,8 +78,13 @@ Block::Block(const TransformerConfig& config, Generator* dropout_gen) : Module("
 }
 
 Tensor Block::forward(const Tensor& x) {
-  Tensor h = x + attn->forward(ln_1->forward(x));
-  return h + mlp->forward(ln_2->forward(h));
+  // Both norms feed linears (c_attn, c_fc): under autocast they store their result in the
+  // compute dtype, the values those linears would cast it to, with no cast of their own.
+  const std::optional<DType> to_linear = ops::autocast::linear_input_dtype();
+  const Tensor a = attn->forward(ops::layer_norm(x, ln_1->weight, ln_1->bias, ln_1->eps, to_linear));
+  // h = x + a and ln_2(h) in one op (one pass each way on the GPU).
+  const ops::AddLayerNorm h = ops::add_layer_norm(x, a, ln_2->weight, ln_2->bias, ln_2->eps, to_linear);
+  return h.sum + mlp->forward(h.normed);
 }
 
 }  // namespace precis::nn

@@ -48,9 +48,13 @@ Tensor to_compute(const Tensor& t) {
 }
 
 Tensor to_fp32(const Tensor& t) {
-  if (!t_enabled || !t.defined() || !is_low_precision(t.dtype())) return t;
+  if (!t.defined() || fp32_dtype(t.dtype()) == t.dtype()) return t;
   return t.to(DType::f32);
 }
+
+DType fp32_dtype(DType dtype) { return t_enabled && is_low_precision(dtype) ? DType::f32 : dtype; }
+
+std::optional<DType> linear_input_dtype() { return t_enabled ? std::optional<DType>(t_compute) : std::nullopt; }
 
 void clear_cache() {
   std::lock_guard<std::mutex> lock(g_cache_mutex);

@@ -13,6 +13,8 @@
 // accumulated into the f32 .grad in f32.
 #pragma once
 
+#include <optional>
+
 #include "core/tensor.h"
 
 namespace precis::ops::autocast {
@@ -36,6 +38,12 @@ class Scope {
 Tensor to_compute(const Tensor& t);
 // For the f32 list: f16/bf16 `t` widened to f32 when autocast is on; `t` itself otherwise.
 Tensor to_fp32(const Tensor& t);
+// The dtype to_fp32 gives a tensor of `dtype`.
+DType fp32_dtype(DType dtype);
+// The dtype a linear casts its floating input to: the compute dtype while autocast is on,
+// none (the input's own) while it is off. For ops that produce a linear's input and can
+// store it in that dtype at once (layer_norm's out_dtype).
+std::optional<DType> linear_input_dtype();
 // Forgets cached weight casts; call once per optimizer step (the weights changed).
 void clear_cache();
 size_t cache_size();

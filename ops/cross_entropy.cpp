@@ -11,6 +11,12 @@
 // Targets are checked on the host on the CPU, and on the device by the forward kernel on the
 // GPU (ops/cuda/cross_entropy.cu, which also keeps n_valid on the device so that neither
 // pass needs it on the host); both raise the same error for the first bad target.
+//
+// Rows are read in place wherever they lie evenly spaced with unit column stride (a row stride
+// ld >= C: a narrowed view, or the real columns of a padded classifier output), so no copy of
+// the logits is made. With `classes` < the last dim, the columns past `classes` are padding:
+// never read, and the backward writes their gradient (zero) in the same pass as the others, so
+// the gradient comes out at the padded width with nothing to scatter.
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -38,11 +44,12 @@ Tensor dense(const Tensor& t, DType dtype) {
 }
 
 // Per-row losses into `loss` (0 for ignored rows) and (m, log_sum) into the [rows, 2] `stats`.
+// logits: [rows, C] with unit column stride, rows strides()[0] apart.
 template <typename T>
 void cross_entropy_forward(const Tensor& logits, const int64_t* targets, int64_t ignore_index, Tensor& stats,
                            std::vector<double>& loss) {
   using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
-  const int64_t C = logits.shape().back(), rows = static_cast<int64_t>(loss.size());
+  const int64_t C = logits.shape().back(), rows = static_cast<int64_t>(loss.size()), ld = logits.strides()[0];
   const T* x = logits.data<T>();
   A* st = stats.data<A>();
 #pragma omp parallel for schedule(static) if (rows * C >= kParallelGrain && rows > 1)
@@ -53,7 +60,7 @@ void cross_entropy_forward(const Tensor& logits, const int64_t* targets, int64_t
       loss[r] = 0;
       continue;
     }
-    const T* xr = x + r * C;
+    const T* xr = x + r * ld;
     A m = -std::numeric_limits<A>::infinity();
     for (int64_t j = 0; j < C; ++j) m = std::max(m, convert<A>(xr[j]));
     A sum = 0;
@@ -65,26 +72,29 @@ void cross_entropy_forward(const Tensor& logits, const int64_t* targets, int64_t
   }
 }
 
+// dx: dense [rows, width], width >= C; its columns past C (padding) get zeros.
 template <typename T>
 void cross_entropy_backward(const Tensor& logits, const int64_t* targets, int64_t ignore_index, const Tensor& stats,
                             double scale, Tensor& dx) {
   using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
-  const int64_t C = logits.shape().back(), rows = stats.numel() / 2;
+  const int64_t C = logits.shape().back(), rows = stats.numel() / 2, ld = logits.strides()[0];
+  const int64_t width = dx.shape().back();
   const T* x = logits.data<T>();
   const A* st = stats.data<A>();
   T* d = dx.data<T>();
   const A s = static_cast<A>(scale);
-#pragma omp parallel for schedule(static) if (rows * C >= kParallelGrain && rows > 1)
+#pragma omp parallel for schedule(static) if (rows * width >= kParallelGrain && rows > 1)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t t = targets[r];
-    T* dr = d + r * C;
+    T* dr = d + r * width;
     if (t == ignore_index) {
-      for (int64_t j = 0; j < C; ++j) dr[j] = T(0);
+      for (int64_t j = 0; j < width; ++j) dr[j] = T(0);
       continue;
     }
-    const T* xr = x + r * C;
+    const T* xr = x + r * ld;
     const A m = st[2 * r], log_sum = st[2 * r + 1];
     for (int64_t j = 0; j < C; ++j) dr[j] = convert<T>(std::exp((convert<A>(xr[j]) - m) - log_sum) * s);
+    for (int64_t j = C; j < width; ++j) dr[j] = T(0);
     dr[t] = convert<T>((std::exp((convert<A>(xr[t]) - m) - log_sum) - A(1)) * s);
   }
 }
@@ -95,11 +105,28 @@ void check_target(int64_t target, int64_t position, int64_t C, int64_t ignore_in
                ignore_index, ")");
 }
 
-// What the backward needs: the dense logits in their dtype, the targets, the per-row
-// (m, log_sum), and the number of rows not ignored (on the host for the CPU, as an i64
-// scalar on the device for the GPU).
+// `t` ([..., C], its first `classes` columns wanted) as [rows, classes] with unit column
+// stride, rows evenly spaced: a view when t lies so, else a dense copy. No autograd.
+Tensor as_rows(const Tensor& t, int64_t rows, int64_t classes) {
+  const int64_t C = t.shape().back();
+  bool even = C <= 1 || t.strides().back() == 1;
+  int64_t ld = C, next = 0;  // next: the stride the next outer dim of size > 1 must have
+  for (int64_t d = t.dim() - 2; d >= 0 && even; --d) {
+    if (t.shape()[d] == 1) continue;
+    if (next == 0) ld = t.strides()[d];
+    even = next == 0 ? ld >= C : t.strides()[d] == next;
+    next = t.strides()[d] * t.shape()[d];
+  }
+  const Tensor source = even ? t.detach() : dense(t, t.dtype()).detach();
+  return source.as_strided({rows, classes}, {even ? ld : C, 1}, source.offset());
+}
+
+// What the backward needs: the logits' real columns in their dtype ([rows, classes], row
+// stride >= classes), the targets, the per-row (m, log_sum), and the number of rows not
+// ignored (on the host for the CPU, as an i64 scalar on the device for the GPU).
 struct Saved {
   Tensor logits, targets, stats;
+  Shape grad_shape;  // the logits argument's shape: the gradient's, padding included
   int64_t ignore_index = 0;
   int64_t n_valid = 0;
   Tensor valid_count;
@@ -123,13 +150,14 @@ Tensor cross_entropy_forward_cpu(Saved& s) {
 }
 
 Tensor cross_entropy_backward_cpu(const Saved& s, const Tensor& grad) {
-  Tensor dx = empty(s.logits.shape(), s.logits.dtype());
+  const int64_t rows = s.logits.shape()[0];
+  Tensor dx = empty({rows, s.grad_shape.back()}, s.logits.dtype());
   const double scale = grad.item<double>() / static_cast<double>(s.n_valid);
   cpu::dispatch_floating(s.logits.dtype(), "cross_entropy", [&](auto tag) {
     cross_entropy_backward<typename decltype(tag)::type>(s.logits, s.targets.data<int64_t>(), s.ignore_index, s.stats,
                                                          scale, dx);
   });
-  return dx;
+  return dx.view(s.grad_shape);
 }
 
 #if PRECIS_WITH_CUDA
@@ -144,16 +172,16 @@ Tensor cross_entropy_forward_cuda(Saved& s) {
 }
 
 Tensor cross_entropy_backward_cuda(const Saved& s, const Tensor& grad) {
-  Tensor dx = empty(s.logits.shape(), s.logits.dtype(), s.logits.device());
+  Tensor dx = empty({s.logits.shape()[0], s.grad_shape.back()}, s.logits.dtype(), s.logits.device());
   cuda::cross_entropy_backward(s.logits, s.targets, s.ignore_index, s.stats, s.valid_count,
                                dense(grad, s.stats.dtype()), dx);
-  return dx;
+  return dx.view(s.grad_shape);
 }
 #endif
 
 }  // namespace
 
-Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t ignore_index) {
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t ignore_index, int64_t classes) {
   const char* op = "cross_entropy";
   require_defined(op, logits_in, "logits");
   require_defined(op, targets_in, "targets");
@@ -165,11 +193,15 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t 
   const Shape rows_shape(logits_in.shape().begin(), logits_in.shape().end() - 1);
   PRECIS_CHECK(targets_in.shape() == rows_shape, op, ": targets ", targets_in.shape(),
                " must have the shape of logits ", logits_in.shape(), " without the class dim, ", rows_shape);
-  const int64_t rows = shape_numel(rows_shape);
+  const int64_t rows = shape_numel(rows_shape), width = logits_in.shape().back();
+  if (classes < 0) classes = width;
+  PRECIS_CHECK(classes <= width, op, ": ", classes, " classes do not fit logits ", logits_in.shape(),
+               " (the classes are the first columns of the last dim)");
 
   const DType out_dtype = logits_in.dtype() == DType::f64 ? DType::f64 : DType::f32;
   Saved saved;
-  saved.logits = dense(logits_in, logits_in.dtype()).detach();
+  saved.logits = as_rows(logits_in, rows, classes);
+  saved.grad_shape = logits_in.shape();
   saved.stats = empty({rows, 2}, out_dtype, device);
   saved.ignore_index = ignore_index;
   Tensor out;

@@ -12,9 +12,16 @@
 // saves mean and rstd per row in f32 (f64 for f64 inputs). dw and db are summed per thread and
 // the partial sums added in thread order, so a run with the same threads is bit-exact.
 // The CUDA kernels (ops/cuda/layer_norm.cu) save the same statistics and are deterministic too.
+//
+// add_layer_norm: s = x + r, y = layer_norm(s), as a transformer block's residual add followed
+// by its next norm. s is used twice downstream (the residual stream, and y), so
+//   ds = g_s + (layer_norm's dx from g_y),  dx = dr = ds  (each in its input's dtype).
+// On the GPU one kernel does the add and the norm, and one the backward with that sum and
+// r's gradient in r's dtype; on the CPU it is the composition of add and layer_norm.
 #include <omp.h>
 
 #include <cmath>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -22,6 +29,7 @@
 #include "ops/autocast.h"
 #include "ops/checks.h"
 #include "ops/cpu/loops.h"
+#include "ops/elementwise.h"
 #include "ops/nn_functional.h"
 
 #if PRECIS_WITH_CUDA
@@ -135,8 +143,10 @@ void layer_norm_backward(const Saved& s, const Tensor& grad, Tensor* dx, Tensor*
   if (db) reduce_partials(db_partial, db);
 }
 
-// {dx, dweight, dbias}, each undefined where not needed, dweight and dbias in the parameters' dtypes.
-std::vector<Tensor> layer_norm_grads(const Saved& s, const BackwardArgs& g, DType weight_dtype, DType bias_dtype) {
+// {dx, dweight, dbias}, each undefined where not needed, dweight and dbias in the parameters' dtypes;
+// y_dtype is the output's (and so its gradient's) dtype.
+std::vector<Tensor> layer_norm_grads(const Saved& s, const BackwardArgs& g, DType y_dtype, DType weight_dtype,
+                                     DType bias_dtype) {
   const int64_t C = s.x.shape().back();
   const DType stats = s.mean.dtype();
   Tensor dx, dw, db;
@@ -144,7 +154,7 @@ std::vector<Tensor> layer_norm_grads(const Saved& s, const BackwardArgs& g, DTyp
   if (g.needs(0)) dx = empty(s.x.shape(), s.x.dtype(), device);
   if (g.needs(1)) dw = empty({C}, stats, device);
   if (g.needs(2)) db = empty({C}, stats, device);
-  const Tensor grad = dense(g.grad(), s.x.dtype());
+  const Tensor grad = dense(g.grad(), y_dtype);
   if (device.is_cpu()) {
     cpu::dispatch_floating(s.x.dtype(), "layer_norm", [&](auto tag) {
       layer_norm_backward<typename decltype(tag)::type>(s, grad, dx.defined() ? &dx : nullptr,
@@ -160,28 +170,108 @@ std::vector<Tensor> layer_norm_grads(const Saved& s, const BackwardArgs& g, DTyp
   return {dx, dw, db};
 }
 
+// Checks the input (floating, at least 1 dim) and weight and bias ([C] or undefined); returns C.
+int64_t check_arguments(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  require_floating(op, x);
+  PRECIS_CHECK(x.dim() >= 1, op, ": input must have at least 1 dim (the normalised one), got ", describe(x));
+  const int64_t C = x.shape().back();
+  for (const auto& [p, what] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}}) {
+    if (!p->defined()) continue;
+    require_floating(op, *p, what);
+    PRECIS_CHECK(p->shape() == Shape{C}, op, ": ", what, " must be [", C, "] (the last dim of input ", describe(x),
+                 "), got ", describe(*p));
+  }
+  return C;
+}
+
+DType statistics_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }
+
+bool is_half(DType dtype) { return dtype == DType::f16 || dtype == DType::bf16; }
+
+// The CUDA kernels store y in x's dtype, in f32 beside f16/bf16 x, or in f16/bf16 beside
+// f32 x; elsewhere (and on the CPU) y is computed in x's dtype and cast.
+bool kernel_stores(Device device, DType x, DType y) {
+  return device.is_cuda() && (y == x || (is_half(x) && y == DType::f32) || (x == DType::f32 && is_half(y)));
+}
+
+#if PRECIS_WITH_CUDA
+// The kernels read an f16/bf16 residual beside an f32 sum; other mixes are cast to the sum's dtype first.
+bool kernel_reads_residual(DType sum, DType residual) {
+  return residual == sum || (sum == DType::f32 && is_half(residual));
+}
+
+// add_layer_norm on the GPU: `wide` is the operand in the sum's dtype, `narrow` the other
+// (wide_index says which of x and r `wide` is, for the gradients' order).
+AddLayerNorm add_layer_norm_cuda(const char* op, Tensor wide, Tensor narrow, int wide_index, const Tensor& weight,
+                                 const Tensor& bias, double eps, std::optional<DType> out_dtype) {
+  const DType S = promote_types(wide.dtype(), narrow.dtype());
+  if (wide.dtype() != S) wide = wide.to(S);
+  if (!kernel_reads_residual(S, narrow.dtype())) narrow = narrow.to(S);
+  const int64_t C = check_arguments(op, wide, weight, bias);
+  // autocast: the norm runs in f32, and its result is in f32 unless the caller asks for a dtype.
+  const DType stats = statistics_dtype(S), wanted = out_dtype.value_or(autocast::fp32_dtype(S));
+  const DType y_dtype = kernel_stores(wide.device(), S, wanted) ? wanted : autocast::fp32_dtype(S);
+  const Device device = wide.device();
+  Shape row_shape(wide.shape().begin(), wide.shape().end() - 1);
+  Tensor sum = empty(wide.shape(), S, device), y = empty(wide.shape(), y_dtype, device);
+  // The saved sum is a detached alias of the output, so the node holds no reference to itself.
+  Saved saved{sum.detach(), parameter_or(weight, C, stats, 1.0, device), empty(row_shape, stats, device),
+              empty(row_shape, stats, device)};
+  cuda::layer_norm_forward(dense(wide, S), saved.weight, parameter_or(bias, C, stats, 0.0, device), eps, y, saved.mean,
+                           saved.rstd, dense(narrow, narrow.dtype()), saved.x);
+  const Tensor x = wide_index == 0 ? wide : narrow, r = wide_index == 0 ? narrow : wide;
+  if (autograd::any_requires_grad({&x, &r, &weight, &bias})) {
+    autograd::record(op, {x, r, weight, bias}, {sum, y},
+                     [saved, wide_index, narrow_dtype = narrow.dtype(), y_dtype,
+                      weight_dtype = weight.defined() ? weight.dtype() : stats,
+                      bias_dtype = bias.defined() ? bias.dtype() : stats](const BackwardArgs& g) {
+                       const DType S = saved.x.dtype();
+                       const int narrow_index = 1 - wide_index;
+                       const bool split = narrow_dtype != S;  // the narrow operand's gradient in its own dtype
+                       const Tensor g_sum = g.grad(0).defined() ? dense(g.grad(0), S) : Tensor();
+                       std::vector<Tensor> grads(4);
+                       if (!g.grad(1).defined()) {  // only the sum's gradient flowed: it is each operand's
+                         if (g_sum.defined() && g.needs(wide_index)) grads[wide_index] = g_sum;
+                         if (g_sum.defined() && g.needs(narrow_index)) grads[narrow_index] = g_sum.to(narrow_dtype);
+                         return grads;
+                       }
+                       const Device device = saved.x.device();
+                       const int64_t C = saved.x.shape().back();
+                       Tensor ds, dr, dw, db;
+                       if (g.needs(wide_index) || (g.needs(narrow_index) && !split))
+                         ds = empty(saved.x.shape(), S, device);
+                       if (g.needs(narrow_index) && split) dr = empty(saved.x.shape(), narrow_dtype, device);
+                       if (g.needs(2)) dw = empty({C}, saved.mean.dtype(), device);
+                       if (g.needs(3)) db = empty({C}, saved.mean.dtype(), device);
+                       cuda::layer_norm_backward(saved.x, dense(g.grad(1), y_dtype), saved.weight, saved.mean,
+                                                 saved.rstd, ds, dw, db, g_sum, dr);
+                       if (g.needs(wide_index)) grads[wide_index] = ds;
+                       if (g.needs(narrow_index)) grads[narrow_index] = split ? dr : ds;
+                       if (dw.defined()) grads[2] = cpu::converted(dw, weight_dtype);
+                       if (db.defined()) grads[3] = cpu::converted(db, bias_dtype);
+                       return grads;
+                     });
+  }
+  return {sum, y.dtype() == wanted ? y : y.to(wanted)};
+}
+#endif
+
 }  // namespace
 
-Tensor layer_norm(const Tensor& x_arg, const Tensor& weight, const Tensor& bias, double eps) {
+Tensor layer_norm(const Tensor& x_arg, const Tensor& weight, const Tensor& bias, double eps,
+                  std::optional<DType> out_dtype) {
   const Tensor x_in = autocast::to_fp32(x_arg);  // autocast: layer norm runs in f32
   const char* op = "layer_norm";
   require_defined(op, x_in);
   const Device device = common_device(op, {&x_in, &weight, &bias});
-  require_floating(op, x_in);
-  PRECIS_CHECK(x_in.dim() >= 1, op, ": input must have at least 1 dim (the normalised one), got ", describe(x_in));
-  const int64_t C = x_in.shape().back();
-  for (const auto& [p, what] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}}) {
-    if (!p->defined()) continue;
-    require_floating(op, *p, what);
-    PRECIS_CHECK(p->shape() == Shape{C}, op, ": ", what, " must be [", C, "] (the last dim of input ", describe(x_in),
-                 "), got ", describe(*p));
-  }
-  const DType stats = x_in.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  const int64_t C = check_arguments(op, x_in, weight, bias);
+  const DType stats = statistics_dtype(x_in.dtype());
   Shape row_shape(x_in.shape().begin(), x_in.shape().end() - 1);
   Saved saved{dense(x_in, x_in.dtype()), parameter_or(weight, C, stats, 1.0, device), empty(row_shape, stats, device),
               empty(row_shape, stats, device)};
   const Tensor bias_values = parameter_or(bias, C, stats, 0.0, device);
-  Tensor y = empty(x_in.shape(), x_in.dtype(), device);
+  const DType wanted = out_dtype.value_or(x_in.dtype());
+  Tensor y = empty(x_in.shape(), kernel_stores(device, x_in.dtype(), wanted) ? wanted : x_in.dtype(), device);
   if (device.is_cpu()) {
     cpu::dispatch_floating(x_in.dtype(), op, [&](auto tag) {
       layer_norm_forward<typename decltype(tag)::type>(saved, bias_values, eps, y);
@@ -193,12 +283,33 @@ Tensor layer_norm(const Tensor& x_arg, const Tensor& weight, const Tensor& bias,
   }
   if (autograd::any_requires_grad({&x_in, &weight, &bias})) {
     autograd::record(op, {x_in, weight, bias}, {y},
-                     [saved, weight_dtype = weight.defined() ? weight.dtype() : stats,
+                     [saved, y_dtype = y.dtype(), weight_dtype = weight.defined() ? weight.dtype() : stats,
                       bias_dtype = bias.defined() ? bias.dtype() : stats](const BackwardArgs& g) {
-                       return layer_norm_grads(saved, g, weight_dtype, bias_dtype);
+                       return layer_norm_grads(saved, g, y_dtype, weight_dtype, bias_dtype);
                      });
   }
-  return y;
+  return y.dtype() == wanted ? y : y.to(wanted);
+}
+
+AddLayerNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                            double eps, std::optional<DType> out_dtype) {
+  const char* op = "add_layer_norm";
+  require_defined(op, x, "input");
+  require_defined(op, residual, "residual");
+  [[maybe_unused]] const Device device = common_device(op, {&x, &residual, &weight, &bias});
+  require_floating(op, x, "input");
+  require_floating(op, residual, "residual");
+  PRECIS_CHECK(x.shape() == residual.shape(), op, ": input ", describe(x), " and residual ", describe(residual),
+               " must have one shape");
+#if PRECIS_WITH_CUDA
+  if (device.is_cuda()) {
+    const bool x_wide = promote_types(x.dtype(), residual.dtype()) == x.dtype();
+    return x_wide ? add_layer_norm_cuda(op, x, residual, 0, weight, bias, eps, out_dtype)
+                  : add_layer_norm_cuda(op, residual, x, 1, weight, bias, eps, out_dtype);
+  }
+#endif
+  Tensor sum = x + residual;
+  return {sum, layer_norm(sum, weight, bias, eps, out_dtype)};
 }
 
 }  // namespace precis::ops

@@ -152,11 +152,33 @@ Tensor matmul_forward_cuda(const Tensor& a_in, const Tensor& b_in) {
   return out;
 }
 
+// The gradients of z = x W^T + b from g, the gradient of z ([N, out] contiguous), with x
+// folded to x2 [N, in]:  dx = g W (of x's shape),  dW = g^T x,  db = g summed over its
+// rows, fused into the dW product. Each only where wanted (undefined otherwise).
+struct LinearGrads {
+  Tensor x, weight, bias;
+};
+LinearGrads linear_grads(const Tensor& grad, const Tensor& x2, const Tensor& w, const Shape& x_shape, bool want_x,
+                         bool want_weight, bool want_bias) {
+  LinearGrads out;
+  if (want_x) {
+    out.x = empty(x2.shape(), grad.dtype(), grad.device());
+    cuda::matmul(out.x, grad, w);
+    out.x = out.x.view(x_shape);
+  }
+  if (want_weight || want_bias) {
+    Tensor grad_weight = empty(w.shape(), grad.dtype(), grad.device());
+    if (want_bias) out.bias = empty({w.shape()[0]}, grad.dtype(), grad.device());
+    cuda::linear_param_backward(grad_weight, out.bias, grad, x2);
+    if (want_weight) out.weight = grad_weight;
+  }
+  return out;
+}
+
 // linear and linear_gelu on the GPU: one cuBLASLt call on x folded to [N, in],
 // its epilogue adding the bias (and applying the GELU, keeping its input z), and
 // one autograd node. With z = x W^T + b and g the gradient of z (dy for linear,
-// dy * gelu'(z) for linear_gelu):  dx = g W,  dW = g^T x,  db = g summed over
-// its rows, fused into the dW product.
+// dy * gelu'(z) for linear_gelu), linear_grads.
 Tensor linear_cuda(const char* op, const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, bool gelu) {
   DType dtype = promote_types(x_in.dtype(), weight_in.dtype());
   if (bias_in.defined()) dtype = promote_types(dtype, bias_in.dtype());
@@ -178,32 +200,65 @@ Tensor linear_cuda(const char* op, const Tensor& x_in, const Tensor& weight_in, 
   if (needs_grad) {
     autograd::record(op, {x, weight, bias}, {y},
                      [x2, w, pre, gelu, dtype, has_bias = bias.defined(), x_shape = x.shape()](const BackwardArgs& g) {
-                       const int64_t out_features = w.shape()[0];
-                       Tensor grad = g.grad().to(dtype).reshape({-1, out_features}).contiguous();
+                       Tensor grad = g.grad().to(dtype).reshape({-1, w.shape()[0]}).contiguous();
                        if (gelu) {
                          Tensor grad_pre = empty(grad.shape(), dtype, grad.device());
                          cuda::gelu_backward(grad_pre, grad, pre);
                          grad = grad_pre;
                        }
-                       Tensor grad_x, grad_w, grad_b;
-                       if (g.needs(0)) {
-                         grad_x = empty(x2.shape(), dtype, grad.device());
-                         cuda::matmul(grad_x, grad, w);
-                         grad_x = grad_x.view(x_shape);
-                       }
-                       const bool needs_bias = has_bias && g.needs(2);
-                       if (g.needs(1) || needs_bias) {
-                         Tensor grad_weight = empty(w.shape(), dtype, grad.device());
-                         if (needs_bias) grad_b = empty({out_features}, dtype, grad.device());
-                         cuda::linear_param_backward(grad_weight, grad_b, grad, x2);
-                         if (g.needs(1)) grad_w = grad_weight;
-                       }
-                       return std::vector<Tensor>{grad_x, grad_w, grad_b};
+                       LinearGrads d =
+                           linear_grads(grad, x2, w, x_shape, g.needs(0), g.needs(1), has_bias && g.needs(2));
+                       return std::vector<Tensor>{d.x, d.weight, d.bias};
                      });
   }
   return y;
 }
 #endif
+
+// linear_gelu_linear on the GPU: linear_gelu's call (GELU_AUX_BIAS, keeping z1 = x W1^T + b1),
+// then linear's (BIAS), one autograd node. With g the gradient of y = h W2^T + b2,
+// h = gelu(z1): linear_grads of the second linear from g and h; then
+// dz1 = (g W2) * gelu'(z1) in one product (DGELU epilogue: the gradient of h is never
+// written), and linear_grads of the first from dz1 and x. Saved: x, W1, z1, h, W2.
+Tensor linear_gelu_linear_cuda(const char* op, const Tensor& x_in, const Tensor& w1_in, const Tensor& b1_in,
+                               const Tensor& w2_in, const Tensor& b2_in) {
+  DType dtype = promote_types(x_in.dtype(), promote_types(w1_in.dtype(), w2_in.dtype()));
+  for (const Tensor* b : {&b1_in, &b2_in})
+    if (b->defined()) dtype = promote_types(dtype, b->dtype());
+  gpu_dtype(op, dtype);
+  auto as_dtype = [dtype](const Tensor& t) { return t.defined() ? t.to(dtype) : Tensor(); };
+  const Tensor x = as_dtype(x_in), w1 = as_dtype(w1_in), b1 = as_dtype(b1_in), w2 = as_dtype(w2_in),
+               b2 = as_dtype(b2_in);
+  const int64_t hidden = w1.shape()[0], out_features = w2.shape()[0];
+  const Tensor x2 = x.detach().reshape({-1, w1.shape()[1]});
+  const int64_t N = x2.shape()[0];
+  const bool needs_grad = autograd::any_requires_grad({&x, &w1, &b1, &w2, &b2});
+  const Tensor pre =
+      needs_grad ? empty({N, cuda::gelu_aux_ld(hidden)}, dtype, x.device()).narrow(1, 0, hidden) : Tensor();
+  Tensor h = empty({N, hidden}, dtype, x.device()), y = empty({N, out_features}, dtype, x.device());
+  cuda::linear(h, x2, w1.detach(), b1.defined() ? b1.detach() : Tensor(), /*gelu=*/true, pre);
+  cuda::linear(y, h, w2.detach(), b2.defined() ? b2.detach() : Tensor());
+  Shape out_shape = x.shape();
+  out_shape.back() = out_features;
+  y = y.view(out_shape);
+  if (needs_grad) {
+    autograd::record(op, {x, w1, b1, w2, b2}, {y},
+                     [x2, w1 = w1.detach(), w2 = w2.detach(), pre, h, dtype, has_b1 = b1.defined(),
+                      has_b2 = b2.defined(), x_shape = x.shape()](const BackwardArgs& g) {
+                       const Tensor grad = g.grad().to(dtype).reshape({-1, w2.shape()[0]}).contiguous();
+                       const LinearGrads second =
+                           linear_grads(grad, h, w2, h.shape(), false, g.needs(3), has_b2 && g.needs(4));
+                       LinearGrads first;
+                       if (g.needs(0) || g.needs(1) || (has_b1 && g.needs(2))) {
+                         Tensor grad_pre = empty(h.shape(), dtype, grad.device());
+                         cuda::linear_gelu_input_backward(grad_pre, grad, w2, pre);
+                         first = linear_grads(grad_pre, x2, w1, x_shape, g.needs(0), g.needs(1), has_b1 && g.needs(2));
+                       }
+                       return std::vector<Tensor>{first.x, first.weight, first.bias, second.weight, second.bias};
+                     });
+  }
+  return y;
+}
 
 // The forward product on the operands' device.
 Tensor product(const Tensor& a, const Tensor& b) {
@@ -257,6 +312,24 @@ Tensor linear(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_
   Tensor y = matmul(x.reshape({-1, x.shape().back()}), weight.t());
   if (bias.defined()) y = y + bias;
   return y.reshape(out_shape);
+}
+
+Tensor linear_gelu_linear(const Tensor& x_arg, const Tensor& w1_arg, const Tensor& b1_arg, const Tensor& w2_arg,
+                          const Tensor& b2_arg) {
+  const char* op = "linear_gelu_linear";
+  const Tensor x = autocast::to_compute(x_arg), w1 = autocast::to_compute(w1_arg), b1 = autocast::to_compute(b1_arg),
+               w2 = autocast::to_compute(w2_arg), b2 = autocast::to_compute(b2_arg);
+  check_linear(op, x, w1, b1);
+  require_defined(op, w2, "second weight");
+  common_device(op, {&x, &w2, &b2});
+  PRECIS_CHECK(w2.dim() == 2 && w2.shape()[1] == w1.shape()[0], op, ": second weight ", w2.shape(),
+               " must be [out_features, ", w1.shape()[0], "] (in_features = the first weight's out_features)");
+  PRECIS_CHECK(!b2.defined() || (b2.dim() == 1 && b2.shape()[0] == w2.shape()[0]), op, ": second bias ", b2.shape(),
+               " must be [out_features] = [", w2.shape()[0], "]");
+#if PRECIS_WITH_CUDA
+  if (x.is_cuda()) return linear_gelu_linear_cuda(op, x, w1, b1, w2, b2);
+#endif
+  return linear(gelu(linear(x, w1, b1)), w2, b2);
 }
 
 Tensor linear_gelu(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_arg) {

@@ -16,6 +16,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 // epilogue adds b, applies the GELU and keeps its input for the backward; on the
 // CPU gelu(linear(x, weight, bias)).
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// A transformer's MLP: y = linear(gelu(linear(x, w1, b1)), w2, b2) (b1, b2 may be
+// undefined). On the GPU the first product as linear_gelu's, and one autograd node whose
+// backward applies the GELU's gradient in the epilogue of the product that makes it (the
+// gradient of the GELU's output is never written); on the CPU the composition.
+Tensor linear_gelu_linear(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
+                          const Tensor& b2 = Tensor());
 
 // TF32 tensor cores for f32 products on the GPU: inputs rounded to a 10-bit
 // mantissa, f32 accumulation. Off unless set (the precision policy's allow_tf32

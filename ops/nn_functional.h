@@ -14,14 +14,31 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 
 // Layer norm over the last dim: (x - mean) * rstd * weight + bias, rstd = 1/sqrt(var + eps)
 // (biased variance). weight/bias: [C] or undefined. Saves mean and rstd for backward.
-Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// out_dtype: the result's dtype (default: x's, f32 under autocast); the math is the same,
+// rounded once to it. A norm whose result only feeds a linear under autocast can be stored
+// in the compute dtype, which is what the linear's cast would make of it, without that cast.
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5,
+                  std::optional<DType> out_dtype = std::nullopt);
+
+// A transformer block's residual add and the layer norm after it: sum = x + residual (one
+// shape; dtypes promote as in add) and normed = layer_norm(sum, weight, bias, eps), with
+// layer_norm's autocast rule and out_dtype. One pass each way on the GPU (the gradients of sum and normed
+// are added in the norm's backward); add then layer_norm on the CPU.
+struct AddLayerNorm {
+  Tensor sum, normed;
+};
+AddLayerNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                            double eps = 1e-5, std::optional<DType> out_dtype = std::nullopt);
 
 // out[..., :] = weight[indices[...], :]; indices i32 or i64. Backward scatter-adds into weight.
 Tensor embedding(const Tensor& weight, const Tensor& indices);
 
 // Fused log-softmax + negative log-likelihood, mean over the targets that are not
 // ignore_index. logits: [N, C] (or [..., C]), targets: [N] (or [...]) i32/i64.
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+// classes (default: all C): only the first `classes` columns are scored, the rest is
+// padding (a vocabulary padded to a multiple of 64) that is never read and gets a zero
+// gradient, written with the others. Evenly spaced rows are read in place (no copy).
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100, int64_t classes = -1);
 
 // Which implementation scaled_dot_product_attention uses: the fused flash-attention
 // kernel wherever it can run these inputs (else the reference), or always the reference.

@@ -7,6 +7,9 @@
 //             logits and the saved stats in one pass; zeros where the target is ignored.
 // Logits stay in their dtype (f16/bf16 are read as they are, no f32 copy is made or
 // kept); the math is f32 (f64 for f64 logits), and dlogits are written in the logits' dtype.
+// Logit rows are `ld` elements apart (ld >= C: e.g. the real columns of a padded classifier
+// output); dlogits rows are `width` >= C apart, and the backward writes zeros in their
+// columns [C, width), the padding, in the same pass.
 //
 // Targets are checked on the device, by the forward kernel that reads them anyway: a row
 // whose target is neither ignore_index nor in [0, C) records its index in a flag (atomicMin,
@@ -26,7 +29,7 @@ namespace {
 template <int kThreads, int kPack, typename T, typename Target, typename A = compute_t<T>>
 __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
     cross_entropy_forward_kernel(const T* logits, const Target* targets, int64_t ignore_index, A* stats, double* losses,
-                                 unsigned long long* bad, int64_t rows, int64_t C) {
+                                 unsigned long long* bad, int64_t rows, int64_t C, int64_t ld) {
   const int64_t row = row_index();
   if (row >= rows) return;
   const int64_t t = static_cast<int64_t>(targets[row]);
@@ -39,7 +42,7 @@ __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
     }
     return;
   }
-  const T* xr = logits + row * C;
+  const T* xr = logits + row * ld;
   Pair<A> ms = max_sum_identity<A>();
   for_each_in_row<kPack>(xr, C, threadIdx.x, kThreads, [&](int64_t i, auto width) {
     constexpr int W = decltype(width)::value;
@@ -76,19 +79,22 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
-// Bytes: the logits read once, dlogits written once, per row a target and two statistics.
+// Bytes: the logits' C columns read once, dlogits' width columns written once, per row a
+// target and two statistics. A pack that straddles C (padded rows only, where the logits
+// rows hold width >= C values too) loads past C but uses only the values before it.
 template <int kThreads, int kPack, typename T, typename Target, typename A = compute_t<T>>
 __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
     cross_entropy_backward_kernel(const T* logits, const Target* targets, int64_t ignore_index, const A* stats,
-                                  const int64_t* valid_count, const A* grad, T* dlogits, int64_t rows, int64_t C) {
+                                  const int64_t* valid_count, const A* grad, T* dlogits, int64_t rows, int64_t C,
+                                  int64_t ld, int64_t width) {
   const int64_t row = row_index();
   if (row >= rows) return;
-  const T* xr = logits + row * C;
-  T* dr = dlogits + row * C;
+  const T* xr = logits + row * ld;
+  T* dr = dlogits + row * width;
   const int64_t t = static_cast<int64_t>(targets[row]);
   if (t == ignore_index) {
-    for_each_in_row<kPack>(dr, C, threadIdx.x, kThreads, [&](int64_t i, auto width) {
-      constexpr int W = decltype(width)::value;
+    for_each_in_row<kPack>(dr, width, threadIdx.x, kThreads, [&](int64_t i, auto pack) {
+      constexpr int W = decltype(pack)::value;
       Pack<T, W> zero;
 #pragma unroll
       for (int k = 0; k < W; ++k) zero.v[k] = convert_to<T>(A(0));
@@ -98,14 +104,19 @@ __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
   }
   const A m = stats[2 * row], log_sum = stats[2 * row + 1];
   const A scale = static_cast<A>(static_cast<double>(*grad) / static_cast<double>(*valid_count));
-  for_each_in_row<kPack>(xr, C, threadIdx.x, kThreads, [&](int64_t i, auto width) {
-    constexpr int W = decltype(width)::value;
-    const Pack<T, W> v = load_pack<W>(xr + i);
+  for_each_in_row<kPack>(dr, width, threadIdx.x, kThreads, [&](int64_t i, auto pack) {
+    constexpr int W = decltype(pack)::value;
     Pack<T, W> out;
+    if (i < C) {
+      const Pack<T, W> v = load_pack<W>(xr + i);
 #pragma unroll
-    for (int k = 0; k < W; ++k) {
-      const A p = ::exp((convert_to<A>(v.v[k]) - m) - log_sum);
-      out.v[k] = convert_to<T>((i + k == t ? p - A(1) : p) * scale);
+      for (int k = 0; k < W; ++k) {
+        const A p = ::exp((convert_to<A>(v.v[k]) - m) - log_sum);
+        out.v[k] = convert_to<T>(i + k >= C ? A(0) : (i + k == t ? p - A(1) : p) * scale);
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < W; ++k) out.v[k] = convert_to<T>(A(0));
     }
     store_pack<W>(dr + i, out);
   });
@@ -124,7 +135,7 @@ void dispatch_targets(DType dtype, Fn&& fn) {
 BadIndex cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& stats,
                                const Tensor& loss, const Tensor& valid_count) {
   const char* op = "cross_entropy";
-  const int64_t rows = targets.numel(), C = logits.shape().back();
+  const int64_t rows = targets.numel(), C = logits.shape().back(), ld = logits.strides()[0];
   cudaStream_t stream = stream_for(logits);
   Tensor losses = empty({rows}, DType::f64, logits.device());
   Tensor flag = empty({1}, DType::i64, logits.device());
@@ -144,7 +155,7 @@ BadIndex cross_entropy_forward(const Tensor& logits, const Tensor& targets, int6
           // Packs at any row alignment: one array is read, and for_each_in_row splits it at 16-byte boundaries.
           cross_entropy_forward_kernel<kThreads, Packed128<T>::size, T, Target>
               <<<grid, block, 0, stream>>>(xp, tp, ignore_index, static_cast<A*>(stats.raw_data()),
-                                           static_cast<double*>(losses.raw_data()), bad, rows, C);
+                                           static_cast<double*>(losses.raw_data()), bad, rows, C, ld);
         });
         PRECIS_CUDA_CHECK_LAUNCH(op);
       }
@@ -160,8 +171,9 @@ BadIndex cross_entropy_forward(const Tensor& logits, const Tensor& targets, int6
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& stats,
                             const Tensor& valid_count, const Tensor& grad, const Tensor& dlogits) {
   const char* op = "cross_entropy backward";
-  const int64_t rows = targets.numel(), C = logits.shape().back();
-  if (rows == 0 || C == 0) return;
+  const int64_t rows = targets.numel(), C = logits.shape().back(), ld = logits.strides()[0];
+  const int64_t width = dlogits.shape().back();
+  if (rows == 0 || width == 0) return;
   cudaStream_t stream = stream_for(logits);
   dispatch_floating(logits.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -172,14 +184,16 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t
       using Target = typename decltype(target_tag)::type;
       const T* xp = static_cast<const T*>(logits.raw_data());
       T* dp = static_cast<T*>(dlogits.raw_data());
-      const bool packed = same_phase16(xp, dp);
+      // Packs need every logits row in the 16-byte phase of its dlogits row.
+      const bool packed = same_phase16(xp, dp) && (ld - width) * static_cast<int64_t>(sizeof(T)) % 16 == 0;
       dispatch_row_threads(C, [&](auto threads) {
         constexpr int kThreads = decltype(threads)::value;
         const dim3 grid(row_grid<kThreads>(rows)), block = row_block<kThreads>();
         auto launch = [&](auto kernel) {
-          kernel<<<grid, block, 0, stream>>>(
-              xp, static_cast<const Target*>(targets.raw_data()), ignore_index, static_cast<const A*>(stats.raw_data()),
-              static_cast<const int64_t*>(valid_count.raw_data()), static_cast<const A*>(grad.raw_data()), dp, rows, C);
+          kernel<<<grid, block, 0, stream>>>(xp, static_cast<const Target*>(targets.raw_data()), ignore_index,
+                                             static_cast<const A*>(stats.raw_data()),
+                                             static_cast<const int64_t*>(valid_count.raw_data()),
+                                             static_cast<const A*>(grad.raw_data()), dp, rows, C, ld, width);
         };
         if (packed)
           launch(cross_entropy_backward_kernel<kThreads, Packed128<T>::size, T, Target>);

@@ -16,6 +16,9 @@
 // For linear's weight gradient dW = g^T x (m = in, n = out, k = rows of g):
 //   BGRADB             sum the second operand, g^T read in place from g, over k:
 //                      db = g summed over its rows, in the same pass over g.
+// For the input gradient of a linear applied to a GELU's output, dz = (g W) * gelu'(z)
+// (m = in, n = rows of g, k = out), with z the aux matrix the forward's GELU_AUX stored:
+//   DGELU              multiply the product by gelu'(aux) as it is written.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -177,6 +180,8 @@ const char* epilogue_name(cublasLtEpilogue_t epilogue) {
       return "GELU_AUX_BIAS";
     case CUBLASLT_EPILOGUE_BGRADB:
       return "BGRADB";
+    case CUBLASLT_EPILOGUE_DGELU:
+      return "DGELU";
     default:
       return "other";
   }
@@ -209,7 +214,7 @@ struct Gemm {
   int64_t ldd = 0, stride_d = 0;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   void* bias = nullptr;  // read by the BIAS epilogues, written by BGRADB
-  void* aux = nullptr;   // the GELU input, written by GELU_AUX
+  void* aux = nullptr;   // the GELU input, written by GELU_AUX, read by DGELU
   int64_t aux_ld = 0;
 
   // The problem in the user's row-major terms, for error messages.
@@ -638,6 +643,40 @@ void linear_param_backward(const Tensor& grad_weight, const Tensor& grad_bias, c
     Tensor ones = full({N, 1}, 1.0, dtype, x.device());
     matmul(grad_bias.as_strided({out_features, 1}, {1, 1}, grad_bias.offset()), g_t, ones);
   }
+}
+
+void linear_gelu_input_backward(const Tensor& grad_pre, const Tensor& grad_out, const Tensor& weight,
+                                const Tensor& pre) {
+  const char* op = "linear_gelu backward";
+  DType dtype = check_operands(op, {&grad_pre, &grad_out, &weight, &pre});
+  PRECIS_CHECK(grad_out.dim() == 2 && weight.dim() == 2 && grad_out.shape()[1] == weight.shape()[0], op,
+               ": output gradient ", describe(grad_out), " and weight ", describe(weight),
+               " must be [N, out] and [out, in]");
+  const int64_t N = grad_out.shape()[0], out_features = weight.shape()[0], in = weight.shape()[1];
+  PRECIS_CHECK(grad_pre.shape() == Shape({N, in}) && grad_pre.is_contiguous() && pre.shape() == Shape({N, in}) &&
+                   (pre.strides()[1] == 1 || in == 1) && pre.strides()[0] >= in && pre.strides()[0] % 8 == 0,
+               op, ": the gradient ", describe(grad_pre), " must be contiguous [", N, ", ", in, "] and the GELU input ",
+               describe(pre), " as linear's pre_gelu");
+  if (grad_pre.numel() == 0) return;
+  if (out_features == 0) {
+    fill_(grad_pre, 0.0);
+    return;
+  }
+  const Tensor g = readable(grad_out), w = readable(weight);
+  Gemm gemm = row_major_product(op, grad_pre.device(), dtype, matrix_of(g), matrix_of(w), grad_pre.raw_data(), N, in,
+                                out_features);
+  if (fuse_epilogues()) {
+    gemm.epilogue = CUBLASLT_EPILOGUE_DGELU;
+    gemm.aux = pre.raw_data();
+    gemm.aux_ld = pre.strides()[0];
+    if (try_run(gemm)) return;
+    note_unfused(gemm);
+    gemm.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    gemm.aux = nullptr;
+    gemm.aux_ld = 0;
+  }
+  run(gemm);
+  gelu_backward(grad_pre, grad_pre, pre);  // in place: each element reads only itself
 }
 
 void gelu_backward(const Tensor& grad_pre, const Tensor& grad_out, const Tensor& pre) {

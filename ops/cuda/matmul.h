@@ -40,6 +40,14 @@ void linear_param_backward(const Tensor& grad_weight, const Tensor& grad_bias, c
 // pre as linear's pre_gelu (unit column stride, any row stride).
 void gelu_backward(const Tensor& grad_pre, const Tensor& grad_out, const Tensor& pre);
 
+// The input gradient of a linear whose input was gelu(pre), through the GELU:
+// grad_pre = (grad_out W) * gelu'(pre), one cuBLASLt call whose DGELU epilogue applies
+// gelu' as the product is written (a plain product and gelu_backward where cuBLASLt has
+// no algorithm for it). grad_out: [N, out], weight: [out, in], pre as linear's pre_gelu
+// [N, in], grad_pre contiguous [N, in].
+void linear_gelu_input_backward(const Tensor& grad_pre, const Tensor& grad_out, const Tensor& weight,
+                                const Tensor& pre);
+
 // When off, linear applies bias and GELU, and linear_param_backward sums the
 // bias gradient, with separate kernels after a plain product: the path taken
 // (with a one-time note) where cuBLASLt has no algorithm for an epilogue. For

@@ -27,23 +27,32 @@ void softmax_forward(const Tensor& x, const Tensor& y, bool log);
 void softmax_backward(const Tensor& y, const Tensor& g, const Tensor& dx, bool log);
 
 // Layer norm over the last dim of the dense x ([rows, C] when flattened): y, and per
-// row mean and rstd. weight, bias [C], mean, rstd are dense, f32 (f64 for f64 x).
+// row mean and rstd. weight, bias [C], mean, rstd are dense, f32 (f64 for f64 x). y is
+// dense, in x's dtype, f32 for f16/bf16 x, or f16/bf16 for f32 x. With a residual
+// (add_layer_norm; dense, x's shape, in x's dtype or f16/bf16 for f32 x), sum = x + residual
+// is written (dense, x's dtype) and normalised instead of x.
 void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
-                        const Tensor& mean, const Tensor& rstd);
-// dx, dweight, dbias (each skipped when undefined; dweight/dbias [C] in the
-// statistics dtype), from the dense x, the dense gradient g and the saved statistics.
+                        const Tensor& mean, const Tensor& rstd, const Tensor& residual = Tensor(),
+                        const Tensor& sum = Tensor());
+// dx, dweight, dbias (each skipped when undefined; dweight/dbias [C] in the statistics
+// dtype), from the dense x (the values normalised), the dense gradient g (in y's dtype) and
+// the saved statistics. For add_layer_norm: g_sum (dense, x's dtype; the gradient of the
+// sum) is added to dx, and dresidual (dense, in the residual's dtype) gets dx's values too.
 void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                         const Tensor& dx, const Tensor& dweight, const Tensor& dbias);
+                         const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& g_sum = Tensor(),
+                         const Tensor& dresidual = Tensor());
 
-// Fused log-softmax + NLL over the dense logits [rows, C] and targets [rows] (i32/i64):
+// Fused log-softmax + NLL over the logits [rows, C] (unit column stride, rows strides()[0]
+// >= C apart) and the dense targets [rows] (i32/i64):
 // stats [rows, 2] gets (max, log-sum) per row, loss (a scalar in the statistics dtype)
 // the mean over the rows whose target is not ignore_index, valid_count (i64 scalar)
 // their number. Synchronises once, to read back the target check (not while a CUDA
 // graph is being captured: then a bad target only turns the loss into NaN).
 BadIndex cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& stats,
                                const Tensor& loss, const Tensor& valid_count);
-// dlogits (the logits' dtype) = grad * (softmax - onehot) / valid_count, softmax recomputed
-// from the logits and stats; zero rows where the target is ignored. grad: scalar on the device.
+// dlogits (the logits' dtype, dense [rows, width >= C]) = grad * (softmax - onehot) / valid_count,
+// softmax recomputed from the logits and stats; zero rows where the target is ignored, and
+// zeros in the columns past C (padding). grad: scalar on the device.
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& stats,
                             const Tensor& valid_count, const Tensor& grad, const Tensor& dlogits);
 
@@ -66,29 +75,22 @@ void embedding_backward(const Tensor& grad_rows, const Tensor& indices, const Te
 
 namespace precis::ops::cuda {
 
-// ---- packs of W elements: a 16-byte Packed128 (W = Packed128<T>::size) or a single element
+// ---- packs of W elements (a power of two), moved by one aligned load or store: W =
+// Packed128<T>::size makes a 16-byte pack; the same W for a wider type moves 2 of them, for a
+// narrower one 4 or 8 bytes, so that arrays of mixed dtypes are visited with one W.
 
-template <typename T>
-struct Single {
-  T v[1];
-};
 template <typename T, int W>
-using Pack = std::conditional_t<W == 1, Single<T>, Packed128<T>>;
+struct alignas(sizeof(T) * W) Pack {
+  T v[W];
+};
 
 template <int W, typename T>
 __device__ __forceinline__ Pack<T, W> load_pack(const T* p) {
-  static_assert(W == 1 || W == Packed128<T>::size, "a pack is one element or 16 bytes");
-  if constexpr (W == 1)
-    return {{*p}};
-  else
-    return load128(p);
+  return *reinterpret_cast<const Pack<T, W>*>(p);
 }
 template <int W, typename T>
 __device__ __forceinline__ void store_pack(T* p, const Pack<T, W>& value) {
-  if constexpr (W == 1)
-    *p = value.v[0];
-  else
-    store128(p, value);
+  *reinterpret_cast<Pack<T, W>*>(p) = value;
 }
 
 // Pointers whose addresses agree modulo 16 bytes: their rows cross 16-byte boundaries at the same elements.
@@ -96,19 +98,35 @@ inline bool same_phase16(const void* a, const void* b) {
   return (reinterpret_cast<uintptr_t>(a) - reinterpret_cast<uintptr_t>(b)) % 16 == 0;
 }
 
+// Element arrays (of any two types) that reach a W-element pack boundary at the same index:
+// a + i starts a Pack<A, W> exactly where b + i starts a Pack<B, W>. A null b agrees with any a.
+template <int W, typename A, typename B>
+bool same_pack_phase(const A* a, const B* b) {
+  if (!b) return true;
+  const auto ua = reinterpret_cast<uintptr_t>(a), ub = reinterpret_cast<uintptr_t>(b);
+  return ua % sizeof(A) == 0 && ub % sizeof(B) == 0 && ua / sizeof(A) % W == ub / sizeof(B) % W;
+}
+
+// A null pointer, or one at which a Pack<T, W> may start.
+template <int W, typename T>
+bool pack_aligned(const T* p) {
+  return reinterpret_cast<uintptr_t>(p) % (W * sizeof(T)) == 0;
+}
+
 template <int W>
 using Width = std::integral_constant<int, W>;
 
 // Visits a row of n elements starting at `row` (any alignment) with `threads` threads:
-// op(i, Width<1>) for the elements before the first 16-byte boundary and after the last,
-// op(i, Width<kPack>) for each aligned pack in between. Arrays in the same phase as `row`
-// (same_phase16) can be loaded at i with the same width. kPack 1 visits element by element.
+// op(i, Width<1>) for the elements before the first kPack-element pack boundary and after the
+// last, op(i, Width<kPack>) for each aligned pack in between (16 bytes for kPack =
+// Packed128<T>::size). Arrays in the same phase as `row` (same_phase16, same_pack_phase) can
+// be loaded at i with the same width. kPack 1 visits element by element.
 template <int kPack, typename T, typename Op>
 __device__ __forceinline__ void for_each_in_row(const T* row, int64_t n, int tid, int threads, Op&& op) {
   if constexpr (kPack == 1) {
     for (int64_t i = tid; i < n; i += threads) op(i, Width<1>{});
   } else {
-    const int64_t misaligned = static_cast<int64_t>((reinterpret_cast<uintptr_t>(row) % 16) / sizeof(T));
+    const int64_t misaligned = static_cast<int64_t>(reinterpret_cast<uintptr_t>(row) / sizeof(T) % kPack);
     const int64_t head = misaligned == 0 ? 0 : std::min<int64_t>(n, kPack - misaligned);
     const int64_t packs = (n - head) / kPack;
     const int64_t tail = head + packs * kPack;

@@ -8,6 +8,7 @@
 #include "core/autograd.h"
 #include "core/copy.h"
 #include "models/gpt2.h"
+#include "ops/ops.h"
 #include "support/gradcheck.h"
 #include "train/checkpoint.h"
 #include "train/safetensors.h"
@@ -214,6 +215,35 @@ TEST(GPT2, PaddedLogitsNeverAffectTheLoss) {
     EXPECT_EQ(after.loss.item(), before.loss.item());
     after.loss.backward();
     EXPECT_EQ(model.lm_head_weight().grad().slice(0, 67, 128).to_vector<float>(), std::vector<float>(61 * 8, 0.0f));
+  }
+}
+
+TEST(GPT2, PaddedWidthLossMatchesTheCutOffClassifier) {
+  // The loss of forward() (logits at the padded width, the real columns scored in place) against
+  // the classifier cut to the real vocabulary before the product: the same loss and gradients.
+  for (bool tied : {true, false}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    GPT2 model(tiny_config(tied), 8);
+    convert_parameters(model, DType::f64);
+    randomize(model, 300, 0.4);
+    Tensor idx = random_tokens({2, 9}, 9);
+    std::vector<int64_t> t = random_tokens({2, 9}, 10).to_vector<int64_t>();
+    t[2] = t[13] = -100;  // ignored positions
+    Tensor targets = from_vector(t, {2, 9});
+    Tensor loss = model.forward(idx, targets).loss;
+    loss.backward();
+    std::vector<std::pair<std::string, Tensor>> grads;
+    for (const auto& [name, p] : model.named_parameters()) grads.emplace_back(name, p.grad().detach().contiguous());
+    model.zero_grad();
+    Tensor head = model.lm_head_weight().slice(0, 0, 67);
+    Tensor cut_off =
+        ops::cross_entropy(ops::linear(model.hidden_states(idx), head).reshape({-1, 67}), targets.reshape({-1}));
+    cut_off.backward();
+    EXPECT_NEAR(loss.item(), cut_off.item(), 1e-13);
+    for (const auto& [name, grad] : grads) {
+      SCOPED_TRACE(name);
+      precis::testing::expect_close(grad, parameter(model, name).grad(), 1e-14, 1e-10);
+    }
   }
 }
 

@@ -180,3 +180,53 @@ TEST(CrossEntropy, GradientsMatchFiniteDifferences) {
   // The gradient scales with the upstream gradient.
   expect_gradients_match([&](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0], t1) * 3.5; }, {l1});
 }
+
+TEST(CrossEntropy, EvenlySpacedRowsAreReadInPlace) {
+  // The first 7 columns of [2, 3, 10] logits: rows 10 apart, read without a copy.
+  Tensor wide = random_f64({2, 3, 10}, 88, -3, 3);
+  Tensor t = targets_of({0, 6, -100, 2, 5, 1}, {2, 3});
+  Tensor narrow = wide.narrow(2, 0, 7);
+  EXPECT_NEAR(ops::cross_entropy(narrow, t).item(), reference_cross_entropy(narrow.contiguous(), t), 1e-12);
+  expect_gradients_match([&](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0].narrow(2, 1, 7), t); },
+                         {wide});
+  // Every other row of a [6, 4] matrix, and rows of a single class.
+  Tensor rows = random_f64({6, 4}, 89, -3, 3);
+  Tensor t3 = targets_of({3, 0, 1}, {3});
+  EXPECT_NEAR(ops::cross_entropy(rows.slice(0, 0, 6, 2), t3).item(),
+              reference_cross_entropy(rows.slice(0, 0, 6, 2).contiguous(), t3), 1e-12);
+  EXPECT_NEAR(ops::cross_entropy(rows.narrow(1, 2, 1), targets_of({0, 0, 0, 0, 0, 0}, {6})).item(), 0.0, 1e-12);
+}
+
+TEST(CrossEntropy, PaddedClassesAreNeitherScoredNorGivenAGradient) {
+  // Logits [2, 3, 9] whose last 4 columns are padding (huge values that would dominate were they read).
+  Tensor real = random_f64({2, 3, 5}, 90, -3, 3);
+  Tensor padded = ops::cat({real, full({2, 3, 4}, 1e4, DType::f64)}, 2);
+  Tensor t = targets_of({4, 0, -100, 2, 3, 1}, {2, 3});
+  for (DType dtype : {DType::f64, DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Tensor p = padded.to(dtype).detach().set_requires_grad(), r = real.to(dtype).detach().set_requires_grad();
+    Tensor loss = ops::cross_entropy(p, t, -100, 5), expected = ops::cross_entropy(r, t);
+    EXPECT_EQ(loss.item(), expected.item());
+    (loss * 1.5).backward();
+    (expected * 1.5).backward();
+    ASSERT_EQ(p.grad().shape(), Shape({2, 3, 9}));
+    EXPECT_EQ(p.grad().dtype(), dtype);
+    expect_close(p.grad().narrow(2, 0, 5), r.grad(), 0, 0);
+    expect_close(p.grad().narrow(2, 5, 4), zeros({2, 3, 4}, dtype), 0, 0);
+  }
+  // The real columns of padded rows that are themselves a strided view.
+  Tensor twice = random_f64({4, 9}, 91, -3, 3);
+  Tensor t2 = targets_of({4, 1}, {2});
+  expect_gradients_match(
+      [&](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0].slice(0, 0, 4, 2), t2, -100, 5); }, {twice});
+  EXPECT_NEAR(ops::cross_entropy(twice.slice(0, 0, 4, 2), t2, -100, 5).item(),
+              reference_cross_entropy(twice.slice(0, 0, 4, 2).narrow(1, 0, 5).contiguous(), t2), 1e-12);
+  // Targets index the real classes only.
+  expect_error(
+      [&] {
+        ops::cross_entropy(padded, targets_of({5, 0, 0, 0, 0, 0}, {2, 3}), -100, 5);
+      },
+      "cross_entropy: target 5 (at flat index 0) is out of range for 5 classes");
+  expect_error([&] { ops::cross_entropy(padded, t, -100, 10); },
+               "cross_entropy: 10 classes do not fit logits [2, 3, 9]");
+}

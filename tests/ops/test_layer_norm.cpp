@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "ops/autocast.h"
 #include "ops/ops.h"
 #include "support/errors.h"
 #include "support/gradcheck.h"
@@ -140,4 +141,84 @@ TEST(LayerNorm, GradientsMatchFiniteDifferences) {
   }
   Tensor t = random_f64({5, 3}, 78).t();
   expect_gradients_match([](const std::vector<Tensor>& in) { return ops::layer_norm(in[0], Tensor(), Tensor()); }, {t});
+}
+
+TEST(LayerNorm, OutDtypeRoundsTheResultOnce) {
+  Tensor x = random_f64({4, 9}, 87, -2, 2).to(DType::f32), w = random_f64({9}, 88).to(DType::f32);
+  for (DType dtype : {DType::bf16, DType::f16, DType::f64}) {
+    Tensor xa = x.detach().set_requires_grad(), xb = x.detach().set_requires_grad();
+    Tensor y = ops::layer_norm(xa, w, Tensor(), 1e-5, dtype), expected = ops::layer_norm(xb, w, Tensor()).to(dtype);
+    EXPECT_EQ(y.dtype(), dtype);
+    expect_close(y, expected, 0, 0);
+    Tensor g = random_f64({4, 9}, 89).to(dtype);
+    y.backward(g);
+    expected.backward(g);
+    expect_close(xa.grad(), xb.grad(), 0, 0);
+  }
+  // With autocast on, out_dtype overrides the f32 result.
+  ops::autocast::Scope scope(DType::bf16);
+  EXPECT_EQ(ops::layer_norm(x.to(DType::bf16), Tensor(), Tensor()).dtype(), DType::f32);
+  EXPECT_EQ(ops::layer_norm(x, Tensor(), Tensor(), 1e-5, ops::autocast::linear_input_dtype()).dtype(), DType::bf16);
+}
+
+// ---------------------------------------------------------------- add_layer_norm
+
+TEST(AddLayerNorm, IsTheResidualAddThenTheNorm) {
+  Tensor x = random_f64({2, 3, 7}, 79, -3, 3), r = random_f64({2, 3, 7}, 80, -3, 3);
+  Tensor w = random_f64({7}, 81, 0.5, 1.5), b = random_f64({7}, 82);
+  ops::AddLayerNorm out = ops::add_layer_norm(x, r, w, b, 1e-3);
+  expect_close(out.sum, x + r, 0, 0);
+  expect_close(out.normed, reference_layer_norm(x + r, w, b, 1e-3), 1e-12);
+  // Dtypes promote as in add; the norm keeps the sum's dtype, or runs in f32 under autocast.
+  Tensor x32 = x.to(DType::f32), r16 = r.to(DType::bf16);
+  ops::AddLayerNorm mixed = ops::add_layer_norm(x32, r16, w.to(DType::f32), Tensor());
+  EXPECT_EQ(mixed.sum.dtype(), DType::f32);
+  EXPECT_EQ(mixed.normed.dtype(), DType::f32);
+  expect_close(mixed.sum, x32 + r16, 0, 0);
+  ops::AddLayerNorm halves = ops::add_layer_norm(x.to(DType::bf16), r16, Tensor(), Tensor());
+  EXPECT_EQ(halves.normed.dtype(), DType::bf16);
+  {
+    ops::autocast::Scope scope(DType::bf16);
+    ops::AddLayerNorm autocast = ops::add_layer_norm(x.to(DType::bf16), r16, Tensor(), Tensor());
+    EXPECT_EQ(autocast.sum.dtype(), DType::bf16);
+    EXPECT_EQ(autocast.normed.dtype(), DType::f32);
+    expect_close(autocast.normed, ops::layer_norm(autocast.sum.to(DType::f32), Tensor(), Tensor()), 0, 0);
+  }
+}
+
+TEST(AddLayerNorm, GradientsMatchFiniteDifferences) {
+  // Both outputs used (as in a block: the sum goes on down the residual stream), or either alone.
+  for (const Shape& shape : {Shape{3, 5}, Shape{2, 3, 7}, Shape{4}}) {
+    const int64_t C = shape.back();
+    Tensor x = random_f64(shape, 83, -2, 2), r = random_f64(shape, 84, -2, 2);
+    Tensor w = random_f64({C}, 85, 0.5, 1.5), b = random_f64({C}, 86);
+    expect_gradients_match(
+        [](const std::vector<Tensor>& in) {
+          ops::AddLayerNorm out = ops::add_layer_norm(in[0], in[1], in[2], in[3]);
+          return out.sum * 0.75 + out.normed;
+        },
+        {x, r, w, b});
+    expect_gradients_match(
+        [](const std::vector<Tensor>& in) { return ops::add_layer_norm(in[0], in[1], in[2], Tensor()).normed; },
+        {x, r, w});
+    expect_gradients_match(
+        [&](const std::vector<Tensor>& in) { return ops::add_layer_norm(in[0], in[1], Tensor(), b, 0.1).sum; }, {x, r});
+  }
+}
+
+TEST(AddLayerNorm, Errors) {
+  Tensor x = zeros({2, 5});
+  expect_error(
+      [&] {
+        ops::add_layer_norm(x, zeros({1, 5}), Tensor(), Tensor());
+      },
+      "add_layer_norm: input float32[2, 5] on cpu and residual float32[1, 5] on cpu must have one shape");
+  expect_error([&] { ops::add_layer_norm(x, Tensor(), Tensor(), Tensor()); },
+               "add_layer_norm: residual is an undefined tensor");
+  expect_error(
+      [&] {
+        ops::add_layer_norm(x, zeros({2, 5}, DType::i64), Tensor(), Tensor());
+      },
+      "add_layer_norm: residual must be a floating tensor, got int64[2, 5] on cpu");
+  expect_error([&] { ops::add_layer_norm(x, x, zeros({4}), Tensor()); }, "layer_norm: weight must be [5]");
 }

@@ -82,6 +82,41 @@ TEST(LinearGelu, ArgumentErrorsNameTheOp) {
   EXPECT_THROW(ops::linear_gelu(Tensor(), zeros({4, 3})), Error);
 }
 
+TEST(LinearGeluLinear, IsTheMlpComposition) {
+  Tensor x = random_f64({2, 3, 5}, 24, -2, 2), w1 = random_f64({9, 5}, 25), b1 = random_f64({9}, 26);
+  Tensor w2 = random_f64({4, 9}, 27), b2 = random_f64({4}, 28);
+  Tensor y = ops::linear_gelu_linear(x, w1, b1, w2, b2);
+  ASSERT_EQ(y.shape(), Shape({2, 3, 4}));
+  Tensor hidden = reference_linear_gelu(x.reshape({6, 5}), w1, b1);
+  expect_close(y.reshape({6, 4}), ops::matmul(hidden, w2.t()) + b2, 1e-12, 1e-12);
+  expect_close(ops::linear_gelu_linear(x, w1, Tensor(), w2), ops::linear(ops::linear_gelu(x, w1), w2), 0, 0);
+}
+
+TEST(LinearGeluLinear, GradientsMatchFiniteDifferences) {
+  auto fn = [](const std::vector<Tensor>& in) { return ops::linear_gelu_linear(in[0], in[1], in[2], in[3], in[4]); };
+  expect_gradients_match(fn, {random_f64({2, 3, 5}, 29, -2, 2), random_f64({9, 5}, 30), random_f64({9}, 31),
+                              random_f64({4, 9}, 32), random_f64({4}, 33)});
+  expect_gradients_match(fn, {random_f64({7}, 34, -2, 2), random_f64({1, 7}, 35), random_f64({1}, 36),
+                              random_f64({3, 1}, 37), random_f64({3}, 38)});
+  expect_gradients_match(
+      [](const std::vector<Tensor>& in) { return ops::linear_gelu_linear(in[0], in[1], Tensor(), in[2]); },
+      {random_f64({4, 6}, 39, -2, 2), random_f64({5, 6}, 40), random_f64({2, 5}, 41)});
+}
+
+TEST(LinearGeluLinear, ArgumentErrorsNameTheOp) {
+  try {
+    ops::linear_gelu_linear(zeros({2, 3}), zeros({4, 3}), Tensor(), zeros({5, 3}));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "linear_gelu_linear: second weight [5, 3] must be [out_features, 4] (in_features = the first weight's "
+                 "out_features)");
+  }
+  EXPECT_THROW(ops::linear_gelu_linear(zeros({2, 3}), zeros({4, 3}), Tensor(), zeros({5, 4}), zeros({4})), Error);
+  EXPECT_THROW(ops::linear_gelu_linear(zeros({2, 2}), zeros({4, 3}), Tensor(), zeros({5, 4})), Error);
+  EXPECT_THROW(ops::linear_gelu_linear(zeros({2, 3}), zeros({4, 3}), Tensor(), Tensor()), Error);
+}
+
 TEST(MatmulSettings, Tf32IsOffUnlessSet) {
   EXPECT_FALSE(ops::allow_tf32());
   ops::set_allow_tf32(true);

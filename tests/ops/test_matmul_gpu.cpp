@@ -1,7 +1,8 @@
 // GPU products through cuBLASLt against the CPU: every dtype (f32, TF32, f16,
 // bf16) on odd sizes, transposed, padded, misaligned and strided operands,
 // broadcast batches, the bias / GELU / bias-gradient epilogues (fused and
-// unfused), linear and linear_gelu forward and backward, and the algorithm
+// unfused), the GELU gradient fused into the next product (DGELU), linear,
+// linear_gelu and linear_gelu_linear forward and backward, and the algorithm
 // cache. The CPU reference is computed in float64 from the very values the GPU
 // gets. Outputs are filled with NaN first, so an element left unwritten fails.
 // Skipped, with the reason, where no GPU is usable.
@@ -260,6 +261,34 @@ TEST(MatmulGpu, LinearEpiloguesMatchCpuCompositions) {
   ops::cuda::set_fuse_epilogues(true);
 }
 
+TEST(MatmulGpu, GeluGradientInTheNextProductMatchesTheCpu) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  // grad_pre = (g W) * gelu'(pre), g: [N, out], W: [out, hidden], pre: [N, hidden] in rows padded to 8.
+  for (bool fuse : {true, false}) {
+    ops::cuda::set_fuse_epilogues(fuse);
+    for (auto [N, hidden, out] :
+         std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 1, 1}, {7, 13, 5}, {33, 65, 17}, {1000, 3072, 768}}) {
+      for (const Precision& p : kPrecisions) {
+        Tf32Scope tf32(p.tf32);
+        const std::string what = std::string(fuse ? "fused " : "unfused ") + p.name + " [" + std::to_string(N) + ", " +
+                                 std::to_string(out) + "] x [" + std::to_string(out) + ", " + std::to_string(hidden) +
+                                 "] through the GELU";
+        Tensor g = host_values({N, out}, 26, p.dtype), w = host_values({out, hidden}, 27, p.dtype);
+        Tensor z = random_f64({N, hidden}, 28, -3, 3).to(p.dtype);
+        Tensor pre_rows = poisoned({N, ops::cuda::gelu_aux_ld(hidden)}, p.dtype);
+        Tensor pre = pre_rows.narrow(1, 0, hidden);
+        copy_(pre, z.to(kGpu));
+        Tensor z64 = f64(z).set_requires_grad();
+        ops::gelu(z64).backward(ops::matmul(f64(g), f64(w)));
+        Tensor grad_pre = poisoned({N, hidden}, p.dtype);
+        ops::cuda::linear_gelu_input_backward(grad_pre, g.to(kGpu), w.to(kGpu), pre);
+        expect_near(grad_pre, z64.grad(), p.tol, what);
+      }
+    }
+  }
+  ops::cuda::set_fuse_epilogues(true);
+}
+
 TEST(MatmulGpu, HeuristicIsAskedOncePerProblem) {
   PRECIS_SKIP_WITHOUT_GPU();
   Tensor a = host_values({19, 23}, 16, DType::f32).to(kGpu), b = host_values({23, 29}, 17, DType::f32).to(kGpu);
@@ -370,6 +399,91 @@ TEST(MatmulGpu, LinearUnderBf16AutocastMatchesTheCpu) {
     expect_near(gpu[0], f64(cpu[0]), 1e-2, std::string(op) + ": output");
     expect_near(gpu[1], f64(cpu[1]), 1e-2, std::string(op) + ": weight gradient");
     expect_near(gpu[2], f64(cpu[2]), 1e-2, std::string(op) + ": bias gradient");
+  }
+}
+
+TEST(MatmulGpu, LinearGeluLinearIsOneNodeAndMatchesTheCpu) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  struct Case {
+    Shape x;
+    int64_t hidden, out;
+    bool bias;
+  };
+  const Case cases[] = {
+      {{2, 5, 13}, 9, 7, true}, {{13}, 9, 7, false}, {{3, 37, 96}, 65, 33, true}, {{2, 128, 768}, 3072, 768, true}};
+  // Which of x, W1, b1, W2, b2 want gradients.
+  const std::array<bool, 5> wants[] = {{true, true, true, true, true},
+                                       {false, true, true, true, true},
+                                       {true, false, false, true, false},
+                                       {false, false, false, true, true}};
+  for (bool fuse : {true, false}) {
+    ops::cuda::set_fuse_epilogues(fuse);
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      const double tol = dtype == DType::f32 ? 1e-5 : 1e-2;
+      for (const Case& c : cases) {
+        for (const auto& want : wants) {
+          const int64_t in = c.x.back();
+          std::vector<Tensor> host = {host_values(c.x, 29, dtype), host_values({c.hidden, in}, 30, dtype),
+                                      c.bias ? host_values({c.hidden}, 31, dtype) : Tensor(),
+                                      host_values({c.out, c.hidden}, 32, dtype),
+                                      c.bias ? host_values({c.out}, 33, dtype) : Tensor()};
+          Shape y_shape = c.x;
+          y_shape.back() = c.out;
+          Tensor g = host_values(y_shape, 34, dtype);
+          const std::string what = std::string(fuse ? "fused " : "unfused ") + dtype_name(dtype) + " " +
+                                   detail::concat(c.x) + " -> " + std::to_string(c.hidden) + " -> " +
+                                   std::to_string(c.out) + (c.bias ? "" : " without biases") + " grads " +
+                                   std::to_string(want[0]) + std::to_string(want[1]) + std::to_string(want[3]);
+          std::vector<Tensor> cpu(5), gpu(5);
+          for (size_t i = 0; i < 5; ++i) {
+            if (!host[i].defined()) continue;
+            cpu[i] = f64(host[i]).set_requires_grad(want[i]);
+            gpu[i] = host[i].to(kGpu).set_requires_grad(want[i]);
+          }
+          Tensor expected = ops::linear(ops::gelu(ops::linear(cpu[0], cpu[1], cpu[2])), cpu[3], cpu[4]);
+          expected.backward(f64(g));
+          poison_next_allocation(y_shape, dtype);
+          Tensor y = ops::linear_gelu_linear(gpu[0], gpu[1], gpu[2], gpu[3], gpu[4]);
+          ASSERT_TRUE(y.grad_fn()) << what;
+          EXPECT_EQ(y.grad_fn()->name(), "linear_gelu_linear") << what;
+          EXPECT_EQ(y.dtype(), dtype);
+          expect_near(y, expected.detach(), tol, what + ": output");
+          y.backward(g.to(kGpu));
+          const char* names[] = {"input", "first weight", "first bias", "second weight", "second bias"};
+          for (size_t i = 0; i < 5; ++i) {
+            if (!host[i].defined()) continue;
+            EXPECT_EQ(gpu[i].grad().defined(), want[i]) << what << ": " << names[i];
+            if (want[i]) expect_near(gpu[i].grad(), cpu[i].grad(), tol, what + ": " + names[i] + " gradient");
+          }
+        }
+      }
+    }
+  }
+  ops::cuda::set_fuse_epilogues(true);
+
+  // Under bf16 autocast with f32 weights, as a GPT-2 MLP runs: the same as the CPU.
+  Tensor x = host_values({4, 9, 32}, 35, DType::f32), w1 = host_values({128, 32}, 36, DType::f32);
+  Tensor b1 = host_values({128}, 37, DType::f32), w2 = host_values({32, 128}, 38, DType::f32);
+  Tensor g = host_values({4, 9, 32}, 39, DType::bf16);
+  auto run = [&](Device device) {
+    std::vector<Tensor> leaves;
+    for (const Tensor& t : {x, w1, b1, w2}) leaves.push_back(t.to(device).detach().set_requires_grad());
+    Tensor y;
+    {
+      ops::autocast::Scope scope(DType::bf16);
+      y = ops::linear_gelu_linear(leaves[0], leaves[1], leaves[2], leaves[3]);
+      ops::autocast::clear_cache();
+    }
+    EXPECT_EQ(y.dtype(), DType::bf16);
+    y.backward(g.to(device));
+    leaves.push_back(y);
+    return leaves;
+  };
+  std::vector<Tensor> cpu = run(Device::cpu()), gpu = run(kGpu);
+  expect_near(gpu[4], f64(cpu[4]), 1e-2, "autocast linear_gelu_linear: output");
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(gpu[i].grad().dtype(), DType::f32);
+    expect_near(gpu[i].grad(), f64(cpu[i].grad()), 2e-2, "autocast linear_gelu_linear: gradient " + std::to_string(i));
   }
 }
 

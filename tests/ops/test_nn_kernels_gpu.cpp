@@ -384,6 +384,40 @@ TEST(NnKernelsGpu, CrossEntropyKernelsTakeMisalignedLogits) {
   expect_near(dl, from_vector(ref.dlogits, {rows, C}), DType::bf16, tolerance(DType::bf16));
 }
 
+TEST(NnKernelsGpu, CrossEntropyKernelsTakeRowStridesAndPaddedGradients) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  // Rows of C real logits ld apart; dlogits rows `width` apart, zeros past C. The padded
+  // classifier's case is ld = width = 50304 for C = 50257.
+  struct Case {
+    int64_t rows, C, ld, width;
+  };
+  const std::vector<Case> cases = {{7, 65, 72, 72},        {7, 65, 67, 65},           {513, 1000, 1003, 1000},
+                                   {33, 1000, 1024, 1024}, {64, 50257, 50304, 50304}, {3, 50257, 50304, 50257}};
+  uint64_t seed = 360;
+  for (DType dtype : kFloatTypes) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(label(dtype, c.rows, c.C) + " ld " + std::to_string(c.ld) + " width " + std::to_string(c.width));
+      const DType stats = stats_dtype(dtype);
+      // The columns past C hold huge values: a kernel that read them would be far off.
+      Tensor wide = values({c.rows, c.ld}, ++seed, dtype, -6, 6);
+      fill_(wide.narrow(1, c.C, c.ld - c.C), 1e4);
+      Tensor logits = wide.narrow(1, 0, c.C);
+      const std::vector<int64_t> t = class_targets(c.rows, c.C);
+      const CrossEntropyReference ref = cross_entropy_reference(logits.contiguous().to_vector<double>(), t, c.C, 0.5);
+      Tensor lg = on_gpu(wide).narrow(1, 0, c.C), tg = on_gpu(from_vector(t, {c.rows}));
+      Tensor st = poisoned({c.rows, 2}, stats), loss = poisoned({}, stats), count = poisoned({}, DType::i64);
+      EXPECT_EQ(ops::cuda::cross_entropy_forward(lg, tg, -100, st, loss, count).position, -1);
+      expect_near(loss, scalar_tensor(ref.loss, DType::f64), stats, tolerance(stats));
+      expect_near(st, from_vector(ref.stats, {c.rows, 2}), stats, tolerance(stats));
+
+      Tensor dl = poisoned({c.rows, c.width}, dtype);
+      ops::cuda::cross_entropy_backward(lg, tg, -100, st, count, on_gpu(scalar_tensor(0.5, stats)), dl);
+      expect_near(dl.narrow(1, 0, c.C), from_vector(ref.dlogits, {c.rows, c.C}), dtype, tolerance(dtype));
+      expect_close(dl.narrow(1, c.C, c.width - c.C), zeros({c.rows, c.width - c.C}, dtype), 0, 0);
+    }
+  }
+}
+
 // ---------------------------------------------------------------- embedding kernels
 
 TEST(NnKernelsGpu, EmbeddingKernelsMatchTheCpu) {
@@ -530,6 +564,25 @@ TEST(NnKernelsGpu, CrossEntropyOpWithAutograd) {
   Tensor lt = values({65, 4}, 701, DType::f32, -3, 3);
   Tensor t4 = from_vector<int64_t>({1, 0, 64, 3}, {4});
   expect_near(ops::cross_entropy(on_gpu(lt).t(), on_gpu(t4)), ops::cross_entropy(lt.t(), t4), tolerance(DType::f32));
+}
+
+TEST(NnKernelsGpu, PaddedCrossEntropyOpMatchesTheCpu) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  // [2, 5, 128] logits of which 65 classes are real (the char model's padded vocabulary).
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Tensor logits = values({2, 5, 128}, 720, dtype, -5, 5);
+    Tensor targets = from_vector<int64_t>({64, 0, -100, 17, 3, 5, 9, 1, 63, -100}, {2, 5});
+    Tensor lc = logits.detach().set_requires_grad(), lg = on_gpu(logits).set_requires_grad();
+    Tensor loss_c = ops::cross_entropy(lc, targets, -100, 65);
+    Tensor loss_g = ops::cross_entropy(lg, on_gpu(targets), -100, 65);
+    expect_near(loss_g, loss_c.detach(), tolerance(DType::f32));
+    loss_c.backward();
+    loss_g.backward();
+    ASSERT_EQ(lg.grad().shape(), Shape({2, 5, 128}));
+    expect_near(lg.grad(), lc.grad(), tolerance(dtype));
+    expect_close(lg.grad().narrow(2, 65, 63), zeros({2, 5, 63}, dtype), 0, 0);
+  }
 }
 
 TEST(NnKernelsGpu, CrossEntropyLargeLogitsAndIgnoredTargets) {

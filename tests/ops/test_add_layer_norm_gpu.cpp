@@ -1,0 +1,201 @@
+// The fused residual add + layer norm on the GPU against the CPU: the kernels called
+// directly on poisoned outputs, for every mix of dtypes they take (x, s in T; the residual
+// in T or f16/bf16 beside f32; y and its gradient in T, f32 beside f16/bf16, or f16/bf16
+// beside f32), on odd sizes and misaligned rows; then the op with autograd against the CPU's
+// add + layer_norm, with and without autocast, and layer_norm's out_dtype. References are the CPU ops in f64 on the
+// very values the GPU gets (the sum as the GPU rounds it). Skipped, with the reason, where no GPU is usable.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/copy.h"
+#include "ops/autocast.h"
+#include "ops/ops.h"
+#include "support/gpu.h"
+#include "support/gpu_compare.h"
+#if PRECIS_WITH_CUDA
+#include "ops/cuda/nn_kernels.h"
+#endif
+
+using namespace precis;
+using precis::testing::expect_close;
+using precis::testing::expect_matches;
+using precis::testing::kCpu;
+using precis::testing::kGpu;
+using precis::testing::random_f64;
+using precis::testing::tolerance_for;
+
+namespace {
+
+Tensor values(const Shape& shape, uint64_t seed, DType dtype, double low = -1.0, double high = 1.0) {
+  return random_f64(shape, seed, low, high).to(dtype);
+}
+
+// `gpu` against an f64 reference, within the tolerance of `dtype`, relative to the largest value too.
+void expect_near(const Tensor& gpu, const Tensor& reference, DType dtype) {
+  ASSERT_TRUE(gpu.is_cuda());
+  ASSERT_EQ(gpu.dtype(), dtype);
+  double largest = 0;
+  for (double v : reference.to_vector<double>()) largest = std::max(largest, std::abs(v));
+  const auto tol = tolerance_for(dtype);
+  expect_close(gpu.to(DType::f64), reference, tol.atol * std::max(1.0, largest), tol.rtol);
+}
+
+}  // namespace
+
+#if PRECIS_WITH_CUDA
+
+namespace {
+
+Tensor poisoned(const Shape& shape, DType dtype) { return full(shape, precis::testing::kNaN, dtype, kGpu); }
+
+// `t` copied to the GPU into a buffer `offset` elements past its (aligned) start.
+Tensor on_gpu_at(const Tensor& t, int64_t offset) {
+  Tensor view = empty({t.numel() + offset}, t.dtype(), kGpu).narrow(0, offset, t.numel()).view(t.shape());
+  copy_(view, t.to(kGpu));
+  return view;
+}
+
+struct Dtypes {
+  DType x, residual, y;
+};
+
+}  // namespace
+
+TEST(AddLayerNormGpu, KernelsMatchTheCpu) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  const std::vector<Dtypes> mixes = {{DType::f32, DType::f32, DType::f32},   {DType::f32, DType::bf16, DType::f32},
+                                     {DType::f32, DType::f16, DType::f32},   {DType::bf16, DType::bf16, DType::bf16},
+                                     {DType::bf16, DType::bf16, DType::f32}, {DType::f16, DType::f16, DType::f32},
+                                     {DType::f64, DType::f64, DType::f64},   {DType::f32, DType::bf16, DType::bf16},
+                                     {DType::f32, DType::f16, DType::f16},   {DType::f32, DType::f32, DType::bf16}};
+  const std::vector<std::pair<int64_t, int64_t>> sizes = {{1, 1},     {7, 65},   {513, 768},
+                                                          {64, 1600}, {3, 4099}, {2, 16384}};
+  uint64_t seed = 1000;
+  for (const Dtypes& d : mixes) {
+    for (auto [rows, C] : sizes) {
+      if (d.x == DType::f64 && C > 8192) continue;  // the f64 backward takes rows of up to 8192 values
+      for (bool misaligned : {false, true}) {
+        SCOPED_TRACE(std::string(dtype_name(d.x)) + " + " + dtype_name(d.residual) + " -> " + dtype_name(d.y) + " [" +
+                     std::to_string(rows) + ", " + std::to_string(C) + "]" + (misaligned ? " misaligned" : ""));
+        const DType stats = d.x == DType::f64 ? DType::f64 : DType::f32;
+        Tensor x = values({rows, C}, ++seed, d.x, -3, 3), r = values({rows, C}, ++seed, d.residual, -3, 3);
+        Tensor w = values({C}, ++seed, stats, 0.5, 1.5), b = values({C}, ++seed, stats);
+        Tensor g = values({rows, C}, ++seed, d.y), g_sum = values({rows, C}, ++seed, d.x);
+        // Misaligned: x one element past a 16-byte boundary, so every row takes the element-wise path.
+        Tensor xg = on_gpu_at(x, misaligned ? 1 : 0), rg = r.to(kGpu);
+
+        // Reference: the sum as the CPU rounds it to x's dtype, normalised in f64.
+        const Tensor sum = (x + r).to(d.x);
+        Tensor s64 = sum.to(DType::f64).set_requires_grad(), w64 = w.to(DType::f64).set_requires_grad();
+        Tensor b64 = b.to(DType::f64).set_requires_grad();
+        Tensor y64 = ops::layer_norm(s64, w64, b64);
+        y64.backward(g.to(DType::f64));
+        const Tensor ds64 = s64.grad() + g_sum.to(DType::f64);
+
+        Tensor sg = poisoned({rows, C}, d.x), y = poisoned({rows, C}, d.y);
+        Tensor mean = poisoned({rows}, stats), rstd = poisoned({rows}, stats);
+        ops::cuda::layer_norm_forward(xg, w.to(kGpu), b.to(kGpu), 1e-5, y, mean, rstd, rg, sg);
+        expect_close(sg, sum, 0, 0);  // the same rounding of the same sum
+        expect_near(y, y64.detach(), d.y);
+
+        Tensor ds = poisoned({rows, C}, d.x), dr = poisoned({rows, C}, d.residual);
+        Tensor dw = poisoned({C}, stats), db = poisoned({C}, stats);
+        ops::cuda::layer_norm_backward(sg, g.to(kGpu), w.to(kGpu), mean, rstd, ds, dw, db, g_sum.to(kGpu), dr);
+        expect_near(ds, ds64, d.x);
+        expect_near(dr, ds64, d.residual);
+        expect_near(dw, w64.grad(), stats);
+        expect_near(db, b64.grad(), stats);
+
+        // r's gradient alone (x needs none), and no sum gradient: the norm's dx only.
+        Tensor dr_only = poisoned({rows, C}, d.residual);
+        ops::cuda::layer_norm_backward(sg, g.to(kGpu), w.to(kGpu), mean, rstd, Tensor(), Tensor(), Tensor(),
+                                       g_sum.to(kGpu), dr_only);
+        expect_close(dr_only, dr, 0, 0);
+        Tensor dx_norm = poisoned({rows, C}, d.x);
+        ops::cuda::layer_norm_backward(sg, g.to(kGpu), w.to(kGpu), mean, rstd, dx_norm, Tensor(), Tensor());
+        expect_near(dx_norm, s64.grad(), d.x);
+      }
+    }
+  }
+}
+
+#endif  // PRECIS_WITH_CUDA
+
+TEST(AddLayerNormGpu, OpWithAutogradMatchesTheCpu) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  const Shape shape{2, 7, 96};
+  struct Case {
+    DType x, residual;
+    bool autocast;
+  };
+  // f32; the bf16 policy's residual stream (f32 x, bf16 attention output); bf16-pure under autocast.
+  for (const Case& c : {Case{DType::f32, DType::f32, false}, Case{DType::f32, DType::bf16, true},
+                        Case{DType::bf16, DType::bf16, true}, Case{DType::bf16, DType::f32, false}}) {
+    for (int used : {0, 1, 2}) {  // both outputs, only the normed one, only the sum
+      SCOPED_TRACE(std::string(dtype_name(c.x)) + " + " + dtype_name(c.residual) + (c.autocast ? " autocast" : "") +
+                   " outputs used " + std::to_string(used));
+      Tensor x = values(shape, 1100, c.x, -2, 2), r = values(shape, 1101, c.residual, -2, 2);
+      Tensor w = values({96}, 1102, DType::f32, 0.5, 1.5), b = values({96}, 1103, DType::f32);
+      Tensor g_sum = values(shape, 1104, DType::f64), g_normed = values(shape, 1105, DType::f64);
+      auto run = [&](Device device) {
+        ops::autocast::Scope scope(DType::bf16, c.autocast);
+        std::vector<Tensor> leaves = {
+            x.to(device).detach().set_requires_grad(), r.to(device).detach().set_requires_grad(),
+            w.to(device).detach().set_requires_grad(), b.to(device).detach().set_requires_grad()};
+        ops::AddLayerNorm out = ops::add_layer_norm(leaves[0], leaves[1], leaves[2], leaves[3]);
+        Tensor loss = zeros({}, DType::f64, device);
+        if (used != 2) loss = loss + ops::sum(out.normed.to(DType::f64) * g_normed.to(device));
+        if (used != 1) loss = loss + ops::sum(out.sum.to(DType::f64) * g_sum.to(device));
+        loss.backward();
+        leaves.push_back(out.sum.detach());
+        leaves.push_back(out.normed.detach());
+        return leaves;
+      };
+      std::vector<Tensor> cpu = run(kCpu), gpu = run(kGpu);
+      expect_matches(gpu[4], cpu[4]);
+      expect_matches(gpu[5], cpu[5]);
+      for (int i = 0; i < 4; ++i) {
+        SCOPED_TRACE("gradient of input " + std::to_string(i));
+        if (used == 2 && i >= 2) {
+          EXPECT_FALSE(gpu[i].grad().defined());
+          continue;
+        }
+        // Half gradients on both sides are roundings of nearly equal sums: the dtype's tolerance.
+        expect_matches(
+            gpu[i].grad(), cpu[i].grad(),
+            tolerance_for(c.x == DType::bf16 || c.residual == DType::bf16 ? DType::bf16 : cpu[i].grad().dtype()));
+      }
+    }
+  }
+}
+
+TEST(AddLayerNormGpu, OutputsStoredInTheLinearsDtypeMatchTheCpu) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  // Under bf16 autocast, norms that feed a linear store bf16: the values the linear's cast gives.
+  const Shape shape{3, 5, 64};
+  Tensor x = values(shape, 1200, DType::f32, -2, 2), r = values(shape, 1201, DType::bf16, -2, 2);
+  Tensor w = values({64}, 1202, DType::f32, 0.5, 1.5), b = values({64}, 1203, DType::f32);
+  Tensor g = values(shape, 1204, DType::bf16);
+  for (bool fused : {false, true}) {
+    SCOPED_TRACE(fused ? "add_layer_norm" : "layer_norm");
+    auto run = [&](Device device) {
+      ops::autocast::Scope scope(DType::bf16);
+      std::vector<Tensor> leaves;
+      for (const Tensor& t : {x, r, w, b}) leaves.push_back(t.to(device).detach().set_requires_grad());
+      const std::optional<DType> to_linear = ops::autocast::linear_input_dtype();
+      Tensor y = fused ? ops::add_layer_norm(leaves[0], leaves[1], leaves[2], leaves[3], 1e-5, to_linear).normed
+                       : ops::layer_norm(leaves[0], leaves[2], leaves[3], 1e-5, to_linear);
+      EXPECT_EQ(y.dtype(), DType::bf16);
+      y.backward(g.to(device));
+      leaves.push_back(y.detach());
+      return leaves;
+    };
+    std::vector<Tensor> cpu = run(kCpu), gpu = run(kGpu);
+    expect_matches(gpu[4], cpu[4]);
+    for (int i : {0, 2, 3}) expect_matches(gpu[i].grad(), cpu[i].grad(), tolerance_for(DType::bf16));
+    if (fused) expect_matches(gpu[1].grad(), cpu[1].grad());
+  }
+}
