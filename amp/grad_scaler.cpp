@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "core/convert.h"
+#include "core/copy.h"
 #include "core/strided_loop.h"
 #include "ops/elementwise.h"
 
@@ -42,7 +43,9 @@ GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(op
 Tensor GradScaler::scale(const Tensor& loss) const {
   if (!options_.enabled) return loss;
   bool narrow = loss.dtype() == DType::f16 || loss.dtype() == DType::bf16;
-  return ops::mul(narrow ? ops::cast(loss, DType::f32) : loss, scale_);
+  const Tensor wide = narrow ? ops::cast(loss, DType::f32) : loss;
+  // On the device the factor is read from memory, so a replayed CUDA graph sees the current scale.
+  return on_device() ? ops::mul(wide, device_scale_f32_) : ops::mul(wide, scale_);
 }
 
 namespace {
@@ -84,6 +87,7 @@ bool unscale_tensor(const Tensor& grad, double inv_scale) {
 
 bool GradScaler::unscale_and_check(nn::FlatParameters& flat) const {
   if (!options_.enabled) return false;
+  PRECIS_CHECK(!on_device(), "GradScaler: the state lives on the device; use unscale_on_device");
   bool found = false;
   for (const nn::FlatBuffer& b : flat.buffers())
     if (unscale_tensor(b.grad, 1.0 / scale_)) found = true;
@@ -92,6 +96,7 @@ bool GradScaler::unscale_and_check(nn::FlatParameters& flat) const {
 
 bool GradScaler::unscale_and_check(const std::vector<Tensor>& gradients) const {
   if (!options_.enabled) return false;
+  PRECIS_CHECK(!on_device(), "GradScaler: the state lives on the device; use unscale_on_device");
   bool found = false;
   for (const Tensor& g : gradients)
     if (g.defined() && unscale_tensor(g, 1.0 / scale_)) found = true;
@@ -100,6 +105,7 @@ bool GradScaler::unscale_and_check(const std::vector<Tensor>& gradients) const {
 
 void GradScaler::update(bool found_inf) {
   if (!options_.enabled) return;
+  PRECIS_CHECK(!on_device(), "GradScaler: the state lives on the device; use update_on_device");
   if (found_inf) ++skipped_steps_;
   if (options_.mode == ScalerMode::fixed) return;
   if (found_inf) {
@@ -115,7 +121,89 @@ void GradScaler::update(bool found_inf) {
   }
 }
 
+void GradScaler::keep_on_device(Device device) {
+  if (!options_.enabled) return;
+  PRECIS_CHECK(device.is_cuda(), "GradScaler::keep_on_device: the state moves to a GPU, got ", device);
+#if PRECIS_WITH_CUDA
+  device_state_ = empty({cuda::kScalerSlots}, DType::f64, device);
+  device_scale_f32_ = empty({}, DType::f32, device);
+  write_device_state();
+#else
+  PRECIS_FAIL("GradScaler::keep_on_device: this build of Precis has no CUDA backend");
+#endif
+}
+
+void GradScaler::write_device_state() {
+#if PRECIS_WITH_CUDA
+  if (!on_device()) return;
+  std::vector<double> s(cuda::kScalerSlots, 0.0);
+  s[cuda::kScale] = scale_;
+  s[cuda::kGrowthTracker] = static_cast<double>(growth_tracker_);
+  s[cuda::kConsecutiveOverflows] = static_cast<double>(consecutive_overflows_);
+  s[cuda::kSkippedSteps] = static_cast<double>(skipped_steps_);
+  copy_(device_state_, from_vector(s, {cuda::kScalerSlots}));
+  fill_(device_scale_f32_, static_cast<double>(static_cast<float>(scale_)));
+#endif
+}
+
+const GradScaler& GradScaler::host() const {
+#if PRECIS_WITH_CUDA
+  if (on_device()) {
+    std::vector<double> s = device_state_.to_vector<double>();
+    scale_ = s[cuda::kScale];
+    growth_tracker_ = static_cast<int64_t>(s[cuda::kGrowthTracker]);
+    consecutive_overflows_ = static_cast<int64_t>(s[cuda::kConsecutiveOverflows]);
+    skipped_steps_ = static_cast<int64_t>(s[cuda::kSkippedSteps]);
+  }
+#endif
+  return *this;
+}
+
+void GradScaler::unscale_on_device(nn::FlatParameters& flat) const {
+  std::vector<Tensor> gradients;
+  for (const nn::FlatBuffer& b : flat.buffers()) gradients.push_back(b.grad);
+  unscale_on_device(gradients);
+}
+
+void GradScaler::unscale_on_device(const std::vector<Tensor>& gradients) const {
+  if (!options_.enabled) return;
+  PRECIS_CHECK(on_device(), "GradScaler::unscale_on_device: call keep_on_device first");
+#if PRECIS_WITH_CUDA
+  fill_(found_inf(), 0.0);
+  for (const Tensor& g : gradients)
+    if (g.defined()) cuda::unscale_and_flag(g, device_state_);
+#endif
+}
+
+Tensor GradScaler::found_inf() const {
+#if PRECIS_WITH_CUDA
+  if (on_device()) return device_state_.select(0, cuda::kFoundInf);
+#endif
+  return Tensor();
+}
+
+Tensor GradScaler::scale_on_device() const {
+#if PRECIS_WITH_CUDA
+  if (on_device()) return device_state_.select(0, cuda::kScale);
+#endif
+  return Tensor();
+}
+
+void GradScaler::update_on_device() {
+  if (!options_.enabled) return;
+  PRECIS_CHECK(on_device(), "GradScaler::update_on_device: call keep_on_device first");
+#if PRECIS_WITH_CUDA
+  cuda::update_on_device(device_state_, device_scale_f32_, options_);
+#endif
+}
+
+double GradScaler::scale() const { return options_.enabled ? host().scale_ : 1.0; }
+int64_t GradScaler::skipped_steps() const { return host().skipped_steps_; }
+int64_t GradScaler::growth_tracker() const { return host().growth_tracker_; }
+int64_t GradScaler::consecutive_overflows() const { return host().consecutive_overflows_; }
+
 Json GradScaler::state() const {
+  host();
   Json state = Json::object();
   state["mode"] = scaler_mode_name(options_.mode);
   state["scale"] = scale_;
@@ -143,6 +231,7 @@ void GradScaler::load_state(const Json& state) {
   growth_tracker_ = growth;
   consecutive_overflows_ = overflows;
   skipped_steps_ = skipped;
+  write_device_state();
 }
 
 }  // namespace precis::amp

@@ -15,6 +15,15 @@
 // min(scale * growth_factor, max_scale). Fixed mode keeps init_scale forever
 // and still skips overflow steps. Disabled: scale() is the identity,
 // unscale_and_check neither scales nor checks, update does nothing.
+//
+// On a GPU the state can live on the device (keep_on_device), so that a step
+// never waits for the host (and can be captured into a CUDA graph):
+//   scaler.scale(loss).backward();          // loss * the scale read from device memory
+//   scaler.unscale_on_device(flat);         // grads /= scale; found_inf() flag set on the device
+//   (clip, optimizer step skipped on the device when found_inf() is set)
+//   scaler.update_on_device();              // the state machine above, on the device
+// The getters (scale(), skipped_steps(), state(), ...) then read the device state
+// back (a copy and a sync each: ask at log time, not every step).
 #pragma once
 
 #include <cstdint>
@@ -63,10 +72,26 @@ class GradScaler {
   // Advances the state machine after a step; found_inf says the step overflowed (and was skipped).
   void update(bool found_inf);
 
-  double scale() const { return options_.enabled ? scale_ : 1.0; }
-  int64_t skipped_steps() const { return skipped_steps_; }
-  int64_t growth_tracker() const { return growth_tracker_; }
-  int64_t consecutive_overflows() const { return consecutive_overflows_; }
+  // Moves the state to `device` (a GPU) for good; a no-op when disabled. From then on use
+  // the *_on_device calls instead of unscale_and_check and update.
+  void keep_on_device(Device device);
+  bool on_device() const { return device_state_.defined(); }
+  // g *= 1/scale for every gradient buffer, and found_inf() raised if any was inf or NaN
+  // (cleared first). Nothing is read back.
+  void unscale_on_device(nn::FlatParameters& flat) const;
+  void unscale_on_device(const std::vector<Tensor>& gradients) const;
+  // A device f64 scalar, nonzero when the last unscale_on_device met inf or NaN; undefined
+  // unless on_device(). optim::clip_grad_norm_on_device sets it too, when it unscales.
+  Tensor found_inf() const;
+  // The scale as a device f64 scalar (a view of the state), undefined unless on_device().
+  Tensor scale_on_device() const;
+  // update(found_inf()) on the device.
+  void update_on_device();
+
+  double scale() const;
+  int64_t skipped_steps() const;
+  int64_t growth_tracker() const;
+  int64_t consecutive_overflows() const;
   bool enabled() const { return options_.enabled; }
   const GradScalerOptions& options() const { return options_; }
 
@@ -76,11 +101,19 @@ class GradScaler {
   void load_state(const Json& state);
 
  private:
+  // The host fields, refreshed from the device first when the state lives there.
+  const GradScaler& host() const;
+  // Copies the host fields to the device state (when there is one).
+  void write_device_state();
+
   GradScalerOptions options_;
-  double scale_;
-  int64_t growth_tracker_ = 0;
-  int64_t consecutive_overflows_ = 0;
-  int64_t skipped_steps_ = 0;
+  mutable double scale_;
+  mutable int64_t growth_tracker_ = 0;
+  mutable int64_t consecutive_overflows_ = 0;
+  mutable int64_t skipped_steps_ = 0;
+  // keep_on_device: {scale, growth_tracker, consecutive_overflows, skipped_steps, found_inf}
+  // (f64 [5], amp/cuda/grad_scaler.h), and the scale as an f32 scalar for the loss product.
+  Tensor device_state_, device_scale_f32_;
 };
 
 }  // namespace precis::amp

@@ -102,8 +102,9 @@ Tensor GPT2::hidden_states(const Tensor& idx) {
   PRECIS_CHECK(idx.dim() == 2, "GPT2: idx must be [B, T], got ", idx.shape());
   const int64_t T = idx.size(1);
   PRECIS_CHECK(T <= config_.block_size, "GPT2: sequence length ", T, " exceeds block_size ", config_.block_size);
-  Tensor positions = arange(0, T, 1, DType::i64).to(idx.device());
-  Tensor x = ops::embedding(wte(), idx) + ops::embedding(wpe(), positions);
+  if (!positions_.defined() || positions_.device() != idx.device())
+    positions_ = arange(0, config_.block_size, 1, DType::i64).to(idx.device());
+  Tensor x = ops::embedding(wte(), idx) + ops::embedding(wpe(), positions_.narrow(0, 0, T));
   x = drop_->forward(x);
   for (size_t i = 0; i < h_->size(); ++i) {
     x = (*h_)[i].forward(x);

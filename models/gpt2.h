@@ -80,6 +80,9 @@ class GPT2 : public nn::Module {
   std::shared_ptr<nn::Dropout> drop_;
   std::shared_ptr<nn::Module> lm_head_module_;
   Tensor lm_head_;
+  // 0 .. block_size - 1 (i64) on the device of the last forward: made once, so a step copies
+  // nothing from the host (and a CUDA graph can capture the forward).
+  Tensor positions_;
 };
 
 }  // namespace precis::models

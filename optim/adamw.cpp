@@ -66,6 +66,7 @@ void adamw_update_low_precision(P* p, float* master, const G* g, float* m, float
 }  // namespace
 
 void AdamW::step() {
+  if (state_on_device()) return step_on_device(Tensor(), Tensor());
   ++step_count_;
   const double bias1 = 1.0 - std::pow(options_.beta1, static_cast<double>(step_count_));
   const double bias2 = 1.0 - std::pow(options_.beta2, static_cast<double>(step_count_));
@@ -74,19 +75,7 @@ void AdamW::step() {
 #endif
   for_each_param([&](size_t index, Tensor& p, double weight_decay) {
     const Tensor& g = p.grad();
-    PRECIS_CHECK(p.is_contiguous() && g.is_contiguous(), "AdamW: parameter ", index, " and its gradient must be dense");
-    PRECIS_CHECK(g.device() == p.device(), "AdamW: parameter ", index, " is on ", p.device(), " but its gradient on ",
-                 g.device());
-    const bool low_precision =
-        !(p.dtype() == DType::f32 && g.dtype() == DType::f32) && !(p.dtype() == DType::f64 && g.dtype() == DType::f64);
-    if (low_precision) {
-      PRECIS_CHECK(is_low_precision(p.dtype()) && (g.dtype() == DType::f32 || g.dtype() == p.dtype()),
-                   "AdamW: parameter ", index, " is ", p.dtype(), " with a ", g.dtype(),
-                   " gradient; supported: float32/float64 with a gradient of the same dtype, float16/bfloat16 with "
-                   "a float32 or same-dtype gradient");
-      PRECIS_CHECK(!options_.stochastic_rounding || p.dtype() == DType::bf16,
-                   "AdamW: stochastic_rounding is for bfloat16 parameters, but parameter ", index, " is ", p.dtype());
-    }
+    const bool low_precision = check_param(index, p);
     Tensor& m = state_buffer(index, "exp_avg", p);
     Tensor& v = state_buffer(index, "exp_avg_sq", p);
     const Tensor master = low_precision && options_.master_weights ? master_buffer(index, p) : Tensor();
@@ -118,6 +107,59 @@ void AdamW::step() {
   if (!on_gpu.empty())
     ops::cuda::adamw_step(on_gpu, {lr_, options_.beta1, options_.beta2, options_.eps, bias1, bias2,
                                    options_.stochastic_rounding, options_.seed, static_cast<uint64_t>(step_count_)});
+#endif
+}
+
+bool AdamW::check_param(size_t index, const Tensor& p) const {
+  const Tensor& g = p.grad();
+  PRECIS_CHECK(p.is_contiguous() && g.is_contiguous(), "AdamW: parameter ", index, " and its gradient must be dense");
+  PRECIS_CHECK(g.device() == p.device(), "AdamW: parameter ", index, " is on ", p.device(), " but its gradient on ",
+               g.device());
+  const bool low_precision =
+      !(p.dtype() == DType::f32 && g.dtype() == DType::f32) && !(p.dtype() == DType::f64 && g.dtype() == DType::f64);
+  if (low_precision) {
+    PRECIS_CHECK(is_low_precision(p.dtype()) && (g.dtype() == DType::f32 || g.dtype() == p.dtype()),
+                 "AdamW: parameter ", index, " is ", p.dtype(), " with a ", g.dtype(),
+                 " gradient; supported: float32/float64 with a gradient of the same dtype, float16/bfloat16 with "
+                 "a float32 or same-dtype gradient");
+    PRECIS_CHECK(!options_.stochastic_rounding || p.dtype() == DType::bf16,
+                 "AdamW: stochastic_rounding is for bfloat16 parameters, but parameter ", index, " is ", p.dtype());
+  }
+  return low_precision;
+}
+
+void AdamW::step_on_device([[maybe_unused]] const Tensor& clip, [[maybe_unused]] const Tensor& skip) {
+  PRECIS_CHECK(state_on_device(), "AdamW::step_on_device: call keep_state_on_device first");
+  PRECIS_CHECK(!clip.defined() || (clip.is_cuda() && clip.dtype() == DType::f64 && clip.numel() == 2),
+               "AdamW::step_on_device: clip must be clip_grad_norm_on_device's f64 [2] on the GPU, got ",
+               describe(clip));
+  PRECIS_CHECK(!skip.defined() || (skip.is_cuda() && skip.dtype() == DType::f64 && skip.numel() == 1),
+               "AdamW::step_on_device: skip must be an f64 flag on the GPU, got ", describe(skip));
+#if PRECIS_WITH_CUDA
+  std::vector<ops::cuda::AdamWTensors> params;
+  for_each_param([&](size_t index, Tensor& p, double weight_decay) {
+    PRECIS_CHECK(p.device() == device_step_.device(), "AdamW::step_on_device: parameter ", index, " is on ",
+                 p.device(), " but the step state on ", device_step_.device());
+    const bool low_precision = check_param(index, p);
+    Tensor& m = state_buffer(index, "exp_avg", p);
+    Tensor& v = state_buffer(index, "exp_avg_sq", p);
+    const Tensor master = low_precision && options_.master_weights ? master_buffer(index, p) : Tensor();
+    params.push_back({p, p.grad(), m, v, master, weight_decay, index});
+  });
+  ops::cuda::AdamWStep step{};
+  step.beta1 = options_.beta1;
+  step.beta2 = options_.beta2;
+  step.eps = options_.eps;
+  step.stochastic_rounding = options_.stochastic_rounding;
+  step.seed = options_.seed;
+  ops::cuda::AdamWDeviceInputs inputs;
+  inputs.lr = device_lr_.data<double>();
+  inputs.step = device_step_.data<int64_t>();
+  inputs.clip = clip.defined() ? clip.data<double>() + 1 : nullptr;  // {norm, factor}: the factor
+  inputs.skip = skip.defined() ? skip.data<double>() : nullptr;
+  ops::cuda::adamw_step_on_device(params, step, inputs);
+#else
+  PRECIS_FAIL("AdamW::step_on_device: this build of Precis has no CUDA backend");
 #endif
 }
 

@@ -63,4 +63,20 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   return norm;
 }
 
+void clip_grad_norm_on_device(const std::vector<Tensor>& params, [[maybe_unused]] double max_norm, const Tensor& out,
+                              [[maybe_unused]] const Tensor& scale, [[maybe_unused]] const Tensor& found_inf) {
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params) {
+    if (!p.grad().defined()) continue;
+    PRECIS_CHECK(p.grad().is_cuda() && p.grad().device() == out.device(), "clip_grad_norm_on_device: gradient on ",
+                 p.grad().device(), ", but the result is on ", out.device(), "; every gradient must be on that GPU");
+    grads.push_back(p.grad());
+  }
+#if PRECIS_WITH_CUDA
+  ops::cuda::global_norm_and_clip_factor(grads, max_norm, scale, found_inf, out);
+#else
+  PRECIS_FAIL("clip_grad_norm_on_device: this build of Precis has no CUDA backend");
+#endif
+}
+
 }  // namespace precis::optim

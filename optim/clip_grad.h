@@ -13,4 +13,18 @@ namespace precis::optim {
 // norm is returned as is and nothing is scaled (the caller decides to skip).
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 
+// The sync-free form for GPU gradients (train/trainer.cpp; CUDA graphs), which also does the
+// loss scaler's unscale and inf/NaN check: the gradients may hold g * scale (`scale` a device
+// f64 scalar, GradScaler::scale_on_device(); undefined for 1). The results stay on the device:
+//   out[0]     = the norm above of the unscaled g, +inf when any element is inf or NaN
+//   out[1]     = clip / scale, clip = max_norm / (norm + 1e-6) when max_norm > 0 and the norm
+//                is finite and above max_norm, else 1
+//   found_inf  = 1 when the norm is not finite, else 0 (a device f64 scalar, may be undefined:
+//                GradScaler::found_inf())
+// `out` is a dense f64 [2] on the gradients' GPU. Nothing is scaled here: the optimizer
+// multiplies each gradient by out[1] as it reads it (AdamW::step_on_device), so the step
+// makes no pass over the gradients of its own to unscale or clip them.
+void clip_grad_norm_on_device(const std::vector<Tensor>& params, double max_norm, const Tensor& out,
+                              const Tensor& scale = Tensor(), const Tensor& found_inf = Tensor());
+
 }  // namespace precis::optim

@@ -1,6 +1,7 @@
 #include "optim/optimizer.h"
 
 #include "core/copy.h"
+#include "core/pinned.h"
 #include "nn/module.h"
 #include "optim/low_precision.h"
 
@@ -11,6 +12,23 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)
     for (const auto& p : g.params)
       PRECIS_CHECK(p.defined() && p.requires_grad() && p.is_leaf(),
                    "optimizer: every parameter must be a leaf tensor with requires_grad");
+}
+
+void Optimizer::set_lr(double lr) {
+  lr_ = lr;
+  if (!state_on_device()) return;
+  // A pinned buffer per call: the allocator keeps it until the queued copy has run.
+  Tensor staged = empty_pinned({}, DType::f64);
+  staged.data<double>()[0] = lr;
+  copy_(device_lr_, staged);
+}
+
+int64_t Optimizer::step_count() const { return state_on_device() ? device_step_.item<int64_t>() : step_count_; }
+
+void Optimizer::keep_state_on_device(Device device) {
+  PRECIS_CHECK(device.is_cuda(), "optimizer: the learning rate and step count move to a GPU, got ", device);
+  device_lr_ = scalar_tensor(lr_, DType::f64, device);
+  device_step_ = scalar_tensor(static_cast<double>(step_count_), DType::i64, device);
 }
 
 void Optimizer::zero_grad() {
@@ -47,7 +65,7 @@ Tensor Optimizer::master(size_t param_index) const {
 
 std::map<std::string, Tensor> Optimizer::state_dict() const {
   std::map<std::string, Tensor> out = state_;
-  out["step"] = scalar_tensor(static_cast<double>(step_count_), DType::i64);
+  out["step"] = scalar_tensor(static_cast<double>(step_count()), DType::i64);
   return out;
 }
 
@@ -84,6 +102,7 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
   }
   state_ = std::move(loaded);
   step_count_ = step->second.item<int64_t>();
+  if (state_on_device()) fill_(device_step_, static_cast<double>(step_count_));
 }
 
 std::vector<ParamGroup> default_param_groups(const nn::Module& model, double weight_decay) {

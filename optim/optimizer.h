@@ -5,6 +5,13 @@
 // that the update is applied to; the parameter then holds the copy rounded
 // (optim/low_precision.h). The master copy is saved and restored with the rest
 // of the state.
+//
+// On a GPU the learning rate and the step count can live in device memory
+// (keep_state_on_device), so that an update waits for nothing on the host and a
+// CUDA graph that holds it picks up each step's values: set_lr queues a copy of
+// the new rate (from pinned memory, ordered on the compute stream; call it
+// outside a capture), and the step count advances on the device, only for steps
+// that are not skipped (AdamW::step_on_device). step_count() reads it back.
 #pragma once
 
 #include <map>
@@ -35,8 +42,11 @@ class Optimizer {
   void zero_grad();
 
   double lr() const { return lr_; }
-  void set_lr(double lr) { lr_ = lr; }
-  int64_t step_count() const { return step_count_; }
+  void set_lr(double lr);
+  int64_t step_count() const;
+  // Moves the learning rate and step count to `device` (a GPU) for good.
+  void keep_state_on_device(Device device);
+  bool state_on_device() const { return device_lr_.defined(); }
   std::vector<ParamGroup>& param_groups() { return groups_; }
 
   // State as named tensors ("step", "state.<i>.<buffer>" with i the parameter's index
@@ -66,7 +76,9 @@ class Optimizer {
   }
 
   double lr_ = 1e-3;
-  int64_t step_count_ = 0;
+  int64_t step_count_ = 0;  // the count unless state_on_device()
+  // keep_state_on_device: the learning rate (f64 scalar) and the step count (i64 scalar).
+  Tensor device_lr_, device_step_;
 
  private:
   std::vector<ParamGroup> groups_;

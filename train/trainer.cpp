@@ -10,7 +10,9 @@
 #include <limits>
 
 #include "core/autograd.h"
+#include "core/copy.h"
 #include "core/gpu.h"
+#include "core/pinned.h"
 #include "data/char_tokenizer.h"
 #include "data/gpt2_tokenizer.h"
 #include "data/tokenize.h"
@@ -65,6 +67,7 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
   if (config_.schedule.decay_steps < 0) config_.schedule.decay_steps = config_.max_steps;
   setup_data();
   setup_model();
+  setup_gpu_step();
   if (config_.batch.seq_len < config_.model.block_size)
     std::cerr << "note: seq_len " << config_.batch.seq_len << " < block_size " << config_.model.block_size
               << ": positions from " << config_.batch.seq_len << " on are never trained, so samples longer than "
@@ -137,30 +140,97 @@ void Trainer::setup_model() {
                                 config_.schedule.decay_steps};
 }
 
-double Trainer::train_step() {
+namespace {
+
+// `host` (a CPU batch) into the device buffer `dst` through pinned memory: the copy is queued
+// on the compute stream and the host moves on (the pinned allocator holds the staging buffer
+// until the copy has run).
+void stage(const Tensor& dst, const Tensor& host) {
+  Tensor pinned = empty_pinned(host.shape(), host.dtype());
+  copy_(pinned, host);
+  copy_(dst, pinned);
+}
+
+}  // namespace
+
+void Trainer::stage_batches(std::vector<Tensor>& inputs, std::vector<Tensor>& targets) {
+  for (size_t micro = 0; micro < static_cast<size_t>(config_.batch.grad_accum); ++micro) {
+    TokenBatch batch = train_data_->next_batch();
+    if (!gpu_step_) {
+      inputs.push_back(batch.inputs.to(device_));
+      targets.push_back(batch.targets.to(device_));
+      continue;
+    }
+    // Fixed buffers, made once: a captured step reads its batches from these addresses.
+    if (gpu_inputs_.size() == micro) {
+      gpu_inputs_.push_back(empty(batch.inputs.shape(), batch.inputs.dtype(), device_));
+      gpu_targets_.push_back(empty(batch.targets.shape(), batch.targets.dtype(), device_));
+    }
+    stage(gpu_inputs_[micro], batch.inputs);
+    stage(gpu_targets_[micro], batch.targets);
+  }
+  if (gpu_step_) {
+    inputs = gpu_inputs_;
+    targets = gpu_targets_;
+  }
+}
+
+void Trainer::train_step() {
+  std::vector<Tensor> inputs, targets;
+  {
+    Profiler::Phase phase(profiler_, "data");
+    stage_batches(inputs, targets);
+  }
+  if (gpu_step_) {
+    gpu_train_step(inputs, targets);
+  } else {
+    losses_.push_back(run_step(inputs, targets, &profiler_));
+  }
+}
+
+namespace {
+
+// A profiler phase, or nothing without a profiler (work recorded into a CUDA graph cannot be timed).
+class MaybePhase {
+ public:
+  MaybePhase(Profiler* profiler, const char* name) : profiler_(profiler) {
+    if (profiler_) profiler_->begin(name);
+  }
+  ~MaybePhase() {
+    if (profiler_) profiler_->end();
+  }
+  MaybePhase(const MaybePhase&) = delete;
+  MaybePhase& operator=(const MaybePhase&) = delete;
+
+ private:
+  Profiler* profiler_;
+};
+
+}  // namespace
+
+double Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets, Profiler* profiler) {
   flat_->zero_grad();
   ops::autocast::clear_cache();  // the weights changed in the last step
   const int64_t accum = config_.batch.grad_accum;
   double loss_sum = 0;
+  if (gpu_step_) fill_(loss_sum_, 0.0);
   for (int64_t micro = 0; micro < accum; ++micro) {
     if (reporting_ && micro == 0) start_numerics();
-    Tensor inputs, targets;
-    {
-      Profiler::Phase phase(profiler_, "data");
-      TokenBatch batch = train_data_->next_batch();
-      inputs = batch.inputs.to(device_);
-      targets = batch.targets.to(device_);
-    }
     Tensor loss;
     {
-      Profiler::Phase phase(profiler_, "forward");
+      MaybePhase phase(profiler, "forward");
       ops::autocast::Scope autocast(policy_.compute_dtype, policy_.autocasts());
-      loss = model_->forward(inputs, targets).loss;
-      loss_sum += loss.item();
+      loss = model_->forward(inputs[micro], targets[micro]).loss;
+      // On the GPU the sum stays there (f64, as the host adds): no read-back per micro-batch.
+      if (gpu_step_) {
+        accumulate_(loss_sum_, loss);
+      } else {
+        loss_sum += loss.item();
+      }
     }
     nn::set_activation_observer(nullptr);
     {
-      Profiler::Phase phase(profiler_, "backward");
+      MaybePhase phase(profiler, "backward");
       // Each micro-batch contributes 1/accum of the step's mean gradient, times the loss scale.
       if (accum > 1) loss = ops::mul(loss, 1.0 / static_cast<double>(accum));
       scaler_->scale(loss).backward();
@@ -172,13 +242,23 @@ double Trainer::train_step() {
       for (const auto& s : b.slots) numerics_.record(amp::NumericsKind::gradient, amp::layer_of(s.name), s.param.grad());
     for (const Tensor& p : model_->parameters()) params_before.push_back(p.detach().clone());
   }
+  if (gpu_step_) {
+    finish_step_on_device(profiler);
+  } else {
+    finish_step_on_host(profiler);
+  }
+  if (reporting_) finish_numerics(params_before);
+  return loss_sum / static_cast<double>(accum);
+}
+
+void Trainer::finish_step_on_host(Profiler* profiler) {
   bool found_inf = false;
   if (scaler_->enabled()) {
-    Profiler::Phase phase(profiler_, "scaler");
+    MaybePhase phase(profiler, "scaler");
     found_inf = scaler_->unscale_and_check(*flat_);
   }
   {
-    Profiler::Phase phase(profiler_, "optimizer");
+    MaybePhase phase(profiler, "optimizer");
     if (found_inf) {
       last_grad_norm_ = std::numeric_limits<double>::infinity();  // the step is skipped
     } else {
@@ -188,8 +268,24 @@ double Trainer::train_step() {
     }
   }
   scaler_->update(found_inf);
-  if (reporting_) finish_numerics(params_before);
-  return loss_sum / static_cast<double>(accum);
+}
+
+// The same on the device, nothing read back, and no pass over the gradients but the norm's and
+// AdamW's: the norm of the scaled gradients is the unscaled norm times the scale, and it is
+// finite exactly when every gradient is, so it does the scaler's inf/NaN check; AdamW multiplies
+// each gradient by clip / scale as it reads it, and skips the whole step when the flag is set.
+void Trainer::finish_step_on_device(Profiler* profiler) {
+  {
+    MaybePhase phase(profiler, "optimizer");
+    const Tensor found_inf = scaler_->found_inf();  // both undefined without loss scaling
+    optim::clip_grad_norm_on_device(model_->parameters(), config_.optimizer.grad_clip, grad_norm_,
+                                    scaler_->scale_on_device(), found_inf);
+    static_cast<optim::AdamW&>(*optimizer_).step_on_device(grad_norm_, found_inf);
+  }
+  if (scaler_->enabled()) {
+    MaybePhase phase(profiler, "scaler");
+    scaler_->update_on_device();
+  }
 }
 
 bool Trainer::report_due() const {
@@ -335,6 +431,7 @@ void Trainer::run() {
             << config_.batch.grad_accum << " micro-steps per step; " << train_data_->num_tokens()
             << " training tokens\n"
             << "precision " << policy_.describe() << "\n";
+  plan_graphs();
   // An unknown GPU's peak is measured now, outside the timed steps and the memory peak.
   device_peak_tflops(device_, policy_.compute_dtype, policy_.allow_tf32);
   using Clock = std::chrono::steady_clock;
@@ -345,20 +442,20 @@ void Trainer::run() {
     reporting_ = report_due();
     bool tracing = step_trace_ && step_ + 1 == config_.profile.trace_step;
     if (tracing) step_trace_->begin(profiler_);
-    double loss = train_step();
+    train_step();
     if (tracing) step_trace_->end(profiler_, step_ + 1, std::cout);
     ++step_;
     ++interval_steps;
-    losses_.push_back(loss);
     bool eval_now = val_data_ && config_.eval_interval > 0 &&
                     (step_ % config_.eval_interval == 0 || step_ == config_.max_steps);
     bool log_now = step_ % config_.log_interval == 0 || step_ == config_.max_steps || eval_now;
     if (log_now) {
+      resolve_step_values();  // on a GPU: waits for the queued steps, so the interval's time is theirs
       double seconds = std::chrono::duration<double>(Clock::now() - interval_start).count();
       std::optional<double> val_loss;
       if (eval_now) val_loss = evaluate();
       if (val_loss && step_ == config_.max_steps) final_val_loss_ = *val_loss;
-      log_interval(loss, last_grad_norm_, optimizer_->lr(), seconds, interval_steps, val_loss);
+      log_interval(losses_.back(), last_grad_norm_, optimizer_->lr(), seconds, interval_steps, val_loss);
       interval_start = Clock::now();
       interval_steps = 0;
     }

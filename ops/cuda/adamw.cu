@@ -9,6 +9,15 @@
 // even, or for bf16 stochastically.
 // Bytes per element: param, grad, m, v read and param, m, v written, plus the
 // master read and written when there is one (f32 parameters: 28 bytes).
+//
+// The sync-free step (adamw_step_on_device) reads the step's numbers from device
+// memory instead of kernel arguments: a one-thread kernel advances the step
+// count t (unless the loss scaler flagged the step to be skipped) and computes
+//   step_size = lr / (1 - b1^t),  inv_sqrt_bias2 = 1 / sqrt(1 - b2^t)
+// in f64 as the host does, and the update kernel reads them (and returns at once
+// on a skipped step). The clip factor c of clip_grad_norm_on_device is applied
+// to each gradient as it is read, g <- G(double(g) c), the rounding that
+// clip_grad_norm's in-place scaling has, so no separate pass over the gradients.
 #include <algorithm>
 #include <map>
 #include <tuple>
@@ -38,7 +47,8 @@ struct AdamWSlot {
   C* v;
   float* master;  // f16/bf16 parameters with master weights, else null
   int64_t n;
-  C decay;          // 1 - lr * weight_decay
+  C decay;              // 1 - lr * weight_decay (host lr)
+  double weight_decay;  // for the decay from the device lr
   uint32_t index;   // the parameter's index in the optimizer
   bool vectorized;  // every array aligned for kVec-element accesses
 };
@@ -56,6 +66,35 @@ struct AdamWConstants {
   bool stochastic;
   uint64_t seed, step;
 };
+
+// The step's numbers computed on the device (adamw_prepare_kernel) for the sync-free step.
+struct AdamWDeviceStep {
+  double lr, step_size, inv_sqrt_bias2, clip;
+  uint64_t step;
+  int skip;
+};
+
+// t <- t + 1 and the bias corrections, as optim/adamw.cpp computes them; nothing on a skipped step.
+__global__ void adamw_prepare_kernel(AdamWDeviceInputs in, double beta1, double beta2, AdamWDeviceStep* out) {
+  out->skip = in.skip != nullptr && *in.skip != 0;
+  if (out->skip) return;
+  const int64_t t = ++*in.step;
+  const double bias1 = 1.0 - pow(beta1, static_cast<double>(t));
+  const double bias2 = 1.0 - pow(beta2, static_cast<double>(t));
+  out->lr = *in.lr;
+  out->step_size = *in.lr / bias1;
+  out->inv_sqrt_bias2 = 1.0 / sqrt(bias2);
+  out->clip = in.clip != nullptr ? *in.clip : 1.0;
+  out->step = static_cast<uint64_t>(t);
+}
+
+// A gradient element in the compute type, clipped first when clip != 1 (rounded to G as
+// clip_grad_norm's scaling stores it).
+template <typename G, typename C>
+__device__ __forceinline__ C clipped_grad(G g, double clip) {
+  if (clip == 1.0) return convert_to<C>(g);
+  return convert_to<C>(convert_to<G>(convert_to<double>(g) * clip));
+}
 
 template <typename C>
 __device__ __forceinline__ C adamw_element(C x, C g, C& m, C& v, C decay, const AdamWConstants<C>& c) {
@@ -90,11 +129,24 @@ __device__ __forceinline__ P store_param(C x, bool stochastic, uint32_t random_w
 }
 
 // Block b updates elements [chunk * kChunk, + kChunk) of its tensor, kVec at a time.
+// `device` (the sync-free step) overrides the step's numbers in `host`, or null.
 template <typename P, typename G, typename C>
 __global__ void __launch_bounds__(kThreads)
-    adamw_kernel(const __grid_constant__ AdamWBatch<P, G, C> batch, const AdamWConstants<C> c) {
+    adamw_kernel(const __grid_constant__ AdamWBatch<P, G, C> batch, const AdamWConstants<C> host,
+                 const AdamWDeviceStep* device) {
   const int s = tensor_of_block(batch.first_block, batch.count, blockIdx.x);
   const AdamWSlot<P, G, C>& t = batch.slot[s];
+  AdamWConstants<C> c = host;
+  C decay = t.decay;
+  double clip = 1.0;
+  if (device != nullptr) {
+    if (device->skip) return;
+    c.step_size = static_cast<C>(device->step_size);
+    c.inv_sqrt_bias2 = static_cast<C>(device->inv_sqrt_bias2);
+    c.step = device->step;
+    clip = device->clip;
+    decay = static_cast<C>(__dsub_rn(1.0, __dmul_rn(device->lr, t.weight_decay)));  // no fused multiply-add: as the host
+  }
   const int64_t start = (blockIdx.x - batch.first_block[s]) * kChunk;
   const int64_t end = start + kChunk < t.n ? start + kChunk : t.n;
   for (int64_t i = start + threadIdx.x * kVec; i < end; i += int64_t{kThreads} * kVec) {
@@ -110,7 +162,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
         const C x = t.master ? C(master.v[k]) : convert_to<C>(p.v[k]);
-        const C updated = adamw_element(x, convert_to<C>(g.v[k]), m.v[k], v.v[k], t.decay, c);
+        const C updated = adamw_element(x, clipped_grad<G, C>(g.v[k], clip), m.v[k], v.v[k], decay, c);
         if (t.master) master.v[k] = static_cast<float>(updated);
         p.v[k] = store_param<P>(updated, stochastic, bits.x[k]);
       }
@@ -121,7 +173,7 @@ __global__ void __launch_bounds__(kThreads)
     } else {
       for (int64_t j = i; j < i + kVec && j < end; ++j) {
         const C x = t.master ? C(t.master[j]) : convert_to<C>(t.param[j]);
-        const C updated = adamw_element(x, convert_to<C>(t.grad[j]), t.m[j], t.v[j], t.decay, c);
+        const C updated = adamw_element(x, clipped_grad<G, C>(t.grad[j], clip), t.m[j], t.v[j], decay, c);
         if (t.master) t.master[j] = static_cast<float>(updated);
         t.param[j] = store_param<P>(updated, stochastic, bits.x[j % 4]);
       }
@@ -134,9 +186,11 @@ bool vec_aligned(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % (sizeof(T) * kVec) == 0;
 }
 
-// Updates `params` (one device; parameter type P, gradient type G) kAdamWBatch at a time.
+// Updates `params` (one device; parameter type P, gradient type G) kAdamWBatch at a time;
+// `device`: the sync-free step's numbers on the device, or null.
 template <typename P, typename G>
-void adamw_launch(const std::vector<const AdamWTensors*>& params, const AdamWStep& step) {
+void adamw_launch(const std::vector<const AdamWTensors*>& params, const AdamWStep& step,
+                  const AdamWDeviceStep* device) {
   using C = compute_t<P>;
   const char* op = "AdamW";
   cudaStream_t stream = stream_for(params.front()->param);
@@ -162,6 +216,7 @@ void adamw_launch(const std::vector<const AdamWTensors*>& params, const AdamWSte
       slot.master = a.master.defined() ? static_cast<float*>(a.master.raw_data()) : nullptr;
       slot.n = a.param.numel();
       slot.decay = static_cast<C>(1.0 - step.lr * a.weight_decay);
+      slot.weight_decay = a.weight_decay;
       slot.index = static_cast<uint32_t>(a.index);
       slot.vectorized = vec_aligned<P>(slot.param) && vec_aligned<G>(slot.grad) && vec_aligned<C>(slot.m) &&
                         vec_aligned<C>(slot.v) && (!slot.master || vec_aligned<float>(slot.master));
@@ -170,34 +225,54 @@ void adamw_launch(const std::vector<const AdamWTensors*>& params, const AdamWSte
     const int64_t blocks = batch.first_block[batch.count];
     if (blocks == 0) continue;
     PRECIS_CHECK(blocks <= INT32_MAX, op, ": ", blocks, " blocks in one launch");
-    adamw_kernel<P, G, C><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(batch, c);
+    adamw_kernel<P, G, C><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(batch, c, device);
     PRECIS_CUDA_CHECK_LAUNCH(op);
   }
 }
 
-}  // namespace
-
-void adamw_step(const std::vector<AdamWTensors>& params, const AdamWStep& step) {
-  // One launch sequence per (device, parameter dtype, gradient dtype), in parameter order.
+// One launch sequence per (device, parameter dtype, gradient dtype), in parameter order.
+void launch_all(const std::vector<AdamWTensors>& params, const AdamWStep& step, const AdamWDeviceStep* device_step) {
   std::map<std::tuple<int, DType, DType>, std::vector<const AdamWTensors*>> groups;
   for (const AdamWTensors& a : params) groups[{a.param.device().index, a.param.dtype(), a.grad.dtype()}].push_back(&a);
   for (const auto& [key, group] : groups) {
     const auto [device, param, grad] = key;
     if (param == DType::f32 && grad == DType::f32)
-      adamw_launch<float, float>(group, step);
+      adamw_launch<float, float>(group, step, device_step);
     else if (param == DType::f64 && grad == DType::f64)
-      adamw_launch<double, double>(group, step);
+      adamw_launch<double, double>(group, step, device_step);
     else if (param == DType::f16 && grad == DType::f32)
-      adamw_launch<__half, float>(group, step);
+      adamw_launch<__half, float>(group, step, device_step);
     else if (param == DType::f16 && grad == DType::f16)
-      adamw_launch<__half, __half>(group, step);
+      adamw_launch<__half, __half>(group, step, device_step);
     else if (param == DType::bf16 && grad == DType::f32)
-      adamw_launch<__nv_bfloat16, float>(group, step);
+      adamw_launch<__nv_bfloat16, float>(group, step, device_step);
     else if (param == DType::bf16 && grad == DType::bf16)
-      adamw_launch<__nv_bfloat16, __nv_bfloat16>(group, step);
+      adamw_launch<__nv_bfloat16, __nv_bfloat16>(group, step, device_step);
     else
       PRECIS_FAIL("AdamW: no CUDA kernel for ", param, " parameters with ", grad, " gradients");
   }
+}
+
+}  // namespace
+
+void adamw_step(const std::vector<AdamWTensors>& params, const AdamWStep& step) { launch_all(params, step, nullptr); }
+
+void adamw_step_on_device(const std::vector<AdamWTensors>& params, const AdamWStep& step,
+                          const AdamWDeviceInputs& inputs) {
+  const char* op = "AdamW";
+  if (params.empty()) return;
+  PRECIS_CHECK(inputs.lr != nullptr && inputs.step != nullptr, op, ": the sync-free step needs lr and step on the device");
+  const Device device = params.front().param.device();
+  for (const AdamWTensors& a : params)
+    PRECIS_CHECK(a.param.device() == device, op, ": the sync-free step updates parameters of one GPU, got ", device,
+                 " and ", a.param.device());
+  // The step's numbers: made on the device, read by every launch, freed once they are queued
+  // (a later request on the compute stream runs after them).
+  Tensor numbers = empty({static_cast<int64_t>((sizeof(AdamWDeviceStep) + 7) / 8)}, DType::f64, device);
+  AdamWDeviceStep* device_step = static_cast<AdamWDeviceStep*>(numbers.raw_data());
+  adamw_prepare_kernel<<<1, 1, 0, stream_for(params.front().param)>>>(inputs, step.beta1, step.beta2, device_step);
+  PRECIS_CUDA_CHECK_LAUNCH(op);
+  launch_all(params, step, device_step);
 }
 
 }  // namespace precis::ops::cuda

@@ -37,4 +37,18 @@ struct AdamWStep {
 
 void adamw_step(const std::vector<AdamWTensors>& params, const AdamWStep& step);
 
+// Where the sync-free step (optim::AdamW::step_on_device) finds its numbers, all in device
+// memory, so that nothing is baked into the launches and a CUDA graph can replay them.
+struct AdamWDeviceInputs {
+  const double* lr = nullptr;    // the learning rate
+  int64_t* step = nullptr;       // the step count t: t <- t + 1 first (unless skipped), then bias_k = 1 - b_k^t
+  const double* clip = nullptr;  // or null: each gradient is first multiplied by *clip, rounded to its dtype
+  const double* skip = nullptr;  // or null: when *skip != 0 nothing is updated and t stays
+};
+
+// adamw_step with lr, the step count and the bias corrections read (and t advanced) on the
+// device; `step` gives the betas, eps, and stochastic rounding's switch and seed.
+void adamw_step_on_device(const std::vector<AdamWTensors>& params, const AdamWStep& step,
+                          const AdamWDeviceInputs& inputs);
+
 }  // namespace precis::ops::cuda

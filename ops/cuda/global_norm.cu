@@ -2,9 +2,13 @@
 // scaling that clips it (as llm.c's global_norm.cuh, but deterministic):
 //   stage 1: block b sums the squares of one chunk of one tensor in f64 and writes
 //            partial[b] (one launch per batch of tensors of one dtype);
-//   stage 2: one block adds all partials in a fixed order; the total is copied back.
+//   stage 2: one block adds all partials in a fixed order; the total is copied back,
+//            or, for the sync-free step, turned into the norm and the clip factor on
+//            the device.
 // Bytes: each gradient read once (stage 1); 8 bytes per block of partials (stage 2).
 // Scaling reads and writes each gradient once.
+#include <math_constants.h>
+
 #include <algorithm>
 #include <map>
 
@@ -62,6 +66,18 @@ __global__ void __launch_bounds__(1024) sum_partials_kernel(const double* partia
   if (threadIdx.x == 0) *total = sum;
 }
 
+// out = {norm, clip / scale} and the inf/NaN flag from the total of the scaled squares
+// (global_norm_and_clip_factor's rule, global_norm.h), in f64.
+__global__ void norm_and_factor_kernel(const double* total, double max_norm, const double* scale, double* found_inf,
+                                       double* out) {
+  const double sum = total != nullptr ? *total : 0.0, s = scale != nullptr ? *scale : 1.0;
+  const bool finite = isfinite(sum);
+  if (found_inf != nullptr) *found_inf = finite ? 0.0 : 1.0;
+  const double norm = finite ? sqrt(sum) / s : CUDART_INF;
+  out[0] = norm;
+  out[1] = (max_norm > 0 && finite && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0) / s;
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads) scale_kernel(const __grid_constant__ TensorBatch<T> batch, double factor) {
   T* data;
@@ -115,15 +131,10 @@ int64_t blocks_for(const std::vector<Tensor>& tensors) {
   return blocks;
 }
 
-}  // namespace
-
-double sum_of_squares(const std::vector<Tensor>& tensors) {
+// Queues the two stages: partial[b] for each of the blocks_for(tensors) blocks, then their sum into *total.
+void sum_of_squares_into(const std::vector<Tensor>& tensors, double* partial, double* total, cudaStream_t stream) {
   const char* op = "clip_grad_norm";
-  if (tensors.empty()) return 0.0;
-  cudaStream_t stream = stream_for(tensors.front());
   const int64_t blocks = blocks_for(tensors);
-  Tensor buffer = empty({blocks + 1}, DType::f64, tensors.front().device());  // the partials, then the total
-  double* partial = static_cast<double*>(buffer.raw_data());
   int64_t done = 0;
   for (const auto& [dtype, group] : by_dtype(tensors, op)) {
     dispatch_floating(dtype, op, [&](auto tag) {
@@ -134,12 +145,50 @@ double sum_of_squares(const std::vector<Tensor>& tensors) {
       });
     });
   }
-  sum_partials_kernel<<<1, 1024, 0, stream>>>(partial, blocks, partial + blocks);
+  sum_partials_kernel<<<1, 1024, 0, stream>>>(partial, blocks, total);
   PRECIS_CUDA_CHECK_LAUNCH(op);
+}
+
+}  // namespace
+
+double sum_of_squares(const std::vector<Tensor>& tensors) {
+  const char* op = "clip_grad_norm";
+  if (tensors.empty()) return 0.0;
+  cudaStream_t stream = stream_for(tensors.front());
+  const int64_t blocks = blocks_for(tensors);
+  Tensor buffer = empty({blocks + 1}, DType::f64, tensors.front().device());  // the partials, then the total
+  double* partial = static_cast<double*>(buffer.raw_data());
+  sum_of_squares_into(tensors, partial, partial + blocks, stream);
   double total = 0;
   PRECIS_CUDA_CHECK(cudaMemcpyAsync(&total, partial + blocks, sizeof(total), cudaMemcpyDeviceToHost, stream), op);
   PRECIS_CUDA_CHECK(cudaStreamSynchronize(stream), op);
   return total;
+}
+
+void global_norm_and_clip_factor(const std::vector<Tensor>& tensors, double max_norm, const Tensor& scale,
+                                 const Tensor& found_inf, const Tensor& out) {
+  const char* op = "clip_grad_norm";
+  PRECIS_CHECK(out.is_cuda() && out.is_contiguous() && out.dtype() == DType::f64 && out.numel() == 2, op,
+               ": the result must be a dense f64 [2] on the GPU, got ", describe(out));
+  for (const Tensor* scalar : {&scale, &found_inf})
+    PRECIS_CHECK(!scalar->defined() ||
+                     (scalar->dtype() == DType::f64 && scalar->numel() == 1 && scalar->device() == out.device()),
+                 op, ": the loss scale and the inf/NaN flag must be f64 scalars beside the result, got ",
+                 describe(*scalar));
+  cudaStream_t stream = stream_for(out);
+  Tensor buffer;  // the partials, then the total
+  double* total = nullptr;
+  if (!tensors.empty()) {
+    const int64_t blocks = blocks_for(tensors);
+    buffer = empty({blocks + 1}, DType::f64, out.device());
+    double* partial = static_cast<double*>(buffer.raw_data());
+    total = partial + blocks;
+    sum_of_squares_into(tensors, partial, total, stream);
+  }
+  norm_and_factor_kernel<<<1, 1, 0, stream>>>(total, max_norm, scale.defined() ? scale.data<double>() : nullptr,
+                                               found_inf.defined() ? found_inf.data<double>() : nullptr,
+                                               out.data<double>());
+  PRECIS_CUDA_CHECK_LAUNCH(op);
 }
 
 void scale_(const std::vector<Tensor>& tensors, double factor) {

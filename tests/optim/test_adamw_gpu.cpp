@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/copy.h"
+#include "ops/elementwise.h"
 #include "optim/adamw.h"
 #include "optim/clip_grad.h"
 #include "support/gpu.h"
@@ -189,4 +190,85 @@ TEST(ClipGradNormGpu, NonFiniteNormsScaleNothing) {
   p.set_grad(from_vector(v, {1000}).to(kGpu));
   EXPECT_TRUE(std::isinf(optim::clip_grad_norm({p}, 1.0)));
   expect_close(p.grad(), from_vector(v, {1000}), 0, 0);
+}
+
+// The sync-free step (learning rate and step count on the device, clip factor and skip flag
+// read there) against the host step on the CPU with clip_grad_norm: a new learning rate every
+// step, clipping on every step, and a skipped step that must change nothing, count included.
+// The GPU gradients carry a loss scale of 1024 that clip_grad_norm_on_device takes out (the
+// norm, and the factor AdamW applies), and an inf in one of them is what skips the step.
+TEST(AdamWGpu, StepOnDeviceMatchesTheHostStepWithClippingAndASkip) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  struct Case {
+    DType param, grad;
+    bool stochastic;
+  };
+  for (const Case& c : {Case{DType::f32, DType::f32, false}, Case{DType::bf16, DType::f32, true}}) {
+    SCOPED_TRACE(std::string(dtype_name(c.param)) + (c.stochastic ? ", stochastic rounding" : ""));
+    Twins t = make_params(c.param, 70);
+    optim::AdamWOptions options{.lr = 0.01, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
+    options.stochastic_rounding = c.stochastic;
+    options.seed = 99;
+    optim::AdamW cpu(groups_of(t.cpu), options), gpu(groups_of(t.gpu), options);
+    gpu.keep_state_on_device(kGpu);
+    const double loss_scale = 1024;
+    Tensor clip = empty({2}, DType::f64, kGpu), skip = full({}, -1.0, DType::f64, kGpu);
+    const Tensor scale = full({}, loss_scale, DType::f64, kGpu);
+    const double max_norm = 0.5;  // the random gradients' norm is ~90: clipped every step
+    for (int step = 1; step <= 6; ++step) {
+      SCOPED_TRACE("step " + std::to_string(step));
+      const bool skipped = step == 3;
+      const double lr = 0.002 * step;
+      set_grads(t, c.grad, step);
+      for (const Tensor& p : t.gpu) copy_(p.grad(), ops::mul(p.grad(), loss_scale));  // exact: a power of two
+      if (skipped) fill_(t.gpu[2].grad().slice(0, 100, 101), INFINITY);
+      std::vector<Tensor> before;
+      for (const Tensor& p : t.gpu) before.push_back(p.detach().clone());
+      gpu.set_lr(lr);
+      optim::clip_grad_norm_on_device(t.gpu, max_norm, clip, scale, skip);
+      gpu.step_on_device(clip, skip);
+      const std::vector<double> norm_and_factor = clip.to_vector<double>();
+      EXPECT_EQ(skip.item<double>(), skipped ? 1.0 : 0.0) << "the inf/NaN flag is written every step";
+      if (skipped) {
+        EXPECT_TRUE(std::isinf(norm_and_factor[0]));
+        EXPECT_EQ(norm_and_factor[1], 1.0 / loss_scale);
+        for (size_t i = 0; i < t.gpu.size(); ++i) expect_close(t.gpu[i], before[i], 0, 0);
+        continue;
+      }
+      const double norm = optim::clip_grad_norm(t.cpu, max_norm);
+      EXPECT_NEAR(norm_and_factor[0], norm, 1e-12 * norm);
+      EXPECT_NEAR(norm_and_factor[1], max_norm / (norm + 1e-6) / loss_scale, 1e-12 / loss_scale);
+      cpu.set_lr(lr);
+      cpu.step();
+    }
+    EXPECT_EQ(gpu.step_count(), 5) << "the skipped step does not count";
+    EXPECT_EQ(gpu.state_dict().at("step").item<int64_t>(), 5);
+    for (size_t i = 0; i < t.cpu.size(); ++i) {
+      SCOPED_TRACE("parameter " + std::to_string(i));
+      expect_near(t.gpu[i], t.cpu[i]);
+    }
+  }
+}
+
+// After keep_state_on_device, the plain step() reads the device state too; loading a state
+// dict sets the device step count.
+TEST(AdamWGpu, PlainStepAndLoadingUseTheDeviceState) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  Twins t = make_params(DType::f32, 80);
+  const optim::AdamWOptions options{.lr = 0.01, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
+  optim::AdamW cpu(groups_of(t.cpu), options), gpu(groups_of(t.gpu), options);
+  gpu.keep_state_on_device(kGpu);
+  for (int step = 1; step <= 3; ++step) {
+    set_grads(t, DType::f32, step);
+    cpu.set_lr(0.01 / step);
+    gpu.set_lr(0.01 / step);
+    cpu.step();
+    gpu.step();
+  }
+  EXPECT_EQ(gpu.step_count(), 3);
+  for (size_t i = 0; i < t.cpu.size(); ++i) expect_near(t.gpu[i], t.cpu[i]);
+  optim::AdamW loaded(groups_of(t.gpu), options);
+  loaded.keep_state_on_device(kGpu);
+  loaded.load_state_dict(cpu.state_dict());
+  EXPECT_EQ(loaded.step_count(), 3);
 }

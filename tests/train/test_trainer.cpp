@@ -114,3 +114,20 @@ TEST(Trainer, DeviceCudaWithoutAGpuIsAClearError) {
         << e.what();
   }
 }
+
+TEST(Trainer, CudaGraphsOnTheCpuFallBackToTheSameStepWithTheReason) {
+  train::TrainConfig plain_config = tiny_config(fresh_dir("graphs_off"), 4);
+  train::TrainConfig graphs_config = tiny_config(fresh_dir("graphs_on"), 4);
+  graphs_config.cuda_graphs = true;
+  train::Trainer plain(plain_config), graphs(graphs_config);
+  plain.run();
+  ::testing::internal::CaptureStderr();
+  graphs.run();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("note: cuda_graphs: not used: this run is on the CPU, and CUDA graphs need a GPU; the step runs "
+                     "eagerly"),
+            std::string::npos)
+      << err;
+  EXPECT_FALSE(graphs.replaying_graph());
+  EXPECT_EQ(graphs.losses(), plain.losses()) << "bit for bit";
+}

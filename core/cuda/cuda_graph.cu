@@ -1,0 +1,84 @@
+// CudaGraph on the CUDA runtime (core/cuda_graph.h says what it is for).
+//
+// The capture runs in the global mode: while it is underway, a call anywhere in
+// the process that is unsafe during a capture (a sync, cudaMalloc, an event query)
+// fails instead of silently breaking the graph. The allocator's blocks taken
+// during the capture form its private pool (core/cuda/allocator.cu), given back
+// with release_graph_pool when the graph is destroyed or the capture abandoned.
+#include <string>
+
+#include "core/cuda/caching_allocator.h"
+#include "core/cuda/runtime.h"
+#include "core/cuda_graph.h"
+
+namespace precis {
+
+struct CudaGraph::State {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  unsigned long long capture_id = 0;  // names the allocator's private pool; 0: none
+  size_t nodes = 0;
+
+  void reset(Device device) {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    if (capture_id != 0) cuda::caching_allocator(device).release_graph_pool(capture_id);
+    *this = State{};
+  }
+};
+
+CudaGraph::CudaGraph(Device device) : device_(device), state_(std::make_unique<State>()) {
+  PRECIS_CHECK(device.is_cuda(), "CudaGraph: CUDA graphs need a GPU, got ", device);
+}
+
+CudaGraph::~CudaGraph() {
+  cuda::DeviceGuard guard(device_);
+  state_->reset(device_);
+}
+
+void CudaGraph::capture(const std::function<void()>& work) {
+  const char* op = "CUDA graph capture";
+  cuda::DeviceGuard guard(device_);
+  state_->reset(device_);
+  cudaStream_t stream = cuda::compute_stream(device_);
+  PRECIS_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), op);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  PRECIS_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, &state_->capture_id), op);
+  std::string failure;
+  try {
+    work();
+  } catch (const std::exception& e) {
+    failure = e.what();
+  } catch (...) {
+    failure = "an unknown exception";
+  }
+  // The capture must end whatever happened, so that the stream takes work again.
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  if (failure.empty() && ended != cudaSuccess)
+    failure = std::string("the capture was invalidated (") + cudaGetErrorName(ended) +
+              "): the work did something a graph cannot hold, such as a host sync or a pageable copy";
+  state_->graph = graph;
+  if (failure.empty()) {
+    const cudaError_t made = cudaGraphInstantiate(&state_->exec, graph, 0);
+    if (made != cudaSuccess) failure = std::string("instantiating the graph failed (") + cudaGetErrorName(made) + ")";
+  }
+  if (!failure.empty()) {
+    cudaGetLastError();  // a failed capture is an answer, not a broken context: clear it
+    state_->reset(device_);
+    PRECIS_FAIL(op, " failed: ", failure);
+  }
+  PRECIS_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &state_->nodes), op);
+}
+
+void CudaGraph::replay() {
+  PRECIS_CHECK(captured(), "CudaGraph::replay: nothing has been captured");
+  cuda::DeviceGuard guard(device_);
+  PRECIS_CUDA_CHECK(cudaGraphLaunch(state_->exec, cuda::compute_stream(device_)), "CUDA graph replay");
+}
+
+bool CudaGraph::captured() const { return state_->exec != nullptr; }
+
+size_t CudaGraph::num_nodes() const { return state_->nodes; }
+
+}  // namespace precis

@@ -1,0 +1,50 @@
+// CudaGraph: the work a function queues on a GPU's compute stream, recorded once
+// into a CUDA graph (stream capture) and then replayed with one launch.
+//
+// Capture runs nothing: the function's kernels, copies and memsets become nodes
+// of the graph, with the addresses they were given. So everything the work reads
+// or writes must stay where it is for as long as the graph is replayed (static
+// input buffers, parameters, optimizer state, device scalars), values that
+// change from step to step must be read from device memory (never baked in as
+// kernel arguments), and the work must not synchronise with the host, read a
+// value back, or take memory from CUDA (core/cuda/allocator.cu serves requests
+// during a capture from its cache, into the capture's private pool; run the work
+// eagerly once or twice first so the cache holds every size it needs).
+//
+// Without a CUDA build capture() raises precis::Error.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+
+#include "core/device.h"
+
+namespace precis {
+
+class CudaGraph {
+ public:
+  explicit CudaGraph(Device device);
+  // Destroys the graph; the memory it held returns to the allocator's general cache.
+  ~CudaGraph();
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+
+  // Records what `work` queues on the compute stream (replacing an earlier graph).
+  // If `work` throws, or the capture is invalidated by something it did, the capture
+  // is abandoned (the stream is usable again, its memory freed) and precis::Error
+  // says why.
+  void capture(const std::function<void()>& work);
+  // Queues one run of the graph on the compute stream (returns at once).
+  void replay();
+  bool captured() const;
+  // Nodes (kernels, copies, memsets) in the captured graph.
+  size_t num_nodes() const;
+
+ private:
+  struct State;  // the CUDA handles (core/cuda/cuda_graph.cu)
+  Device device_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace precis
