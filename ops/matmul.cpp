@@ -27,6 +27,7 @@ namespace precis::ops {
 namespace {
 
 std::atomic<bool> g_allow_tf32{false};
+std::atomic<bool> g_matmul_autotune{true};
 
 using Eigen::Dynamic;
 template <typename T, int Order>
@@ -272,6 +273,8 @@ Tensor product(const Tensor& a, const Tensor& b) {
 
 void set_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
 bool allow_tf32() { return g_allow_tf32.load(); }
+void set_matmul_autotune(bool autotune) { g_matmul_autotune.store(autotune); }
+bool matmul_autotune() { return g_matmul_autotune.load(); }
 
 Tensor matmul(const Tensor& a_arg, const Tensor& b_arg) {
   // autocast: products run in the compute dtype.

@@ -343,6 +343,7 @@ std::vector<Field> make_fields(TrainConfig& c) {
       text("device", c.device, check_device),
       integer("threads", c.threads, at_least(0)),
       boolean("cuda_graphs", c.cuda_graphs),
+      boolean("matmul_autotune", c.matmul_autotune),
       text("out_dir", c.out_dir),
   };
 }

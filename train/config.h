@@ -117,6 +117,7 @@ struct TrainConfig {
   std::string device = "auto";  // auto | cpu | cuda | cuda:N
   int64_t threads = 0;          // CPU threads, 0: all cores
   bool cuda_graphs = false;     // capture the training step in a CUDA graph after warm-up and replay it
+  bool matmul_autotune = true;  // GPU: time cuBLASLt's candidate algorithms once per large product
   std::string out_dir = "out";
   std::string config_path;      // the file it was loaded from
 };

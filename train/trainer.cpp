@@ -58,6 +58,7 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
   if (!config_.profile.trace.empty()) step_trace_ = std::make_unique<StepTrace>(config_.profile.trace, device_);
   policy_ = policy_from_config(config_.precision);
   ops::set_allow_tf32(policy_.allow_tf32);  // nothing enables TF32 behind the user's back
+  ops::set_matmul_autotune(config_.matmul_autotune);
   int capability = device_.is_cuda() ? cuda_compute_capability(device_.index) : 0;
   for (const std::string& warning : policy_.validate(capability)) std::cerr << "warning: " << warning << "\n";
   scaler_ = std::make_unique<amp::GradScaler>(scaler_options_from_config(config_.precision, policy_));

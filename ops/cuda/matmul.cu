@@ -19,6 +19,16 @@
 // For the input gradient of a linear applied to a GELU's output, dz = (g W) * gelu'(z)
 // (m = in, n = rows of g, k = out), with z the aux matrix the forward's GELU_AUX stored:
 //   DGELU              multiply the product by gelu'(aux) as it is written.
+//
+// Choosing the algorithm. cuBLASLt's heuristic ranks algorithms by a model of the
+// GPU, and its first choice is not always the fastest: on an H100 it gave GPT-2's
+// f16 products (the same shapes as bf16) older xmma kernels that ran the f16 step
+// ~1.3 ms slower than bf16's. So, with ops::matmul_autotune() on, a problem large
+// enough to matter is timed once: its first kAutotuneCandidates heuristic answers
+// each run kAutotuneRuns times on the real operands (every product here writes only
+// D and the epilogue's outputs, with beta = 0, so a run repeats nothing; the real run
+// follows) and the fastest, by more than kAutotuneMargin, is cached. Never during a
+// CUDA graph capture (timing synchronises): there the heuristic's first answer is used.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -28,6 +38,7 @@
 #include <compare>
 #include <cstdint>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
@@ -47,6 +58,11 @@ namespace {
 
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 std::atomic<bool> g_fuse_epilogues{true};
+
+constexpr int kAutotuneCandidates = 8;
+constexpr int kAutotuneRuns = 3;  // after one untimed run; the fastest of the runs counts
+constexpr double kAutotuneMargin = 0.02;
+constexpr double kAutotuneMinFlops = 2.0 * 256 * 256 * 256;  // smaller products are launch-bound
 
 // ---------------------------------------------------------------------------
 // Kernels. GELU is the tanh approximation, computed in f32:
@@ -240,6 +256,53 @@ struct CachedAlgo {
   cublasLtMatmulAlgo_t algo{};
 };
 
+// The descriptors of one product, as cublasLtMatmul takes them.
+struct Problem {
+  cublasLtHandle_t handle;
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t a, b, d;
+  void* workspace;
+  cudaStream_t stream;
+};
+
+void run_algo(const Gemm& g, const Problem& p, const cublasLtMatmulAlgo_t& algo) {
+  const float alpha = 1.0f, beta = 0.0f;
+  PRECIS_CUBLAS_CHECK(cublasLtMatmul(p.handle, p.desc, &alpha, g.a, p.a, g.b, p.b, &beta, g.d, p.d, g.d, p.d, &algo,
+                                     p.workspace, kWorkspaceBytes, p.stream),
+                      g.op, " ", g.problem());
+}
+
+// The fastest of `candidates` (in the heuristic's order; a later one must win by the margin).
+cublasLtMatmulAlgo_t fastest(const Gemm& g, const Problem& p, const cublasLtMatmulHeuristicResult_t* candidates,
+                             int count) {
+  const char* op = "matmul autotune";
+  cudaEvent_t start = nullptr, stop = nullptr;
+  PRECIS_CUDA_CHECK(cudaEventCreate(&start), op);
+  PRECIS_CUDA_CHECK(cudaEventCreate(&stop), op);
+  int best = 0;
+  float best_ms = 0;
+  for (int c = 0; c < count; ++c) {
+    float ms = std::numeric_limits<float>::infinity();
+    run_algo(g, p, candidates[c].algo);
+    for (int r = 0; r < kAutotuneRuns; ++r) {
+      PRECIS_CUDA_CHECK(cudaEventRecord(start, p.stream), op);
+      run_algo(g, p, candidates[c].algo);
+      PRECIS_CUDA_CHECK(cudaEventRecord(stop, p.stream), op);
+      PRECIS_CUDA_CHECK(cudaEventSynchronize(stop), op);
+      float run_ms = 0;
+      PRECIS_CUDA_CHECK(cudaEventElapsedTime(&run_ms, start, stop), op);
+      ms = std::min(ms, run_ms);
+    }
+    if (c == 0 || ms < best_ms * (1.0 - kAutotuneMargin)) {
+      best = c;
+      best_ms = ms;
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return candidates[best].algo;
+}
+
 std::mutex g_cache_mutex;
 std::map<AlgoKey, CachedAlgo> g_cache;
 MatmulCacheStats g_stats;
@@ -317,6 +380,9 @@ bool try_run(const Gemm& g) {
                     alignment(g.d, bytes, {g.ldd, g.stride_d}),
                     g.bias ? alignment(g.bias, bytes, {}) : 0u,
                     g.aux ? alignment(g.aux, bytes, {g.aux_ld}) : 0u};
+  const Problem problem{state.handle,   desc.get(),      layout_a.get(),
+                        layout_b.get(),  layout_d.get(),  state.workspace,
+                        precis::cuda::compute_stream(g.device)};
   CachedAlgo cached;
   {
     std::lock_guard<std::mutex> lock(g_cache_mutex);
@@ -343,27 +409,28 @@ bool try_run(const Gemm& g) {
             cublasLtMatmulPreferenceSetAttribute(preference.get(), attribute, &bytes_aligned, sizeof(bytes_aligned)),
             g.op, " ", g.problem());
       }
-      cublasLtMatmulHeuristicResult_t result{};
+      const double flops = 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k) *
+                           static_cast<double>(g.batch);
+      const bool tune = matmul_autotune() && flops >= kAutotuneMinFlops && !precis::cuda::is_capturing(problem.stream);
+      cublasLtMatmulHeuristicResult_t results[kAutotuneCandidates] = {};
       int found = 0;
-      cublasStatus_t status =
-          cublasLtMatmulAlgoGetHeuristic(state.handle, desc.get(), layout_a.get(), layout_b.get(), layout_d.get(),
-                                         layout_d.get(), preference.get(), 1, &result, &found);
+      cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(state.handle, desc.get(), layout_a.get(), layout_b.get(),
+                                                             layout_d.get(), layout_d.get(), preference.get(),
+                                                             tune ? kAutotuneCandidates : 1, results, &found);
       // NOT_SUPPORTED is how the heuristic says that nothing fits this configuration.
       if (status != CUBLAS_STATUS_NOT_SUPPORTED) {
         PRECIS_CUBLAS_CHECK(status, g.op, " ", g.problem());
       }
       cached.found = status == CUBLAS_STATUS_SUCCESS && found > 0;
-      if (cached.found) cached.algo = result.algo;
+      if (cached.found) {
+        cached.algo = found > 1 ? fastest(g, problem, results, found) : results[0].algo;
+        if (found > 1) ++g_stats.autotuned;
+      }
       g_cache.emplace(key, cached);
     }
   }
   if (!cached.found) return false;
-
-  const float alpha = 1.0f, beta = 0.0f;
-  PRECIS_CUBLAS_CHECK(cublasLtMatmul(state.handle, desc.get(), &alpha, g.a, layout_a.get(), g.b, layout_b.get(), &beta,
-                                     g.d, layout_d.get(), g.d, layout_d.get(), &cached.algo, state.workspace,
-                                     kWorkspaceBytes, precis::cuda::compute_stream(g.device)),
-                      g.op, " ", g.problem());
+  run_algo(g, problem, cached.algo);
   return true;
 }
 

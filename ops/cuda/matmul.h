@@ -56,11 +56,14 @@ void set_fuse_epilogues(bool fuse);
 bool fuse_epilogues();
 
 // The algorithm heuristic is asked once per problem (device, shapes, strides,
-// dtypes, transposes, pointer alignments, epilogue) and its answer cached.
+// dtypes, transposes, pointer alignments, epilogue) and its answer cached; with
+// ops::matmul_autotune() on, large problems time the heuristic's first answers once
+// and cache the fastest (matmul.cu says how).
 struct MatmulCacheStats {
-  int64_t lookups = 0;  // products planned
-  int64_t hits = 0;     // of which found their algorithm in the cache
-  int64_t entries = 0;  // problems cached
+  int64_t lookups = 0;    // products planned
+  int64_t hits = 0;       // of which found their algorithm in the cache
+  int64_t entries = 0;    // problems cached
+  int64_t autotuned = 0;  // problems whose algorithm was chosen by timing candidates
 };
 MatmulCacheStats matmul_cache_stats();
 

@@ -314,6 +314,41 @@ TEST(MatmulGpu, HeuristicIsAskedOncePerProblem) {
 }
 #endif
 
+// Autotuning (on by default) times the heuristic's candidates once for a large problem
+// and caches the winner, which still computes the product; switched off, a new problem
+// takes the heuristic's first answer untimed.
+TEST(MatmulGpu, AutotuneTimesALargeProblemOnceAndItsChoiceMatchesTheCpu) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  ASSERT_TRUE(ops::matmul_autotune()) << "on by default";
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    const std::string what = std::string(dtype_name(dtype)) + " [1024, 768] x [768, 3072]";
+    Tensor a = host_values({1024, 768}, 40, dtype), b = host_values({768, 3072}, 41, dtype);
+    const Tensor expected = ops::matmul(f64(a), f64(b));
+    Tensor ga = a.to(kGpu), gb = b.to(kGpu);
+    const ops::cuda::MatmulCacheStats before = ops::cuda::matmul_cache_stats();
+    Tensor out = poisoned({1024, 3072}, dtype);
+    ops::cuda::matmul(out, ga, gb);
+    const ops::cuda::MatmulCacheStats tuned = ops::cuda::matmul_cache_stats();
+    EXPECT_EQ(tuned.autotuned, before.autotuned + 1) << what;
+    expect_near(out, expected, 1e-2, what + ", first (timed) call");
+    out = poisoned({1024, 3072}, dtype);
+    ops::cuda::matmul(out, ga, gb);
+    const ops::cuda::MatmulCacheStats again = ops::cuda::matmul_cache_stats();
+    EXPECT_EQ(again.autotuned, tuned.autotuned) << what << ": timed once";
+    EXPECT_EQ(again.hits, tuned.hits + 1) << what;
+    expect_near(out, expected, 1e-2, what + ", cached choice");
+  }
+  ops::set_matmul_autotune(false);
+  Tensor a = host_values({1024, 768}, 42, DType::f16), b = host_values({768, 2304}, 43, DType::f16);
+  const ops::cuda::MatmulCacheStats before = ops::cuda::matmul_cache_stats();
+  Tensor out = poisoned({1024, 2304}, DType::f16);
+  ops::cuda::matmul(out, a.to(kGpu), b.to(kGpu));
+  ops::set_matmul_autotune(true);
+  EXPECT_EQ(ops::cuda::matmul_cache_stats().autotuned, before.autotuned) << "autotune off";
+  EXPECT_EQ(ops::cuda::matmul_cache_stats().entries, before.entries + 1);
+  expect_near(out, ops::matmul(f64(a), f64(b)), 1e-2, "float16 product with autotune off");
+}
+
 TEST(MatmulGpu, LinearAndLinearGeluForwardAndBackwardMatchTheCpu) {
   PRECIS_SKIP_WITHOUT_GPU();
   struct Case {
