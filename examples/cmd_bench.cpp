@@ -111,6 +111,8 @@ train::TrainConfig bench_config(const BenchOptions& b) {
     overrides.push_back("model.block_size=" + std::to_string(b.seq));
   } else {
     overrides.push_back("model.preset=" + b.preset);
+    // GPT-2's 1024 positions, raised for longer sequences (the sequence-length scaling runs).
+    if (b.seq > 1024) overrides.push_back("model.block_size=" + std::to_string(b.seq));
   }
   if (!b.trace.empty()) {
     overrides.push_back("profile.trace=" + b.trace);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: configure, build (sm_90 only, -j16), run the
 # gpu-labelled tests and the benchmarks, and print a short table last.
-# Usage: bash scripts/gpu-check.sh [build-dir]
+# Usage: bash scripts/gpu-check.sh [build-dir]   (BENCHES="bench/run-a.sh ..." runs only those benchmarks)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build-gpu}
@@ -23,11 +23,20 @@ bench_rows=()
 if [ -x "$BUILD/precis" ]; then
   "$BUILD/precis" device | tee "$OUT/device.txt"
 fi
-for b in bench/run-*.sh; do
+# Each benchmark's per-run logs go to $LOGS/<name>/; they come back as one archive.
+LOGS=/tmp/precis-gpu-check-logs
+rm -rf "$LOGS" && mkdir -p "$LOGS"
+for b in ${BENCHES:-bench/run-*.sh}; do
   [ -f "$b" ] || continue
-  row=$(bash "$b" "$BUILD" 2>&1 | tee -a "$OUT/bench.log" | tail -1)
-  bench_rows+=("$(basename "$b" .sh): $row")
+  name=$(basename "$b" .sh)
+  row=$(OUT_DIR="$LOGS/$name" bash "$b" "$BUILD" 2>&1 | tee -a "$OUT/bench.log" | tail -1)
+  bench_rows+=("$name: $row")
 done
+# One traced bf16 step: the time of every kernel (the top 15 printed, all in the JSON).
+"$BUILD/precis" bench gpt2 --precision bf16 --steps 3 --warmup 3 --device cuda --trace "$LOGS/trace-bf16.json" \
+  --out "$LOGS/trace-run" >"$LOGS/trace-bf16.log" 2>&1
+sed -n '/kernel launches/,/other kernels/p' "$LOGS/trace-bf16.log" >>"$OUT/bench.log"
+(cd "$LOGS" && find . -maxdepth 2 \( -name '*.log' -o -name '*.json' \) | tar czf "$OUT/bench-logs.tgz" -T -)
 
 echo
 echo "==== gpu-check summary ===="

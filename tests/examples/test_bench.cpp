@@ -88,7 +88,7 @@ TEST(Bench, WrongArgumentsAreOneClearLine) {
       {"bench gpt2 --precision fp8 --device cpu",
        "'precision.policy' must be one of fp32, tf32, fp16, bf16, bf16-pure"},
       {"bench gpt2 --attention fast --device cpu", "'model.attention' must be one of"},
-      {"bench gpt2 --seq 2048 --device cpu", "'batch.seq_len' (2048) must be <= 'model.block_size' (1024)"},
+      {"bench gpt2 --seq 0", "bench: --seq must be an integer >= 1, got '0'"},
       {"bench gpt2 --device tpu", "'device' must be one of auto, cpu, cuda, cuda:N, got 'tpu'"},
       {"bench gpt2 --preset tiny --device cpu --trace /no-such-dir/t.json",
        "cannot write profile.trace '/no-such-dir/t.json'"},
