@@ -2,11 +2,21 @@
 // range of sequence lengths at a fixed number of tokens (B * T), as issue 6 asks:
 //   precis bench attention [--tokens 16384] [--heads 12] [--head-dim 64]
 //                          [--seq 512,1024,2048,4096,8192,16384] [--dtype bf16] [--iters 20]
-// Per length and implementation: forward and forward+backward milliseconds (the mean
-// of --iters runs after 3 warm-up runs, timed with a device sync at both ends),
-// TFLOP/s and the peak memory above what the inputs take. FLOPs count the matrix
-// products only, halved for the causal mask (what is computed, as FlashAttention's
-// and PyTorch's benchmarks count): forward 4 B H T^2 D / 2, backward 2.5x that.
+//                          [--impl flash|reference|both]
+// Per length and implementation: forward and forward+backward milliseconds, TFLOP/s
+// and the peak memory above what the inputs take. Timing: 3 warm-up runs, then 5
+// rounds of --iters runs, each round timed with CUDA events on the compute stream
+// (host clock and a sync on the CPU); the median round's mean per run is reported,
+// the same method as PyTorch's benchmark helpers. Forward+backward is the op with
+// autograd recording, then backward from a random output gradient through the op's
+// own backward, which writes dq, dk and dv. Those are handed to the node that made
+// q, k and v, as in a model (where a linear layer made them); no leaf .grad is filled,
+// since copying three gradients into .grad is not attention's cost (PyTorch's
+// autograd hands a fresh gradient to .grad without a copy).
+// FLOPs count the matrix products only, halved for the causal mask (what is computed,
+// as FlashAttention's and PyTorch's benchmarks count): forward 4 B H T^2 D / 2,
+// backward 2.5x that.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -14,6 +24,7 @@
 #include <sstream>
 
 #include "core/allocator.h"
+#include "core/autograd.h"
 #include "core/error.h"
 #include "core/gpu.h"
 #include "core/random.h"
@@ -57,14 +68,40 @@ void sync(Device device) {
 #endif
 }
 
+// Milliseconds per call of `fn`: the median over 5 rounds of `iters` calls of each
+// round's mean, after 3 warm-up calls.
 template <typename Fn>
 double mean_ms(Device device, int iters, Fn&& fn) {
   for (int i = 0; i < 3; ++i) fn();
-  sync(device);
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters; ++i) fn();
-  sync(device);
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / iters;
+  std::vector<double> rounds;
+  for (int round = 0; round < 5; ++round) {
+#if PRECIS_WITH_CUDA
+    if (device.is_cuda()) {
+      cudaStream_t stream = cuda::compute_stream(device);
+      cudaEvent_t start = nullptr, stop = nullptr;
+      PRECIS_CUDA_CHECK(cudaEventCreate(&start), "bench attention");
+      PRECIS_CUDA_CHECK(cudaEventCreate(&stop), "bench attention");
+      PRECIS_CUDA_CHECK(cudaEventRecord(start, stream), "bench attention");
+      for (int i = 0; i < iters; ++i) fn();
+      PRECIS_CUDA_CHECK(cudaEventRecord(stop, stream), "bench attention");
+      PRECIS_CUDA_CHECK(cudaEventSynchronize(stop), "bench attention");
+      float ms = 0.f;
+      PRECIS_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop), "bench attention");
+      cudaEventDestroy(start);
+      cudaEventDestroy(stop);
+      rounds.push_back(static_cast<double>(ms) / iters);
+      continue;
+    }
+#endif
+    sync(device);
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) fn();
+    sync(device);
+    rounds.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() /
+                     iters);
+  }
+  std::sort(rounds.begin(), rounds.end());
+  return rounds[rounds.size() / 2];
 }
 
 Timing time_attention(int64_t B, int64_t H, int64_t T, int64_t D, DType dtype, Device device, int iters,
@@ -72,8 +109,14 @@ Timing time_attention(int64_t B, int64_t H, int64_t T, int64_t D, DType dtype, D
   Timing t;
   Generator gen(1);
   auto random = [&] { return randn({B, H, T, D}, DType::f32, &gen).to(dtype).to(device); };
-  Tensor q = random().set_requires_grad(), k = random().set_requires_grad(), v = random().set_requires_grad();
+  Tensor q = random(), k = random(), v = random();
   Tensor dout = random();
+  // q, k, v as outputs of a node that drops their gradients: the stand-in for the layer
+  // that made them, so backward ends where a model's attention backward would.
+  Tensor source = zeros({1}, DType::f32, device).set_requires_grad();
+  autograd::record(
+      "bench attention inputs", {source}, {q, k, v}, [](const BackwardArgs&) { return std::vector<Tensor>{Tensor()}; },
+      /*saves_tensors=*/false);
   Allocator& allocator = allocator_for(device);
   sync(device);
   const size_t base = allocator.stats().allocated_bytes;
@@ -86,12 +129,7 @@ Timing time_attention(int64_t B, int64_t H, int64_t T, int64_t D, DType dtype, D
       NoGradGuard no_grad;
       t.forward_ms = mean_ms(device, iters, [&] { forward(); });
     }
-    t.total_ms = mean_ms(device, iters, [&] {
-      q.zero_grad();
-      k.zero_grad();
-      v.zero_grad();
-      forward().backward(dout);
-    });
+    t.total_ms = mean_ms(device, iters, [&] { forward().backward(dout); });
     t.peak_gib = static_cast<double>(allocator.stats().peak_bytes - base) / (1ull << 30);
   } catch (const Error& e) {
     std::string what = e.what();
@@ -103,8 +141,11 @@ Timing time_attention(int64_t B, int64_t H, int64_t T, int64_t D, DType dtype, D
 }  // namespace
 
 int bench_attention_command(const Args& args) {
-  Options o = parse_options(args, {"tokens", "heads", "head-dim", "seq", "dtype", "iters", "device"},
+  Options o = parse_options(args, {"tokens", "heads", "head-dim", "seq", "dtype", "iters", "device", "impl"},
                             "bench attention");
+  const std::string which = o.get("impl", "both");
+  PRECIS_CHECK(which == "flash" || which == "reference" || which == "both",
+               "bench attention: --impl is flash, reference or both, not '", which, "'");
   const int64_t tokens = std::stoll(o.get("tokens", "16384")), H = std::stoll(o.get("heads", "12")),
                 D = std::stoll(o.get("head-dim", "64"));
   const int iters = std::stoi(o.get("iters", "20"));
@@ -122,6 +163,7 @@ int bench_attention_command(const Args& args) {
     const double fwd_flops = 4.0 * B * H * static_cast<double>(T) * T * D / 2.0;
     for (auto [impl, name] :
          {std::pair{ops::AttentionImpl::flash, "flash"}, std::pair{ops::AttentionImpl::reference, "reference"}}) {
+      if (which != "both" && which != name) continue;
       Timing t = time_attention(B, H, T, D, dtype, device, iters, impl);
       char row[256];
       if (!t.failure.empty())

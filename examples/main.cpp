@@ -28,7 +28,7 @@ void print_usage() {
                "                                      TFLOP/s, MFU, peak memory (warm-up steps left out);\n"
                "                                      --trace writes a Perfetto trace of one step's kernels\n"
                "  bench attention [--tokens 16384] [--heads 12] [--head-dim 64] [--seq 512,1024,...]\n"
-               "                  [--dtype bf16] [--iters 20]\n"
+               "                  [--dtype bf16] [--iters 20] [--impl flash|reference|both]\n"
                "                                      flash vs reference attention alone, by sequence length\n"
                "  device                              show which device `device: auto` would use\n"
                "  help                                this message\n";

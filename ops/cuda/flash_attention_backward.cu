@@ -10,23 +10,16 @@
 //
 // Nothing of size Tq x Tk is stored: P is recomputed tile by tile from Q, K and the
 // forward's lse (P_ij = exp(S_ij - lse_i)). Three kernels:
-//   1. delta_i = rowsum(dO * O)                                    reads 2 Tq D values
-//   2. one thread block per block of kBlockN keys: keeps K, V and the dK, dV sums of
-//      its keys on chip and walks the query blocks (causal: from the diagonal on),
-//      recomputing S, P, dP, dS there. dK, dV are written once at the end; dQ gets
-//      each key block's contribution added into an f32 buffer with atomics (so the
-//      order of those additions, and dQ's last bits, can vary between runs).
+//   1. delta_i = rowsum(dO * O), and zeros in an f32 dQ buffer    reads 2 Tq D values
+//   2. one thread block per block of keys: keeps K, V and the dK, dV sums of its keys
+//      on chip and walks the query blocks (causal: from the diagonal on), recomputing
+//      S, P, dP, dS there. dK, dV are written once at the end; dQ gets each key block's
+//      contribution added into the f32 buffer with atomics (so the order of those
+//      additions, and dQ's last bits, can vary between runs; dK and dV cannot).
 //   3. dQ = that f32 buffer rounded to q's dtype.
 // Traffic per (b, h): K, V, dK, dV once; Q, dO, lse, delta once per key block; dQ's
 // f32 buffer read-modify-written once per key block. Arithmetic: 5 products of
 // 2 Tq Tk D flops each (S, dP, dV, dK, dQ), half of it skipped when causal.
-//
-// The block: 8 warps, 128 keys, query blocks of 64 rows. For S and dP each warp owns
-// 16 query rows x 64 keys; P and dS go to shared memory (16-bit), where the transposed
-// reads for dV and dK (each warp owns 16 keys) and the dQ product (each warp: 16 rows,
-// half the head columns) find them. The next query block's Q and dO load (cp.async)
-// while this one computes. 128 keys per block halve the dQ atomics and the Q/dO
-// reloads of 64-key blocks.
 #include "ops/cuda/flash_attention.h"
 #include "ops/cuda/flash_mma.cuh"
 #include "ops/cuda/flash_params.cuh"
@@ -38,14 +31,15 @@ namespace {
 
 using namespace flash;
 
-constexpr int kThreads = 256, kBlockM = 64, kBlockN = 128;  // 8 warps
+constexpr int kThreads = 256, kBlockM = 64;  // 8 warps; query rows per step of the walk
 constexpr float kLog2e = 1.4426950408889634f;
 
-// ---- 1. delta_i = sum_d dO_id O_id, kD / 8 threads per row (16-byte loads), f32.
+// ---- 1. delta_i = sum_d dO_id O_id, kD / 8 threads per row (16-byte loads), f32; and
+// the zeros of the f32 dQ sums (the same rows, so no separate memset pass).
 
 template <typename T, int kD>
-__global__ void flash_delta_kernel(HeadsView<const T> out, HeadsView<const T> dout, float* delta, Sizes s,
-                                   int64_t rows) {
+__global__ void flash_delta_kernel(HeadsView<const T> out, HeadsView<const T> dout, float* delta, float* dq_accum,
+                                   Sizes s, int64_t rows) {
   constexpr int kLanesPerRow = kD / 8;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t row = t / kLanesPerRow;
@@ -60,6 +54,8 @@ __global__ void flash_delta_kernel(HeadsView<const T> out, HeadsView<const T> do
     const T* g8 = reinterpret_cast<const T*>(&g4);
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc += static_cast<float>(o8[e]) * static_cast<float>(g8[e]);
+    float4* zeros = reinterpret_cast<float4*>(dq_accum + row * kD + col);
+    zeros[0] = zeros[1] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
 #pragma unroll
   for (int offset = kLanesPerRow / 2; offset > 0; offset /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
@@ -67,29 +63,120 @@ __global__ void flash_delta_kernel(HeadsView<const T> out, HeadsView<const T> do
 }
 
 // ---- 2. dK, dV of one key block, and its share of dQ.
+//
+// Two roles of 4 warps each; warp w and warp w + 4 own the same kKeysPerWarp keys and
+// sit on the same SM sub-partition:
+//   probability warps      S^T = K Q^T,  P^T = exp(scale S^T - lse),  dV += P^T dO
+//   score-gradient warps   dP^T = V dO^T,  dS^T = P^T (dP^T - delta),  dK += dS^T Q,
+//                          dQ += scale dS K (32 query rows x kD/2 columns each)
+// Keys are the rows of a warp's products, so a probability warp's K fragments stay in
+// registers for the whole walk (a score-gradient warp re-reads V's each step), and the
+// C fragments of P^T and dS^T are, as they are, the A fragments of the dV and dK
+// products (see flash_mma.cuh). P^T reaches the score-gradient warp of the same keys
+// through a shared-memory "exchange" (16-bit, in the fragment layout, so 16-byte
+// accesses without conflicts); dS^T goes to shared memory as a [key][query] tile for
+// dQ, whose rows are queries.
+//
+// The probability warps run one query block ahead: while they exponentiate block m + 1,
+// the score-gradient warps run their products on block m, so the special-function unit
+// and the tensor cores of a sub-partition work at once. Named barriers hand blocks over:
+//   kQueryBlockLoaded    probability warps (who issue every query-block copy): block m
+//                        has landed in shared memory
+//   kProbabilitiesReady  P^T of block m is in exchange slot m % 2 (and block m's Q, dO,
+//                        delta are visible to the score-gradient warps)
+//   kScoreGradsStored    score-gradient warps: dS^T of block m is complete, for dQ
+//   kScoreGradsDone      score-gradient warps are done with block m: its stage and
+//                        exchange slot may be refilled
+// Shared memory: K, V [kBlockN][kD]; Q, dO [kStages][kBlockM][kD] (blocks m and m + 1 in
+// use, m + 2 loading) and lse, delta beside them; the exchange and dS^T in 2 slots.
+// Per step of 64 queries x 128 keys (D = 64) the warps read ~225 KB of fragments from
+// shared memory and write ~50 KB. A layout with 16 query rows per warp in every product
+// (this kernel's predecessor) read ~460 KB and wrote ~50 KB, and spent its time waiting
+// on the shared-memory pipe (75% busy on an H100).
 
 template <int kD>
 struct BackwardTile {
-  // K, V [kBlockN][kD]; Q, dO [kBlockM][kD] twice (the next query block loads while this
-  // one computes); P, dS [kBlockM][kBlockN], all 16-bit; lse, delta rows in f32, twice.
-  static constexpr int kSmemBytes =
-      (2 * kBlockN + 4 * kBlockM) * kD * 2 + 2 * kBlockM * kBlockN * 2 + 4 * kBlockM * 4;
+  // Keys per warp: the warp's K (or V) fragments, its dV (or dK) sums and its
+  // [keys x 64 queries] score tile must fit in 255 registers with everything else.
+  static constexpr int kKeysPerWarp = kD == 64 ? 32 : 16;
+  static constexpr int kKeyTiles = kKeysPerWarp / 16;  // m16 tiles of keys per warp
+  static constexpr int kBlockN = 4 * kKeysPerWarp;     // keys per thread block
+  static constexpr int kStages = 3;
+  // One warp's P^T in one slot: kKeyTiles x (kBlockM / 16) A fragments of 16 bytes per lane.
+  static constexpr int kExchangeBytes = kKeyTiles * (kBlockM / 16) * 16 * 32;
+  static constexpr int kSmemBytes = 2 * kBlockN * kD * 2 + 2 * kStages * kBlockM * kD * 2 +
+                                    2 * 4 * kExchangeBytes + 2 * kBlockN * kBlockM * 2 + 2 * kStages * kBlockM * 4;
 };
 
+enum BackwardBarrier : int {  // 0 is __syncthreads'
+  kQueryBlockLoaded = 1,
+  kProbabilitiesReady = 2,  // + slot
+  kScoreGradsDone = 4,      // + slot
+  kScoreGradsStored = 6,
+};
+
+// st[keys x queries] = kv (the warp's keys, A fragments) x rows^T, rows = [kBlockM][kD] tile.
+template <typename T, int kD, int kKeyTiles>
+__device__ __forceinline__ void keys_times_rows(float (&st)[kKeyTiles][kBlockM / 8][4],
+                                                const uint32_t (&kv)[kKeyTiles][kD / 16][4], const T* rows,
+                                                int lane) {
+#pragma unroll
+  for (int mt = 0; mt < kKeyTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kBlockM / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st[mt][nt][e] = 0.f;
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks)
+#pragma unroll
+    for (int qp = 0; qp < kBlockM / 16; ++qp) {
+      uint32_t bf[4];
+      load_b_from_rows<kD>(bf, rows, qp * 16, ks * 16, lane);
+#pragma unroll
+      for (int mt = 0; mt < kKeyTiles; ++mt) {
+        mma_16816<T>(st[mt][2 * qp], kv[mt][ks], bf[0], bf[1]);
+        mma_16816<T>(st[mt][2 * qp + 1], kv[mt][ks], bf[2], bf[3]);
+      }
+    }
+}
+
+// acc[keys x kD] += frag (keys x queries, A fragments) x cols, cols = [kBlockM][kD] tile.
+template <typename T, int kD, int kKeyTiles>
+__device__ __forceinline__ void accumulate_keys_times_cols(float (&acc)[kKeyTiles][kD / 8][4],
+                                                           const uint32_t (&frag)[kKeyTiles][kBlockM / 16][4],
+                                                           const T* cols, int lane) {
+#pragma unroll
+  for (int j = 0; j < kBlockM / 16; ++j)
+#pragma unroll
+    for (int dp = 0; dp < kD / 16; ++dp) {
+      uint32_t bf[4];
+      load_b_from_cols<kD>(bf, cols, j * 16, dp * 16, lane);
+#pragma unroll
+      for (int mt = 0; mt < kKeyTiles; ++mt) {
+        mma_16816<T>(acc[mt][2 * dp], frag[mt][j], bf[0], bf[1]);
+        mma_16816<T>(acc[mt][2 * dp + 1], frag[mt][j], bf[2], bf[3]);
+      }
+    }
+}
+
 template <typename T, int kD>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 1)
     flash_backward_kernel(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<const T> dout,
                           const float* lse, const float* delta, float* dq_accum, HeadsView<T> dk, HeadsView<T> dv,
                           Sizes s) {
+  using Tile = BackwardTile<kD>;
+  constexpr int kBlockN = Tile::kBlockN, kKeyTiles = Tile::kKeyTiles, kQueryTiles = kBlockM / 8;
+  constexpr int kStages = Tile::kStages, kRoleThreads = kThreads / 2;
+  constexpr int kExchangeWords = Tile::kExchangeBytes / 16;  // uint4 per warp and slot
   extern __shared__ __align__(16) unsigned char smem[];
   T* sK = reinterpret_cast<T*>(smem);
   T* sV = sK + kBlockN * kD;
-  T* sQ = sV + kBlockN * kD;  // [2][kBlockM * kD]
-  T* sdO = sQ + 2 * kBlockM * kD;
-  T* sP = sdO + 2 * kBlockM * kD;
-  T* sdS = sP + kBlockM * kBlockN;
-  float* sLse = reinterpret_cast<float*>(sdS + kBlockM * kBlockN);  // [2][kBlockM], log2 units
-  float* sDelta = sLse + 2 * kBlockM;                               // [2][kBlockM]
+  T* sQ = sV + kBlockN * kD;             // [kStages][kBlockM * kD]
+  T* sdO = sQ + kStages * kBlockM * kD;  // [kStages][kBlockM * kD]
+  uint4* sExchange = reinterpret_cast<uint4*>(sdO + kStages * kBlockM * kD);      // [2 slots][4 warps][words]
+  T* sdSt = reinterpret_cast<T*>(sExchange + 2 * 4 * kExchangeWords);             // [2 slots][kBlockN][kBlockM]
+  float* sLse = reinterpret_cast<float*>(sdSt + 2 * kBlockN * kBlockM);           // [kStages][kBlockM]
+  float* sDelta = sLse + kStages * kBlockM;                                       // [kStages][kBlockM]
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int bh = blockIdx.x, b = bh / s.heads, h = bh % s.heads;
@@ -100,154 +187,207 @@ __global__ void __launch_bounds__(kThreads)
   const float* delta_bh = delta + static_cast<int64_t>(bh) * s.q_len;
   float* dq_bh = dq_accum + static_cast<int64_t>(bh) * s.q_len * kD;
 
-  // Starts loading query block m into buffer `buf`: Q, dO (cp.async) and lse, delta.
-  auto load_query_block = [&](int m, int buf) {
+  // The probability warps (tid < kRoleThreads) start copying query block m into `stage`:
+  // Q, dO, lse, delta. Rows past the end read as zeros: their dO is zero, so whatever
+  // their P, they add nothing to any gradient.
+  auto load_query_block = [&](int m, int stage) {
     const int m0 = m * kBlockM;
-    load_tile_async<kBlockM, kD, kThreads>(sQ + buf * kBlockM * kD, qm + m0 * q.row_stride, q.row_stride,
-                                           s.q_len - m0, tid);
-    load_tile_async<kBlockM, kD, kThreads>(sdO + buf * kBlockM * kD, dom + m0 * dout.row_stride, dout.row_stride,
-                                           s.q_len - m0, tid);
-    if (tid < kBlockM) {
-      const int row = m0 + tid;
-      // Rows past the end: lse +inf makes their P zero.
-      sLse[buf * kBlockM + tid] = row < s.q_len ? lse_bh[row] * kLog2e : INFINITY;
-      sDelta[buf * kBlockM + tid] = row < s.q_len ? delta_bh[row] : 0.f;
-    }
+    load_tile_async<kBlockM, kD, kRoleThreads>(sQ + stage * kBlockM * kD, qm + m0 * q.row_stride, q.row_stride,
+                                               s.q_len - m0, tid);
+    load_tile_async<kBlockM, kD, kRoleThreads>(sdO + stage * kBlockM * kD, dom + m0 * dout.row_stride,
+                                               dout.row_stride, s.q_len - m0, tid);
+    const int row = tid % kBlockM;
+    const bool valid = m0 + row < s.q_len;
+    if (tid < kBlockM)
+      cp_async_4(sLse + stage * kBlockM + row, valid ? lse_bh + m0 + row : lse_bh, valid);
+    else
+      cp_async_4(sDelta + stage * kBlockM + row, valid ? delta_bh + m0 + row : delta_bh, valid);
   };
 
   // Causal: queries before n0 see none of these keys.
   const int m_begin = s.causal ? n0 / kBlockM : 0, m_end = ceil_div(s.q_len, kBlockM);
+  const bool probability_warp = warp < 4;
   load_tile_async<kBlockN, kD, kThreads>(sK, k.matrix(b, h) + n0 * k.row_stride, k.row_stride, s.k_len - n0, tid);
   load_tile_async<kBlockN, kD, kThreads>(sV, v.matrix(b, h) + n0 * v.row_stride, v.row_stride, s.k_len - n0, tid);
-  if (m_begin < m_end) load_query_block(m_begin, 0);
+  if (probability_warp && m_begin < m_end) load_query_block(m_begin, m_begin % kStages);
   cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
 
-  // Warp roles. S, dP: query rows row0 .. +16 against keys key0 .. +64. dK, dV: keys
-  // warp*16 .. +16. dQ: query rows row0 .. +16, head columns col0 .. + kD/2.
-  const int row0 = (warp % 4) * 16, key0 = (warp / 4) * 64, col0 = (warp / 4) * (kD / 2);
-  float dv_acc[kD / 8][4], dk_acc[kD / 8][4];
+  const int key0 = (warp % 4) * Tile::kKeysPerWarp;  // the warp's first key in the block
+  // dV (probability warps) or the unscaled dK (score-gradient warps) of the warp's keys.
+  float acc[kKeyTiles][kD / 8][4];
 #pragma unroll
-  for (int dt = 0; dt < kD / 8; ++dt)
+  for (int mt = 0; mt < kKeyTiles; ++mt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) dv_acc[dt][e] = dk_acc[dt][e] = 0.f;
+    for (int dt = 0; dt < kD / 8; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][dt][e] = 0.f;
+  const int col = 2 * (lane % 4);  // the thread's first query column in each 8-column tile
+  float st[kKeyTiles][kQueryTiles][4];
+  uint32_t frag[kKeyTiles][kBlockM / 16][4];  // P^T or dS^T, rounded, as A fragments
 
-  for (int m = m_begin; m < m_end; ++m) {
-    const int m0 = m * kBlockM, buf = (m - m_begin) & 1;
-    cp_async_wait<0>();
-    __syncthreads();  // block m is in buffer `buf`; every warp is done with block m - 1
-    if (m + 1 < m_end) {
-      load_query_block(m + 1, buf ^ 1);
-      cp_async_commit();
-    }
-    const T* sQb = sQ + buf * kBlockM * kD;
-    const T* sdOb = sdO + buf * kBlockM * kD;
-
-    // S = Q K^T and dP = dO V^T for the warp's 16 query rows and 64 keys.
-    float sc[8][4], dp[8][4];
+  if (probability_warp) {
+    // K of the warp's keys, as A fragments, for the whole walk.
+    uint32_t kf[kKeyTiles][kD / 16][4];
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+    for (int mt = 0; mt < kKeyTiles; ++mt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) sc[nt][e] = dp[nt][e] = 0.f;
-#pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
-      uint32_t qa[4], da[4];
-      load_a<kD>(qa, sQb, row0, ks * 16, lane);
-      load_a<kD>(da, sdOb, row0, ks * 16, lane);
-#pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        uint32_t kb[4], vb[4];
-        load_b_from_rows<kD>(kb, sK, key0 + np * 16, ks * 16, lane);
-        load_b_from_rows<kD>(vb, sV, key0 + np * 16, ks * 16, lane);
-        mma_16816<T>(sc[2 * np], qa, kb[0], kb[1]);
-        mma_16816<T>(sc[2 * np + 1], qa, kb[2], kb[3]);
-        mma_16816<T>(dp[2 * np], da, vb[0], vb[1]);
-        mma_16816<T>(dp[2 * np + 1], da, vb[2], vb[3]);
+      for (int ks = 0; ks < kD / 16; ++ks) load_a<kD>(kf[mt][ks], sK, key0 + mt * 16, ks * 16, lane);
+    for (int m = m_begin; m < m_end; ++m) {
+      const int m0 = m * kBlockM, stage = m % kStages, slot = m & 1;
+      // Block m - 2's stage (where block m + 1 goes) and exchange slot (block m's) are free
+      // once the score-gradient warps are done with block m - 2.
+      if (m - 2 >= m_begin) barrier_sync(kScoreGradsDone + slot, kThreads);
+      if (m + 1 < m_end) {
+        load_query_block(m + 1, (m + 1) % kStages);
+        cp_async_commit();
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
       }
-    }
+      barrier_sync(kQueryBlockLoaded, kRoleThreads);
 
-    // P = exp(S - lse) (0 where masked), dS = P (dP - delta), both to shared memory.
-    const bool needs_mask = n0 + kBlockN > s.k_len || (s.causal && n0 + kBlockN - 1 > m0);
+      // P^T = exp2(S^T scale log2(e) - lse log2(e)); masked keys get exponent -inf.
+      keys_times_rows<T, kD>(st, kf, sQ + stage * kBlockM * kD, lane);
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int local_row = row0 + lane / 4 + 8 * half, query = m0 + local_row;
-      const float row_lse = sLse[buf * kBlockM + local_row], row_delta = sDelta[buf * kBlockM + local_row];
+      for (int nt = 0; nt < kQueryTiles; ++nt) {
+        const float2 row_lse = *reinterpret_cast<const float2*>(sLse + stage * kBlockM + nt * 8 + col);
+        const float lse_log2[2] = {row_lse.x * kLog2e, row_lse.y * kLog2e};
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        const int local_key = key0 + nt * 8 + 2 * (lane % 4);
-        float p[2], ds[2];
+        for (int mt = 0; mt < kKeyTiles; ++mt)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int key = n0 + local_key + e;
-          const bool visible = !needs_mask || (key < s.k_len && (!s.causal || key <= query));
-          p[e] = visible ? exp2f(sc[nt][2 * half + e] * s.scale_log2 - row_lse) : 0.f;
-          ds[e] = p[e] * (dp[nt][2 * half + e] - row_delta);
+          for (int e = 0; e < 4; ++e) st[mt][nt][e] = st[mt][nt][e] * s.scale_log2 - lse_log2[e & 1];
+      }
+      if (n0 + kBlockN > s.k_len || (s.causal && n0 + kBlockN - 1 > m0)) {
+#pragma unroll
+        for (int mt = 0; mt < kKeyTiles; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < kQueryTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int key = n0 + key0 + mt * 16 + lane / 4 + 8 * (e >> 1), query = m0 + nt * 8 + col + (e & 1);
+              if ((key >= s.k_len) | (s.causal & (key > query))) st[mt][nt][e] = -INFINITY;
+            }
+      }
+      uint4* exchange = sExchange + (slot * 4 + warp) * kExchangeWords;
+#pragma unroll
+      for (int mt = 0; mt < kKeyTiles; ++mt)
+#pragma unroll
+        for (int j = 0; j < kBlockM / 16; ++j) {
+          // The C fragments of query tiles 2j, 2j + 1 are the A fragment of query step j.
+          frag[mt][j][0] = pack2<T>(exp2_fast(st[mt][2 * j][0]), exp2_fast(st[mt][2 * j][1]));
+          frag[mt][j][1] = pack2<T>(exp2_fast(st[mt][2 * j][2]), exp2_fast(st[mt][2 * j][3]));
+          frag[mt][j][2] = pack2<T>(exp2_fast(st[mt][2 * j + 1][0]), exp2_fast(st[mt][2 * j + 1][1]));
+          frag[mt][j][3] = pack2<T>(exp2_fast(st[mt][2 * j + 1][2]), exp2_fast(st[mt][2 * j + 1][3]));
+          exchange[(mt * (kBlockM / 16) + j) * 32 + lane] =
+              make_uint4(frag[mt][j][0], frag[mt][j][1], frag[mt][j][2], frag[mt][j][3]);
         }
-        *reinterpret_cast<uint32_t*>(sP + swizzled<kBlockN>(local_row, local_key)) = pack2<T>(p[0], p[1]);
-        *reinterpret_cast<uint32_t*>(sdS + swizzled<kBlockN>(local_row, local_key)) = pack2<T>(ds[0], ds[1]);
-      }
-    }
-    __syncthreads();
+      barrier_arrive(kProbabilitiesReady + slot, kThreads);
 
-    // dV += P^T dO and dK += dS^T Q for the warp's 16 keys.
-#pragma unroll
-    for (int ks = 0; ks < kBlockM / 16; ++ks) {
-      uint32_t pa[4], dsa[4];
-      load_a_transposed<kBlockN>(pa, sP, ks * 16, warp * 16, lane);
-      load_a_transposed<kBlockN>(dsa, sdS, ks * 16, warp * 16, lane);
-#pragma unroll
-      for (int dp2 = 0; dp2 < kD / 16; ++dp2) {
-        uint32_t ob[4], qb[4];
-        load_b_from_cols<kD>(ob, sdOb, ks * 16, dp2 * 16, lane);
-        load_b_from_cols<kD>(qb, sQb, ks * 16, dp2 * 16, lane);
-        mma_16816<T>(dv_acc[2 * dp2], pa, ob[0], ob[1]);
-        mma_16816<T>(dv_acc[2 * dp2 + 1], pa, ob[2], ob[3]);
-        mma_16816<T>(dk_acc[2 * dp2], dsa, qb[0], qb[1]);
-        mma_16816<T>(dk_acc[2 * dp2 + 1], dsa, qb[2], qb[3]);
-      }
+      accumulate_keys_times_cols<T, kD>(acc, frag, sdO + stage * kBlockM * kD, lane);  // dV += P^T dO
     }
+    // Take the score-gradient warps' last two "done" signals, so none is left pending.
+    for (int m = max(m_end - 2, m_begin); m < m_end; ++m) barrier_sync(kScoreGradsDone + (m & 1), kThreads);
+  } else {
+    const int dq_row0 = (warp % 2) * 32, dq_col0 = (warp % 4 / 2) * (kD / 2);  // the warp's share of dQ
+    for (int m = m_begin; m < m_end; ++m) {
+      const int m0 = m * kBlockM, stage = m % kStages, slot = m & 1;
+      barrier_sync(kProbabilitiesReady + slot, kThreads);
+      const T* sQb = sQ + stage * kBlockM * kD;
+      T* sdStb = sdSt + slot * kBlockN * kBlockM;
 
-    // dQ[rows] += scale dS K over the block's kBlockN keys, 16 columns at a time, added atomically.
+      // dS^T = P^T (dP^T - delta): into frag for dK, and into shared memory for dQ.
+      {
+        // V of the warp's keys, re-read each step: kept in registers as well, it would
+        // push this role past 255 registers (spills cost more than these 8 ldmatrix).
+        uint32_t vf[kKeyTiles][kD / 16][4];
 #pragma unroll
-    for (int dp2 = 0; dp2 < kD / 32; ++dp2) {
-      const int col = col0 + dp2 * 16;
-      float dq[2][4] = {};
+        for (int mt = 0; mt < kKeyTiles; ++mt)
+#pragma unroll
+          for (int ks = 0; ks < kD / 16; ++ks) load_a<kD>(vf[mt][ks], sV, key0 + mt * 16, ks * 16, lane);
+        keys_times_rows<T, kD>(st, vf, sdO + stage * kBlockM * kD, lane);
+      }
+      float2 row_delta[kQueryTiles];
+#pragma unroll
+      for (int nt = 0; nt < kQueryTiles; ++nt)
+        row_delta[nt] = *reinterpret_cast<const float2*>(sDelta + stage * kBlockM + nt * 8 + col);
+      const uint4* exchange = sExchange + (slot * 4 + warp % 4) * kExchangeWords;
+#pragma unroll
+      for (int mt = 0; mt < kKeyTiles; ++mt)
+#pragma unroll
+        for (int j = 0; j < kBlockM / 16; ++j) {
+          const uint4 p4 = exchange[(mt * (kBlockM / 16) + j) * 32 + lane];
+          const uint32_t p[4] = {p4.x, p4.y, p4.z, p4.w};
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int nt = 2 * j + i / 2, half = i % 2;  // p[i] holds P^T at st[mt][nt][2 half .. 2 half + 1]
+            const float2 pr = unpack2<T>(p[i]);
+            frag[mt][j][i] = pack2<T>(pr.x * (st[mt][nt][2 * half] - row_delta[nt].x),
+                                      pr.y * (st[mt][nt][2 * half + 1] - row_delta[nt].y));
+            *reinterpret_cast<uint32_t*>(sdStb +
+                                         swizzled<kBlockM>(key0 + mt * 16 + lane / 4 + 8 * half, nt * 8 + col)) =
+                frag[mt][j][i];
+          }
+        }
+      barrier_sync(kScoreGradsStored, kRoleThreads);
+
+      accumulate_keys_times_cols<T, kD>(acc, frag, sQb, lane);  // dK += dS^T Q
+
+      // dQ[rows] += scale dS K over the block's keys: 32 query rows x kD/2 columns.
+      float dq[2][kD / 16][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kD / 16; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) dq[mt][nt][e] = 0.f;
 #pragma unroll
       for (int ks = 0; ks < kBlockN / 16; ++ks) {
-        uint32_t a[4], kb[4];
-        load_a<kBlockN>(a, sdS, row0, ks * 16, lane);
-        load_b_from_cols<kD>(kb, sK, ks * 16, col, lane);
-        mma_16816<T>(dq[0], a, kb[0], kb[1]);
-        mma_16816<T>(dq[1], a, kb[2], kb[3]);
-      }
+        uint32_t a[2][4];
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = m0 + row0 + lane / 4 + 8 * half;
-        if (row >= s.q_len) continue;
+        for (int mt = 0; mt < 2; ++mt) load_a_transposed<kBlockM>(a[mt], sdStb, ks * 16, dq_row0 + mt * 16, lane);
 #pragma unroll
-        for (int t = 0; t < 2; ++t) {
-          float* dst = dq_bh + static_cast<int64_t>(row) * kD + col + t * 8 + 2 * (lane % 4);
-          atomicAdd(dst, dq[t][2 * half] * s.scale);
-          atomicAdd(dst + 1, dq[t][2 * half + 1] * s.scale);
+        for (int cp = 0; cp < kD / 32; ++cp) {
+          uint32_t bf[4];
+          load_b_from_cols<kD>(bf, sK, ks * 16, dq_col0 + cp * 16, lane);
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+            mma_16816<T>(dq[mt][2 * cp], a[mt], bf[0], bf[1]);
+            mma_16816<T>(dq[mt][2 * cp + 1], a[mt], bf[2], bf[3]);
+          }
         }
       }
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int row = m0 + dq_row0 + mt * 16 + lane / 4 + 8 * half;
+          if (row >= s.q_len) continue;
+          float* dst = dq_bh + static_cast<int64_t>(row) * kD + dq_col0 + col;
+#pragma unroll
+          for (int nt = 0; nt < kD / 16; ++nt)
+            atomic_add_pair(dst + nt * 8, dq[mt][nt][2 * half] * s.scale, dq[mt][nt][2 * half + 1] * s.scale);
+        }
+      barrier_arrive(kScoreGradsDone + slot, kThreads);
     }
   }
 
-  // dK (scaled) and dV of the warp's 16 keys.
+  // dV (probability warps) or dK, scaled (score-gradient warps), of the warp's keys.
+  const HeadsView<T> grad = probability_warp ? dv : dk;
+  const float factor = probability_warp ? 1.f : s.scale;
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int key = n0 + warp * 16 + lane / 4 + 8 * half;
-    if (key >= s.k_len) continue;
-    T* dk_row = dk.matrix(b, h) + key * dk.row_stride;
-    T* dv_row = dv.matrix(b, h) + key * dv.row_stride;
+  for (int mt = 0; mt < kKeyTiles; ++mt)
 #pragma unroll
-    for (int dt = 0; dt < kD / 8; ++dt) {
-      const int col = dt * 8 + 2 * (lane % 4);
-      *reinterpret_cast<uint32_t*>(dk_row + col) =
-          pack2<T>(dk_acc[dt][2 * half] * s.scale, dk_acc[dt][2 * half + 1] * s.scale);
-      *reinterpret_cast<uint32_t*>(dv_row + col) = pack2<T>(dv_acc[dt][2 * half], dv_acc[dt][2 * half + 1]);
+    for (int half = 0; half < 2; ++half) {
+      const int key = n0 + key0 + mt * 16 + lane / 4 + 8 * half;
+      if (key >= s.k_len) continue;
+      T* grad_row = grad.matrix(b, h) + key * grad.row_stride;
+#pragma unroll
+      for (int dt = 0; dt < kD / 8; ++dt)
+        *reinterpret_cast<uint32_t*>(grad_row + dt * 8 + col) =
+            pack2<T>(acc[mt][dt][2 * half] * factor, acc[mt][dt][2 * half + 1] * factor);
     }
-  }
 }
 
 // ---- 3. dQ = the f32 sums rounded to q's dtype, 8 values per thread.
@@ -273,24 +413,23 @@ void launch_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Te
   const int64_t rows = static_cast<int64_t>(s.batch) * s.heads * s.q_len;
   Tensor delta = empty({rows}, DType::f32, q.device());
   Tensor dq_accum = empty({rows, kD}, DType::f32, q.device());
-  PRECIS_CUDA_CHECK(cudaMemsetAsync(dq_accum.raw_data(), 0, dq_accum.nbytes(), stream), op);
 
   constexpr int kElementwiseThreads = 256;
   const int64_t chunks = rows * (kD / 8);
   const unsigned chunk_blocks = static_cast<unsigned>((chunks + kElementwiseThreads - 1) / kElementwiseThreads);
   flash_delta_kernel<T, kD><<<chunk_blocks, kElementwiseThreads, 0, stream>>>(
-      heads_view<const T>(out), heads_view<const T>(dout), static_cast<float*>(delta.raw_data()), s, rows);
+      heads_view<const T>(out), heads_view<const T>(dout), static_cast<float*>(delta.raw_data()),
+      static_cast<float*>(dq_accum.raw_data()), s, rows);
   PRECIS_CUDA_CHECK_LAUNCH(op);
 
+  using Tile = BackwardTile<kD>;
   auto kernel = flash_backward_kernel<T, kD>;
-  constexpr int kSmem = BackwardTile<kD>::kSmemBytes;
-  PRECIS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem), op);
-  const dim3 grid(s.batch * s.heads, ceil_div(s.k_len, kBlockN));
-  kernel<<<grid, kThreads, kSmem, stream>>>(heads_view<const T>(q), heads_view<const T>(k), heads_view<const T>(v),
-                                           heads_view<const T>(dout), static_cast<const float*>(lse.raw_data()),
-                                           static_cast<const float*>(delta.raw_data()),
-                                           static_cast<float*>(dq_accum.raw_data()), heads_view<T>(dk),
-                                           heads_view<T>(dv), s);
+  PRECIS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes), op);
+  const dim3 grid(s.batch * s.heads, ceil_div(s.k_len, Tile::kBlockN));
+  kernel<<<grid, kThreads, Tile::kSmemBytes, stream>>>(
+      heads_view<const T>(q), heads_view<const T>(k), heads_view<const T>(v), heads_view<const T>(dout),
+      static_cast<const float*>(lse.raw_data()), static_cast<const float*>(delta.raw_data()),
+      static_cast<float*>(dq_accum.raw_data()), heads_view<T>(dk), heads_view<T>(dv), s);
   PRECIS_CUDA_CHECK_LAUNCH(op);
 
   flash_dq_kernel<T, kD><<<chunk_blocks, kElementwiseThreads, 0, stream>>>(

@@ -14,7 +14,8 @@
 //   acc sum_j exp(S_ij - m) V_j        (the unnormalised output)
 // When a new block raises the maximum from m to m', the old sums are rescaled by
 // exp(m - m') ("online softmax"), so at the end O_i = acc_i / l_i exactly, and
-// lse_i = m_i + log l_i. Exponentials are exp2 of scores pre-scaled by log2(e).
+// lse_i = m_i + log l_i. Exponentials are exp2 of scores pre-scaled by log2(e), one
+// ex2.approx.ftz each (exp2f would add three instructions per score for subnormals).
 //
 // Causal attention (query i sees keys j <= i) stops the walk at the diagonal: blocks
 // wholly above it are skipped, not masked; only the diagonal and the ragged tail
@@ -28,7 +29,9 @@
 // The block: 4 warps, each owning 16 * kMTiles query rows, so the probabilities it
 // computes (C fragments of S) feed its own P V products straight from registers.
 // K and V tiles go through shared memory with cp.async: K of the next block loads
-// while P V runs, V of this block loads while Q K^T runs.
+// while P V runs, V of this block loads while Q K^T runs. The output tile goes out
+// through shared memory too (the Q tile's, free once Q is in registers), so every
+// thread writes whole 16-byte pieces of rows instead of 4-byte scraps.
 #include "ops/cuda/flash_attention.h"
 #include "ops/cuda/flash_mma.cuh"
 #include "ops/cuda/flash_params.cuh"
@@ -45,7 +48,8 @@ constexpr int kThreads = 128, kWarps = 4, kBlockN = 64;
 template <int kD, int kMTiles>
 struct ForwardTile {
   static constexpr int kBlockM = 16 * kMTiles * kWarps;
-  static constexpr int kSmemBytes = (kBlockM + 2 * kBlockN) * kD * 2;  // Q, K, V tiles of 16-bit values
+  // Q, K, V tiles of 16-bit values; the Q tile holds the output tile at the end.
+  static constexpr int kSmemBytes = (kBlockM + 2 * kBlockN) * kD * 2;
 };
 
 template <typename T, int kD, int kMTiles>
@@ -148,7 +152,7 @@ __global__ void __launch_bounds__(kThreads)
         mx = quad_max(mx);
         // A row with every key masked so far keeps m = -inf; 0 stands in so no inf - inf is formed.
         const float base = mx == -INFINITY ? 0.f : mx * s.scale_log2;
-        const float correction = exp2f(row_max[mt][half] * s.scale_log2 - base);
+        const float correction = exp2_fast(row_max[mt][half] * s.scale_log2 - base);
         row_max[mt][half] = mx;
         row_sum[mt][half] *= correction;
 #pragma unroll
@@ -160,7 +164,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int nt = 0; nt < kBlockN / 8; ++nt)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const float p = exp2f(sc[mt][nt][2 * half + e] * s.scale_log2 - base);
+            const float p = exp2_fast(sc[mt][nt][2 * half + e] * s.scale_log2 - base);
             sc[mt][nt][2 * half + e] = p;
             row_sum[mt][half] += p;
           }
@@ -198,24 +202,33 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 
-  // O = acc / l, and lse = m * scale + log l.
+  // O = acc / l into the Q tile (free since Q went to registers), then 16-byte rows to
+  // memory; lse = m * scale + log l.
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float l = quad_sum(row_sum[mt][half]);
       const float inv = l > 0.f ? 1.f / l : 0.f;
-      const int row = m0 + warp_row0 + mt * 16 + lane / 4 + 8 * half;
-      if (row >= s.q_len) continue;
-      T* orow = out.matrix(b, h) + row * out.row_stride;
+      const int local_row = warp_row0 + mt * 16 + lane / 4 + 8 * half, row = m0 + local_row;
 #pragma unroll
       for (int dt = 0; dt < kD / 8; ++dt)
-        *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * (lane % 4)) =
+        *reinterpret_cast<uint32_t*>(sQ + swizzled<kD>(local_row, dt * 8 + 2 * (lane % 4))) =
             pack2<T>(o[mt][dt][2 * half] * inv, o[mt][dt][2 * half + 1] * inv);
-      if (lane % 4 == 0)
+      if (lane % 4 == 0 && row < s.q_len)
         lse[(static_cast<int64_t>(b) * s.heads + h) * s.q_len + row] =
             l > 0.f ? row_max[mt][half] * s.scale + logf(l) : INFINITY;
     }
+  __syncthreads();
+  T* om = out.matrix(b, h);
+  constexpr int kChunksPerRow = kD / 8;
+#pragma unroll
+  for (int i = 0; i < kBlockM * kChunksPerRow / kThreads; ++i) {
+    const int chunk = tid + i * kThreads, local_row = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
+    if (m0 + local_row < s.q_len)
+      *reinterpret_cast<uint4*>(om + (m0 + local_row) * out.row_stride + col) =
+          *reinterpret_cast<const uint4*>(sQ + swizzled<kD>(local_row, col));
+  }
 }
 
 template <typename T, int kD, int kMTiles>

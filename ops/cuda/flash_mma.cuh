@@ -6,6 +6,8 @@
 //                       register layout mma wants (.trans: transposed on the way)
 //   cp.async (16 B)     global -> shared copies that bypass registers, so the next
 //                       tile loads while the tensor cores work on this one
+//   bar.sync/arrive     named barriers, so one group of warps can hand a tile to another
+//                       without stopping the whole block
 //
 // Register layouts of m16n8k16 (lane = thread index in the warp, g = lane / 4,
 // c = 2 * (lane % 4)):
@@ -61,6 +63,24 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
     __half2 v = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&v);
   }
+}
+
+// Unpacks a register of two 16-bit values (pack2's layout) into floats.
+template <typename T>
+__device__ __forceinline__ float2 unpack2(uint32_t v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&v));
+  else
+    return __half22float2(*reinterpret_cast<__half2*>(&v));
+}
+
+// 2^x in one special-function instruction (ex2.approx.ftz: ~2 ulp; results below 2^-126
+// flush to 0, far under what a 16-bit probability or an f32 sum of them can hold
+// beside 1). exp2f adds a subnormal rescue of three more instructions per call.
+__device__ __forceinline__ float exp2_fast(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 
 // ---- shared memory
@@ -125,6 +145,11 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool val
   const int bytes = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src), "r"(bytes));
 }
+// 4 bytes global -> shared (for rows of per-query floats, which need not be 16-byte aligned).
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool valid) {
+  const int bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(dst)), "l"(src), "r"(bytes));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
@@ -143,6 +168,27 @@ __device__ __forceinline__ void load_tile_async(T* tile, const T* src, int64_t s
     const bool valid = row < valid_rows;
     cp_async_16(tile + swizzled<kCols>(row, col), valid ? src + row * stride + col : src, valid);
   }
+}
+
+// ---- named barriers: some warps wait (sync) for others that only signal (arrive);
+// `threads` counts both sides. Barrier 0 is __syncthreads'.
+
+__device__ __forceinline__ void barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// dst[0] += a, dst[1] += b in global memory (8-byte aligned), each addition atomic:
+// one vector reduction on sm_90, two scalar ones before.
+__device__ __forceinline__ void atomic_add_pair(float* dst, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(dst), make_float2(a, b));
+#else
+  atomicAdd(dst, a);
+  atomicAdd(dst + 1, b);
+#endif
 }
 
 // ---- quad reductions: the 4 lanes that hold one row of a C fragment

@@ -4,9 +4,11 @@
 // tile size), causal and not, Tq != Tk, head sizes 64 and 128. The kernels are
 // called directly with every output filled with NaN first, so an element left
 // unwritten fails. Error measure: ||gpu - ref|| / ||ref||, bar 1e-2 for bf16 and
-// 5e-3 for f16. Also: strided q, k, v (views of one qkv buffer, as in the model),
-// a deterministic forward, the dispatch of scaled_dot_product_attention, and a tiny
-// GPT-2 whose gradients with flash attention match those with the reference.
+// 5e-3 for f16. Also: a backward over many query blocks whose dK and dV come out
+// bit-identical run after run (a race detector), strided q, k, v (views of one qkv
+// buffer, as in the model), a deterministic forward, the dispatch of
+// scaled_dot_product_attention, and a tiny GPT-2 whose gradients with flash attention
+// match those with the reference.
 // Skipped, with the reason, where no GPU is usable.
 #include <gtest/gtest.h>
 
@@ -155,6 +157,50 @@ TEST(FlashAttentionGpu, BackwardMatchesReferenceWithEveryGradientWritten) {
       EXPECT_LE(relative_error(dq, r.dq), bar(dtype)) << "dq";
       EXPECT_LE(relative_error(dk, r.dk), bar(dtype)) << "dk";
       EXPECT_LE(relative_error(dv, r.dv), bar(dtype)) << "dv";
+    }
+}
+
+TEST(FlashAttentionGpu, BackwardOverManyQueryBlocksIsRightAndReproducible) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  // T = 700: 11 query blocks per key block, so the backward's pipeline (its probability
+  // warps one block ahead, three query-block stages, two hand-over slots) wraps around
+  // several times. dK and dV take no atomics: a race between its warps would show as
+  // bits that change from one run to the next. dQ's atomic sums may differ in the last bits.
+  uint64_t seed = 300;
+  for (int64_t D : {64, 128})
+    for (bool causal : {true, false}) {
+      const Case c{1, 2, 700, 700, D, causal};
+      SCOPED_TRACE(name(c, DType::bf16));
+      Tensor q = random_heads(c.B, c.H, c.Tq, D, DType::bf16, ++seed),
+             k = random_heads(c.B, c.H, c.Tk, D, DType::bf16, ++seed),
+             v = random_heads(c.B, c.H, c.Tk, D, DType::bf16, ++seed),
+             dout = random_heads(c.B, c.H, c.Tq, D, DType::bf16, ++seed);
+      const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+      Tensor out = empty({c.B, c.Tq, c.H, D}, DType::bf16, kGpu).transpose(1, 2);
+      Tensor lse = empty({c.B, c.H, c.Tq}, DType::f32, kGpu);
+      ops::cuda::flash_attention_forward(q, k, v, causal, scale, out, lse);
+      auto backward = [&] {
+        auto poisoned = [&](const Tensor& like) {
+          return full({like.size(0), like.size(2), like.size(1), like.size(3)}, NAN, DType::bf16, kGpu)
+              .transpose(1, 2);
+        };
+        std::vector<Tensor> grads{poisoned(q), poisoned(k), poisoned(v)};
+        ops::cuda::flash_attention_backward(q, k, v, out, lse, dout, causal, scale, grads[0], grads[1], grads[2]);
+        return grads;
+      };
+      std::vector<Tensor> first = backward();
+      Reference r = reference(q, k, v, causal, dout);
+      EXPECT_LE(relative_error(first[0], r.dq), bar(DType::bf16)) << "dq";
+      EXPECT_LE(relative_error(first[1], r.dk), bar(DType::bf16)) << "dk";
+      EXPECT_LE(relative_error(first[2], r.dv), bar(DType::bf16)) << "dv";
+      for (int run = 0; run < 3; ++run) {
+        std::vector<Tensor> again = backward();
+        EXPECT_EQ(again[1].to(Device::cpu()).to_vector<double>(), first[1].to(Device::cpu()).to_vector<double>())
+            << "dk, run " << run;
+        EXPECT_EQ(again[2].to(Device::cpu()).to_vector<double>(), first[2].to(Device::cpu()).to_vector<double>())
+            << "dv, run " << run;
+        EXPECT_LE(relative_error(again[0], first[0]), 1e-3) << "dq, run " << run;
+      }
     }
 }
 
