@@ -22,7 +22,9 @@ Node::Node(std::string name, uint32_t num_outputs)
 namespace {
 
 // Sums gradients into a leaf's .grad, then fires its grad-ready hooks. Holds the
-// leaf weakly: a parameter that is gone needs no gradient.
+// leaf weakly: a parameter that is gone needs no gradient. The incoming gradient may
+// be of another dtype (a cast's, ops/tensor_methods.cpp): .grad keeps the leaf's
+// dtype, and the incoming values are converted as they are added.
 class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf) : Node("AccumulateGrad", 1), leaf_(leaf) {}
@@ -133,15 +135,25 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
   auto add_grad = [&](Node* node, uint32_t slot, const Tensor& grad) {
     auto& slots = pending[node];
     if (slots.empty()) slots.resize(node->num_outputs());
-    if (!slots[slot].defined()) {
-      slots[slot] = grad;
-    } else {
-      // Never write into a gradient another node handed over: it may alias that node's data.
-      Tensor sum = empty(slots[slot].shape(), slots[slot].dtype(), slots[slot].device());
-      copy_(sum, slots[slot]);
-      accumulate_(sum, grad);
-      slots[slot] = sum;
+    Tensor& held = slots[slot];
+    if (!held.defined()) {
+      held = grad;
+      return;
     }
+    // The sum takes the wider dtype: a leaf's gradients can arrive in its own dtype and in a
+    // cast's (ops/tensor_methods.cpp), and adding f32 into bf16 would lose bits.
+    const DType sum_dtype = promote_types(held.dtype(), grad.dtype());
+    // A held gradient that nothing else refers to (a backward's fresh dense output, neither
+    // saved nor viewed anywhere) takes the sum in place, as PyTorch's input buffer does. Any
+    // other may alias a node's data, or overlap itself (an expanded view): it is copied first.
+    const bool exclusive = held.impl_ptr().use_count() == 1 && held.storage().use_count() == 1 &&
+                           held.is_contiguous() && held.dtype() == sum_dtype;
+    if (!exclusive) {
+      Tensor sum = empty(held.shape(), sum_dtype, held.device());
+      copy_(sum, held);
+      held = sum;
+    }
+    accumulate_(held, grad);
   };
   add_grad(root_edge.node.get(), root_edge.input_nr, seed);
 

@@ -47,6 +47,31 @@ Tensor to_compute(const Tensor& t) {
   return cast;
 }
 
+void precache(const Tensor& buffer, const std::vector<Tensor>& leaves, DType dtype) {
+  PRECIS_CHECK(buffer.dim() == 1 && buffer.is_contiguous() && is_floating(buffer.dtype()) && is_floating(dtype),
+               "autocast::precache: expected a dense 1-D floating buffer and a floating dtype, got ", describe(buffer),
+               " and ", dtype_name(dtype));
+  if (buffer.dtype() == dtype || leaves.empty()) return;
+  Tensor whole;
+  {
+    NoGradGuard no_grad;  // one plain cast of the buffer; each leaf's view gets its own node below
+    whole = buffer.to(dtype);
+  }
+  std::lock_guard<std::mutex> lock(g_cache_mutex);
+  for (const Tensor& leaf : leaves) {
+    PRECIS_CHECK(leaf.is_leaf() && leaf.requires_grad() && leaf.is_contiguous() &&
+                     leaf.storage() == buffer.storage() && leaf.dtype() == buffer.dtype(),
+                 "autocast::precache: every leaf must be a dense view of the buffer that requires grad, got ",
+                 describe(leaf));
+    Tensor cast = whole.as_strided(leaf.shape(), leaf.strides(), leaf.offset() - buffer.offset());
+    // The node of leaf.to(dtype) (ops/tensor_methods.cpp): the gradient reaches the leaf as it is.
+    autograd::record(
+        "to", {leaf}, {cast}, [](const BackwardArgs& g) { return std::vector<Tensor>{g.grad()}; },
+        /*saves_tensors=*/false);
+    g_cache[leaf.impl()] = {leaf.impl_ptr(), cast};
+  }
+}
+
 Tensor to_fp32(const Tensor& t) {
   if (!t.defined() || fp32_dtype(t.dtype()) == t.dtype()) return t;
   return t.to(DType::f32);

@@ -227,9 +227,15 @@ Tensor Tensor::to(DType target) const {
   Tensor out = empty(shape(), target, device());
   copy_(out, *this);
   DType source = dtype();
+  // The gradient of a leaf's cast (autocast's bf16 copy of an f32 weight, say) goes to the
+  // leaf's AccumulateGrad as it is: that widens it while adding it into .grad, one pass over
+  // the gradient instead of a cast and then an add.
+  const bool into_leaf = is_leaf() && requires_grad();
   autograd::record(
       "to", {*this}, {out},
-      [source](const BackwardArgs& g) { return std::vector<Tensor>{g.grad().to(source)}; },
+      [source, into_leaf](const BackwardArgs& g) {
+        return std::vector<Tensor>{into_leaf ? g.grad() : g.grad().to(source)};
+      },
       /*saves_tensors=*/false);
   return out;
 }

@@ -212,6 +212,15 @@ class MaybePhase {
 double Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets, Profiler* profiler) {
   flat_->zero_grad();
   ops::autocast::clear_cache();  // the weights changed in the last step
+  if (policy_.autocasts()) {
+    // This step's weight casts, one kernel per flat buffer instead of one per weight.
+    for (const nn::FlatBuffer& b : flat_->buffers()) {
+      if (!is_floating(b.dtype)) continue;
+      std::vector<Tensor> leaves;
+      for (const nn::FlatSlot& s : b.slots) leaves.push_back(s.param);
+      ops::autocast::precache(b.data, leaves, policy_.compute_dtype);
+    }
+  }
   const int64_t accum = config_.batch.grad_accum;
   double loss_sum = 0;
   if (gpu_step_) fill_(loss_sum_, 0.0);

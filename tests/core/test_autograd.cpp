@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/autograd.h"
 #include "ops/ops.h"
 #include "support/gradcheck.h"
@@ -109,4 +111,49 @@ TEST(Autograd, NonScalarBackwardNeedsAGradient) {
   y.backward(tensor({1.0, 10.0}));
   expect_close(x.grad(), tensor({2, 20}));
   EXPECT_THROW(tensor({1.0}).backward(), Error);
+}
+
+// A leaf's cast hands its gradient to the leaf in the cast's dtype; AccumulateGrad widens it
+// as it adds, and gradients summed for one leaf take the wider dtype: an f32 gradient of
+// 1 + 2^-12 plus a bf16 one of 1 is 2 + 2^-12 in f32 (bf16 would round it to 2).
+TEST(Autograd, CastGradientsReachTheLeafWithoutLosingBits) {
+  const double tiny = std::ldexp(1.0, -12);
+  Tensor x = tensor({1.0, 2.0}, DType::f32).set_requires_grad();
+  Tensor w = tensor({1.0 + tiny, 3.0 + 2 * tiny}, DType::f32);
+  for (int order = 0; order < 2; ++order) {  // either gradient may reach the leaf first
+    x.zero_grad();
+    Tensor direct, through_cast;
+    if (order == 0) {
+      direct = ops::sum(x * w);
+      through_cast = ops::sum(x.to(DType::bf16));
+    } else {
+      through_cast = ops::sum(x.to(DType::bf16));
+      direct = ops::sum(x * w);
+    }
+    (direct + through_cast.to(DType::f32)).backward();
+    ASSERT_EQ(x.grad().dtype(), DType::f32);
+    expect_close(x.grad(), tensor({2.0 + tiny, 4.0 + 2 * tiny}, DType::f32), 0, 0);
+  }
+  // Only through the cast, twice (two backward calls): widened into the f32 .grad both times.
+  x.zero_grad();
+  ops::sum(x.to(DType::bf16) * 3.0).backward();
+  ops::sum(x.to(DType::bf16) * 3.0).backward();
+  ASSERT_EQ(x.grad().dtype(), DType::f32);
+  expect_close(x.grad(), tensor({6.0, 6.0}, DType::f32), 0, 0);
+}
+
+// Gradients meeting at one input are summed in place only into a gradient nothing else holds:
+// the gradient given to backward(), which the add node hands to both branches, stays as it was.
+TEST(Autograd, SummingGradientsNeverWritesIntoAHeldTensor) {
+  Tensor x = tensor({1.0, 2.0, 3.0}, DType::f64).set_requires_grad();
+  Tensor given = tensor({1.0, 10.0, 100.0}, DType::f64);
+  (x * 2.0 + x * 3.0 + x).backward(given);
+  expect_close(x.grad(), tensor({6.0, 60.0, 600.0}, DType::f64), 0, 0);
+  expect_close(given, tensor({1.0, 10.0, 100.0}, DType::f64), 0, 0);
+  // A branch whose gradient is the given tensor itself, met by another: the sum is new.
+  Tensor y = tensor({4.0}, DType::f64).set_requires_grad();
+  Tensor g = tensor({0.5}, DType::f64);
+  (y + y * 4.0).backward(g);
+  expect_close(y.grad(), tensor({2.5}, DType::f64), 0, 0);
+  expect_close(g, tensor({0.5}, DType::f64), 0, 0);
 }

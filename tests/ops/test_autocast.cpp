@@ -67,3 +67,49 @@ TEST(Autocast, NoGradCastsAreNotCached) {
   EXPECT_EQ(ops::linear(random_f64({2, 3}, 1).to(DType::f32), w).dtype(), DType::f16);
   EXPECT_EQ(ops::autocast::cache_size(), 0u);
 }
+
+// precache: the casts of a flat buffer's leaves made by one cast of the whole buffer give the
+// same values, outputs and f32 gradients as casting each leaf on first use, and to_compute
+// returns them from the cache.
+TEST(Autocast, PrecachedCastsOfAFlatBufferMatchPerWeightCasts) {
+  Tensor buffer = random_f64({5 * 3 + 5 + 7}, 11).to(DType::f32);
+  Tensor x = random_f64({4, 3}, 12).to(DType::f32);
+  auto leaves_of = [](const Tensor& storage) {
+    NoGradGuard no_grad;
+    Tensor w = storage.narrow(0, 0, 15).view({5, 3}), b = storage.narrow(0, 15, 5), unused = storage.narrow(0, 20, 7);
+    return std::vector<Tensor>{w.set_requires_grad(), b.set_requires_grad(), unused.set_requires_grad()};
+  };
+  auto loss_of = [&](const std::vector<Tensor>& p) { return ops::sum(ops::gelu(ops::linear(x, p[0], p[1]))); };
+
+  ops::autocast::clear_cache();
+  std::vector<Tensor> plain = leaves_of(buffer.clone());
+  Tensor plain_loss;
+  {
+    ops::autocast::Scope scope(DType::bf16);
+    plain_loss = loss_of(plain);
+    plain_loss.backward();
+  }
+  ops::autocast::clear_cache();
+  Tensor flat = buffer.clone();
+  std::vector<Tensor> cached = leaves_of(flat);
+  ops::autocast::precache(flat, cached, DType::bf16);
+  EXPECT_EQ(ops::autocast::cache_size(), 3u);
+  Tensor cached_loss;
+  {
+    ops::autocast::Scope scope(DType::bf16);
+    Tensor w_cast = ops::autocast::to_compute(cached[0]);
+    EXPECT_EQ(w_cast.dtype(), DType::bf16);
+    EXPECT_TRUE(w_cast.same(ops::autocast::to_compute(cached[0]))) << "served from the cache";
+    expect_close(w_cast, cached[0].detach().to(DType::bf16), 0, 0);
+    cached_loss = loss_of(cached);
+    cached_loss.backward();
+  }
+  EXPECT_EQ(ops::autocast::cache_size(), 3u) << "nothing cast again";
+  expect_close(cached_loss, plain_loss, 0, 0);
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_EQ(cached[i].grad().dtype(), DType::f32);
+    expect_close(cached[i].grad(), plain[i].grad(), 0, 0);
+  }
+  EXPECT_FALSE(cached[2].grad().defined()) << "a leaf the loss does not use gets no gradient";
+  ops::autocast::clear_cache();
+}
