@@ -77,14 +77,25 @@ Block::Block(const TransformerConfig& config, Generator* dropout_gen) : Module("
   mlp = register_module("mlp", std::make_shared<MLP>(config, dropout_gen));
 }
 
-Tensor Block::forward(const Tensor& x) {
+Tensor Residual::value() const { return branch.defined() ? stream + branch : stream; }
+
+Tensor Block::forward(const Tensor& x) { return forward(Residual{x, Tensor()}).value(); }
+
+Residual Block::forward(const Residual& in) {
   // Both norms feed linears (c_attn, c_fc): under autocast they store their result in the
   // compute dtype, the values those linears would cast it to, with no cast of their own.
   const std::optional<DType> to_linear = ops::autocast::linear_input_dtype();
-  const Tensor a = attn->forward(ops::layer_norm(x, ln_1->weight, ln_1->bias, ln_1->eps, to_linear));
-  // h = x + a and ln_2(h) in one op (one pass each way on the GPU).
-  const ops::AddLayerNorm h = ops::add_layer_norm(x, a, ln_2->weight, ln_2->bias, ln_2->eps, to_linear);
-  return h.sum + mlp->forward(h.normed);
+  // x = stream + the previous block's pending branch, and ln_1(x), in one op (one pass each way on the GPU).
+  ops::AddLayerNorm x{in.stream, Tensor()};
+  if (in.branch.defined()) {
+    x = ops::add_layer_norm(in.stream, in.branch, ln_1->weight, ln_1->bias, ln_1->eps, to_linear);
+  } else {
+    x.normed = ops::layer_norm(in.stream, ln_1->weight, ln_1->bias, ln_1->eps, to_linear);
+  }
+  const Tensor a = attn->forward(x.normed);
+  // h = x + a and ln_2(h) in one op.
+  const ops::AddLayerNorm h = ops::add_layer_norm(x.sum, a, ln_2->weight, ln_2->bias, ln_2->eps, to_linear);
+  return {h.sum, mlp->forward(h.normed)};
 }
 
 }  // namespace precis::nn

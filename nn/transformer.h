@@ -50,11 +50,22 @@ class MLP : public Module {
   std::shared_ptr<Dropout> dropout_;
 };
 
+// The residual stream between blocks, with the last branch not yet added to it: the next
+// block adds it in the same pass as its first layer norm (ops::add_layer_norm), so the sum
+// costs no pass of its own. branch undefined: nothing pending; the stream is the value.
+struct Residual {
+  Tensor stream, branch;
+  Tensor value() const;  // stream + branch
+};
+
 // x = x + attn(ln_1(x)); x = x + mlp(ln_2(x))
 class Block : public Module {
  public:
   explicit Block(const TransformerConfig& config, Generator* dropout_gen = nullptr);
   Tensor forward(const Tensor& x) override;
+  // The same on a residual stream with a pending branch: returns {x + attn(...), mlp(...)},
+  // the mlp branch left pending for the next block's ln_1 (or the model's final norm).
+  Residual forward(const Residual& in);
 
   std::shared_ptr<LayerNorm> ln_1;
   std::shared_ptr<CausalSelfAttention> attn;
