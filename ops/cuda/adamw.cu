@@ -59,6 +59,8 @@ struct AdamWBatch {
   int64_t first_block[kAdamWBatch + 1];
   int count;
 };
+// Kernel arguments may total 32764 bytes (the constants and a pointer travel beside the batch).
+static_assert(sizeof(AdamWBatch<double, double, double>) <= 32764 - 256, "AdamW batch too large for a kernel argument");
 
 template <typename C>
 struct AdamWConstants {

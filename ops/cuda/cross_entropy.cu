@@ -28,6 +28,56 @@ namespace precis::ops::cuda {
 
 namespace {
 
+// Folds a pack of W values into the running (max m, sum s = sum exp(x - m)): the pack's max
+// first, so that the sum is rescaled once per pack, not per value, and exp(y) = exp2(y log2 e)
+// (one multiply and one ex2 per value: the f32 forward was bound by the per-value exp and
+// branch of max_sum_add as much as by memory). -inf values add 0; NaN makes the sum NaN.
+template <int W, typename T>
+__device__ __forceinline__ void max_sum_add_pack(Pair<float>& ms, const Pack<T, W>& v) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  float x[W];
+  float pack_max = -std::numeric_limits<float>::infinity();
+#pragma unroll
+  for (int k = 0; k < W; ++k) {
+    x[k] = convert_to<float>(v.v[k]);
+    pack_max = fmaxf(pack_max, x[k]);
+  }
+  if (pack_max == -std::numeric_limits<float>::infinity()) {
+#pragma unroll
+    for (int k = 0; k < W; ++k)
+      if (x[k] != x[k]) ms.second = x[k];  // a NaN beside -infs still makes the sum NaN
+    return;
+  }
+  const float m = fmaxf(ms.first, pack_max);
+  float s = ms.second * exp2f((ms.first - m) * kLog2e);
+#pragma unroll
+  for (int k = 0; k < W; ++k) s += exp2f((x[k] - m) * kLog2e);
+  ms = {m, s};
+}
+
+// (max, sum) of an f32-computed row with kUnroll packs loaded before any is folded in, so that
+// each thread keeps 16 * kUnroll bytes in flight; unaligned head and tail values one by one.
+template <int kThreads, int kPack, typename T>
+__device__ __forceinline__ void max_sum_of_row(const T* row, int64_t n, Pair<float>& ms) {
+  constexpr int kUnroll = 4;
+  const int tid = threadIdx.x;
+  const int64_t misaligned = static_cast<int64_t>(reinterpret_cast<uintptr_t>(row) / sizeof(T) % kPack);
+  const int64_t head = misaligned == 0 ? 0 : std::min<int64_t>(n, kPack - misaligned);
+  const int64_t packs = (n - head) / kPack, tail = head + packs * kPack;
+  if (tid < head) max_sum_add(ms, convert_to<float>(row[tid]));
+  const T* body = row + head;
+  int64_t p = tid;
+  for (; p + (kUnroll - 1) * kThreads < packs; p += kUnroll * kThreads) {
+    Pack<T, kPack> v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = load_pack<kPack>(body + (p + u * kThreads) * kPack);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) max_sum_add_pack(ms, v[u]);
+  }
+  for (; p < packs; p += kThreads) max_sum_add_pack(ms, load_pack<kPack>(body + p * kPack));
+  for (int64_t i = tail + tid; i < n; i += kThreads) max_sum_add(ms, convert_to<float>(row[i]));
+}
+
 // Bytes: the logits read once (and the target's logit again), per row the target read
 // and 2 statistics and one f64 loss written.
 template <int kThreads, int kPack, typename T, typename Target, typename A = compute_t<T>>
@@ -48,12 +98,16 @@ __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
   }
   const T* xr = logits + row * ld;
   Pair<A> ms = max_sum_identity<A>();
-  for_each_in_row<kPack>(xr, C, threadIdx.x, kThreads, [&](int64_t i, auto width) {
-    constexpr int W = decltype(width)::value;
-    const Pack<T, W> v = load_pack<W>(xr + i);
+  if constexpr (std::is_same_v<A, float> && kPack > 1) {
+    max_sum_of_row<kThreads, kPack>(xr, C, ms);
+  } else {
+    for_each_in_row<kPack>(xr, C, threadIdx.x, kThreads, [&](int64_t i, auto width) {
+      constexpr int W = decltype(width)::value;
+      const Pack<T, W> v = load_pack<W>(xr + i);
 #pragma unroll
-    for (int k = 0; k < W; ++k) max_sum_add(ms, convert_to<A>(v.v[k]));
-  });
+      for (int k = 0; k < W; ++k) max_sum_add(ms, convert_to<A>(v.v[k]));
+    });
+  }
   ms = row_all_reduce<kThreads>(ms, MaxSumOp{});
   if (threadIdx.x == 0) {
     const A log_sum = ::log(ms.second);

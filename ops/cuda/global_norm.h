@@ -9,7 +9,7 @@
 
 namespace precis::ops::cuda {
 
-inline constexpr int kGlobalNormBatch = 32;
+inline constexpr int kGlobalNormBatch = 256;
 
 // sum over every tensor of sum_i t_i^2, in f64. Each block writes one partial sum, and
 // one block adds the partials in a fixed order, so the result is the same on every run.

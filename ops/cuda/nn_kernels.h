@@ -253,11 +253,19 @@ __device__ __forceinline__ int64_t row_index() { return static_cast<int64_t>(blo
 
 // ---- batched launches: one launch works on up to N tensors, whose table is a kernel argument
 
-// The tensor block `block` works on: s with first_block[s] <= block < first_block[s + 1].
+// The tensor block `block` works on: s with first_block[s] <= block < first_block[s + 1]
+// (first_block ascending, first_block[0] = 0), by binary search over the count tensors.
 __device__ __forceinline__ int tensor_of_block(const int64_t* first_block, int count, int64_t block) {
-  int s = 0;
-  while (s + 1 < count && block >= first_block[s + 1]) ++s;
-  return s;
+  int low = 0, high = count - 1;  // the answer is in [low, high]
+  while (low < high) {
+    const int mid = (low + high + 1) / 2;
+    if (block >= first_block[mid]) {
+      low = mid;
+    } else {
+      high = mid - 1;
+    }
+  }
+  return low;
 }
 
 // ---- index checks on the device
