@@ -7,9 +7,10 @@
 // input buffers, parameters, optimizer state, device scalars), values that
 // change from step to step must be read from device memory (never baked in as
 // kernel arguments), and the work must not synchronise with the host, read a
-// value back, or take memory from CUDA (core/cuda/allocator.cu serves requests
-// during a capture from its cache, into the capture's private pool; run the work
-// eagerly once or twice first so the cache holds every size it needs).
+// value back, or free memory to CUDA (core/cuda/allocator.cu serves requests
+// during a capture from its cache, into the capture's private pool, and takes a
+// new segment only on a miss; run the work eagerly once or twice first so the
+// cache holds the sizes it needs).
 //
 // Without a CUDA build capture() raises precis::Error.
 #pragma once

@@ -30,13 +30,19 @@
 // much was requested, how much Precis has allocated and reserved, and how much
 // the device has free.
 //
-// CUDA graphs. While a stream is being captured, cudaMalloc, cudaFree and
-// cudaEventQuery would break the capture. So during a capture requests are
-// served from the cache only (run the work once before capturing it, so the
-// cache holds what it needs) and a miss raises an error that says so; events
-// are neither queried nor recorded. Blocks allocated during a capture go to the
-// capture's private pool: every replay of the graph writes them, so they are not
-// handed to code outside the graph until release_graph_pool says it is gone.
+// CUDA graphs. While a stream is being captured, cudaFree and cudaEventQuery
+// would break the capture, and so would cudaMalloc under the global capture mode.
+// So during a capture requests are served from the cache first (run the work once
+// before capturing it, so the cache holds what it needs); a miss takes a new
+// segment with cudaMalloc, this thread's capture mode relaxed for that one call
+// (cudaMalloc is no stream operation and nothing of it is recorded: the graph just
+// keeps the address, as PyTorch's allocator does), and nothing is released on the
+// way, even when CUDA is out of memory. Events are neither queried nor recorded.
+// (A capture needs more than the eager step it records: blocks it takes from a
+// segment of the general pool do not merge back with the general remainder.)
+// Blocks allocated during a capture go to the capture's private pool: every replay
+// of the graph writes them, so they are not handed to code outside the graph until
+// release_graph_pool says it is gone.
 #include <algorithm>
 #include <vector>
 
@@ -58,6 +64,20 @@ bool capture_touches(StreamId stream, const std::vector<StreamId>& others) {
     if (is_capturing(static_cast<cudaStream_t>(other))) return true;
   return false;
 }
+
+// This thread's stream-capture mode set to relaxed for a scope (cudaMalloc during a capture), then restored.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() {
+    PRECIS_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode_), "cuda allocate during a graph capture");
+  }
+  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
 
 }  // namespace
 
@@ -90,11 +110,16 @@ void* CachingAllocator::allocate(size_t nbytes, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!capturing && (!outstanding_.empty() || !deferred_.empty()) && !any_capture_underway()) process_events();
   Block* block = pool_.allocate(nbytes, stream, capturing ? capture_id : 0, /*may_grow=*/false);
+  if (block == nullptr && (capturing || any_capture_underway())) {
+    RelaxedCaptureMode relaxed;
+    block = pool_.allocate(nbytes, stream, capturing ? capture_id : 0, /*may_grow=*/true, /*may_release=*/false);
+    PRECIS_CHECK(block != nullptr, "CUDA graph capture: a request for ", format_bytes(nbytes), " on cuda:", index_,
+                 " cannot be served from the cache, and CUDA has no memory for a new segment (",
+                 format_bytes(pool_.stats().reserved_bytes),
+                 " reserved; nothing can be given back during a capture). Capture a smaller step, or free memory "
+                 "before capturing");
+  }
   if (block == nullptr) {
-    PRECIS_CHECK(!capturing && !any_capture_underway(), "CUDA graph capture: a request for ", format_bytes(nbytes),
-                 " on cuda:", index_, " cannot be served from the cache, and no memory can be taken from CUDA ",
-                 "while a stream is being captured. Warm up before capturing: run the captured work once or twice ",
-                 "first, so that the cache holds every size it needs");
     block = pool_.allocate(nbytes, stream, 0, /*may_grow=*/true);
     if (block == nullptr) out_of_memory(nbytes);
   }

@@ -65,12 +65,12 @@ Block* BlockPool::take_free(bool small, size_t size, StreamId stream, uint64_t g
   return block;
 }
 
-Block* BlockPool::new_segment(size_t size, StreamId stream, bool small) {
+Block* BlockPool::new_segment(size_t size, StreamId stream, bool small, bool may_release) {
   size_t segment = segment_size_for(size);
   void* ptr = system_alloc_(segment);
   if (ptr == nullptr) {
     // Out of memory: give back what the cache holds unused, and try once more.
-    if (release_cached() == 0) return nullptr;
+    if (!may_release || release_cached() == 0) return nullptr;
     ptr = system_alloc_(segment);
     if (ptr == nullptr) return nullptr;
   }
@@ -85,13 +85,13 @@ Block* BlockPool::new_segment(size_t size, StreamId stream, bool small) {
   return block;
 }
 
-Block* BlockPool::allocate(size_t nbytes, StreamId stream, uint64_t graph, bool may_grow) {
+Block* BlockPool::allocate(size_t nbytes, StreamId stream, uint64_t graph, bool may_grow, bool may_release) {
   if (nbytes > kMaxRequest) return nullptr;
   size_t size = round_size(nbytes);
   bool small = size <= kSmallSize;
   Block* block = graph != 0 ? take_free(small, size, stream, graph) : nullptr;
   if (block == nullptr) block = take_free(small, size, stream, 0);
-  if (block == nullptr && may_grow) block = new_segment(size, stream, small);
+  if (block == nullptr && may_grow) block = new_segment(size, stream, small, may_release);
   if (block == nullptr) return nullptr;
 
   size_t remaining = block->size - size;

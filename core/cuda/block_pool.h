@@ -24,7 +24,8 @@
 //     capture's private pool (Block::graph): replaying the graph writes it, so
 //     it must not be handed to code outside the graph until the graph is gone
 //     (release_graph). Allocations during a capture may take free blocks of the
-//     general pool, but never grow the pool (the caller passes may_grow=false).
+//     general pool, and may grow it with a new segment, but never release
+//     segments (the caller passes may_release=false: cudaFree is not capturable).
 #pragma once
 
 #include <cstddef>
@@ -85,10 +86,10 @@ class BlockPool {
 
   // A block of at least `nbytes` for `stream`, taken from `graph`'s private pool
   // (when graph != 0), else from the general free blocks, else, when may_grow,
-  // from a new segment. If the system is out of memory, every unused cached
-  // segment is released and the new segment is tried once more. nullptr when
-  // none of that serves the request (and for requests above kMaxRequest).
-  Block* allocate(size_t nbytes, StreamId stream, uint64_t graph, bool may_grow);
+  // from a new segment. If the system is out of memory and may_release, every
+  // unused cached segment is released and the new segment is tried once more.
+  // nullptr when none of that serves the request (and for requests above kMaxRequest).
+  Block* allocate(size_t nbytes, StreamId stream, uint64_t graph, bool may_grow, bool may_release = true);
   // Returns an allocated block: to the free lists now, or, while it has pending
   // events, once event_done has brought their count to zero.
   void free(Block* block);
@@ -114,7 +115,7 @@ class BlockPool {
 
   FreeList& free_list(const Block* block) { return block->small ? small_free_ : large_free_; }
   Block* take_free(bool small, size_t size, StreamId stream, uint64_t graph);
-  Block* new_segment(size_t size, StreamId stream, bool small);
+  Block* new_segment(size_t size, StreamId stream, bool small, bool may_release);
   void insert_free(Block* block);  // merges with free neighbours of the same pool, then lists it
 
   SystemAlloc system_alloc_;

@@ -266,23 +266,56 @@ TEST(AllocatorGpu, GraphCaptureIsServedFromTheCache) {
   alloc.release_graph_pool(capture_id);
 }
 
-TEST(AllocatorGpu, GraphCaptureCacheMissIsAClearError) {
+// A cache miss during a capture takes a new segment (cudaMalloc with the thread's capture
+// mode relaxed): the capture stays valid, the graph replays into the new block, and the
+// block stays the graph's until the graph is released.
+TEST(AllocatorGpu, GraphCaptureCacheMissGrowsThePrivatePool) {
   PRECIS_SKIP_WITHOUT_GPU();
   cuda::CachingAllocator& alloc = cuda::caching_allocator(gpu);
   alloc.empty_cache();
-  Tensor small = zeros({16}, DType::f32, gpu);
+  const int64_t n = int64_t(1) << 24;  // 64 MiB: a segment of its own, no remainder in the cache
+  Tensor out = zeros({n}, DType::f32, gpu);
+  cuda::synchronize(gpu);
   const AllocatorStats before = alloc.stats();
+  void* temp_ptr = nullptr;
+  unsigned long long capture_id = 0;
+  cudaGraphExec_t exec = nullptr;
+  {
+    CaptureScope capture(cuda::compute_stream(gpu));
+    capture_id = capture.id();
+    Tensor temp = empty({n}, DType::f32, gpu);  // nothing free in the emptied cache fits it
+    temp_ptr = temp.raw_data();
+    fill_(temp, 3.0);
+    accumulate_(out, temp);
+    ASSERT_EQ(capture.end(), cudaSuccess);
+    ASSERT_EQ(cudaGraphInstantiate(&exec, capture.graph, 0), cudaSuccess);
+  }
+  EXPECT_EQ(alloc.stats().num_system_allocs, before.num_system_allocs + 1);
+  ASSERT_EQ(cudaGraphLaunch(exec, cuda::compute_stream(gpu)), cudaSuccess);
+  cuda::synchronize(gpu);
+  EXPECT_EQ(out.to_vector<float>(), std::vector<float>(n, 3.0f));
+  {
+    Tensor eager = empty({n}, DType::f32, gpu);
+    EXPECT_NE(eager.raw_data(), temp_ptr) << "the graph's memory was handed to eager code";
+  }
+  ASSERT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+  alloc.release_graph_pool(capture_id);
+}
+
+// A request CUDA cannot serve during a capture is a clear error, and the capture goes on intact.
+TEST(AllocatorGpu, GraphCaptureOutOfMemoryIsAClearError) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  Tensor small = zeros({16}, DType::f32, gpu);
   CaptureScope capture(cuda::compute_stream(gpu));
   try {
-    Tensor big = empty({int64_t(1) << 30}, DType::f32, gpu);  // 4 GiB, surely not cached
-    FAIL() << "allocated during capture without the cache";
+    Tensor huge = empty({int64_t(1) << 40}, DType::f32, gpu);  // 4 TiB
+    FAIL() << "allocated 4 TiB during a capture";
   } catch (const Error& e) {
-    expect_contains(e.what(), {"CUDA graph capture", "4.00 GiB", "cannot be served from the cache", "Warm up"});
+    expect_contains(e.what(), {"CUDA graph capture", "4.00 TiB", "cannot be served from the cache",
+                               "no memory for a new segment"});
   }
-  // Nothing illegal was called: the capture is intact and goes on.
   fill_(small, 1.0);
   EXPECT_EQ(capture.end(), cudaSuccess);
-  EXPECT_EQ(alloc.stats().num_system_allocs, before.num_system_allocs);
 }
 
 #else

@@ -206,6 +206,24 @@ TEST(BlockPool, OutOfMemoryReleasesTheCacheAndRetriesOnce) {
   EXPECT_EQ(pool.allocate(size_t(1) << 62, stream_a, 0, true), nullptr);
 }
 
+// During a capture the pool may grow but must not give segments back (cudaFree is not
+// capturable): out of memory then fails without releasing the cache.
+TEST(BlockPool, OutOfMemoryWithoutReleaseKeepsTheCache) {
+  FakeSystem system;
+  system.capacity = 30 * MiB;
+  BlockPool pool = system.pool();
+  Block* a = pool.allocate(12 * MiB, stream_a, 0, true);
+  pool.free(a);
+  EXPECT_EQ(pool.allocate(24 * MiB, stream_a, 7, true, /*may_release=*/false), nullptr);
+  EXPECT_EQ(system.refused, 1);
+  EXPECT_EQ(system.frees, 0);
+  EXPECT_EQ(pool.stats().reserved_bytes, 12 * MiB);
+  Block* grown = pool.allocate(16 * MiB, stream_a, 7, true, /*may_release=*/false);  // fits beside the cache
+  ASSERT_NE(grown, nullptr);
+  EXPECT_EQ(grown->graph, 7u);
+  EXPECT_EQ(system.allocs, 2);
+}
+
 TEST(BlockPool, NoGrowthWhenForbidden) {
   FakeSystem system;
   BlockPool pool = system.pool();
