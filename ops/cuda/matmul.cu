@@ -29,6 +29,8 @@
 // D and the epilogue's outputs, with beta = 0, so a run repeats nothing; the real run
 // follows) and the fastest, by more than kAutotuneMargin, is cached. Never during a
 // CUDA graph capture (timing synchronises): there the heuristic's first answer is used.
+// The same timing decides between a fused epilogue and the plain product plus a
+// separate pass (prefer_fused: linear's bias gradient).
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -43,6 +45,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "core/allocator.h"
@@ -436,6 +439,55 @@ bool try_run(const Gemm& g) {
 
 void run(const Gemm& g) { PRECIS_CHECK(try_run(g), g.op, ": cuBLASLt has no algorithm for ", g.problem()); }
 
+// Whether a product with a fused epilogue should run as such, or as `split` (the plain
+// product and a separate pass). Autotuning times both once per problem, as it times
+// algorithms: cuBLASLt's fastest fused candidate is not always faster than its plain
+// product plus one more pass (on an H100, GPT-2's f16 weight gradients with BGRADB got
+// xmma kernels ~0.6 ms/step slower than the plain product's nvjet kernels and a bias
+// sum). Without autotuning, during a capture, or for small problems: fused.
+template <typename Split>
+bool prefer_fused(const Gemm& fused, Split&& split) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, int, int, int64_t, int64_t, int64_t>, bool> choices;
+  const double flops = 2.0 * static_cast<double>(fused.m) * static_cast<double>(fused.n) *
+                       static_cast<double>(fused.k) * static_cast<double>(fused.batch);
+  if (!matmul_autotune() || flops < kAutotuneMinFlops ||
+      precis::cuda::is_capturing(precis::cuda::compute_stream(fused.device)))
+    return true;
+  const auto key = std::make_tuple(fused.device.index, static_cast<int>(fused.dtype), static_cast<int>(fused.epilogue),
+                                   fused.m, fused.n, fused.k);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = choices.find(key); it != choices.end()) return it->second;
+  const char* op = "matmul autotune";
+  cudaStream_t stream = precis::cuda::compute_stream(fused.device);
+  cudaEvent_t start = nullptr, stop = nullptr;
+  PRECIS_CUDA_CHECK(cudaEventCreate(&start), op);
+  PRECIS_CUDA_CHECK(cudaEventCreate(&stop), op);
+  auto best_ms = [&](auto&& work) {
+    work();  // untimed: algorithm choice and warm-up
+    float best = std::numeric_limits<float>::infinity();
+    for (int r = 0; r < kAutotuneRuns; ++r) {
+      PRECIS_CUDA_CHECK(cudaEventRecord(start, stream), op);
+      work();
+      PRECIS_CUDA_CHECK(cudaEventRecord(stop, stream), op);
+      PRECIS_CUDA_CHECK(cudaEventSynchronize(stop), op);
+      float ms = 0;
+      PRECIS_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop), op);
+      best = std::min(best, ms);
+    }
+    return best;
+  };
+  bool fused_ran = true;
+  const float fused_ms = best_ms([&] { fused_ran = fused_ran && try_run(fused); });
+  const float split_ms = best_ms(split);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  // Fused unless it was measurably slower (or never ran: the caller then tries it and says why not).
+  const bool choice = !fused_ran || fused_ms <= split_ms * (1.0 + kAutotuneMargin);
+  choices.emplace(key, choice);
+  return choice;
+}
+
 // An epilogue cuBLASLt cannot fuse is applied by a separate kernel; say so once per epilogue.
 void note_unfused(const Gemm& g) {
   static std::mutex mutex;
@@ -692,24 +744,27 @@ void linear_param_backward(const Tensor& grad_weight, const Tensor& grad_bias, c
   }
   const Tensor g = readable(grad_out), x = readable(x_in);
   const Tensor g_t = transposed(g);
+  // db = g^T 1: the column sums of g as a matrix-vector product (when not fused into dW's product).
+  auto bias_product = [&] {
+    Tensor ones = full({N, 1}, 1.0, dtype, x.device());
+    matmul(grad_bias.as_strided({out_features, 1}, {1, 1}, grad_bias.offset()), g_t, ones);
+  };
   if (grad_weight.numel() > 0) {
     Gemm gemm = row_major_product(op, x.device(), dtype, matrix_of(g_t), matrix_of(x), grad_weight.raw_data(),
                                   out_features, in, N);
-    if (grad_bias.defined() && fuse_epilogues()) {
-      gemm.epilogue = CUBLASLT_EPILOGUE_BGRADB;
-      gemm.bias = grad_bias.raw_data();
-      if (try_run(gemm)) return;
-      note_unfused(gemm);
-      gemm.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-      gemm.bias = nullptr;
+    Gemm fused = gemm;
+    fused.epilogue = CUBLASLT_EPILOGUE_BGRADB;
+    fused.bias = grad_bias.defined() ? grad_bias.raw_data() : nullptr;
+    if (grad_bias.defined() && fuse_epilogues() && prefer_fused(fused, [&] {
+          run(gemm);
+          bias_product();
+        })) {
+      if (try_run(fused)) return;
+      note_unfused(fused);
     }
     run(gemm);
   }
-  if (grad_bias.defined()) {
-    // db = g^T 1: the column sums of g as a matrix-vector product.
-    Tensor ones = full({N, 1}, 1.0, dtype, x.device());
-    matmul(grad_bias.as_strided({out_features, 1}, {1, 1}, grad_bias.offset()), g_t, ones);
-  }
+  if (grad_bias.defined()) bias_product();
 }
 
 void linear_gelu_input_backward(const Tensor& grad_pre, const Tensor& grad_out, const Tensor& weight,
