@@ -115,31 +115,6 @@ enum BackwardBarrier : int {  // 0 is __syncthreads'
   kScoreGradsStored = 6,
 };
 
-// st[keys x queries] = kv (the warp's keys, A fragments) x rows^T, rows = [kBlockM][kD] tile.
-template <typename T, int kD, int kKeyTiles>
-__device__ __forceinline__ void keys_times_rows(float (&st)[kKeyTiles][kBlockM / 8][4],
-                                                const uint32_t (&kv)[kKeyTiles][kD / 16][4], const T* rows,
-                                                int lane) {
-#pragma unroll
-  for (int mt = 0; mt < kKeyTiles; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < kBlockM / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) st[mt][nt][e] = 0.f;
-#pragma unroll
-  for (int ks = 0; ks < kD / 16; ++ks)
-#pragma unroll
-    for (int qp = 0; qp < kBlockM / 16; ++qp) {
-      uint32_t bf[4];
-      load_b_from_rows<kD>(bf, rows, qp * 16, ks * 16, lane);
-#pragma unroll
-      for (int mt = 0; mt < kKeyTiles; ++mt) {
-        mma_16816<T>(st[mt][2 * qp], kv[mt][ks], bf[0], bf[1]);
-        mma_16816<T>(st[mt][2 * qp + 1], kv[mt][ks], bf[2], bf[3]);
-      }
-    }
-}
-
 // acc[keys x kD] += frag (keys x queries, A fragments) x cols, cols = [kBlockM][kD] tile.
 template <typename T, int kD, int kKeyTiles>
 __device__ __forceinline__ void accumulate_keys_times_cols(float (&acc)[kKeyTiles][kD / 8][4],
@@ -249,7 +224,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       barrier_sync(kQueryBlockLoaded, kRoleThreads);
 
       // P^T = exp2(S^T scale log2(e) - lse log2(e)); masked keys get exponent -inf.
-      keys_times_rows<T, kD>(st, kf, sQ + stage * kBlockM * kD, lane);
+      fragments_times_rows<T, kD>(st, kf, sQ + stage * kBlockM * kD, lane);  // S^T = K Q^T
 #pragma unroll
       for (int nt = 0; nt < kQueryTiles; ++nt) {
         const float2 row_lse = *reinterpret_cast<const float2*>(sLse + stage * kBlockM + nt * 8 + col);
@@ -306,7 +281,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int mt = 0; mt < kKeyTiles; ++mt)
 #pragma unroll
           for (int ks = 0; ks < kD / 16; ++ks) load_a<kD>(vf[mt][ks], sV, key0 + mt * 16, ks * 16, lane);
-        keys_times_rows<T, kD>(st, vf, sdO + stage * kBlockM * kD, lane);
+        fragments_times_rows<T, kD>(st, vf, sdO + stage * kBlockM * kD, lane);  // dP^T = V dO^T
       }
       float2 row_delta[kQueryTiles];
 #pragma unroll

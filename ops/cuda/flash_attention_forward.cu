@@ -107,24 +107,7 @@ __global__ void __launch_bounds__(kThreads)
 
     // S = Q K^T for the warp's rows and the block's kBlockN keys.
     float sc[kMTiles][kBlockN / 8][4];
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < kBlockN / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) sc[mt][nt][e] = 0.f;
-#pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks)
-#pragma unroll
-      for (int np = 0; np < kBlockN / 16; ++np) {
-        uint32_t bf[4];
-        load_b_from_rows<kD>(bf, sK, np * 16, ks * 16, lane);
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          mma_16816<T>(sc[mt][2 * np], qf[mt][ks], bf[0], bf[1]);
-          mma_16816<T>(sc[mt][2 * np + 1], qf[mt][ks], bf[2], bf[3]);
-        }
-      }
+    fragments_times_rows<T, kD>(sc, qf, sK, lane);
 
     // Keys past the end, and above the diagonal, score -inf.
     if (n0 + kBlockN > s.k_len || (s.causal && n0 + kBlockN - 1 > m0)) {

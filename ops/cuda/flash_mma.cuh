@@ -138,6 +138,33 @@ __device__ __forceinline__ void load_b_from_cols(uint32_t (&b)[4], const T* tile
   ldmatrix_x4<true>(b, tile + swizzled<kCols>(row, col));
 }
 
+// out = a x rows^T: a holds kTiles A fragments of 16 rows, kD deep (in registers); rows is a
+// [8 * kN8][kD] tile in shared memory (keys, queries or dO rows); out (C fragments, kTiles x
+// 8 * kN8) is overwritten. S = Q K^T in the forward; S^T = K Q^T and dP^T = V dO^T backward.
+template <typename T, int kD, int kTiles, int kN8>
+__device__ __forceinline__ void fragments_times_rows(float (&out)[kTiles][kN8][4],
+                                                     const uint32_t (&a)[kTiles][kD / 16][4], const T* rows,
+                                                     int lane) {
+#pragma unroll
+  for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+    for (int n = 0; n < kN8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) out[t][n][e] = 0.f;
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks)
+#pragma unroll
+    for (int np = 0; np < kN8 / 2; ++np) {
+      uint32_t bf[4];
+      load_b_from_rows<kD>(bf, rows, np * 16, ks * 16, lane);
+#pragma unroll
+      for (int t = 0; t < kTiles; ++t) {
+        mma_16816<T>(out[t][2 * np], a[t][ks], bf[0], bf[1]);
+        mma_16816<T>(out[t][2 * np + 1], a[t][ks], bf[2], bf[3]);
+      }
+    }
+}
+
 // ---- asynchronous copies
 
 // 16 bytes global -> shared; when !valid the destination is zero-filled and src is not read.
