@@ -275,34 +275,42 @@ void run_algo(const Gemm& g, const Problem& p, const cublasLtMatmulAlgo_t& algo)
                       g.op, " ", g.problem());
 }
 
-// The fastest of `candidates` (in the heuristic's order; a later one must win by the margin).
-cublasLtMatmulAlgo_t fastest(const Gemm& g, const Problem& p, const cublasLtMatmulHeuristicResult_t* candidates,
-                             int count) {
+// The fastest of kAutotuneRuns timed runs of `work` on `stream`, in milliseconds, after one
+// untimed run (the algorithm choice of any product inside it, and warm-up).
+template <typename Work>
+float fastest_run_ms(cudaStream_t stream, Work&& work) {
   const char* op = "matmul autotune";
   cudaEvent_t start = nullptr, stop = nullptr;
   PRECIS_CUDA_CHECK(cudaEventCreate(&start), op);
   PRECIS_CUDA_CHECK(cudaEventCreate(&stop), op);
+  work();
+  float best = std::numeric_limits<float>::infinity();
+  for (int r = 0; r < kAutotuneRuns; ++r) {
+    PRECIS_CUDA_CHECK(cudaEventRecord(start, stream), op);
+    work();
+    PRECIS_CUDA_CHECK(cudaEventRecord(stop, stream), op);
+    PRECIS_CUDA_CHECK(cudaEventSynchronize(stop), op);
+    float ms = 0;
+    PRECIS_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop), op);
+    best = std::min(best, ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return best;
+}
+
+// The fastest of `candidates` (in the heuristic's order; a later one must win by the margin).
+cublasLtMatmulAlgo_t fastest(const Gemm& g, const Problem& p, const cublasLtMatmulHeuristicResult_t* candidates,
+                             int count) {
   int best = 0;
   float best_ms = 0;
   for (int c = 0; c < count; ++c) {
-    float ms = std::numeric_limits<float>::infinity();
-    run_algo(g, p, candidates[c].algo);
-    for (int r = 0; r < kAutotuneRuns; ++r) {
-      PRECIS_CUDA_CHECK(cudaEventRecord(start, p.stream), op);
-      run_algo(g, p, candidates[c].algo);
-      PRECIS_CUDA_CHECK(cudaEventRecord(stop, p.stream), op);
-      PRECIS_CUDA_CHECK(cudaEventSynchronize(stop), op);
-      float run_ms = 0;
-      PRECIS_CUDA_CHECK(cudaEventElapsedTime(&run_ms, start, stop), op);
-      ms = std::min(ms, run_ms);
-    }
+    const float ms = fastest_run_ms(p.stream, [&] { run_algo(g, p, candidates[c].algo); });
     if (c == 0 || ms < best_ms * (1.0 - kAutotuneMargin)) {
       best = c;
       best_ms = ms;
     }
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   return candidates[best].algo;
 }
 
@@ -458,30 +466,10 @@ bool prefer_fused(const Gemm& fused, Split&& split) {
                                    fused.m, fused.n, fused.k);
   std::lock_guard<std::mutex> lock(mutex);
   if (auto it = choices.find(key); it != choices.end()) return it->second;
-  const char* op = "matmul autotune";
   cudaStream_t stream = precis::cuda::compute_stream(fused.device);
-  cudaEvent_t start = nullptr, stop = nullptr;
-  PRECIS_CUDA_CHECK(cudaEventCreate(&start), op);
-  PRECIS_CUDA_CHECK(cudaEventCreate(&stop), op);
-  auto best_ms = [&](auto&& work) {
-    work();  // untimed: algorithm choice and warm-up
-    float best = std::numeric_limits<float>::infinity();
-    for (int r = 0; r < kAutotuneRuns; ++r) {
-      PRECIS_CUDA_CHECK(cudaEventRecord(start, stream), op);
-      work();
-      PRECIS_CUDA_CHECK(cudaEventRecord(stop, stream), op);
-      PRECIS_CUDA_CHECK(cudaEventSynchronize(stop), op);
-      float ms = 0;
-      PRECIS_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop), op);
-      best = std::min(best, ms);
-    }
-    return best;
-  };
   bool fused_ran = true;
-  const float fused_ms = best_ms([&] { fused_ran = fused_ran && try_run(fused); });
-  const float split_ms = best_ms(split);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  const float fused_ms = fastest_run_ms(stream, [&] { fused_ran = fused_ran && try_run(fused); });
+  const float split_ms = fastest_run_ms(stream, split);
   // Fused unless it was measurably slower (or never ran: the caller then tries it and says why not).
   const bool choice = !fused_ran || fused_ms <= split_ms * (1.0 + kAutotuneMargin);
   choices.emplace(key, choice);
