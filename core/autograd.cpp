@@ -24,7 +24,9 @@ namespace {
 // Sums gradients into a leaf's .grad, then fires its grad-ready hooks. Holds the
 // leaf weakly: a parameter that is gone needs no gradient. The incoming gradient may
 // be of another dtype (a cast's, ops/tensor_methods.cpp): .grad keeps the leaf's
-// dtype, and the incoming values are converted as they are added.
+// dtype, and the incoming values are converted as they are added. A .grad marked stale
+// (FlatParameters::zero_grad_lazily) is overwritten instead: the same values as adding to
+// zeros, without the zeros being written first and read back.
 class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf) : Node("AccumulateGrad", 1), leaf_(leaf) {}
@@ -34,7 +36,10 @@ class AccumulateGrad final : public Node {
     const Tensor& incoming = args.grad(0);
     if (!leaf || !incoming.defined()) return {};
     Tensor param(leaf);
-    if (leaf->grad) {
+    if (leaf->grad && leaf->grad_is_stale) {
+      copy_(Tensor(leaf->grad), incoming);
+      leaf->grad_is_stale = false;
+    } else if (leaf->grad) {
       accumulate_(Tensor(leaf->grad), incoming);
     } else {
       // A fresh, dense gradient owned by the leaf: the incoming one may be a view,

@@ -118,7 +118,13 @@ Tensor GPT2::hidden_states(const Tensor& idx) {
   return ops::add_layer_norm(r.stream, r.branch, ln_f_->weight, ln_f_->bias, ln_f_->eps, to_linear).normed;
 }
 
-GPT2Output GPT2::forward(const Tensor& idx, const Tensor& targets) {
+void GPT2Output::backward() const {
+  PRECIS_CHECK(fused_classifier(), "GPT2Output::backward: only for a forward given a loss gradient (the fused "
+               "classifier); otherwise call loss.backward()");
+  autograd::backward(classifier_output, classifier_grad, false);
+}
+
+GPT2Output GPT2::forward(const Tensor& idx, const Tensor& targets, const Tensor& loss_gradient) {
   Tensor x = hidden_states(idx);
   GPT2Output out;
   // The product runs at the padded width (rows of a multiple of 64 values: aligned for any
@@ -134,6 +140,15 @@ GPT2Output GPT2::forward(const Tensor& idx, const Tensor& targets) {
     // the padded width, zeros in the padding, so nothing is copied or scattered. (The
     // numerics report scores the observed logits, so that their gradient passes its tap.)
     const Tensor flat_targets = targets.reshape({-1});
+    if (loss_gradient.defined() && padded.requires_grad() && !nn::observing()) {
+      ops::LossAndGradient fused = ops::cross_entropy_with_grad(padded.reshape({-1, Vp}), flat_targets, loss_gradient,
+                                                                -100, V, /*overwrite_logits=*/true);
+      out.logits = Tensor();  // its memory now holds the gradient
+      out.loss = fused.loss;
+      out.classifier_output = padded;
+      out.classifier_grad = fused.grad.view(padded.shape());
+      return out;
+    }
     out.loss = nn::observing() ? ops::cross_entropy(out.logits.reshape({-1, V}), flat_targets)
                                : ops::cross_entropy(padded.reshape({-1, Vp}), flat_targets, -100, V);
   }

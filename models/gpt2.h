@@ -42,6 +42,13 @@ struct GPT2Config {
 struct GPT2Output {
   Tensor logits;  // [B, T, vocab_size]: a view of the padded logits, rows padded_vocab_size() apart
   Tensor loss;    // scalar mean cross-entropy, when targets were given
+  // With the fused classifier (forward given a loss gradient): the loss has no grad_fn; the
+  // gradient of loss_gradient * loss with respect to the padded logits was made in the
+  // loss's own pass over them, written over them (so `logits` is undefined), and the
+  // backward starts there: backward() runs autograd::backward(classifier_output, classifier_grad).
+  Tensor classifier_output, classifier_grad;
+  bool fused_classifier() const { return classifier_grad.defined(); }
+  void backward() const;
 };
 
 class GPT2 : public nn::Module {
@@ -51,7 +58,10 @@ class GPT2 : public nn::Module {
   explicit GPT2(const GPT2Config& config, uint64_t seed = 1337);
 
   // idx: [B, T] token ids (i32/i64), T <= block_size; targets: [B, T] or undefined.
-  GPT2Output forward(const Tensor& idx, const Tensor& targets = Tensor());
+  // loss_gradient (a scalar on the model's device, with targets, while recording autograd):
+  // the gradient the loss will receive (loss scale / micro-batches); the loss and the logits'
+  // gradient are then made in one pass (ops::cross_entropy_with_grad; see GPT2Output).
+  GPT2Output forward(const Tensor& idx, const Tensor& targets = Tensor(), const Tensor& loss_gradient = Tensor());
   // The final hidden states [B, T, C] (after ln_f), before the classifier; in the compute
   // dtype under autocast (what the classifier reads).
   Tensor hidden_states(const Tensor& idx);

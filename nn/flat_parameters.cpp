@@ -15,7 +15,26 @@ int64_t FlatParameters::numel() const {
 }
 
 void FlatParameters::zero_grad() {
-  for (auto& b : buffers_) fill_(b.grad, 0.0);
+  for (auto& b : buffers_) {
+    fill_(b.grad, 0.0);
+    for (auto& s : b.slots) s.param.impl()->grad_is_stale = false;
+  }
+}
+
+void FlatParameters::zero_grad_lazily() {
+  for (auto& b : buffers_)
+    for (auto& s : b.slots) s.param.impl()->grad_is_stale = true;
+}
+
+void FlatParameters::settle_grads() {
+  for (auto& b : buffers_) {
+    for (auto& s : b.slots) {
+      TensorImpl* impl = s.param.impl();
+      if (!impl->grad_is_stale) continue;
+      fill_(Tensor(impl->grad), 0.0);
+      impl->grad_is_stale = false;
+    }
+  }
 }
 
 namespace {

@@ -48,6 +48,13 @@ class FlatParameters {
   int64_t numel() const;
   // Fills every gradient buffer with zeros (one fill per dtype).
   void zero_grad();
+  // zero_grad without the fill: each gradient is marked stale, so the first gradient a
+  // parameter then receives is written over it rather than added to it (0 + g = g, with
+  // no pass writing zeros and no read of them); settle_grads(), after the backward(s),
+  // zeroes the gradients of the parameters that received none. Between the two, a
+  // gradient not yet received holds the last step's values.
+  void zero_grad_lazily();
+  void settle_grads();
 
  private:
   friend std::shared_ptr<FlatParameters> flatten_parameters(Module&, Device, std::optional<DType>);

@@ -72,7 +72,8 @@ void cross_entropy_forward(const Tensor& logits, const int64_t* targets, int64_t
   }
 }
 
-// dx: dense [rows, width], width >= C; its columns past C (padding) get zeros.
+// dx: dense [rows, width], width >= C; its columns past C (padding) get zeros. dx may be the
+// logits themselves (rows width apart): each element is read before it is written.
 template <typename T>
 void cross_entropy_backward(const Tensor& logits, const int64_t* targets, int64_t ignore_index, const Tensor& stats,
                             double scale, Tensor& dx) {
@@ -93,9 +94,10 @@ void cross_entropy_backward(const Tensor& logits, const int64_t* targets, int64_
     }
     const T* xr = x + r * ld;
     const A m = st[2 * r], log_sum = st[2 * r + 1];
+    const A x_t = convert<A>(xr[t]);  // read first: dx may be the logits' own memory
     for (int64_t j = 0; j < C; ++j) dr[j] = convert<T>(std::exp((convert<A>(xr[j]) - m) - log_sum) * s);
     for (int64_t j = C; j < width; ++j) dr[j] = T(0);
-    dr[t] = convert<T>((std::exp((convert<A>(xr[t]) - m) - log_sum) - A(1)) * s);
+    dr[t] = convert<T>((std::exp((x_t - m) - log_sum) - A(1)) * s);
   }
 }
 
@@ -179,10 +181,10 @@ Tensor cross_entropy_backward_cuda(const Saved& s, const Tensor& grad) {
 }
 #endif
 
-}  // namespace
-
-Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t ignore_index, int64_t classes) {
-  const char* op = "cross_entropy";
+// The checks both entry points make, and what the passes need: the logits' real columns as
+// rows, the targets as the kernels read them, the per-row statistics to fill.
+Saved prepare(const char* op, const Tensor& logits_in, const Tensor& targets_in, int64_t ignore_index,
+              int64_t classes) {
   require_defined(op, logits_in, "logits");
   require_defined(op, targets_in, "targets");
   const Device device = common_device(op, {&logits_in, &targets_in});
@@ -197,26 +199,31 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t 
   if (classes < 0) classes = width;
   PRECIS_CHECK(classes <= width, op, ": ", classes, " classes do not fit logits ", logits_in.shape(),
                " (the classes are the first columns of the last dim)");
-
-  const DType out_dtype = logits_in.dtype() == DType::f64 ? DType::f64 : DType::f32;
   Saved saved;
   saved.logits = as_rows(logits_in, rows, classes);
   saved.grad_shape = logits_in.shape();
-  saved.stats = empty({rows, 2}, out_dtype, device);
+  saved.stats = empty({rows, 2}, logits_in.dtype() == DType::f64 ? DType::f64 : DType::f32, device);
   saved.ignore_index = ignore_index;
+  // The CPU kernels read i64 targets; the GPU kernels read i32 or i64 as they are.
+  saved.targets = dense(targets_in, device.is_cpu() ? DType::i64 : targets_in.dtype());
+  return saved;
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t ignore_index, int64_t classes) {
+  Saved saved = prepare("cross_entropy", logits_in, targets_in, ignore_index, classes);
   Tensor out;
-  if (device.is_cpu()) {
-    saved.targets = dense(targets_in, DType::i64);
+  if (saved.logits.is_cpu()) {
     out = cross_entropy_forward_cpu(saved);
   } else {
 #if PRECIS_WITH_CUDA
-    saved.targets = dense(targets_in, targets_in.dtype());  // i32 or i64: the kernels read either
     out = cross_entropy_forward_cuda(saved);
 #endif
   }
 
   if (autograd::any_requires_grad({&logits_in})) {
-    autograd::record(op, {logits_in}, {out}, [saved](const BackwardArgs& g) {
+    autograd::record("cross_entropy", {logits_in}, {out}, [saved](const BackwardArgs& g) {
       Tensor dx;
       if (saved.logits.is_cpu()) {
         dx = cross_entropy_backward_cpu(saved, g.grad());
@@ -228,6 +235,42 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t 
       return std::vector<Tensor>{dx};
     });
   }
+  return out;
+}
+
+LossAndGradient cross_entropy_with_grad(const Tensor& logits_in, const Tensor& targets_in, const Tensor& grad_factor,
+                                        int64_t ignore_index, int64_t classes, bool overwrite_logits) {
+  const char* op = "cross_entropy_with_grad";
+  Saved saved = prepare(op, logits_in, targets_in, ignore_index, classes);
+  require_defined(op, grad_factor, "grad_factor");
+  const Device device = saved.logits.device();
+  PRECIS_CHECK(grad_factor.numel() == 1 && grad_factor.device() == device, op,
+               ": grad_factor must be a scalar on the logits' device (", device, "), got ", describe(grad_factor));
+  PRECIS_CHECK(!overwrite_logits || logits_in.is_contiguous(), op,
+               ": overwrite_logits needs dense logits to write the gradient over, got ", describe(logits_in),
+               "; pass overwrite_logits = false for a separate gradient tensor");
+  const int64_t rows = saved.logits.shape()[0], width = saved.grad_shape.back();
+  // The gradient as dense rows of the padded width: over the logits, or new memory.
+  const Tensor dx = overwrite_logits ? logits_in.detach().view({rows, width})
+                                     : empty({rows, width}, logits_in.dtype(), device);
+  LossAndGradient out;
+  if (device.is_cpu()) {
+    out.loss = cross_entropy_forward_cpu(saved);
+    Tensor dx_rows = dx;
+    const double scale = grad_factor.item<double>() / static_cast<double>(saved.n_valid);
+    cpu::dispatch_floating(saved.logits.dtype(), op, [&](auto tag) {
+      cross_entropy_backward<typename decltype(tag)::type>(saved.logits, saved.targets.data<int64_t>(), ignore_index,
+                                                           saved.stats, scale, dx_rows);
+    });
+  } else {
+#if PRECIS_WITH_CUDA
+    out.loss = empty({}, saved.stats.dtype(), device);
+    const cuda::BadIndex bad = cuda::cross_entropy_with_grad(saved.logits, saved.targets, ignore_index,
+                                                             dense(grad_factor, saved.stats.dtype()), out.loss, dx);
+    if (bad.position >= 0) check_target(bad.value, bad.position, saved.logits.shape().back(), ignore_index);
+#endif
+  }
+  out.grad = dx.view(saved.grad_shape);
   return out;
 }
 

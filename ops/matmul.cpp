@@ -220,7 +220,8 @@ Tensor linear_cuda(const char* op, const Tensor& x_in, const Tensor& weight_in, 
 // then linear's (BIAS), one autograd node. With g the gradient of y = h W2^T + b2,
 // h = gelu(z1): linear_grads of the second linear from g and h; then
 // dz1 = (g W2) * gelu'(z1) in one product (DGELU epilogue: the gradient of h is never
-// written), and linear_grads of the first from dz1 and x. Saved: x, W1, z1, h, W2.
+// written; DGELU_BGRAD sums dz1 for db1 too), and linear_grads of the first from dz1 and x
+// for dx, dW1. Saved: x, W1, z1, h, W2.
 Tensor linear_gelu_linear_cuda(const char* op, const Tensor& x_in, const Tensor& w1_in, const Tensor& b1_in,
                                const Tensor& w2_in, const Tensor& b2_in) {
   DType dtype = promote_types(x_in.dtype(), promote_types(w1_in.dtype(), w2_in.dtype()));
@@ -251,9 +252,13 @@ Tensor linear_gelu_linear_cuda(const char* op, const Tensor& x_in, const Tensor&
                            linear_grads(grad, h, w2, h.shape(), false, g.needs(3), has_b2 && g.needs(4));
                        LinearGrads first;
                        if (g.needs(0) || g.needs(1) || (has_b1 && g.needs(2))) {
+                         // db1 = dz1 summed over rows comes from dz1's own product (DGELU_BGRAD).
                          Tensor grad_pre = empty(h.shape(), dtype, grad.device());
-                         cuda::linear_gelu_input_backward(grad_pre, grad, w2, pre);
-                         first = linear_grads(grad_pre, x2, w1, x_shape, g.needs(0), g.needs(1), has_b1 && g.needs(2));
+                         const Tensor grad_b1 =
+                             has_b1 && g.needs(2) ? empty({w1.shape()[0]}, dtype, grad.device()) : Tensor();
+                         cuda::linear_gelu_input_backward(grad_pre, grad, w2, pre, grad_b1);
+                         first = linear_grads(grad_pre, x2, w1, x_shape, g.needs(0), g.needs(1), false);
+                         first.bias = grad_b1;
                        }
                        return std::vector<Tensor>{first.x, first.weight, first.bias, second.weight, second.bias};
                      });

@@ -40,6 +40,23 @@ Tensor embedding(const Tensor& weight, const Tensor& indices);
 // gradient, written with the others. Evenly spaced rows are read in place (no copy).
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100, int64_t classes = -1);
 
+// The fused classifier (as llm.c's): cross_entropy's loss and, from the same pass over the
+// logits, the gradient of grad_factor * loss with respect to them (their shape; zeros in
+// the padding past `classes` and in ignored rows). Records nothing for autograd: the
+// caller starts the backward from the logits, autograd::backward(logits, grad), instead
+// of from the loss, so the logits are read once instead of twice. grad_factor: a scalar
+// on the logits' device, the gradient the loss would receive (loss scale / micro-batches),
+// read there, so that a replayed CUDA graph sees its current value. overwrite_logits: the
+// gradient is written over the logits, which must be dense and are gone afterwards (the
+// memory of a second [N, C] tensor saved).
+struct LossAndGradient {
+  Tensor loss;  // scalar, f32 (f64 for f64 logits), no grad_fn
+  Tensor grad;  // d (grad_factor * loss) / d logits, the logits' shape and dtype
+};
+LossAndGradient cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, const Tensor& grad_factor,
+                                        int64_t ignore_index = -100, int64_t classes = -1,
+                                        bool overwrite_logits = false);
+
 // Which implementation scaled_dot_product_attention uses: the fused flash-attention
 // kernel wherever it can run these inputs (else the reference), or always the reference.
 enum class AttentionImpl { flash, reference };

@@ -344,6 +344,7 @@ std::vector<Field> make_fields(TrainConfig& c) {
       integer("threads", c.threads, at_least(0)),
       boolean("cuda_graphs", c.cuda_graphs),
       boolean("matmul_autotune", c.matmul_autotune),
+      boolean("fused_classifier", c.fused_classifier),
       text("out_dir", c.out_dir),
   };
 }

@@ -118,6 +118,7 @@ struct TrainConfig {
   int64_t threads = 0;          // CPU threads, 0: all cores
   bool cuda_graphs = false;     // capture the training step in a CUDA graph after warm-up and replay it
   bool matmul_autotune = true;  // GPU: time cuBLASLt's candidate algorithms once per large product
+  bool fused_classifier = true; // the loss and the logits' gradient in one pass over the logits
   std::string out_dir = "out";
   std::string config_path;      // the file it was loaded from
 };

@@ -210,7 +210,7 @@ class MaybePhase {
 }  // namespace
 
 double Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets, Profiler* profiler) {
-  flat_->zero_grad();
+  flat_->zero_grad_lazily();  // each first gradient is written, not added to zeros
   ops::autocast::clear_cache();  // the weights changed in the last step
   if (policy_.autocasts()) {
     // This step's weight casts, one kernel per flat buffer instead of one per weight.
@@ -224,13 +224,21 @@ double Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Te
   const int64_t accum = config_.batch.grad_accum;
   double loss_sum = 0;
   if (gpu_step_) fill_(loss_sum_, 0.0);
+  // The gradient each micro-batch's loss receives: 1/accum of the step's mean, times the loss
+  // scale (read from device memory on the GPU). The fused classifier makes the logits'
+  // gradient with it in the loss's own pass; otherwise the backward starts from the loss.
+  const Tensor loss_gradient =
+      config_.fused_classifier ? scaler_->scale(full({}, 1.0 / static_cast<double>(accum), DType::f32, device_))
+                               : Tensor();
   for (int64_t micro = 0; micro < accum; ++micro) {
     if (reporting_ && micro == 0) start_numerics();
+    models::GPT2Output out;
     Tensor loss;
     {
       MaybePhase phase(profiler, "forward");
       ops::autocast::Scope autocast(policy_.compute_dtype, policy_.autocasts());
-      loss = model_->forward(inputs[micro], targets[micro]).loss;
+      out = model_->forward(inputs[micro], targets[micro], loss_gradient);
+      loss = out.loss;
       // On the GPU the sum stays there (f64, as the host adds): no read-back per micro-batch.
       if (gpu_step_) {
         accumulate_(loss_sum_, loss);
@@ -241,11 +249,16 @@ double Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Te
     nn::set_activation_observer(nullptr);
     {
       MaybePhase phase(profiler, "backward");
-      // Each micro-batch contributes 1/accum of the step's mean gradient, times the loss scale.
-      if (accum > 1) loss = ops::mul(loss, 1.0 / static_cast<double>(accum));
-      scaler_->scale(loss).backward();
+      if (out.fused_classifier()) {
+        out.backward();
+      } else {
+        // Each micro-batch contributes 1/accum of the step's mean gradient, times the loss scale.
+        if (accum > 1) loss = ops::mul(loss, 1.0 / static_cast<double>(accum));
+        scaler_->scale(loss).backward();
+      }
     }
   }
+  flat_->settle_grads();  // zeros for the parameters no micro-batch reached
   std::vector<Tensor> params_before;
   if (reporting_) {
     for (const auto& b : flat_->buffers())

@@ -1,10 +1,11 @@
 // layer_norm over the last dim, rows of C values (the math is derived in ops/layer_norm.cpp):
-//   forward:  mean, rstd = 1/sqrt(var + eps), y = (x - mean) rstd w + b, a warp (or block) per row
+//   forward:  mean, rstd = 1/sqrt(var + eps), y = (x - mean) rstd w + b, a warp per row (holding
+//             it in registers where it fits) or, for rows over 1024 values, a block per row
 //   backward: dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dxhat = g w, a block per
-//             chunk of rows; dw = sum g xhat and db = sum g over rows, reduced in two stages:
-//             each block sums its rows per column in registers and writes one partial row,
-//             then a second kernel adds the partial rows in block order. No atomics, so the
-//             result is the same on every run.
+//             chunk of rows, one or a few rows at a time; dw = sum g xhat and db = sum g over
+//             rows, reduced in two stages: each block sums its rows per column in registers and
+//             writes one partial row, then a second kernel adds the partial rows in block order.
+//             No atomics, so the result is the same on every run.
 // Statistics, weight and bias in f32 (f64 for f64 x).
 //
 // The same kernels do the residual add fused with it (add_layer_norm): the forward reads x
@@ -15,6 +16,11 @@
 // output) or f16/bf16 for f32 T (a norm that feeds a linear under autocast); r and dr may be
 // f16/bf16 for f32 T. Mixed dtypes are visited in packs of Packed128<T>::size elements, each
 // array moving that many of its own.
+//
+// The kernels do a few flops per byte, so their speed is memory bandwidth, given enough loads in
+// flight. Where a row fits in its threads' registers, each thread issues all its loads of the
+// row at once (before any store, which the compiler must assume may alias them) and keeps the
+// values for the later passes: each value crosses memory once, and a row waits for memory once.
 #include <algorithm>
 
 #include "ops/cuda/nn_kernels.h"
@@ -23,12 +29,28 @@ namespace precis::ops::cuda {
 
 namespace {
 
+// s = x + r, rounded to T: the sum add_layer_norm stores and normalises.
+template <int W, typename T, typename R>
+__device__ __forceinline__ Pack<T, W> add_residual(Pack<T, W> x, const Pack<R, W>& r) {
+  using A = compute_t<T>;
+#pragma unroll
+  for (int k = 0; k < W; ++k) x.v[k] = convert_to<T>(convert_to<A>(x.v[k]) + convert_to<A>(r.v[k]));
+  return x;
+}
+
+// y = (v - mean) rstd w + b, in Y.
+template <typename Y, typename T, typename A>
+__device__ __forceinline__ Y normalized(T v, A mu, A rs, A w, A b) {
+  return convert_to<Y>((convert_to<A>(v) - mu) * rs * w + b);
+}
+
 // Forward: pass 1 sums x (or s = x + r, which it writes) for the mean, pass 2 sums
 // (x - mean)^2 (two passes, as the CPU kernel, rather than E[x^2] - mean^2, which cancels),
 // pass 3 writes y. With a residual, passes 2 and 3 read s back (each thread its own writes).
 // Bytes: x read three times (passes 2 and 3 mostly from L1/L2), y written once, 8 bytes of
 // statistics per row; with a residual also r read and s written once (add + layer_norm apart
-// would read s again from memory, and launch twice).
+// would read s again from memory, and launch twice). Rows that a warp can hold take
+// layer_norm_forward_held_kernel instead.
 template <int kThreads, int kPack, typename T, typename R, typename Y, typename A = compute_t<T>>
 __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
     layer_norm_forward_kernel(const T* x, const R* residual, T* sum_out, const A* weight, const A* bias, Y* y, A* mean,
@@ -41,9 +63,7 @@ __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
     constexpr int W = decltype(width)::value;
     Pack<T, W> v = load_pack<W>(x + row * C + i);
     if (residual) {
-      const Pack<R, W> r = load_pack<W>(residual + row * C + i);
-#pragma unroll
-      for (int k = 0; k < W; ++k) v.v[k] = convert_to<T>(convert_to<A>(v.v[k]) + convert_to<A>(r.v[k]));
+      v = add_residual(v, load_pack<W>(residual + row * C + i));
       store_pack<W>(sum_out + row * C + i, v);
     }
 #pragma unroll
@@ -67,9 +87,7 @@ __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
     const Pack<T, W> v = load_pack<W>(xr + i);
     Pack<Y, W> out;
 #pragma unroll
-    for (int k = 0; k < W; ++k) {
-      out.v[k] = convert_to<Y>((convert_to<A>(v.v[k]) - mu) * rs * weight[i + k] + bias[i + k]);
-    }
+    for (int k = 0; k < W; ++k) out.v[k] = normalized<Y>(v.v[k], mu, rs, weight[i + k], bias[i + k]);
     store_pack<W>(yr + i, out);
   });
   if (threadIdx.x == 0) {
@@ -78,61 +96,179 @@ __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
   }
 }
 
-// Backward, stage 1: block b takes rows [b * rows_per_block, ...) one at a time. Thread t
-// owns the columns (p * blockDim.x + t) * kPack + k, p < kPacks, k < kPack, for every row,
-// so its dw and db sums stay in registers. Per row, one block reduction gives mean(dxhat)
-// and mean(dxhat xhat); then dx (plus g_sum, when given) is written, to dx and/or, in the
-// residual's dtype, to dr (null: not wanted). At the end each block writes its partial dw
-// and db rows to partial_dw/partial_db [blocks, C] (null: not wanted).
-// Bytes: x and g read twice per row (the second time mostly from L1), dx written once;
-// 2 * blocks * C statistics-dtype values of partials; with add_layer_norm g_sum read and dr
-// written once (apart, the gradients' sum and r's cast would each be a pass of their own).
+// The packs per lane of the rows a warp holds in registers: at most 8 of 16 bytes (32 registers)
+// and 1024 values, so rows of up to 1024 f32 or f16/bf16 values, or 512 f64.
+template <typename T>
+inline constexpr int kHeldLanePacks = std::min(8, 1024 / (32 * Packed128<T>::size));
+
+// Forward for a row a warp holds: C a multiple of kPack, at most 32 * kHeldLanePacks packs, every
+// array (weight and bias too) starting rows at a pack boundary. Lane t takes the packs t, t + 32,
+// ..., in the order in which layer_norm_forward_kernel visits them, so both sum alike. Pass 1
+// issues all of a lane's loads of x (and r) before anything is stored (the other kernel stores s
+// before it loads the next pack, and so waits for memory once per pack); s is written in pass 2,
+// and passes 2 and 3 work on the registers.
+// Bytes: x (and r) read once, y (and s) written once, weight and bias read per row from L1.
+template <typename T, typename R, typename Y, typename A = compute_t<T>>
+__global__ void PRECIS_ROW_LAUNCH_BOUNDS(32)
+    layer_norm_forward_held_kernel(const T* x, const R* residual, T* sum_out, const A* weight, const A* bias, Y* y,
+                                   A* mean, A* rstd, int64_t rows, int64_t C, A eps) {
+  const int64_t row = row_index();
+  if (row >= rows) return;
+  constexpr int kPack = Packed128<T>::size, kLanePacks = kHeldLanePacks<T>;
+  auto column = [](int p) { return static_cast<int64_t>(p * 32 + threadIdx.x) * kPack; };
+  Pack<T, kPack> v[kLanePacks];
+  A sum = 0;
+#pragma unroll
+  for (int p = 0; p < kLanePacks; ++p) {
+    const int64_t col = column(p);
+    if (col >= C) continue;
+    v[p] = load_pack<kPack>(x + row * C + col);
+    if (residual) v[p] = add_residual(v[p], load_pack<kPack>(residual + row * C + col));
+#pragma unroll
+    for (int k = 0; k < kPack; ++k) sum += convert_to<A>(v[p].v[k]);
+  }
+  const A mu = warp_all_reduce(sum, SumOp{}) / static_cast<A>(C);
+  A squares = 0;
+#pragma unroll
+  for (int p = 0; p < kLanePacks; ++p) {
+    const int64_t col = column(p);
+    if (col >= C) continue;
+    if (residual) store_pack<kPack>(sum_out + row * C + col, v[p]);
+#pragma unroll
+    for (int k = 0; k < kPack; ++k) {
+      const A d = convert_to<A>(v[p].v[k]) - mu;
+      squares += d * d;
+    }
+  }
+  const A rs = A(1) / ::sqrt(warp_all_reduce(squares, SumOp{}) / static_cast<A>(C) + eps);
+#pragma unroll
+  for (int p = 0; p < kLanePacks; ++p) {
+    const int64_t col = column(p);
+    if (col >= C) continue;
+    const Pack<A, kPack> w = load_pack<kPack>(weight + col), b = load_pack<kPack>(bias + col);
+    Pack<Y, kPack> out;
+#pragma unroll
+    for (int k = 0; k < kPack; ++k) out.v[k] = normalized<Y>(v[p].v[k], mu, rs, w.v[k], b.v[k]);
+    store_pack<kPack>(y + row * C + col, out);
+  }
+  if (threadIdx.x == 0) {
+    mean[row] = mu;
+    rstd[row] = rs;
+  }
+}
+
+// Reduces over each slice of a block (threadIdx.y picks the slice: a row of blockDim.x threads,
+// a multiple of 32, so a warp never spans two), each slice apart; every thread must call it.
+// With one slice, the order of block_all_reduce.
+template <typename V, typename Op>
+__device__ __forceinline__ V slice_all_reduce(V v, Op op) {
+  __shared__ V partial[32];  // a value per warp, a slice's warps side by side
+  v = warp_all_reduce(v, op);
+  const int warps = blockDim.x / 32, first_warp = threadIdx.y * warps;
+  if (threadIdx.x % 32 == 0) partial[first_warp + threadIdx.x / 32] = v;
+  __syncthreads();
+  v = partial[first_warp];
+  for (int w = 1; w < warps; ++w) v = op(v, partial[first_warp + w]);
+  __syncthreads();  // partial is free for the next reduction
+  return v;
+}
+
+// Adds the dw and db sums of each column's owners (the threads of one threadIdx.x) over the
+// slices, in slice order, into slice 0's; every thread must call it.
+template <int kPacks, int kPack, typename A>
+__device__ __forceinline__ void sum_over_slices(A (&dw)[kPacks][kPack], A (&db)[kPacks][kPack]) {
+  __shared__ Pair<A> staged[1024];
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p) {
+#pragma unroll
+    for (int k = 0; k < kPack; ++k) {
+      staged[threadIdx.y * blockDim.x + threadIdx.x] = {dw[p][k], db[p][k]};
+      __syncthreads();
+      if (threadIdx.y == 0) {
+        for (int s = 1; s < blockDim.y; ++s) {
+          const Pair<A> other = staged[s * blockDim.x + threadIdx.x];
+          dw[p][k] += other.first;
+          db[p][k] += other.second;
+        }
+      }
+      __syncthreads();  // staged is free for the next value
+    }
+  }
+}
+
+// Whether the backward keeps a row's x, g and g_sum packs in registers from pass 1 to pass 2:
+// when they and the thread's dw and db sums take at most 96 bytes (24 registers), as for one
+// pack of 4 f32 or 2 f64 values, or up to 4 single values. Threads of more values (f16/bf16
+// packs, the 1024 threads of rows longer than 1024 packs) would run out of registers; they read
+// x and g again in pass 2 (mostly from L1), and g_sum there.
+template <int kPacks, int kPack, typename T, typename G>
+inline constexpr bool kHoldsRow = (2 * sizeof(compute_t<T>) + 2 * sizeof(T) + sizeof(G)) * (kPacks * kPack) <= 96;
+
+// Backward, stage 1: block b takes rows [b * rows_per_block, ...), blockDim.y at a time: slice y
+// (the blockDim.x threads of threadIdx.y = y) takes the rows first + y, first + blockDim.y + y,
+// ... Thread (t, y) owns the columns (p * blockDim.x + t) * kPack + k, p < kPacks, k < kPack, for
+// all its rows, so its dw and db sums stay in registers. Per row, one slice reduction gives
+// mean(dxhat) and mean(dxhat xhat); then dx (plus g_sum, when given) is written, to dx and/or,
+// in the residual's dtype, to dr (null: not wanted). At the end the slices' sums are added in
+// slice order and each block writes its partial dw and db rows to partial_dw/partial_db
+// [blocks, C] (null: not wanted).
+// Held rows (kHoldsRow): pass 1 issues the loads of x, g and g_sum together, and pass 2 works on
+// the registers, so a row waits for memory once (other rows: twice, g_sum loaded in pass 2).
+// Bytes: x, g and g_sum read once from memory (other rows read x and g again, mostly from L1),
+// dx and dr written once (the fused add: apart, the gradients' sum and r's cast would each be a
+// pass of their own); 2 * blocks * C statistics-dtype values of partials.
 template <int kPacks, int kPack, typename T, typename G, typename R, typename A = compute_t<T>>
 __global__ void __launch_bounds__(1024)
     layer_norm_backward_kernel(const T* x, const G* g, const T* g_sum, const A* weight, const A* mean, const A* rstd,
                                T* dx, R* dr, A* partial_dw, A* partial_db, int64_t rows, int64_t C,
                                int64_t rows_per_block) {
+  constexpr bool kHeld = kHoldsRow<kPacks, kPack, T, G>;
   const int64_t first = blockIdx.x * rows_per_block;
   const int64_t last = first + rows_per_block < rows ? first + rows_per_block : rows;
+  auto column = [](int p) { return (static_cast<int64_t>(p) * blockDim.x + threadIdx.x) * kPack; };
   A dw[kPacks][kPack] = {}, db[kPacks][kPack] = {};
-  for (int64_t row = first; row < last; ++row) {
-    const T* xr = x + row * C;
-    const G* gr = g + row * C;
-    const A mu = mean[row], rs = rstd[row];
+  for (int64_t step = first; step < last; step += blockDim.y) {
+    const int64_t row = step + threadIdx.y;
+    const bool has_row = row < last;  // the chunk's last step may leave slices without a row
+    const A mu = has_row ? mean[row] : A(0), rs = has_row ? rstd[row] : A(0);
+    Pack<T, kPack> xv[kPacks], gsv[kPacks];
+    Pack<G, kPack> gv[kPacks];
     Pair<A> sums{0, 0};  // sum dxhat, sum dxhat xhat
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
-      const int64_t col = (static_cast<int64_t>(p) * blockDim.x + threadIdx.x) * kPack;
-      if (col >= C) continue;
-      const Pack<T, kPack> xv = load_pack<kPack>(xr + col);
-      const Pack<G, kPack> gv = load_pack<kPack>(gr + col);
+      const int64_t col = column(p);
+      if (!has_row || col >= C) continue;
+      xv[p] = load_pack<kPack>(x + row * C + col);
+      gv[p] = load_pack<kPack>(g + row * C + col);
+      if (kHeld && g_sum) gsv[p] = load_pack<kPack>(g_sum + row * C + col);
 #pragma unroll
       for (int k = 0; k < kPack; ++k) {
-        const A xhat = (convert_to<A>(xv.v[k]) - mu) * rs;
-        const A dxhat = convert_to<A>(gv.v[k]) * weight[col + k];
+        const A xhat = (convert_to<A>(xv[p].v[k]) - mu) * rs;
+        const A dxhat = convert_to<A>(gv[p].v[k]) * weight[col + k];
         sums.first += dxhat;
         sums.second += dxhat * xhat;
       }
     }
-    sums = block_all_reduce(sums, SumOp{});
+    sums = slice_all_reduce(sums, SumOp{});
     const A mean_dxhat = sums.first / static_cast<A>(C), mean_dxhat_xhat = sums.second / static_cast<A>(C);
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
-      const int64_t col = (static_cast<int64_t>(p) * blockDim.x + threadIdx.x) * kPack;
-      if (col >= C) continue;
-      const Pack<T, kPack> xv = load_pack<kPack>(xr + col);
-      const Pack<G, kPack> gv = load_pack<kPack>(gr + col);
-      Pack<T, kPack> gs{};
-      if (g_sum) gs = load_pack<kPack>(g_sum + row * C + col);
+      const int64_t col = column(p);
+      if (!has_row || col >= C) continue;
+      if constexpr (!kHeld) {  // x and g again, mostly from L1
+        xv[p] = load_pack<kPack>(x + row * C + col);
+        gv[p] = load_pack<kPack>(g + row * C + col);
+      }
+      if (!kHeld && g_sum) gsv[p] = load_pack<kPack>(g_sum + row * C + col);
       Pack<T, kPack> out;
       Pack<R, kPack> out_r;
 #pragma unroll
       for (int k = 0; k < kPack; ++k) {
-        const A xhat = (convert_to<A>(xv.v[k]) - mu) * rs, gk = convert_to<A>(gv.v[k]);
+        const A xhat = (convert_to<A>(xv[p].v[k]) - mu) * rs, gk = convert_to<A>(gv[p].v[k]);
         dw[p][k] += gk * xhat;
         db[p][k] += gk;
         A d = rs * (gk * weight[col + k] - mean_dxhat - xhat * mean_dxhat_xhat);
-        if (g_sum) d += convert_to<A>(gs.v[k]);
+        if (g_sum) d += convert_to<A>(gsv[p].v[k]);
         out.v[k] = convert_to<T>(d);
         out_r.v[k] = convert_to<R>(d);
       }
@@ -140,9 +276,13 @@ __global__ void __launch_bounds__(1024)
       if (dr) store_pack<kPack>(dr + row * C + col, out_r);
     }
   }
+  if constexpr (kPacks == 1) {  // only rows of one pack a thread come several to a block
+    if (blockDim.y > 1 && (partial_dw || partial_db)) sum_over_slices(dw, db);
+  }
+  if (threadIdx.y != 0) return;
 #pragma unroll
   for (int p = 0; p < kPacks; ++p) {
-    const int64_t col = (static_cast<int64_t>(p) * blockDim.x + threadIdx.x) * kPack;
+    const int64_t col = column(p);
     if (col >= C) continue;
 #pragma unroll
     for (int k = 0; k < kPack; ++k) {
@@ -180,7 +320,12 @@ __global__ void __launch_bounds__(32 * kSlices)
 // thread (their dw and db sums fit in registers), 1024 threads.
 template <typename A>
 inline constexpr int kMaxPerThread = 64 / sizeof(A);
+// At most 512 blocks (so 512 partial rows), of at most 256 threads where a row needs no more:
+// rows of one pack a thread and at most 128 threads are taken blockDim.y (the slices) at a time.
+// An SM holds 4 such blocks at up to 64 registers a thread, so on an H100 (132 SMs) all blocks
+// are resident from the start.
 constexpr int64_t kMaxBackwardBlocks = 512;
+constexpr int kBackwardBlockThreads = 256;
 
 // Calls run(kernel) with the backward kernel of the fewest packs per thread (a power of
 // two) that covers `packs`; the row-length check keeps packs * kPack <= kMaxPerThread.
@@ -235,21 +380,30 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
         const R* rp = pointer<const R>(residual);
         T* sp = pointer<T>(sum);
         Y* yp = pointer<Y>(y);
+        const A* wp = pointer<const A>(weight);
+        const A* bp = pointer<const A>(bias);
         constexpr int kWide = Packed128<T>::size;
         const bool packed =
             same_pack_phase<kWide>(xp, rp) && same_pack_phase<kWide>(xp, sp) && same_pack_phase<kWide>(xp, yp);
-        dispatch_row_threads(C, [&](auto threads) {
+        // A warp holds the row when every row of every array starts at a pack boundary and fits.
+        const bool held = packed && pack_aligned<kWide>(xp) && C % kWide == 0 && C <= 32 * kHeldLanePacks<T> * kWide &&
+                          pack_aligned<kWide>(wp) && pack_aligned<kWide>(bp);
+        auto launch = [&](auto threads, auto kernel) {
           constexpr int kThreads = decltype(threads)::value;
-          const dim3 grid(row_grid<kThreads>(rows)), block = row_block<kThreads>();
-          auto launch = [&](auto kernel) {
-            kernel<<<grid, block, 0, stream>>>(xp, rp, sp, pointer<const A>(weight), pointer<const A>(bias), yp,
-                                               pointer<A>(mean), pointer<A>(rstd), rows, C, static_cast<A>(eps));
-          };
-          if (packed)
-            launch(layer_norm_forward_kernel<kThreads, kWide, T, R, Y>);
-          else
-            launch(layer_norm_forward_kernel<kThreads, 1, T, R, Y>);
-        });
+          kernel<<<row_grid<kThreads>(rows), row_block<kThreads>(), 0, stream>>>(
+              xp, rp, sp, wp, bp, yp, pointer<A>(mean), pointer<A>(rstd), rows, C, static_cast<A>(eps));
+        };
+        if (held) {
+          launch(std::integral_constant<int, 32>{}, layer_norm_forward_held_kernel<T, R, Y>);
+        } else {
+          dispatch_row_threads(C, [&](auto threads) {
+            constexpr int kThreads = decltype(threads)::value;
+            if (packed)
+              launch(threads, layer_norm_forward_kernel<kThreads, kWide, T, R, Y>);
+            else
+              launch(threads, layer_norm_forward_kernel<kThreads, 1, T, R, Y>);
+          });
+        }
       });
     });
   });
@@ -298,8 +452,10 @@ void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight,
           const int64_t per_row = (C + kPack - 1) / kPack;
           const int threads = static_cast<int>(std::min<int64_t>(1024, (per_row + 31) / 32 * 32));
           const int64_t packs = (per_row + threads - 1) / threads;
+          const int slices = packs == 1 ? std::max(1, kBackwardBlockThreads / threads) : 1;
+          const dim3 block(threads, slices);
           run_with_packs<1, kPack, T, G, R>(packs, [&](auto kernel) {
-            kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
+            kernel<<<static_cast<unsigned>(blocks), block, 0, stream>>>(
                 xp, gp, gsp, pointer<const A>(weight), pointer<const A>(mean), pointer<const A>(rstd), dxp, drp,
                 partial_dw, partial_db, rows, C, rows_per_block);
           });

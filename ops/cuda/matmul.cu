@@ -18,7 +18,9 @@
 //                      db = g summed over its rows, in the same pass over g.
 // For the input gradient of a linear applied to a GELU's output, dz = (g W) * gelu'(z)
 // (m = in, n = rows of g, k = out), with z the aux matrix the forward's GELU_AUX stored:
-//   DGELU              multiply the product by gelu'(aux) as it is written.
+//   DGELU              multiply the product by gelu'(aux) as it is written;
+//   DGELU_BGRAD        and sum dz over its rows (one value per row of D^T): the bias
+//                      gradient of the linear that produced z, with no pass of its own.
 //
 // Choosing the algorithm. cuBLASLt's heuristic ranks algorithms by a model of the
 // GPU, and its first choice is not always the fastest: on an H100 it gave GPT-2's
@@ -30,7 +32,8 @@
 // follows) and the fastest, by more than kAutotuneMargin, is cached. Never during a
 // CUDA graph capture (timing synchronises): there the heuristic's first answer is used.
 // The same timing decides between a fused epilogue and the plain product plus a
-// separate pass (prefer_fused: linear's bias gradient).
+// separate pass (prefer_fused: linear's bias gradient, BGRADB or DGELU_BGRAD against
+// column_sums).
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -51,6 +54,7 @@
 #include "core/allocator.h"
 #include "core/copy.h"
 #include "core/cuda/runtime.h"
+#include "ops/cuda/column_sums.h"
 #include "ops/cuda/cublas_check.h"
 #include "ops/cuda/matmul.h"
 #include "ops/matmul.h"
@@ -201,6 +205,8 @@ const char* epilogue_name(cublasLtEpilogue_t epilogue) {
       return "BGRADB";
     case CUBLASLT_EPILOGUE_DGELU:
       return "DGELU";
+    case CUBLASLT_EPILOGUE_DGELU_BGRAD:
+      return "DGELU_BGRAD";
     default:
       return "other";
   }
@@ -448,25 +454,27 @@ bool try_run(const Gemm& g) {
 void run(const Gemm& g) { PRECIS_CHECK(try_run(g), g.op, ": cuBLASLt has no algorithm for ", g.problem()); }
 
 // Whether a product with a fused epilogue should run as such, or as `split` (the plain
-// product and a separate pass). Autotuning times both once per problem, as it times
-// algorithms: cuBLASLt's fastest fused candidate is not always faster than its plain
-// product plus one more pass (on an H100, GPT-2's f16 weight gradients with BGRADB got
-// xmma kernels ~0.6 ms/step slower than the plain product's nvjet kernels and a bias
-// sum). Without autotuning, during a capture, or for small problems: fused.
+// product and a separate pass: for BGRADB, our column-sum kernel over g, column_sums.cu).
+// Autotuning times both once per problem, as it times algorithms: cuBLASLt's fastest fused
+// candidate is not always faster than its plain product plus one more pass (on an H100,
+// GPT-2's f16 weight gradients with BGRADB got xmma kernels ~0.6 ms/step slower than the
+// plain product's nvjet kernels and a bias sum, measured when that sum was still
+// cuBLASLt's g^T 1 product). Without autotuning, for small problems, or in a capture that
+// finds no choice made by the eager steps before it: fused.
 template <typename Split>
 bool prefer_fused(const Gemm& fused, Split&& split) {
   static std::mutex mutex;
   static std::map<std::tuple<int, int, int, int64_t, int64_t, int64_t>, bool> choices;
   const double flops = 2.0 * static_cast<double>(fused.m) * static_cast<double>(fused.n) *
                        static_cast<double>(fused.k) * static_cast<double>(fused.batch);
-  if (!matmul_autotune() || flops < kAutotuneMinFlops ||
-      precis::cuda::is_capturing(precis::cuda::compute_stream(fused.device)))
-    return true;
+  if (!matmul_autotune() || flops < kAutotuneMinFlops) return true;
   const auto key = std::make_tuple(fused.device.index, static_cast<int>(fused.dtype), static_cast<int>(fused.epilogue),
                                    fused.m, fused.n, fused.k);
   std::lock_guard<std::mutex> lock(mutex);
+  // A capture replays what the eager warm-up steps chose; it cannot time anything itself.
   if (auto it = choices.find(key); it != choices.end()) return it->second;
   cudaStream_t stream = precis::cuda::compute_stream(fused.device);
+  if (precis::cuda::is_capturing(stream)) return true;
   bool fused_ran = true;
   const float fused_ms = fastest_run_ms(stream, [&] { fused_ran = fused_ran && try_run(fused); });
   const float split_ms = fastest_run_ms(stream, split);
@@ -732,11 +740,8 @@ void linear_param_backward(const Tensor& grad_weight, const Tensor& grad_bias, c
   }
   const Tensor g = readable(grad_out), x = readable(x_in);
   const Tensor g_t = transposed(g);
-  // db = g^T 1: the column sums of g as a matrix-vector product (when not fused into dW's product).
-  auto bias_product = [&] {
-    Tensor ones = full({N, 1}, 1.0, dtype, x.device());
-    matmul(grad_bias.as_strided({out_features, 1}, {1, 1}, grad_bias.offset()), g_t, ones);
-  };
+  // db = g summed over its rows, by our column-sum kernel (column_sums.cu), when not fused into dW's product.
+  auto bias_sum = [&] { column_sums(grad_bias, g); };
   if (grad_weight.numel() > 0) {
     Gemm gemm = row_major_product(op, x.device(), dtype, matrix_of(g_t), matrix_of(x), grad_weight.raw_data(),
                                   out_features, in, N);
@@ -745,18 +750,18 @@ void linear_param_backward(const Tensor& grad_weight, const Tensor& grad_bias, c
     fused.bias = grad_bias.defined() ? grad_bias.raw_data() : nullptr;
     if (grad_bias.defined() && fuse_epilogues() && prefer_fused(fused, [&] {
           run(gemm);
-          bias_product();
+          bias_sum();
         })) {
       if (try_run(fused)) return;
       note_unfused(fused);
     }
     run(gemm);
   }
-  if (grad_bias.defined()) bias_product();
+  if (grad_bias.defined()) bias_sum();
 }
 
 void linear_gelu_input_backward(const Tensor& grad_pre, const Tensor& grad_out, const Tensor& weight,
-                                const Tensor& pre) {
+                                const Tensor& pre, const Tensor& grad_pre_sums) {
   const char* op = "linear_gelu backward";
   DType dtype = check_operands(op, {&grad_pre, &grad_out, &weight, &pre});
   PRECIS_CHECK(grad_out.dim() == 2 && weight.dim() == 2 && grad_out.shape()[1] == weight.shape()[0], op,
@@ -767,19 +772,44 @@ void linear_gelu_input_backward(const Tensor& grad_pre, const Tensor& grad_out, 
                    (pre.strides()[1] == 1 || in == 1) && pre.strides()[0] >= in && pre.strides()[0] % 8 == 0,
                op, ": the gradient ", describe(grad_pre), " must be contiguous [", N, ", ", in, "] and the GELU input ",
                describe(pre), " as linear's pre_gelu");
-  if (grad_pre.numel() == 0) return;
+  const bool sums = grad_pre_sums.defined();
+  PRECIS_CHECK(!sums || (grad_pre_sums.shape() == Shape({in}) && grad_pre_sums.is_contiguous() &&
+                         grad_pre_sums.dtype() == dtype),
+               op, ": the column sums ", describe(grad_pre_sums), " must be contiguous [", in, "] of ", dtype);
+  if (grad_pre.numel() == 0) {
+    if (sums) fill_(grad_pre_sums, 0.0);
+    return;
+  }
   if (out_features == 0) {
     fill_(grad_pre, 0.0);
+    if (sums) fill_(grad_pre_sums, 0.0);
     return;
   }
   const Tensor g = readable(grad_out), w = readable(weight);
   Gemm gemm = row_major_product(op, grad_pre.device(), dtype, matrix_of(g), matrix_of(w), grad_pre.raw_data(), N, in,
                                 out_features);
+  auto column_sums_of_grad_pre = [&] {
+    if (sums) column_sums(grad_pre_sums, grad_pre);
+  };
   if (fuse_epilogues()) {
     gemm.epilogue = CUBLASLT_EPILOGUE_DGELU;
     gemm.aux = pre.raw_data();
     gemm.aux_ld = pre.strides()[0];
-    if (try_run(gemm)) return;
+    if (sums) {
+      Gemm fused = gemm;
+      fused.epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD;
+      fused.bias = grad_pre_sums.raw_data();
+      if (prefer_fused(fused, [&] {
+            if (try_run(gemm)) column_sums_of_grad_pre();
+          })) {
+        if (try_run(fused)) return;
+        note_unfused(fused);
+      }
+    }
+    if (try_run(gemm)) {
+      column_sums_of_grad_pre();
+      return;
+    }
     note_unfused(gemm);
     gemm.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     gemm.aux = nullptr;
@@ -787,6 +817,7 @@ void linear_gelu_input_backward(const Tensor& grad_pre, const Tensor& grad_out, 
   }
   run(gemm);
   gelu_backward(grad_pre, grad_pre, pre);  // in place: each element reads only itself
+  column_sums_of_grad_pre();
 }
 
 void gelu_backward(const Tensor& grad_pre, const Tensor& grad_out, const Tensor& pre) {

@@ -33,7 +33,9 @@ int64_t gelu_aux_ld(int64_t out_features);
 
 // Parameter gradients of linear, with g = grad_out: [N, out] and x: [N, in]:
 // grad_weight = g^T x ([out, in]) and, when grad_bias is defined, grad_bias =
-// g summed over its rows ([out]), fused into the grad_weight product (BGRADB).
+// g summed over its rows ([out]), fused into the grad_weight product (BGRADB), or
+// by column_sums (column_sums.h) after the plain product where autotuning found
+// that faster, or the epilogue is off or has no algorithm.
 void linear_param_backward(const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& grad_out, const Tensor& x);
 
 // grad_pre = grad_out * gelu'(pre): grad_out and grad_pre contiguous [N, out],
@@ -44,9 +46,11 @@ void gelu_backward(const Tensor& grad_pre, const Tensor& grad_out, const Tensor&
 // grad_pre = (grad_out W) * gelu'(pre), one cuBLASLt call whose DGELU epilogue applies
 // gelu' as the product is written (a plain product and gelu_backward where cuBLASLt has
 // no algorithm for it). grad_out: [N, out], weight: [out, in], pre as linear's pre_gelu
-// [N, in], grad_pre contiguous [N, in].
+// [N, in], grad_pre contiguous [N, in]. grad_pre_sums (contiguous [in], optional): grad_pre
+// summed over its rows, the bias gradient of the linear that made pre, by the same
+// epilogue (DGELU_BGRAD) or column_sums after it, whichever autotuning timed faster.
 void linear_gelu_input_backward(const Tensor& grad_pre, const Tensor& grad_out, const Tensor& weight,
-                                const Tensor& pre);
+                                const Tensor& pre, const Tensor& grad_pre_sums = Tensor());
 
 // When off, linear applies bias and GELU, and linear_param_backward sums the
 // bias gradient, with separate kernels after a plain product: the path taken

@@ -55,6 +55,14 @@ BadIndex cross_entropy_forward(const Tensor& logits, const Tensor& targets, int6
 // zeros in the columns past C (padding). grad: scalar on the device.
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& stats,
                             const Tensor& valid_count, const Tensor& grad, const Tensor& dlogits);
+// Both in one pass over the logits (the fused classifier): loss as cross_entropy_forward's,
+// and dlogits = grad_factor * (softmax - onehot) / valid_count, grad_factor an f32 scalar on
+// the device (the gradient the loss will receive: loss scale / micro-batches). dlogits may
+// be the logits' own memory (rows `width` = ld apart). f16/bf16/f32 logits in 16-byte
+// aligned rows take the fused kernel; others the forward and backward passes. Synchronises
+// once to read back the target check, as cross_entropy_forward, before anything is written.
+BadIndex cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                                 const Tensor& grad_factor, const Tensor& loss, const Tensor& dlogits);
 
 // out [N, C] = weight[indices[n], :]; weight [rows, C] with unit column stride; indices
 // dense i32/i64. Synchronises once to read back the index check (as cross_entropy_forward).

@@ -46,7 +46,7 @@ TEST(KernelTraceGpu, RecordsKernelsAndCopiesInsideTheWindow) {
 
   ASSERT_FALSE(activities.empty());
   EXPECT_TRUE(has_kernel(activities, "gemm") || has_kernel(activities, "Gemm")) << "no cuBLAS kernel";
-  EXPECT_TRUE(has_kernel(activities, "layer_norm_forward_kernel")) << "no layer norm kernel";
+  EXPECT_TRUE(has_kernel(activities, "layer_norm_forward")) << "no layer norm kernel";
   bool copied = false;
   for (const GpuActivity& a : activities) {
     EXPECT_GE(a.start_ns, window_start) << a.name;

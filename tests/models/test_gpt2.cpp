@@ -247,6 +247,47 @@ TEST(GPT2, PaddedWidthLossMatchesTheCutOffClassifier) {
   }
 }
 
+TEST(GPT2, FusedClassifierGivesTheGradientsOfTheScaledLoss) {
+  // forward(idx, targets, loss_gradient) makes the logits' gradient in the loss's pass and
+  // backward() starts from the logits: the same loss and parameter gradients, to the bit, as
+  // (loss * factor).backward() (the CPU's kernels are the same), tied and untied, ignored targets.
+  for (bool tied : {true, false}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    GPT2 model(tiny_config(tied), 12);
+    randomize(model, 310, 0.4);
+    Tensor idx = random_tokens({2, 9}, 11);
+    std::vector<int64_t> t = random_tokens({2, 9}, 12).to_vector<int64_t>();
+    t[4] = -100;
+    Tensor targets = from_vector(t, {2, 9});
+    const double factor = 0.25;
+    Tensor loss = model.forward(idx, targets).loss;
+    (loss * factor).backward();
+    std::vector<std::pair<std::string, Tensor>> grads;
+    for (const auto& [name, p] : model.named_parameters()) grads.emplace_back(name, p.grad().detach().clone());
+    model.zero_grad();
+
+    GPT2Output fused = model.forward(idx, targets, scalar_tensor(factor, DType::f32));
+    ASSERT_TRUE(fused.fused_classifier());
+    EXPECT_FALSE(fused.logits.defined()) << "the logits' memory holds their gradient";
+    EXPECT_EQ(fused.loss.item(), loss.item());
+    fused.backward();
+    for (const auto& [name, grad] : grads) {
+      SCOPED_TRACE(name);
+      precis::testing::expect_close(grad, parameter(model, name).grad(), 0, 0);
+    }
+  }
+  // Without grad recording (evaluation), or without targets, the plain forward runs.
+  GPT2 model(tiny_config(), 13);
+  Tensor idx = random_tokens({1, 5}, 14), targets = random_tokens({1, 5}, 15);
+  {
+    NoGradGuard no_grad;
+    GPT2Output out = model.forward(idx, targets, scalar_tensor(1.0, DType::f32));
+    EXPECT_FALSE(out.fused_classifier());
+    EXPECT_TRUE(out.logits.defined());
+  }
+  EXPECT_FALSE(model.forward(idx, Tensor(), scalar_tensor(1.0, DType::f32)).fused_classifier());
+}
+
 TEST(GPT2, GenerateIsReproducibleAndTopOneIsGreedy) {
   GPT2 model(tiny_config(), 11);
   randomize(model, 200, 1.0);

@@ -114,3 +114,35 @@ TEST(FlatParameters, ParametersBecomeViewsOfOneBuffer) {
   flat->zero_grad();
   for (double v : buffer.grad.to_vector<double>()) EXPECT_EQ(v, 0.0);
 }
+
+TEST(FlatParameters, LazyZeroGradWritesTheFirstGradientAndSettlesTheRest) {
+  TwoLayer m;
+  auto flat = nn::flatten_parameters(m);
+  Tensor x = rand({4, 3}), y = rand({5, 3});
+  // The reference: an un-flattened copy, gradients summed from zero over two backwards.
+  TwoLayer ref;
+  ref.load_state_dict(m.state_dict());
+  for (int pass = 0; pass < 2; ++pass) ops::sum(ref.forward(x)).backward();
+  ops::sum(ref.fc1->forward(y)).backward();  // fc1 only
+
+  // Last step's gradients in the buffer: lazily zeroed, they must not show through.
+  fill_(flat->buffers()[0].grad, 7.0);
+  flat->zero_grad_lazily();
+  for (int pass = 0; pass < 2; ++pass) ops::sum(m.forward(x)).backward();
+  ops::sum(m.fc1->forward(y)).backward();
+  flat->settle_grads();
+  expect_close(m.fc1->weight.grad(), ref.fc1->weight.grad(), 1e-6, 1e-5);
+  expect_close(m.fc1->bias.grad(), ref.fc1->bias.grad(), 1e-6, 1e-5);
+  expect_close(m.fc2->weight.grad(), ref.fc2->weight.grad(), 1e-6, 1e-5);
+
+  // A parameter no backward reached reads zero after settle_grads.
+  fill_(flat->buffers()[0].grad, 7.0);
+  flat->zero_grad_lazily();
+  ops::sum(m.fc1->forward(y)).backward();
+  flat->settle_grads();
+  for (double v : m.fc2->weight.grad().to_vector<double>()) EXPECT_EQ(v, 0.0);
+  TwoLayer only_fc1;
+  only_fc1.load_state_dict(m.state_dict());
+  ops::sum(only_fc1.fc1->forward(y)).backward();
+  expect_close(m.fc1->weight.grad(), only_fc1.fc1->weight.grad(), 0, 0);
+}

@@ -230,3 +230,93 @@ TEST(CrossEntropy, PaddedClassesAreNeitherScoredNorGivenAGradient) {
   expect_error([&] { ops::cross_entropy(padded, t, -100, 10); },
                "cross_entropy: 10 classes do not fit logits [2, 3, 9]");
 }
+
+// ---- the fused classifier: loss and gradient from one pass
+
+namespace {
+
+// The gradient cross_entropy_with_grad promises, d (factor * loss) / d logits, in double:
+// factor (softmax - onehot) / n_valid over the first `classes` columns, zeros elsewhere.
+std::vector<double> reference_gradient(const Tensor& logits, const std::vector<int64_t>& t, int64_t classes,
+                                       double factor) {
+  const int64_t width = logits.shape().back();
+  const std::vector<double> x = logits.to_vector<double>();
+  int64_t valid = 0;
+  for (int64_t target : t) valid += target != -100;
+  std::vector<double> g(x.size(), 0.0);
+  for (size_t r = 0; r < t.size(); ++r) {
+    if (t[r] == -100) continue;
+    const double* xr = x.data() + r * width;
+    double m = -INFINITY, s = 0;
+    for (int64_t j = 0; j < classes; ++j) m = std::max(m, xr[j]);
+    for (int64_t j = 0; j < classes; ++j) s += std::exp(xr[j] - m);
+    for (int64_t j = 0; j < classes; ++j)
+      g[r * width + j] = factor * (std::exp(xr[j] - m) / s - (j == t[r] ? 1.0 : 0.0)) / static_cast<double>(valid);
+  }
+  return g;
+}
+
+}  // namespace
+
+TEST(CrossEntropyWithGrad, GivesTheLossAndTheGradientTheBackwardWould) {
+  // Padded [2, 3, 9] logits, 5 real classes, an ignored row: the loss as cross_entropy's and the
+  // gradient as (factor * loss).backward() gives, to the bit (the same kernels on the CPU).
+  const std::vector<int64_t> t = {4, 0, -100, 2, 3, 1};
+  Tensor targets = targets_of(t, {2, 3});
+  Tensor padded = ops::cat({random_f64({2, 3, 5}, 92, -3, 3), full({2, 3, 4}, 1e4, DType::f64)}, 2);
+  for (DType dtype : {DType::f64, DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Tensor logits = padded.to(dtype);
+    const double factor = 0.375;
+    ops::LossAndGradient fused =
+        ops::cross_entropy_with_grad(logits, targets, scalar_tensor(factor, DType::f32), -100, 5);
+    Tensor p = logits.detach().set_requires_grad();
+    Tensor loss = ops::cross_entropy(p, targets, -100, 5);
+    (loss * factor).backward();
+    EXPECT_EQ(fused.loss.item(), loss.item());
+    EXPECT_FALSE(fused.loss.requires_grad());
+    ASSERT_EQ(fused.grad.shape(), logits.shape());
+    EXPECT_EQ(fused.grad.dtype(), dtype);
+    expect_close(fused.grad, p.grad(), 0, 0);
+    const double tolerance = dtype == DType::bf16 ? 1e-2 : 1e-6;
+    EXPECT_NEAR(fused.loss.item(), reference_cross_entropy(logits.narrow(2, 0, 5).contiguous(), targets), tolerance);
+    expect_close(fused.grad, from_vector(reference_gradient(logits, t, 5, factor), logits.shape()).to(dtype),
+                 tolerance, tolerance * 1e-2);
+  }
+}
+
+TEST(CrossEntropyWithGrad, OverwritesTheLogitsWhenAsked) {
+  const std::vector<int64_t> t = {3, -100, 0, 6};
+  Tensor targets = targets_of(t, {4});
+  for (DType dtype : {DType::f64, DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Tensor logits = random_f64({4, 8}, 93, -3, 3).to(dtype);
+    const Tensor original = logits.clone();
+    const Tensor factor = scalar_tensor(2.0, DType::f32);
+    ops::LossAndGradient apart = ops::cross_entropy_with_grad(logits, targets, factor, -100, 7);
+    expect_close(logits, original, 0, 0);  // untouched without overwrite_logits
+    ops::LossAndGradient over = ops::cross_entropy_with_grad(logits, targets, factor, -100, 7, true);
+    EXPECT_EQ(over.loss.item(), apart.loss.item());
+    EXPECT_EQ(over.grad.raw_data(), logits.raw_data());  // written over the logits
+    expect_close(over.grad, apart.grad, 0, 0);
+    expect_close(logits, apart.grad, 0, 0);
+  }
+}
+
+TEST(CrossEntropyWithGrad, Errors) {
+  Tensor logits = random_f64({4, 6}, 94, -3, 3);
+  Tensor targets = targets_of({1, 2, 3, 4}, {4});
+  expect_error([&] { ops::cross_entropy_with_grad(logits, targets, Tensor()); },
+               "cross_entropy_with_grad: grad_factor");
+  expect_error([&] { ops::cross_entropy_with_grad(logits, targets, zeros({2})); },
+               "cross_entropy_with_grad: grad_factor must be a scalar on the logits' device (cpu)");
+  expect_error([&] { ops::cross_entropy_with_grad(logits.slice(1, 0, 6, 2), targets, scalar_tensor(1.0), -100, -1, true); },
+               "cross_entropy_with_grad: overwrite_logits needs dense logits to write the gradient over");
+  expect_error([&] { ops::cross_entropy_with_grad(logits, targets_of({1, 2, 6, 0}, {4}), scalar_tensor(1.0)); },
+               "cross_entropy: target 6 (at flat index 2) is out of range for 6 classes");
+  // A failed call writes nothing over the logits.
+  const Tensor before = logits.clone();
+  expect_error([&] { ops::cross_entropy_with_grad(logits, targets_of({1, 7, 0, 0}, {4}), scalar_tensor(1.0), -100, -1, true); },
+               "out of range");
+  expect_close(logits, before, 0, 0);
+}

@@ -271,8 +271,11 @@ TEST(NnKernelsGpu, SoftmaxKernelsTakeMisalignedRows) {
 
 TEST(NnKernelsGpu, LayerNormKernelsMatchTheCpu) {
   PRECIS_SKIP_WITHOUT_GPU();
-  const std::vector<std::pair<int64_t, int64_t>> sizes = {{1, 1},     {7, 1},     {7, 65},   {513, 65}, {1, 768},
-                                                          {513, 768}, {64, 1600}, {3, 4099}, {2, 8192}, {2, 16384}};
+  // {4099, 320}: blocks of the backward take several steps of rows, a few rows at a time, and
+  // the f64 forward holds its rows in registers.
+  const std::vector<std::pair<int64_t, int64_t>> sizes = {{1, 1},    {7, 1},     {7, 65},     {513, 65},
+                                                          {1, 768},  {513, 768}, {4099, 320}, {64, 1600},
+                                                          {3, 4099}, {2, 8192},  {2, 16384}};
   uint64_t seed = 200;
   for (DType dtype : kFloatTypes) {
     for (auto [rows, C] : sizes) {
@@ -416,6 +419,53 @@ TEST(NnKernelsGpu, CrossEntropyKernelsTakeRowStridesAndPaddedGradients) {
       expect_close(dl.narrow(1, c.C, c.width - c.C), zeros({c.rows, c.width - c.C}, dtype), 0, 0);
     }
   }
+}
+
+TEST(NnKernelsGpu, CrossEntropyWithGradMatchesTheReference) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  // The fused classifier's one pass: loss and factor * dloss/dlogits against the double
+  // reference, padded rows (ld = width >= C) written apart and over the logits, ignored rows,
+  // every float dtype (f64 takes the two-pass fallback).
+  struct Case {
+    int64_t rows, C, width;
+  };
+  const std::vector<Case> cases = {{1, 1, 8},      {7, 65, 72},      {513, 1000, 1000}, {33, 1000, 1024},
+                                   {7, 768, 768},  {64, 50257, 50304}, {3, 50257, 50264}};
+  const double factor = 0.75;
+  uint64_t seed = 380;
+  for (DType dtype : kFloatTypes) {
+    for (const Case& c : cases) {
+      for (bool overwrite : {false, true}) {
+        SCOPED_TRACE(label(dtype, c.rows, c.C) + " width " + std::to_string(c.width) +
+                     (overwrite ? " over the logits" : " apart"));
+        const DType stats = stats_dtype(dtype);
+        Tensor wide = values({c.rows, c.width}, ++seed, dtype, -6, 6);
+        fill_(wide.narrow(1, c.C, c.width - c.C), 1e4);  // padding: a kernel that read it would be far off
+        std::vector<int64_t> t = class_targets(c.rows, c.C);
+        if (c.rows == 1) t[0] = c.C - 1;
+        const CrossEntropyReference ref =
+            cross_entropy_reference(wide.narrow(1, 0, c.C).contiguous().to_vector<double>(), t, c.C, factor);
+        Tensor lg = on_gpu(wide), tg = on_gpu(from_vector(t, {c.rows}));
+        Tensor loss = poisoned({}, stats), dl = overwrite ? lg : poisoned({c.rows, c.width}, dtype);
+        const ops::cuda::BadIndex bad = ops::cuda::cross_entropy_with_grad(
+            lg.narrow(1, 0, c.C), tg, -100, on_gpu(scalar_tensor(factor, stats)), loss, dl);
+        EXPECT_EQ(bad.position, -1);
+        expect_near(loss, scalar_tensor(ref.loss, DType::f64), stats, tolerance(stats));
+        expect_near(dl.narrow(1, 0, c.C), from_vector(ref.dlogits, {c.rows, c.C}), dtype, tolerance(dtype));
+        expect_close(dl.narrow(1, c.C, c.width - c.C), zeros({c.rows, c.width - c.C}, dtype), 0, 0);
+      }
+    }
+  }
+  // A bad target is reported before anything is written over the logits.
+  Tensor lg = on_gpu(values({4, 64}, 399, DType::bf16, -6, 6));
+  const Tensor before = lg.clone();
+  Tensor loss = poisoned({}, DType::f32);
+  const ops::cuda::BadIndex bad = ops::cuda::cross_entropy_with_grad(
+      lg, on_gpu(from_vector(std::vector<int64_t>{1, -100, 64, 70}, {4})), -100,
+      on_gpu(scalar_tensor(1.0, DType::f32)), loss, lg);
+  EXPECT_EQ(bad.position, 2);
+  EXPECT_EQ(bad.value, 64);
+  expect_close(lg, before, 0, 0);
 }
 
 // ---------------------------------------------------------------- embedding kernels
