@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPT-2 124M training throughput (B=16, T=1024, on GPT-2 BPE tokens of
-# tinyshakespeare) under bf16, fp16, tf32 and fp32, each step run eagerly and
+# tinyshakespeare) under bf16, bf16-pure (llm.c's policy: bf16 weights and
+# activations, f32 master weights in AdamW), fp16, tf32 and fp32, each step run eagerly and
 # replayed from a CUDA graph, with `precis bench gpt2`: 20 measured steps after
 # 5 warm-up steps each, about two minutes on an H100. Prints a markdown table;
 # the last line is a one-line summary for scripts/gpu-check.sh. Each run's full
@@ -19,7 +20,7 @@ table="| precision | step | tokens/s | ms/step | MFU | peak GiB |
 |---|---|---|---|---|---|"
 summary=""
 failed=0
-for precision in bf16 fp16 tf32 fp32; do
+for precision in bf16 bf16-pure fp16 tf32 fp32; do
   summary+="$precision"
   for mode in eager graphs; do
     log="$OUT_DIR/$precision-$mode.log"
