@@ -33,6 +33,7 @@
 // through shared memory too (the Q tile's, free once Q is in registers), so every
 // thread writes whole 16-byte pieces of rows instead of 4-byte scraps.
 #include "ops/cuda/flash_attention.h"
+#include "ops/cuda/flash_attention_sm90.h"
 #include "ops/cuda/flash_mma.cuh"
 #include "ops/cuda/flash_params.cuh"
 #include "ops/cuda/tensor_info.cuh"
@@ -234,6 +235,10 @@ void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
   const char* op = "flash_attention forward";
   const Sizes s = sizes_of(q, k, causal, scale);
   if (s.batch == 0 || s.heads == 0 || s.q_len == 0) return;
+  if (flash_attention_forward_sm90_supported(q)) {  // wgmma on Hopper: the same results, faster
+    flash_attention_forward_sm90(q, k, v, causal, scale, out, lse);
+    return;
+  }
   cudaStream_t stream = stream_for(q);
   const int64_t D = q.size(3);
   auto by_dim = [&](auto tag) {
