@@ -17,10 +17,12 @@
 //      contribution added into the f32 buffer with atomics (so the order of those
 //      additions, and dQ's last bits, can vary between runs; dK and dV cannot).
 //   3. dQ = that f32 buffer rounded to q's dtype.
+// On Hopper at head size 64, kernel 2 is the wgmma one of flash_attention_backward_sm90.cu.
 // Traffic per (b, h): K, V, dK, dV once; Q, dO, lse, delta once per key block; dQ's
 // f32 buffer read-modify-written once per key block. Arithmetic: 5 products of
 // 2 Tq Tk D flops each (S, dP, dV, dK, dQ), half of it skipped when causal.
 #include "ops/cuda/flash_attention.h"
+#include "ops/cuda/flash_attention_sm90.h"
 #include "ops/cuda/flash_mma.cuh"
 #include "ops/cuda/flash_params.cuh"
 #include "ops/cuda/tensor_info.cuh"
@@ -383,7 +385,7 @@ __global__ void flash_dq_kernel(const float* dq_accum, HeadsView<T> dq, Sizes s,
 template <typename T, int kD>
 void launch_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                      const Tensor& dout, const Sizes& s, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                     cudaStream_t stream) {
+                     bool sm90, cudaStream_t stream) {
   const char* op = "flash_attention backward";
   const int64_t rows = static_cast<int64_t>(s.batch) * s.heads * s.q_len;
   Tensor delta = empty({rows}, DType::f32, q.device());
@@ -397,26 +399,30 @@ void launch_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Te
       static_cast<float*>(dq_accum.raw_data()), s, rows);
   PRECIS_CUDA_CHECK_LAUNCH(op);
 
-  using Tile = BackwardTile<kD>;
-  auto kernel = flash_backward_kernel<T, kD>;
-  PRECIS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes), op);
-  const dim3 grid(s.batch * s.heads, ceil_div(s.k_len, Tile::kBlockN));
-  kernel<<<grid, kThreads, Tile::kSmemBytes, stream>>>(
-      heads_view<const T>(q), heads_view<const T>(k), heads_view<const T>(v), heads_view<const T>(dout),
-      static_cast<const float*>(lse.raw_data()), static_cast<const float*>(delta.raw_data()),
-      static_cast<float*>(dq_accum.raw_data()), heads_view<T>(dk), heads_view<T>(dv), s);
-  PRECIS_CUDA_CHECK_LAUNCH(op);
+  if (sm90) {
+    flash_backward_key_blocks_sm90(q, k, v, dout, lse, delta, dq_accum, s.causal, s.scale, dk, dv);
+  } else {
+    using Tile = BackwardTile<kD>;
+    auto kernel = flash_backward_kernel<T, kD>;
+    PRECIS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes),
+                      op);
+    const dim3 grid(s.batch * s.heads, ceil_div(s.k_len, Tile::kBlockN));
+    kernel<<<grid, kThreads, Tile::kSmemBytes, stream>>>(
+        heads_view<const T>(q), heads_view<const T>(k), heads_view<const T>(v), heads_view<const T>(dout),
+        static_cast<const float*>(lse.raw_data()), static_cast<const float*>(delta.raw_data()),
+        static_cast<float*>(dq_accum.raw_data()), heads_view<T>(dk), heads_view<T>(dv), s);
+    PRECIS_CUDA_CHECK_LAUNCH(op);
+  }
 
   flash_dq_kernel<T, kD><<<chunk_blocks, kElementwiseThreads, 0, stream>>>(
       static_cast<const float*>(dq_accum.raw_data()), heads_view<T>(dq), s, chunks);
   PRECIS_CUDA_CHECK_LAUNCH(op);
 }
 
-}  // namespace
-
-void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                              const Tensor& lse, const Tensor& dout, bool causal, double scale, const Tensor& dq,
-                              const Tensor& dk, const Tensor& dv) {
+// The three kernels; sm90: the key blocks on the sm_90a kernel.
+void run_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                  const Tensor& dout, bool causal, double scale, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                  bool sm90) {
   const char* op = "flash_attention backward";
   const Sizes s = sizes_of(q, k, causal, scale);
   if (s.batch == 0 || s.heads == 0 || s.k_len == 0) return;
@@ -425,9 +431,9 @@ void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   auto by_dim = [&](auto tag) {
     using T = decltype(tag);
     if (D == 64)
-      launch_backward<T, 64>(q, k, v, out, lse, dout, s, dq, dk, dv, stream);
+      launch_backward<T, 64>(q, k, v, out, lse, dout, s, dq, dk, dv, sm90, stream);
     else if (D == 128)
-      launch_backward<T, 128>(q, k, v, out, lse, dout, s, dq, dk, dv, stream);
+      launch_backward<T, 128>(q, k, v, out, lse, dout, s, dq, dk, dv, sm90, stream);
     else
       PRECIS_FAIL(op, ": head size ", D, " is not supported (64 or 128)");
   };
@@ -437,6 +443,23 @@ void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
     by_dim(__half{});
   else
     PRECIS_FAIL(op, ": dtype ", q.dtype(), " is not supported (f16 or bf16)");
+}
+
+}  // namespace
+
+void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                              const Tensor& lse, const Tensor& dout, bool causal, double scale, const Tensor& dq,
+                              const Tensor& dk, const Tensor& dv) {
+  const bool sm90 = flash_attention_backward_sm90_supported(q);  // wgmma on Hopper at head size 64
+  run_backward(q, k, v, out, lse, dout, causal, scale, dq, dk, dv, sm90);
+}
+
+void flash_attention_backward_sm90(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                   const Tensor& lse, const Tensor& dout, bool causal, double scale, const Tensor& dq,
+                                   const Tensor& dk, const Tensor& dv) {
+  PRECIS_CHECK(flash_attention_backward_sm90_supported(q), "flash_attention backward (sm_90a)",
+               ": needs a compute-capability 9.0 GPU, f16 or bf16, head size 64");
+  run_backward(q, k, v, out, lse, dout, causal, scale, dq, dk, dv, true);
 }
 
 }  // namespace precis::ops::cuda

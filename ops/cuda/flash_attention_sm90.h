@@ -1,4 +1,4 @@
-// The Hopper forward of flash attention (ops/cuda/flash_attention_forward_sm90.cu):
+// The Hopper forward and backward of flash attention (ops/cuda/flash_attention_*_sm90.cu):
 // warpgroup tensor-core products (wgmma, sm_90a code) for f16/bf16 with head size 64 or
 // 128. flash_attention_forward (ops/cuda/flash_attention_forward.cu) runs it where
 // flash_attention_forward_sm90_supported says so; its results are the mma.sync kernel's
@@ -22,6 +22,23 @@ bool flash_attention_forward_sm90_supported(const Tensor& q);
 void flash_attention_forward_sm90(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
                                   const Tensor& out, const Tensor& lse);
 
+// Whether the sm_90a backward serves q: as the forward, head size 64 only.
+bool flash_attention_backward_sm90_supported(const Tensor& q);
+
+// The contract of flash_attention_backward (ops/cuda/flash_attention.h) with the sm_90a
+// key-block kernel between its delta and dQ-rounding kernels; requires
+// flash_attention_backward_sm90_supported(q). Defined in flash_attention_backward.cu.
+void flash_attention_backward_sm90(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                   const Tensor& lse, const Tensor& dout, bool causal, double scale, const Tensor& dq,
+                                   const Tensor& dk, const Tensor& dv);
+
+// That key-block kernel (ops/cuda/flash_attention_backward_sm90.cu): dk, dv, and each key
+// block's share of dQ added into dq_accum ([B H Tq, D] f32, zeroed), from delta ([B H Tq]
+// f32, rowsum(dout * out)) and the forward's lse.
+void flash_backward_key_blocks_sm90(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+                                    const Tensor& lse, const Tensor& delta, const Tensor& dq_accum, bool causal,
+                                    double scale, const Tensor& dk, const Tensor& dv);
+
 // Probes of the two wgmma products of the forward, for tests (ops/cuda/flash_wgmma_probe.cu);
 // one warpgroup, inputs contiguous on the GPU, a and b f16 or bf16, out f32 contiguous:
 //   scores: out [64, N] = a [64, D] b [N, D]^T, a and b through shared memory as the
@@ -29,8 +46,15 @@ void flash_attention_forward_sm90(const Tensor& q, const Tensor& k, const Tensor
 //   values: out [64, D] = p [64, N] b [N, D], p f32 laid out in registers as score
 //           accumulators and rounded to b's dtype there (as P), b through shared memory
 //           as the forward's V tile (MN-major); N 64 or 128, D 64 or 128.
-// Both require sm90a_code_loaded(b.device()).
+// And of the backward's dQ product:
+//   transposed: out [64, 64] = a [128, 64]^T b [128, 64], a f32 laid out in registers as
+//           accumulators (two 64-row halves), rounded to b's dtype and stored to shared
+//           memory as the backward's dS^T tile, read transposed (MN-major A); b through
+//           shared memory as its K tile (MN-major B), out's two 32-column halves in two
+//           products as its two warpgroups take them.
+// All require sm90a_code_loaded(b.device()).
 void wgmma_probe_scores(const Tensor& a, const Tensor& b, const Tensor& out);
 void wgmma_probe_values(const Tensor& p, const Tensor& b, const Tensor& out);
+void wgmma_probe_transposed(const Tensor& a, const Tensor& b, const Tensor& out);
 
 }  // namespace precis::ops::cuda

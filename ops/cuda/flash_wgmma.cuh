@@ -1,5 +1,5 @@
-// The Hopper (sm_90a) tensor-core building blocks of the flash-attention forward
-// (ops/cuda/flash_attention_forward_sm90.cu), as inline-PTX wrappers a reader can check
+// The Hopper (sm_90a) tensor-core building blocks of the flash-attention forward and backward
+// (ops/cuda/flash_attention_*_sm90.cu), as inline-PTX wrappers a reader can check
 // against the PTX manual ("Asynchronous Warpgroup Level Matrix Multiply-Accumulate"):
 //
 //   wgmma.mma_async m64nNk16   D[64xN] (+)= A[64x16] B[16xN], issued by one warpgroup
@@ -35,7 +35,9 @@
 //   MN-major operand (B = V rows [keys][d]: the product's k runs down the rows, n along
 //     them; the transpose bit): 16 keys per k-step, 2048 bytes; 8-row groups 1024 bytes
 //     apart (stride byte offset); 64-column panels `rows * 128` bytes apart (leading byte offset).
-// Both layouts are checked element by element against CPU products in
+//   MN-major A (the transpose bit of A, 16-bit types only): the same layout, the product's
+//     m along the rows; the backward reads its dS^T tile [keys][queries] so for dQ = dS K.
+// All three are checked element by element against CPU products in
 // tests/ops/test_flash_wgmma_gpu.cpp (through ops/cuda/flash_wgmma_probe.cu).
 //
 // The instructions assemble only for sm_90a: call these only from code compiled in the
@@ -109,11 +111,14 @@ __device__ __forceinline__ uint64_t k_major_descriptor(const void* tile, int row
   return swizzle128_descriptor(address, 16, kSwizzleAtomBytes);
 }
 
-// The descriptor of k-step kk (rows 16kk..16kk+15, all kD columns) of an MN-major
-// [kRows][kD] paneled tile.
+// The descriptor of k-step kk (rows 16kk..16kk+15, columns from col0, a multiple of 8) of
+// an MN-major [kRows][kD] paneled tile. A start inside a panel row works as the K-major
+// k-steps do: the hardware swizzles the address it computes.
 template <int kRows>
-__device__ __forceinline__ uint64_t mn_major_descriptor(const void* tile, int kk) {
-  return swizzle128_descriptor(smem_address(tile) + kk * 16 * 128, kRows * 128, kSwizzleAtomBytes);
+__device__ __forceinline__ uint64_t mn_major_descriptor(const void* tile, int kk, int col0 = 0) {
+  const uint32_t address =
+      smem_address(tile) + (col0 / kPanelCols) * kRows * 128 + kk * 16 * 128 + (col0 % kPanelCols) * 2;
+  return swizzle128_descriptor(address, kRows * 128, kSwizzleAtomBytes);
 }
 
 // ---- the instructions
@@ -123,6 +128,7 @@ __device__ __forceinline__ uint64_t mn_major_descriptor(const void* tile, int kk
   "+f"(d[(o) + 0]), "+f"(d[(o) + 1]), "+f"(d[(o) + 2]), "+f"(d[(o) + 3]), "+f"(d[(o) + 4]), "+f"(d[(o) + 5]),       \
       "+f"(d[(o) + 6]), "+f"(d[(o) + 7]), "+f"(d[(o) + 8]), "+f"(d[(o) + 9]), "+f"(d[(o) + 10]), "+f"(d[(o) + 11]), \
       "+f"(d[(o) + 12]), "+f"(d[(o) + 13]), "+f"(d[(o) + 14]), "+f"(d[(o) + 15])
+#define PRECIS_WGMMA_D16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define PRECIS_WGMMA_D32                                                                                       \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
   "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
@@ -146,6 +152,15 @@ __device__ __forceinline__ uint64_t mn_major_descriptor(const void* tile, int kk
       "wgmma.mma_async.sync.aligned.m64n128k16.f32." type "." type " " PRECIS_WGMMA_D64                           \
       ", %64, %65, p, 1, 1, 0, 0;\n}\n"                                                                           \
       : PRECIS_WGMMA_ACC16(d, 0), PRECIS_WGMMA_ACC16(d, 16), PRECIS_WGMMA_ACC16(d, 32), PRECIS_WGMMA_ACC16(d, 48) \
+      : "l"(a_desc), "l"(b_desc), "r"(accumulate))
+// A and B from shared memory, both MN-major: "p, 1, 1, 1, 1" = accumulate when p, A and B
+// not negated, both transposed (16-bit types only).
+#define PRECIS_WGMMA_SS_TRANSPOSED_N32(type)                                           \
+  asm volatile(                                                                        \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                     \
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32." type "." type " " PRECIS_WGMMA_D16 \
+      ", %16, %17, p, 1, 1, 1, 1;\n}\n"                                                \
+      : PRECIS_WGMMA_ACC16(d, 0)                                                       \
       : "l"(a_desc), "l"(b_desc), "r"(accumulate))
 // A from registers, B from shared memory MN-major: "p, 1, 1, 1" = accumulate when p, A and
 // B not negated, B transposed.
@@ -203,10 +218,26 @@ __device__ __forceinline__ void wgmma_regs_smem(float (&d)[N / 2], const uint32_
   }
 }
 
+// d (+)= A B, A and B from shared memory, both MN-major (descriptors of tiles whose rows run
+// along the product's k): A = the transpose of a [k][m] tile, B = a [k][n] tile.
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_smem_smem_transposed(float (&d)[N / 2], uint64_t a_desc, uint64_t b_desc,
+                                                           int accumulate) {
+  static_assert(N == 32, "wrapped shape: m64n32k16");
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  static_assert(kBf16 || std::is_same_v<T, __half>, "f16 or bf16");
+  if constexpr (kBf16)
+    PRECIS_WGMMA_SS_TRANSPOSED_N32("bf16");
+  else
+    PRECIS_WGMMA_SS_TRANSPOSED_N32("f16");
+}
+
+#undef PRECIS_WGMMA_SS_TRANSPOSED_N32
 #undef PRECIS_WGMMA_SS_N64
 #undef PRECIS_WGMMA_SS_N128
 #undef PRECIS_WGMMA_RS_N64
 #undef PRECIS_WGMMA_RS_N128
+#undef PRECIS_WGMMA_D16
 #undef PRECIS_WGMMA_D32
 #undef PRECIS_WGMMA_D64
 #undef PRECIS_WGMMA_ACC16
@@ -260,6 +291,35 @@ __device__ __forceinline__ void accumulators_to_a(uint32_t (&p)[kN / 16][4], con
   for (int kk = 0; kk < kN / 16; ++kk)
 #pragma unroll
     for (int r = 0; r < 4; ++r) p[kk][r] = pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+}
+
+// ---- what the backward adds (ops/cuda/flash_attention_backward_sm90.cu)
+
+// Writes A registers (accumulators_to_a's layout) of a 64 x kN product into rows
+// [row0, row0 + 64) of a [kRows][kN] paneled tile; thread `tid` of the warpgroup.
+// Conflict-free: the 8 rows a warp writes at once sit in 8 different 16-byte chunks.
+template <typename T, int kRows, int kN>
+__device__ __forceinline__ void store_a_to_panels(T* tile, int row0, const uint32_t (&a)[kN / 16][4], int tid) {
+  const int lane = tid % 32, row = row0 + 16 * (tid / 32 % 4) + lane / 4;
+#pragma unroll
+  for (int kk = 0; kk < kN / 16; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+      *reinterpret_cast<uint32_t*>(
+          tile + panel_offset<kRows>(row + 8 * (r % 2), 16 * kk + 8 * (r / 2) + 2 * (lane % 4))) = a[kk][r];
+}
+
+// d = A^T B over kK rows: A^T of a [kK][64] paneled tile (its 64 columns are the product's
+// rows), B columns [col0, col0 + kN) of a [kK][*] paneled tile; d (64 x kN accumulators) is
+// overwritten. dQ = dS K in the backward, with dS^T stored [keys][queries]. Issues kK/16
+// wgmmas; the caller fences, commits and waits.
+template <typename T, int kK, int kN>
+__device__ __forceinline__ void issue_transposed_product(float (&d)[kN / 2], const T* a_tile, const T* b_tile,
+                                                         int col0) {
+#pragma unroll
+  for (int kk = 0; kk < kK / 16; ++kk)
+    wgmma_smem_smem_transposed<T, kN>(d, mn_major_descriptor<kK>(a_tile, kk), mn_major_descriptor<kK>(b_tile, kk, col0),
+                                      kk > 0);
 }
 
 }  // namespace precis::ops::cuda::flash

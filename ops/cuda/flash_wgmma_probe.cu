@@ -1,4 +1,4 @@
-// Probes of the two wgmma products of the sm_90a flash-attention forward, for
+// Probes of the wgmma products of the sm_90a flash-attention forward and backward, for
 // tests/ops/test_flash_wgmma_gpu.cpp: one warpgroup runs the forward's own code path
 // (paneled tiles filled by cp.async, descriptors, wgmma wrappers, the accumulator-to-A
 // conversion; ops/cuda/flash_wgmma.cuh) on one tile and writes the f32 accumulators out,
@@ -33,14 +33,24 @@ __device__ __forceinline__ void tiles_landed() {
   __syncthreads();
 }
 
-// Writes this thread's accumulators of a 64 x kN product to out (row-major, f32).
+// Writes this thread's accumulators of a 64 x kN product to out (f32, row stride ld).
 template <int kN>
-__device__ __forceinline__ void store_accumulators(float* out, const float (&d)[kN / 2], int tid) {
+__device__ __forceinline__ void store_accumulators(float* out, int ld, const float (&d)[kN / 2], int tid) {
   const int lane = tid % 32, row0 = 16 * (tid / 32) + lane / 4;
 #pragma unroll
   for (int j = 0; j < kN / 8; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) out[(row0 + 8 * (e >> 1)) * kN + 8 * j + 2 * (lane % 4) + (e & 1)] = d[4 * j + e];
+    for (int e = 0; e < 4; ++e) out[(row0 + 8 * (e >> 1)) * ld + 8 * j + 2 * (lane % 4) + (e & 1)] = d[4 * j + e];
+}
+
+// This thread's accumulators of a 64 x kN product from x (f32, row stride ld).
+template <int kN>
+__device__ __forceinline__ void load_accumulators(float (&d)[kN / 2], const float* x, int ld, int tid) {
+  const int lane = tid % 32, row0 = 16 * (tid / 32) + lane / 4;
+#pragma unroll
+  for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) d[4 * j + e] = x[(row0 + 8 * (e >> 1)) * ld + 8 * j + 2 * (lane % 4) + (e & 1)];
 }
 
 // out [64, kN] = a [64, kD] b [kN, kD]^T through issue_scores.
@@ -65,7 +75,7 @@ __global__ void __launch_bounds__(kProbeThreads) wgmma_scores_probe(const T* a, 
     wgmma_commit();
     wgmma_wait<0>();
     fence_registers(d);
-    store_accumulators<kN>(out, d, tid);
+    store_accumulators<kN>(out, kN, d, tid);
   }
 }
 
@@ -75,14 +85,11 @@ __global__ void __launch_bounds__(kProbeThreads) wgmma_values_probe(const float*
   if constexpr (kSm90aPass) {
     extern __shared__ unsigned char smem_raw[];
     T* sB = tile_start<T>(smem_raw);
-    const int tid = threadIdx.x, lane = tid % 32, row0 = 16 * (tid / 32) + lane / 4;
+    const int tid = threadIdx.x;
     load_panels_async<kN, kD, kProbeThreads>(sB, b, kD, kN, tid);
     tiles_landed();
     float s[kN / 2];  // p in the layout of score accumulators
-#pragma unroll
-    for (int j = 0; j < kN / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[4 * j + e] = p[(row0 + 8 * (e >> 1)) * kN + 8 * j + 2 * (lane % 4) + (e & 1)];
+    load_accumulators<kN>(s, p, kN, tid);
     uint32_t pa[kN / 16][4];
     accumulators_to_a<T, kN>(pa, s);
     float o[kD / 2];
@@ -94,7 +101,43 @@ __global__ void __launch_bounds__(kProbeThreads) wgmma_values_probe(const float*
     wgmma_commit();
     wgmma_wait<0>();
     fence_registers(o);
-    store_accumulators<kD>(out, o, tid);
+    store_accumulators<kD>(out, kD, o, tid);
+  }
+}
+
+// out [64, 64] = round(a)^T [64, 128] b [128, 64] as the backward's dQ = dS K: a (f32
+// [128, 64], dS^T) in two 64-row halves of accumulators, through accumulators_to_a and
+// store_a_to_panels into a [128][64] tile; b into a [128][64] tile; two products of 32
+// columns through issue_transposed_product.
+constexpr int kProbeKeys = 128, kProbeCols = 64;
+template <typename T>
+__global__ void __launch_bounds__(kProbeThreads) wgmma_transposed_probe(const float* a, const T* b, float* out) {
+  if constexpr (kSm90aPass) {
+    extern __shared__ unsigned char smem_raw[];
+    T* sA = tile_start<T>(smem_raw);
+    T* sB = sA + kProbeKeys * kProbeCols;
+    const int tid = threadIdx.x;
+    load_panels_async<kProbeKeys, kProbeCols, kProbeThreads>(sB, b, kProbeCols, kProbeKeys, tid);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float s[kProbeCols / 2];
+      load_accumulators<kProbeCols>(s, a + half * 64 * kProbeCols, kProbeCols, tid);
+      uint32_t ra[kProbeCols / 16][4];
+      accumulators_to_a<T, kProbeCols>(ra, s);
+      store_a_to_panels<T, kProbeKeys, kProbeCols>(sA, 64 * half, ra, tid);
+    }
+    tiles_landed();
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float d[kProbeCols / 4];
+      fence_registers(d);
+      wgmma_fence();
+      issue_transposed_product<T, kProbeKeys, kProbeCols / 2>(d, sA, sB, 32 * half);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_registers(d);
+      store_accumulators<kProbeCols / 2>(out + 32 * half, kProbeCols, d, tid);
+    }
   }
 }
 
@@ -169,6 +212,29 @@ void wgmma_probe_values(const Tensor& p, const Tensor& b, const Tensor& out) {
                                                                             static_cast<const T*>(b.raw_data()),
                                                                             static_cast<float*>(out.raw_data()));
   });
+  PRECIS_CUDA_CHECK_LAUNCH(op);
+}
+
+void wgmma_probe_transposed(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const char* op = "wgmma_probe_transposed";
+  check_probe_inputs(a, b, out, op);
+  PRECIS_CHECK(a.shape() == (Shape{kProbeKeys, kProbeCols}) && a.dtype() == DType::f32 &&
+                   b.shape() == (Shape{kProbeKeys, kProbeCols}) &&
+                   (b.dtype() == DType::bf16 || b.dtype() == DType::f16) && out.shape() == (Shape{64, kProbeCols}),
+               op, ": a [128, 64] f32, b [128, 64] f16 or bf16, out [64, 64]");
+  cudaStream_t stream = stream_for(b);
+  constexpr int kSmemBytes = 2 * kProbeKeys * kProbeCols * 2 + kSwizzleAtomBytes;
+  auto launch = [&](auto type_tag) {
+    using T = decltype(type_tag);
+    allow_shared_memory(wgmma_transposed_probe<T>, kSmemBytes, op);
+    wgmma_transposed_probe<T><<<1, kProbeThreads, kSmemBytes, stream>>>(static_cast<const float*>(a.raw_data()),
+                                                                        static_cast<const T*>(b.raw_data()),
+                                                                        static_cast<float*>(out.raw_data()));
+  };
+  if (b.dtype() == DType::bf16)
+    launch(__nv_bfloat16{});
+  else
+    launch(__half{});
   PRECIS_CUDA_CHECK_LAUNCH(op);
 }
 

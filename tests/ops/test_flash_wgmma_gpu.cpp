@@ -1,4 +1,4 @@
-// The sm_90a flash-attention forward (ops/cuda/flash_attention_forward_sm90.cu) and its
+// The sm_90a flash-attention forward and backward (ops/cuda/flash_attention_*_sm90.cu) and their
 // wgmma building blocks (ops/cuda/flash_wgmma.cuh), on the GPU:
 //  - each product form the forward uses, run on one tile by the forward's own code path
 //    (ops/cuda/flash_wgmma_probe.cu) against a CPU product in f64 of the same 16-bit
@@ -9,9 +9,15 @@
 //    (its results are bit for bit those of calling the kernel directly), and that the
 //    kernel is not offered on other GPUs;
 //  - the sm_90a forward against the reference attention (f64 on the CPU) on odd lengths,
-//    causal and not, Tq != Tk, head sizes 64 and 128, every output poisoned first.
-// The mma.sync forward's own tests (test_flash_attention_gpu.cpp) then run the sm_90a
-// kernel wherever it is taken. Skipped, with the reason, where no GPU is usable, and the
+//    causal and not, Tq != Tk, head sizes 64 and 128, every output poisoned first;
+//  - the backward's dQ product (A = dS^T stored from registers and read transposed, B = K
+//    read MN-major from a column offset) against a CPU product; that
+//    flash_attention_backward takes the sm_90a backward at head size 64 on compute
+//    capability 9.0 (dK, dV bit for bit those of calling it directly); the sm_90a backward
+//    against the reference gradients (f64 autograd on the CPU) on the forward's lengths,
+//    head size 64, every gradient poisoned first, dK and dV the same bits run after run.
+// The mma.sync kernels' own tests (test_flash_attention_gpu.cpp) then run the sm_90a
+// kernels wherever they are taken. Skipped, with the reason, where no GPU is usable, and the
 // product and forward checks where the GPU is not compute capability 9.0.
 #include <gtest/gtest.h>
 
@@ -107,6 +113,24 @@ TEST(FlashWgmmaGpu, ValuesFromRegisterProbabilitiesMatchTheCpuProduct) {
       }
 }
 
+TEST(FlashWgmmaGpu, TransposedProductFromSharedMemoryMatchesTheCpuProduct) {
+  PRECIS_SKIP_WITHOUT_HOPPER();
+  uint64_t seed = 50;
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    // a = dS^T [keys, queries], already representable in the 16-bit type (rounded in registers).
+    Tensor a = random_f64({128, 64}, ++seed, -2.0, 2.0).to(dtype).to(DType::f32).to(kGpu);
+    Tensor b = random_f64({128, 64}, ++seed, -2.0, 2.0).to(dtype).to(kGpu);
+    Tensor out = full({64, 64}, NAN, DType::f32, kGpu);
+    ops::cuda::wgmma_probe_transposed(a, b, out);
+    std::vector<double> a_host = host_values(a), a_transposed(64 * 128);
+    for (int64_t key = 0; key < 128; ++key)
+      for (int64_t query = 0; query < 64; ++query) a_transposed[query * 128 + key] = a_host[key * 64 + query];
+    EXPECT_LE(relative_error(host_values(out), cpu_product(a_transposed, host_values(b), 64, 128, 64, false)),
+              kProductBar);
+  }
+}
+
 TEST(FlashWgmmaGpu, ForwardIsOfferedExactlyOnComputeCapability90) {
   PRECIS_SKIP_WITHOUT_GPU();
   const bool hopper = cuda_compute_capability(0) == 90;
@@ -174,6 +198,103 @@ TEST(FlashWgmmaGpu, Sm90ForwardMatchesTheReferenceWithEveryOutputWritten) {
           EXPECT_LE(relative_error(host_values(out), host_values(want)), dtype == DType::bf16 ? 1e-2 : 5e-3);
           EXPECT_LE(relative_error(host_values(lse), host_values(want_lse)), 1e-4);
         }
+}
+
+TEST(FlashWgmmaGpu, BackwardIsOfferedExactlyOnComputeCapability90AtHeadSize64) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  const bool hopper = cuda_compute_capability(0) == 90;
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    EXPECT_EQ(ops::cuda::flash_attention_backward_sm90_supported(empty({1, 1, 8, 64}, dtype, kGpu)), hopper)
+        << dtype_name(dtype);
+    EXPECT_FALSE(ops::cuda::flash_attention_backward_sm90_supported(empty({1, 1, 8, 128}, dtype, kGpu)))
+        << dtype_name(dtype);
+  }
+  EXPECT_FALSE(ops::cuda::flash_attention_backward_sm90_supported(empty({1, 1, 8, 64}, DType::f32, kGpu)));
+}
+
+namespace {
+
+// A [B, T, H, D] buffer of NaN viewed [B, H, T, D], as the model's gradients are.
+Tensor poisoned_heads(int64_t B, int64_t H, int64_t T, int64_t D, DType dtype) {
+  return full({B, T, H, D}, NAN, dtype, kGpu).transpose(1, 2);
+}
+
+}  // namespace
+
+TEST(FlashWgmmaGpu, FlashAttentionBackwardTakesTheSm90Kernel) {
+  PRECIS_SKIP_WITHOUT_HOPPER();
+  // dK and dV bit for bit those of calling the sm_90a backward directly (dQ's atomic sums
+  // may differ in the last bits; the mma.sync kernel rounds P and sums differently).
+  uint64_t seed = 60;
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const int64_t B = 2, H = 3, T = 300, D = 64;
+    auto random = [&] { return random_f64({B, H, T, D}, ++seed, -2.0, 2.0).to(dtype).to(kGpu); };
+    Tensor q = random(), k = random(), v = random(), dout = random();
+    const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+    Tensor out = empty({B, H, T, D}, dtype, kGpu), lse = empty({B, H, T}, DType::f32, kGpu);
+    ops::cuda::flash_attention_forward(q, k, v, true, scale, out, lse);
+    std::vector<Tensor> dispatched, direct;
+    for (int i = 0; i < 3; ++i) {
+      dispatched.push_back(poisoned_heads(B, H, T, D, dtype));
+      direct.push_back(poisoned_heads(B, H, T, D, dtype));
+    }
+    ops::cuda::flash_attention_backward(q, k, v, out, lse, dout, true, scale, dispatched[0], dispatched[1],
+                                        dispatched[2]);
+    ops::cuda::flash_attention_backward_sm90(q, k, v, out, lse, dout, true, scale, direct[0], direct[1], direct[2]);
+    EXPECT_LE(relative_error(host_values(dispatched[0]), host_values(direct[0])), 1e-3) << "dq";
+    EXPECT_EQ(host_values(dispatched[1]), host_values(direct[1])) << "dk";
+    EXPECT_EQ(host_values(dispatched[2]), host_values(direct[2])) << "dv";
+  }
+}
+
+TEST(FlashWgmmaGpu, Sm90BackwardMatchesTheReferenceWithEveryGradientWritten) {
+  PRECIS_SKIP_WITHOUT_HOPPER();
+  struct Case {
+    int64_t B, H, Tq, Tk;
+  };
+  // Odd lengths (tails of the 64-query and 128-key blocks), Tq != Tk, and 700: 11 query
+  // blocks per key block, so the two query-block stages wrap around many times.
+  const std::vector<Case> cases = {{2, 3, 1, 1},     {2, 3, 17, 17},  {2, 3, 64, 64},  {2, 3, 129, 129},
+                                   {2, 3, 257, 257}, {1, 2, 33, 300}, {1, 2, 300, 33}, {1, 2, 700, 700}};
+  const int64_t D = 64;
+  uint64_t seed = 70;
+  for (DType dtype : {DType::bf16, DType::f16})
+    for (bool causal : {false, true})
+      for (const Case& c : cases) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " Tq" + std::to_string(c.Tq) + " Tk" + std::to_string(c.Tk) +
+                     (causal ? " causal" : ""));
+        auto random = [&](int64_t T) { return random_f64({c.B, c.H, T, D}, ++seed, -2.0, 2.0).to(dtype).to(kGpu); };
+        Tensor q = random(c.Tq), k = random(c.Tk), v = random(c.Tk), dout = random(c.Tq);
+        const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+        Tensor out = empty({c.B, c.H, c.Tq, D}, dtype, kGpu), lse = empty({c.B, c.H, c.Tq}, DType::f32, kGpu);
+        ops::cuda::flash_attention_forward(q, k, v, causal, scale, out, lse);
+        auto backward = [&] {
+          std::vector<Tensor> grads{poisoned_heads(c.B, c.H, c.Tq, D, dtype), poisoned_heads(c.B, c.H, c.Tk, D, dtype),
+                                    poisoned_heads(c.B, c.H, c.Tk, D, dtype)};
+          ops::cuda::flash_attention_backward_sm90(q, k, v, out, lse, dout, causal, scale, grads[0], grads[1],
+                                                   grads[2]);
+          return grads;
+        };
+        std::vector<Tensor> grads = backward();
+
+        Tensor q64 = q.to(Device::cpu()).to(DType::f64), k64 = k.to(Device::cpu()).to(DType::f64),
+               v64 = v.to(Device::cpu()).to(DType::f64);
+        q64.set_requires_grad();
+        k64.set_requires_grad();
+        v64.set_requires_grad();
+        ops::scaled_dot_product_attention(q64, k64, v64, causal, 0.0, std::nullopt, nullptr,
+                                          ops::AttentionImpl::reference)
+            .backward(dout.to(Device::cpu()).to(DType::f64));
+        const double bar = dtype == DType::bf16 ? 1e-2 : 5e-3;
+        EXPECT_LE(relative_error(host_values(grads[0]), host_values(q64.grad())), bar) << "dq";
+        EXPECT_LE(relative_error(host_values(grads[1]), host_values(k64.grad())), bar) << "dk";
+        EXPECT_LE(relative_error(host_values(grads[2]), host_values(v64.grad())), bar) << "dv";
+        // dK and dV take no atomics: a race between the warpgroups would change bits.
+        std::vector<Tensor> again = backward();
+        EXPECT_EQ(host_values(again[1]), host_values(grads[1])) << "dk";
+        EXPECT_EQ(host_values(again[2]), host_values(grads[2])) << "dv";
+      }
 }
 
 #endif  // PRECIS_WITH_CUDA
