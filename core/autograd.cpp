@@ -26,7 +26,9 @@ namespace {
 // be of another dtype (a cast's, ops/tensor_methods.cpp): .grad keeps the leaf's
 // dtype, and the incoming values are converted as they are added. A .grad marked stale
 // (FlatParameters::zero_grad_lazily) is overwritten instead: the same values as adding to
-// zeros, without the zeros being written first and read back.
+// zeros, without the zeros being written first and read back. Where producers wrote
+// into .grad themselves (args.delivered), it adds only what was returned, and the hooks
+// fire even if nothing was.
 class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf) : Node("AccumulateGrad", 1), leaf_(leaf) {}
@@ -34,9 +36,12 @@ class AccumulateGrad final : public Node {
   std::vector<Tensor> apply(BackwardArgs&& args) override {
     auto leaf = leaf_.lock();
     const Tensor& incoming = args.grad(0);
-    if (!leaf || !incoming.defined()) return {};
+    const bool delivered = !args.delivered.empty() && args.delivered[0];
+    if (!leaf || (!incoming.defined() && !delivered)) return {};
     Tensor param(leaf);
-    if (leaf->grad && leaf->grad_is_stale) {
+    if (!incoming.defined()) {
+      // Every gradient is in .grad already.
+    } else if (leaf->grad && leaf->grad_is_stale) {
       copy_(Tensor(leaf->grad), incoming);
       leaf->grad_is_stale = false;
     } else if (leaf->grad) {
@@ -53,9 +58,19 @@ class AccumulateGrad final : public Node {
     return {};
   }
   void release() override {}  // saves nothing; may run in every backward
+  std::shared_ptr<TensorImpl> leaf() const { return leaf_.lock(); }
 
  private:
   std::weak_ptr<TensorImpl> leaf_;
+};
+
+// record_pass_through's node: the gradient goes on as it came.
+class PassThrough final : public Node {
+ public:
+  explicit PassThrough(const char* op) : Node(op, 1) {}
+  std::vector<Tensor> apply(BackwardArgs&& args) override { return {args.grad(0)}; }
+  bool passes_gradient_through() const override { return true; }
+  void release() override {}  // saves nothing; may run in every backward
 };
 
 Edge edge_to(const Tensor& t) {
@@ -105,42 +120,46 @@ void record(const char* op, const std::vector<Tensor>& inputs, const std::vector
   }
 }
 
-void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
-  PRECIS_CHECK(root.requires_grad(), "backward: the tensor does not require grad and has no grad_fn; ",
-               "did you compute it under NoGradGuard or from tensors without requires_grad?");
-  Tensor seed = gradient;
-  if (!seed.defined()) {
-    PRECIS_CHECK(root.numel() == 1, "backward: gradient can be implied only for a scalar output; this one has shape ",
-                 root.shape(), ", so pass a gradient of that shape");
-    seed = ones(root.shape(), root.dtype(), root.device());
-  }
-  PRECIS_CHECK(seed.shape() == root.shape(), "backward: gradient shape ", seed.shape(), " does not match output shape ",
-               root.shape());
+void record_pass_through(const char* op, const Tensor& input, const Tensor& output) {
+  if (!any_requires_grad({&input})) return;
+  PRECIS_CHECK(input.shape() == output.shape(), "autograd::record_pass_through (", op, "): the output ",
+               describe(output), " must have the input's shape ", input.shape());
+  auto node = std::make_shared<PassThrough>(op);
+  node->next_edges().push_back(edge_to(input));
+  node->input_shapes().push_back(input.shape());
+  TensorImpl* out = output.impl();
+  out->requires_grad = true;
+  out->grad_fn = node;
+  out->output_nr = 0;
+}
 
-  Edge root_edge = edge_to(root);
-  NoGradGuard no_grad;  // backward formulas are not themselves recorded
-
-  // Count, for each reachable node, the edges pointing at it.
+// The state of one backward pass: what each node still waits for, the gradients held for
+// it, and which leaves' AccumulateGrad nodes were delivered gradient directly.
+class GraphTask {
+ public:
+  // Edges, from the nodes reachable from the root, pointing at each node.
   std::unordered_map<Node*, int> dependencies;
-  std::vector<Node*> stack{root_edge.node.get()};
-  dependencies[root_edge.node.get()] = 0;
-  while (!stack.empty()) {
-    Node* node = stack.back();
-    stack.pop_back();
-    for (const Edge& e : node->next_edges()) {
-      if (!e.node) continue;
-      auto [it, fresh] = dependencies.try_emplace(e.node.get(), 0);
-      ++it->second;
-      if (fresh) stack.push_back(e.node.get());
+
+  struct Pending {
+    std::vector<Tensor> grads;   // one slot per output of the node
+    std::vector<bool> delivered;  // per slot: written into the leaf's .grad by a producer
+  };
+  std::unordered_map<Node*, Pending> pending;
+
+  // Inputs of the running node whose destinations it took.
+  std::vector<bool> taken;
+
+  Pending& pending_of(Node* node) {
+    Pending& p = pending[node];
+    if (p.grads.empty()) {
+      p.grads.resize(node->num_outputs());
+      p.delivered.resize(node->num_outputs());
     }
+    return p;
   }
 
-  // Gradients waiting for each node, one slot per output of the node.
-  std::unordered_map<Node*, std::vector<Tensor>> pending;
-  auto add_grad = [&](Node* node, uint32_t slot, const Tensor& grad) {
-    auto& slots = pending[node];
-    if (slots.empty()) slots.resize(node->num_outputs());
-    Tensor& held = slots[slot];
+  void add_grad(Node* node, uint32_t slot, const Tensor& grad) {
+    Tensor& held = pending_of(node).grads[slot];
     if (!held.defined()) {
       held = grad;
       return;
@@ -159,8 +178,58 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
       held = sum;
     }
     accumulate_(held, grad);
-  };
-  add_grad(root_edge.node.get(), root_edge.input_nr, seed);
+  }
+
+  GradDestination take_destination(Node* node, size_t input, DType dtype) {
+    if (input >= node->next_edges().size() || (input < taken.size() && taken[input])) return {};
+    Node* target = node->next_edges()[input].node.get();
+    while (target && target->passes_gradient_through()) target = target->next_edges()[0].node.get();
+    auto* accumulate = dynamic_cast<AccumulateGrad*>(target);
+    if (!accumulate) return {};
+    std::shared_ptr<TensorImpl> leaf = accumulate->leaf();
+    if (!leaf || !leaf->grad) return {};
+    Tensor grad(leaf->grad);
+    if (grad.dtype() != dtype || grad.shape() != node->input_shapes()[input] || !grad.is_contiguous()) return {};
+    GradDestination destination{grad, !leaf->grad_is_stale};
+    leaf->grad_is_stale = false;
+    pending_of(accumulate).delivered[0] = true;
+    if (taken.size() < node->next_edges().size()) taken.resize(node->next_edges().size());
+    taken[input] = true;
+    return destination;
+  }
+};
+
+void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
+  PRECIS_CHECK(root.requires_grad(), "backward: the tensor does not require grad and has no grad_fn; ",
+               "did you compute it under NoGradGuard or from tensors without requires_grad?");
+  Tensor seed = gradient;
+  if (!seed.defined()) {
+    PRECIS_CHECK(root.numel() == 1, "backward: gradient can be implied only for a scalar output; this one has shape ",
+                 root.shape(), ", so pass a gradient of that shape");
+    seed = ones(root.shape(), root.dtype(), root.device());
+  }
+  PRECIS_CHECK(seed.shape() == root.shape(), "backward: gradient shape ", seed.shape(), " does not match output shape ",
+               root.shape());
+
+  Edge root_edge = edge_to(root);
+  NoGradGuard no_grad;  // backward formulas are not themselves recorded
+
+  // Count, for each reachable node, the edges pointing at it.
+  GraphTask task;
+  auto& dependencies = task.dependencies;
+  std::vector<Node*> stack{root_edge.node.get()};
+  dependencies[root_edge.node.get()] = 0;
+  while (!stack.empty()) {
+    Node* node = stack.back();
+    stack.pop_back();
+    for (const Edge& e : node->next_edges()) {
+      if (!e.node) continue;
+      auto [it, fresh] = dependencies.try_emplace(e.node.get(), 0);
+      ++it->second;
+      if (fresh) stack.push_back(e.node.get());
+    }
+  }
+  task.add_grad(root_edge.node.get(), root_edge.input_nr, seed);
 
   auto later_first = [](Node* a, Node* b) { return a->sequence_nr() < b->sequence_nr(); };
   std::priority_queue<Node*, std::vector<Node*>, decltype(later_first)> ready(later_first);
@@ -175,10 +244,14 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
                  "'s backward a second time, but its saved tensors were freed after the first; ",
                  "pass retain_graph=true to the first backward() if you need to call it twice");
     BackwardArgs args;
-    args.grads = std::move(pending[node]);
-    args.grads.resize(node->num_outputs());
-    pending.erase(node);
+    GraphTask::Pending& held = task.pending_of(node);
+    args.grads = std::move(held.grads);
+    args.delivered = std::move(held.delivered);
+    task.pending.erase(node);
     for (const Edge& e : node->next_edges()) args.needs_input_grad.push_back(e.node != nullptr);
+    args.task = &task;
+    args.node = node;
+    task.taken.clear();
     std::vector<Tensor> input_grads = node->apply(std::move(args));
     if (!retain_graph) node->release();
 
@@ -190,7 +263,9 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
         PRECIS_CHECK(input_grads[i].shape() == node->input_shapes()[i], "backward of ", node->name(),
                      " returned a gradient of shape ", input_grads[i].shape(), " for input ", i, " of shape ",
                      node->input_shapes()[i], " (a bug in that op's backward)");
-        add_grad(e.node.get(), e.input_nr, input_grads[i]);
+        PRECIS_CHECK(i >= task.taken.size() || !task.taken[i], "backward of ", node->name(),
+                     " both wrote input ", i, "'s gradient into its .grad and returned it (a bug in that op's backward)");
+        task.add_grad(e.node.get(), e.input_nr, input_grads[i]);
       }
       if (--dependencies[e.node.get()] == 0) ready.push(e.node.get());
     }
@@ -198,4 +273,10 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
 }
 
 }  // namespace autograd
+
+GradDestination BackwardArgs::take_grad_destination(size_t input, DType dtype) const {
+  if (!task || !node || input >= needs_input_grad.size() || !needs_input_grad[input]) return {};
+  return task->take_destination(node, input, dtype);
+}
+
 }  // namespace precis

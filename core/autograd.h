@@ -12,6 +12,17 @@
 // each AccumulateGrad runs exactly once per backward, and its hooks fire at the
 // moment that leaf's gradient is final. Unless retain_graph is set, a node's
 // backward function (with its saved tensors) is freed as soon as it has run.
+//
+// Gradients written where they belong. A backward function may write an input's
+// gradient straight into the leaf's .grad (a view of the flat f32 gradient buffer,
+// say: a product then writes its f32 weight gradient there itself, with no gradient
+// tensor, cast or add in between) instead of returning it: take_grad_destination
+// offers the .grad of the leaf the input's edge reaches, directly or through
+// pass-through nodes (record_pass_through: autocast's weight casts). The engine marks
+// that leaf's AccumulateGrad as delivered; it still runs once all its producers have,
+// adds whatever gradients were returned the usual way (another use of a tied weight),
+// and fires the hooks then, when the gradient is final. Each writer overwrites a .grad
+// marked stale (zero_grad_lazily) and adds to any other, as AccumulateGrad would.
 #pragma once
 
 #include <cstdint>
@@ -29,11 +40,33 @@ struct Edge {
   uint32_t input_nr = 0;       // which output of `node` the gradient belongs to
 };
 
+namespace autograd {
+class GraphTask;
+}
+
+// A leaf's .grad that a backward function writes an input's gradient into itself.
+struct GradDestination {
+  Tensor grad;              // dense, of the input's shape; undefined where none is offered
+  bool accumulate = false;  // add to what it holds; else write over it (it holds no gradient yet)
+  explicit operator bool() const { return grad.defined(); }
+};
+
 struct BackwardArgs {
   std::vector<Tensor> grads;           // gradient of each output; undefined where none flowed (zero)
   std::vector<bool> needs_input_grad;  // per input: does anything want its gradient?
+  std::vector<bool> delivered;         // per output: a producer wrote gradient into the leaf's .grad itself
   const Tensor& grad(size_t output = 0) const { return grads[output]; }
   bool needs(size_t input) const { return needs_input_grad[input]; }
+  // The .grad that input `input`'s gradient may be written into directly: offered when the
+  // input's edge reaches a live leaf's AccumulateGrad (through pass-through nodes only) and
+  // its .grad is defined, dense, of `dtype` and of the input's shape. Taking it is a promise:
+  // write the gradient there (added if `accumulate`, else written over; on a GPU, queued on the
+  // device's compute stream) and return none for that input. Take it just before writing: the
+  // first taker of a stale .grad overwrites it, later ones add. Undefined: return the gradient.
+  GradDestination take_grad_destination(size_t input, DType dtype) const;
+
+  autograd::GraphTask* task = nullptr;  // set by the engine for the node it runs
+  Node* node = nullptr;
 };
 
 // Returns one gradient per input (undefined where not needed), each of the input's shape.
@@ -52,6 +85,8 @@ class Node {
   std::vector<Shape>& input_shapes() { return input_shapes_; }
 
   virtual std::vector<Tensor> apply(BackwardArgs&& args) = 0;
+  // Its one input's gradient is its one output's, unchanged (record_pass_through).
+  virtual bool passes_gradient_through() const { return false; }
   // Frees what the node saved for backward. Running it again afterwards is an error.
   virtual void release() { released_ = true; }
   bool released() const { return released_; }
@@ -109,6 +144,12 @@ bool any_requires_grad(const std::vector<Tensor>& inputs);
 // `saves_tensors`: false when `backward` captured no tensors (see FunctionNode::release).
 void record(const char* op, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
             BackwardFn backward, bool saves_tensors = true);
+
+// Records `output` as `input` itself to autograd: a cast or view of the same shape whose
+// gradient is the incoming one unchanged (autocast's weight casts, whose gradient reaches
+// the f32 leaf in the compute dtype and is widened as it is added). A backward function
+// may write through such a node into the leaf's .grad (BackwardArgs::take_grad_destination).
+void record_pass_through(const char* op, const Tensor& input, const Tensor& output);
 
 void backward(const Tensor& root, const Tensor& gradient, bool retain_graph);
 

@@ -13,7 +13,10 @@
 // f16/bf16 parameters live in an f32 buffer with the same element offsets:
 // backward accumulates into an existing .grad converting to its dtype, so
 // low-precision gradients sum in f32 (across micro-steps too), and the
-// optimizers take an f32 gradient for a low-precision parameter.
+// optimizers take an f32 gradient for a low-precision parameter. On the GPU the
+// products and layer norm write their parameters' gradients into these f32 views
+// themselves (core/autograd.h, take_grad_destination): written over where stale,
+// added to otherwise.
 #pragma once
 
 #include <memory>

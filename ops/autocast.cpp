@@ -42,7 +42,12 @@ Tensor to_compute(const Tensor& t) {
   auto it = g_cache.find(t.impl());
   if (it != g_cache.end() && it->second.source.lock() == t.impl_ptr() && it->second.cast.dtype() == t_compute)
     return it->second.cast;
-  Tensor cast = t.to(t_compute);
+  Tensor cast;
+  {
+    NoGradGuard no_grad;  // a plain cast; its node is a pass-through (see precache)
+    cast = t.to(t_compute);
+  }
+  autograd::record_pass_through("to", t, cast);
   g_cache[t.impl()] = {t.impl_ptr(), cast};
   return cast;
 }
@@ -64,10 +69,9 @@ void precache(const Tensor& buffer, const std::vector<Tensor>& leaves, DType dty
                  "autocast::precache: every leaf must be a dense view of the buffer that requires grad, got ",
                  describe(leaf));
     Tensor cast = whole.as_strided(leaf.shape(), leaf.strides(), leaf.offset() - buffer.offset());
-    // The node of leaf.to(dtype) (ops/tensor_methods.cpp): the gradient reaches the leaf as it is.
-    autograd::record(
-        "to", {leaf}, {cast}, [](const BackwardArgs& g) { return std::vector<Tensor>{g.grad()}; },
-        /*saves_tensors=*/false);
+    // As leaf.to(dtype)'s node (ops/tensor_methods.cpp), the gradient reaches the leaf as it is;
+    // a pass-through, so a product may write the weight's gradient into its .grad itself.
+    autograd::record_pass_through("to", leaf, cast);
     g_cache[leaf.impl()] = {leaf.impl_ptr(), cast};
   }
 }

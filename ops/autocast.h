@@ -10,7 +10,9 @@
 // clear_cache(), so a weight used by every micro-batch of a step is cast once.
 // The cached cast's autograd node saves nothing, so every micro-batch's
 // backward can run through it; its gradient arrives in the compute dtype and is
-// accumulated into the f32 .grad in f32.
+// accumulated into the f32 .grad in f32. It is a pass-through node
+// (autograd::record_pass_through): a product may instead write the weight's
+// gradient into the f32 .grad itself.
 #pragma once
 
 #include <optional>

@@ -13,6 +13,9 @@
 // the partial sums added in thread order, so a run with the same threads is bit-exact.
 // The CUDA kernels (ops/cuda/layer_norm.cu) save the same statistics and are deterministic too.
 //
+// On the GPU, dw and db are written into the parameters' .grad where the engine offers them
+// (f32: the flat gradient buffer; core/autograd.h, take_grad_destination), not returned.
+//
 // add_layer_norm: s = x + r, y = layer_norm(s), as a transformer block's residual add followed
 // by its next norm. s is used twice downstream (the residual stream, and y), so
 //   ds = g_s + (layer_norm's dx from g_y),  dx = dr = ds  (each in its input's dtype).
@@ -143,31 +146,52 @@ void layer_norm_backward(const Saved& s, const Tensor& grad, Tensor* dx, Tensor*
   if (db) reduce_partials(db_partial, db);
 }
 
-// {dx, dweight, dbias}, each undefined where not needed, dweight and dbias in the parameters' dtypes;
-// y_dtype is the output's (and so its gradient's) dtype.
+// A parameter gradient of C values in the statistics dtype: on the GPU the .grad of input
+// `input` where the engine offers it (the kernel then writes or adds there), else a new tensor.
+struct ParamGrad {
+  Tensor values;
+  GradDestination destination;
+};
+ParamGrad param_grad(const BackwardArgs& g, size_t input, int64_t C, DType stats, Device device) {
+  if (!g.needs(input)) return {};
+  if (device.is_cuda()) {
+    GradDestination destination = g.take_grad_destination(input, stats);
+    if (destination) return {destination.grad, destination};
+  }
+  return {empty({C}, stats, device), {}};
+}
+
+// The gradient a backward returns for a parameter: none where it went into .grad, else in the parameter's dtype.
+Tensor returned(const ParamGrad& p, DType dtype) {
+  if (!p.values.defined() || p.destination) return Tensor();
+  return cpu::converted(p.values, dtype);
+}
+
+// {dx, dweight, dbias}, each undefined where not needed (or written into .grad), dweight and dbias
+// in the parameters' dtypes; y_dtype is the output's (and so its gradient's) dtype.
 std::vector<Tensor> layer_norm_grads(const Saved& s, const BackwardArgs& g, DType y_dtype, DType weight_dtype,
                                      DType bias_dtype) {
   const int64_t C = s.x.shape().back();
   const DType stats = s.mean.dtype();
-  Tensor dx, dw, db;
+  Tensor dx;
   const Device device = s.x.device();
   if (g.needs(0)) dx = empty(s.x.shape(), s.x.dtype(), device);
-  if (g.needs(1)) dw = empty({C}, stats, device);
-  if (g.needs(2)) db = empty({C}, stats, device);
   const Tensor grad = dense(g.grad(), y_dtype);
+  const ParamGrad dw = param_grad(g, 1, C, stats, device), db = param_grad(g, 2, C, stats, device);
   if (device.is_cpu()) {
+    Tensor dw_values = dw.values, db_values = db.values;
     cpu::dispatch_floating(s.x.dtype(), "layer_norm", [&](auto tag) {
       layer_norm_backward<typename decltype(tag)::type>(s, grad, dx.defined() ? &dx : nullptr,
-                                                        dw.defined() ? &dw : nullptr, db.defined() ? &db : nullptr);
+                                                        dw_values.defined() ? &dw_values : nullptr,
+                                                        db_values.defined() ? &db_values : nullptr);
     });
   } else {
 #if PRECIS_WITH_CUDA
-    cuda::layer_norm_backward(s.x, grad, s.weight, s.mean, s.rstd, dx, dw, db);
+    cuda::layer_norm_backward(s.x, grad, s.weight, s.mean, s.rstd, dx, dw.values, db.values, Tensor(), Tensor(),
+                              dw.destination.accumulate, db.destination.accumulate);
 #endif
   }
-  if (dw.defined()) dw = cpu::converted(dw, weight_dtype);
-  if (db.defined()) db = cpu::converted(db, bias_dtype);
-  return {dx, dw, db};
+  return {dx, returned(dw, weight_dtype), returned(db, bias_dtype)};
 }
 
 // Checks the input (floating, at least 1 dim) and weight and bias ([C] or undefined); returns C.
@@ -237,18 +261,20 @@ AddLayerNorm add_layer_norm_cuda(const char* op, Tensor wide, Tensor narrow, int
                        }
                        const Device device = saved.x.device();
                        const int64_t C = saved.x.shape().back();
-                       Tensor ds, dr, dw, db;
+                       Tensor ds, dr;
                        if (g.needs(wide_index) || (g.needs(narrow_index) && !split))
                          ds = empty(saved.x.shape(), S, device);
                        if (g.needs(narrow_index) && split) dr = empty(saved.x.shape(), narrow_dtype, device);
-                       if (g.needs(2)) dw = empty({C}, saved.mean.dtype(), device);
-                       if (g.needs(3)) db = empty({C}, saved.mean.dtype(), device);
-                       cuda::layer_norm_backward(saved.x, dense(g.grad(1), y_dtype), saved.weight, saved.mean,
-                                                 saved.rstd, ds, dw, db, g_sum, dr);
+                       const Tensor g_y = dense(g.grad(1), y_dtype);
+                       const ParamGrad dw = param_grad(g, 2, C, saved.mean.dtype(), device),
+                                       db = param_grad(g, 3, C, saved.mean.dtype(), device);
+                       cuda::layer_norm_backward(saved.x, g_y, saved.weight, saved.mean, saved.rstd, ds, dw.values,
+                                                 db.values, g_sum, dr, dw.destination.accumulate,
+                                                 db.destination.accumulate);
                        if (g.needs(wide_index)) grads[wide_index] = ds;
                        if (g.needs(narrow_index)) grads[narrow_index] = split ? dr : ds;
-                       if (dw.defined()) grads[2] = cpu::converted(dw, weight_dtype);
-                       if (db.defined()) grads[3] = cpu::converted(db, bias_dtype);
+                       grads[2] = returned(dw, weight_dtype);
+                       grads[3] = returned(db, bias_dtype);
                        return grads;
                      });
   }

@@ -153,14 +153,30 @@ Tensor matmul_forward_cuda(const Tensor& a_in, const Tensor& b_in) {
   return out;
 }
 
+// A parameter gradient that a product writes: the f32 .grad of the parameter (input
+// `input` of the node) where the engine offers it (core/autograd.h), else a new tensor of
+// `dtype` that the backward returns.
+struct ParamGrad {
+  Tensor values;
+  GradDestination destination;
+  Tensor returned() const { return destination ? Tensor() : values; }
+};
+ParamGrad param_grad(const BackwardArgs& g, size_t input, const Shape& shape, DType dtype, Device device) {
+  if (GradDestination destination = g.take_grad_destination(input, DType::f32)) return {destination.grad, destination};
+  return {empty(shape, dtype, device), {}};
+}
+
 // The gradients of z = x W^T + b from g, the gradient of z ([N, out] contiguous), with x
 // folded to x2 [N, in]:  dx = g W (of x's shape),  dW = g^T x,  db = g summed over its
-// rows, fused into the dW product. Each only where wanted (undefined otherwise).
+// rows, fused into the dW product. Each only where wanted (undefined otherwise; dW and db
+// also where written into the parameters' .grad: W and b are inputs weight_input and
+// bias_input of the node).
 struct LinearGrads {
   Tensor x, weight, bias;
 };
-LinearGrads linear_grads(const Tensor& grad, const Tensor& x2, const Tensor& w, const Shape& x_shape, bool want_x,
-                         bool want_weight, bool want_bias) {
+LinearGrads linear_grads(const BackwardArgs& args, size_t weight_input, size_t bias_input, const Tensor& grad,
+                         const Tensor& x2, const Tensor& w, const Shape& x_shape, bool want_x, bool want_weight,
+                         bool want_bias) {
   LinearGrads out;
   if (want_x) {
     out.x = empty(x2.shape(), grad.dtype(), grad.device());
@@ -168,10 +184,14 @@ LinearGrads linear_grads(const Tensor& grad, const Tensor& x2, const Tensor& w, 
     out.x = out.x.view(x_shape);
   }
   if (want_weight || want_bias) {
-    Tensor grad_weight = empty(w.shape(), grad.dtype(), grad.device());
-    if (want_bias) out.bias = empty({w.shape()[0]}, grad.dtype(), grad.device());
-    cuda::linear_param_backward(grad_weight, out.bias, grad, x2);
-    if (want_weight) out.weight = grad_weight;
+    const ParamGrad dw = want_weight ? param_grad(args, weight_input, w.shape(), grad.dtype(), grad.device())
+                                     : ParamGrad{empty(w.shape(), grad.dtype(), grad.device()), {}};
+    const ParamGrad db =
+        want_bias ? param_grad(args, bias_input, {w.shape()[0]}, grad.dtype(), grad.device()) : ParamGrad{};
+    cuda::linear_param_backward(dw.values, db.values, grad, x2, dw.destination.accumulate,
+                                db.destination.accumulate);
+    if (want_weight) out.weight = dw.returned();
+    out.bias = db.returned();
   }
   return out;
 }
@@ -179,7 +199,9 @@ LinearGrads linear_grads(const Tensor& grad, const Tensor& x2, const Tensor& w, 
 // linear and linear_gelu on the GPU: one cuBLASLt call on x folded to [N, in],
 // its epilogue adding the bias (and applying the GELU, keeping its input z), and
 // one autograd node. With z = x W^T + b and g the gradient of z (dy for linear,
-// dy * gelu'(z) for linear_gelu), linear_grads.
+// dy * gelu'(z) for linear_gelu), linear_grads. The weight and bias gradients go
+// straight into their f32 .grad (the flat gradient buffer) where the engine offers it:
+// no gradient tensor in the compute dtype, no cast and no add after the product.
 Tensor linear_cuda(const char* op, const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, bool gelu) {
   DType dtype = promote_types(x_in.dtype(), weight_in.dtype());
   if (bias_in.defined()) dtype = promote_types(dtype, bias_in.dtype());
@@ -207,8 +229,8 @@ Tensor linear_cuda(const char* op, const Tensor& x_in, const Tensor& weight_in, 
                          cuda::gelu_backward(grad_pre, grad, pre);
                          grad = grad_pre;
                        }
-                       LinearGrads d =
-                           linear_grads(grad, x2, w, x_shape, g.needs(0), g.needs(1), has_bias && g.needs(2));
+                       LinearGrads d = linear_grads(g, 1, 2, grad, x2, w, x_shape, g.needs(0), g.needs(1),
+                                                    has_bias && g.needs(2));
                        return std::vector<Tensor>{d.x, d.weight, d.bias};
                      });
   }
@@ -249,16 +271,18 @@ Tensor linear_gelu_linear_cuda(const char* op, const Tensor& x_in, const Tensor&
                       has_b2 = b2.defined(), x_shape = x.shape()](const BackwardArgs& g) {
                        const Tensor grad = g.grad().to(dtype).reshape({-1, w2.shape()[0]}).contiguous();
                        const LinearGrads second =
-                           linear_grads(grad, h, w2, h.shape(), false, g.needs(3), has_b2 && g.needs(4));
+                           linear_grads(g, 3, 4, grad, h, w2, h.shape(), false, g.needs(3), has_b2 && g.needs(4));
                        LinearGrads first;
                        if (g.needs(0) || g.needs(1) || (has_b1 && g.needs(2))) {
                          // db1 = dz1 summed over rows comes from dz1's own product (DGELU_BGRAD).
                          Tensor grad_pre = empty(h.shape(), dtype, grad.device());
-                         const Tensor grad_b1 =
-                             has_b1 && g.needs(2) ? empty({w1.shape()[0]}, dtype, grad.device()) : Tensor();
-                         cuda::linear_gelu_input_backward(grad_pre, grad, w2, pre, grad_b1);
-                         first = linear_grads(grad_pre, x2, w1, x_shape, g.needs(0), g.needs(1), false);
-                         first.bias = grad_b1;
+                         const ParamGrad db1 = has_b1 && g.needs(2)
+                                                   ? param_grad(g, 2, {w1.shape()[0]}, dtype, grad.device())
+                                                   : ParamGrad{};
+                         cuda::linear_gelu_input_backward(grad_pre, grad, w2, pre, db1.values,
+                                                          db1.destination.accumulate);
+                         first = linear_grads(g, 1, 2, grad_pre, x2, w1, x_shape, g.needs(0), g.needs(1), false);
+                         first.bias = db1.returned();
                        }
                        return std::vector<Tensor>{first.x, first.weight, first.bias, second.weight, second.bias};
                      });

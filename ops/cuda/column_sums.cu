@@ -2,8 +2,10 @@
 // column stride and any row stride ld. This is linear's bias gradient, db = g^T 1 (g the
 // output gradient), the pass that linear_param_backward runs beside the plain dW = g^T x
 // product when that beats cuBLASLt's fused BGRADB epilogue (matmul.cu, prefer_fused).
-// Accumulated in f32, rounded once to T. Deterministic: no atomics, and a summation order
-// fixed by the shape and the GPU (its SM count), so every run gives the same bits.
+// Accumulated in f32, rounded once to O (T, or f32 for a parameter's f32 .grad); with
+// `accumulate`, out[c] = out[c] + the sum, added in f32 and rounded once. Deterministic: no
+// atomics, and a summation order fixed by the shape and the GPU (its SM count), so every
+// run gives the same bits.
 //
 // Two stages, as layer norm's parameter gradients (ops/cuda/layer_norm.cu):
 //  1. Block (s, k) of a (strips, chunks) grid, bx * by = kThreads threads, sums the rows
@@ -48,12 +50,18 @@ constexpr int kRowsInFlight = 8;      // packs each thread loads before adding t
 constexpr int kMinRowsPerThread = 4;  // a chunk has >= 4 by rows: partials <= 1/(4 by) of the rows read
 constexpr int kSlices = 16;           // stage-2 threads per column
 
+// The sum of a column, stored to out (added to it with `accumulate`).
+template <typename O>
+__device__ __forceinline__ void store_sum(O* out, float sum, bool accumulate) {
+  *out = convert_to<O>(accumulate ? convert_to<float>(*out) + sum : sum);
+}
+
 // Stage 1 (see the top of the file). rows_per_chunk is a multiple of blockDim.y. With
-// gridDim.y == 1 the sums go to out (rounded to T), else to partial[blockIdx.y, :].
-template <typename T, int W>
+// gridDim.y == 1 the sums go to out (rounded to O), else to partial[blockIdx.y, :].
+template <typename T, int W, typename O>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
     column_sums_partial_kernel(const T* __restrict__ g, int64_t ld, int64_t rows, int64_t cols, int64_t rows_per_chunk,
-                               float* __restrict__ partial, T* __restrict__ out) {
+                               float* __restrict__ partial, O* __restrict__ out, bool accumulate) {
   __shared__ float sums[kThreads * W];  // [by][W][bx]
   const int tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x, by = blockDim.y;
   const int64_t col = (static_cast<int64_t>(blockIdx.x) * bx + tx) * W;
@@ -114,7 +122,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
   for (int k = 0; k < W; ++k) {
     if (col + k >= cols) break;
     if (out)
-      out[col + k] = convert_to<T>(acc[k]);
+      store_sum(out + col + k, acc[k], accumulate);
     else
       partial[static_cast<int64_t>(blockIdx.y) * cols + col + k] = acc[k];
   }
@@ -123,9 +131,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
 // Stage 2: out[c] = sum over k < chunks of partial[k, c]. A block of (32, kSlices) covers 32
 // columns; thread (x, y) adds partial rows y, y + kSlices, ... in order, then thread (x, 0)
 // adds the kSlices sums in order.
-template <typename T>
+template <typename O>
 __global__ void __launch_bounds__(32 * kSlices)
-    column_sums_finish_kernel(const float* __restrict__ partial, T* __restrict__ out, int64_t chunks, int64_t cols) {
+    column_sums_finish_kernel(const float* __restrict__ partial, O* __restrict__ out, int64_t chunks, int64_t cols,
+                              bool accumulate) {
   __shared__ float slices[kSlices][33];
   const int64_t col = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   float sum = 0.0f;
@@ -138,18 +147,18 @@ __global__ void __launch_bounds__(32 * kSlices)
   if (threadIdx.y == 0 && col < cols) {
 #pragma unroll
     for (int s = 1; s < kSlices; ++s) sum += slices[s][threadIdx.x];
-    out[col] = convert_to<T>(sum);
+    store_sum(out + col, sum, accumulate);
   }
 }
 
-// Stage-1 blocks of <T, W> resident on one SM (the occupancy calculator's answer, asked once).
-template <typename T, int W>
+// Stage-1 blocks of <T, W, O> resident on one SM (the occupancy calculator's answer, asked once).
+template <typename T, int W, typename O>
 int resident_blocks() {
   static std::atomic<int> cached{0};
   int blocks = cached.load(std::memory_order_relaxed);
   if (blocks == 0) {
     PRECIS_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, column_sums_partial_kernel<T, W>, kThreads, 0),
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, column_sums_partial_kernel<T, W, O>, kThreads, 0),
         "column_sums");
     blocks = std::max(blocks, 1);
     cached.store(blocks, std::memory_order_relaxed);
@@ -157,8 +166,8 @@ int resident_blocks() {
   return blocks;
 }
 
-template <typename T, int W>
-void launch_column_sums(const T* g, int64_t ld, int64_t rows, int64_t cols, T* out, Device device,
+template <typename T, int W, typename O>
+void launch_column_sums(const T* g, int64_t ld, int64_t rows, int64_t cols, O* out, bool accumulate, Device device,
                         cudaStream_t stream) {
   const int64_t packs = (cols + W - 1) / W;  // per row
   int bx = 1;
@@ -167,7 +176,7 @@ void launch_column_sums(const T* g, int64_t ld, int64_t rows, int64_t cols, T* o
   const int64_t strips = (packs + bx - 1) / bx;
   // At most one full wave of blocks (all resident at once: no tail of a second wave),
   // kMinRowsPerThread rows a thread at least, at most 65535 chunks.
-  const int64_t wave = static_cast<int64_t>(multiprocessor_count(device)) * resident_blocks<T, W>();
+  const int64_t wave = static_cast<int64_t>(multiprocessor_count(device)) * resident_blocks<T, W, O>();
   const int64_t wanted = std::max<int64_t>(1, wave / strips);
   int64_t rows_per_chunk = std::max<int64_t>(
       {(rows + wanted - 1) / wanted, static_cast<int64_t>(by) * kMinRowsPerThread, (rows + 65534) / 65535});
@@ -176,23 +185,24 @@ void launch_column_sums(const T* g, int64_t ld, int64_t rows, int64_t cols, T* o
   PRECIS_CHECK(strips <= INT32_MAX, "column_sums: ", cols, " columns are more than one launch takes");
   const dim3 grid(static_cast<unsigned>(strips), static_cast<unsigned>(chunks)), block(bx, by);
   if (chunks == 1) {
-    column_sums_partial_kernel<T, W><<<grid, block, 0, stream>>>(g, ld, rows, cols, rows_per_chunk, nullptr, out);
+    column_sums_partial_kernel<T, W, O>
+        <<<grid, block, 0, stream>>>(g, ld, rows, cols, rows_per_chunk, nullptr, out, accumulate);
     PRECIS_CUDA_CHECK_LAUNCH("column_sums");
     return;
   }
   Tensor partial = empty({chunks, cols}, DType::f32, device);
   float* partial_data = data_of<float>(partial);
-  column_sums_partial_kernel<T, W>
-      <<<grid, block, 0, stream>>>(g, ld, rows, cols, rows_per_chunk, partial_data, nullptr);
+  column_sums_partial_kernel<T, W, O>
+      <<<grid, block, 0, stream>>>(g, ld, rows, cols, rows_per_chunk, partial_data, nullptr, accumulate);
   PRECIS_CUDA_CHECK_LAUNCH("column_sums");
-  column_sums_finish_kernel<T>
-      <<<static_cast<unsigned>((cols + 31) / 32), dim3(32, kSlices), 0, stream>>>(partial_data, out, chunks, cols);
+  column_sums_finish_kernel<O><<<static_cast<unsigned>((cols + 31) / 32), dim3(32, kSlices), 0, stream>>>(
+      partial_data, out, chunks, cols, accumulate);
   PRECIS_CUDA_CHECK_LAUNCH("column_sums");
 }
 
 }  // namespace
 
-void column_sums(const Tensor& out, const Tensor& g_in) {
+void column_sums(const Tensor& out, const Tensor& g_in, bool accumulate) {
   const char* op = "column_sums";
   PRECIS_CHECK(g_in.defined() && out.defined(), op, ": undefined operand");
   PRECIS_CHECK(g_in.is_cuda() && g_in.dim() == 2, op, ": expected a 2-D CUDA tensor, got ", describe(g_in));
@@ -200,12 +210,13 @@ void column_sums(const Tensor& out, const Tensor& g_in) {
   PRECIS_CHECK(dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16, op,
                ": takes float32, float16 or bfloat16, got ", describe(g_in));
   const int64_t rows = g_in.shape()[0], cols = g_in.shape()[1];
-  PRECIS_CHECK(
-      out.device() == g_in.device() && out.dtype() == dtype && out.shape() == Shape({cols}) && out.is_contiguous(), op,
-      ": out ", describe(out), " must be contiguous [", cols, "] in the dtype and on the device of ", describe(g_in));
+  PRECIS_CHECK(out.device() == g_in.device() && (out.dtype() == dtype || out.dtype() == DType::f32) &&
+                   out.shape() == Shape({cols}) && out.is_contiguous(),
+               op, ": out ", describe(out), " must be contiguous [", cols, "] on the device of ", describe(g_in),
+               ", in its dtype or float32");
   if (cols == 0) return;
   if (rows == 0) {
-    fill_(out, 0.0);
+    if (!accumulate) fill_(out, 0.0);
     return;
   }
   // Rows with unit column stride are read in place; anything else (columns dense, as in a
@@ -219,21 +230,30 @@ void column_sums(const Tensor& out, const Tensor& g_in) {
       PRECIS_FAIL(op, ": no float64 kernel");
     } else {
       const T* data = data_of<const T>(g);
-      T* out_data = data_of<T>(out);
       // The widest pack (at most 16 bytes) at which every row starts on a pack boundary.
       const auto fits = [&](int w) { return reinterpret_cast<uintptr_t>(data) % (w * sizeof(T)) == 0 && ld % w == 0; };
       constexpr int kWide = static_cast<int>(16 / sizeof(T));
-      if (fits(kWide)) {
-        launch_column_sums<T, kWide>(data, ld, rows, cols, out_data, out.device(), stream);
-      } else if (fits(kWide / 2)) {
-        launch_column_sums<T, kWide / 2>(data, ld, rows, cols, out_data, out.device(), stream);
-      } else if constexpr (kWide >= 8) {
-        if (fits(2))
-          launch_column_sums<T, 2>(data, ld, rows, cols, out_data, out.device(), stream);
-        else
-          launch_column_sums<T, 1>(data, ld, rows, cols, out_data, out.device(), stream);
+      auto launch = [&](auto* out_data) {
+        using O = std::remove_pointer_t<decltype(out_data)>;
+        if (fits(kWide)) {
+          launch_column_sums<T, kWide, O>(data, ld, rows, cols, out_data, accumulate, out.device(), stream);
+        } else if (fits(kWide / 2)) {
+          launch_column_sums<T, kWide / 2, O>(data, ld, rows, cols, out_data, accumulate, out.device(), stream);
+        } else if constexpr (kWide >= 8) {
+          if (fits(2))
+            launch_column_sums<T, 2, O>(data, ld, rows, cols, out_data, accumulate, out.device(), stream);
+          else
+            launch_column_sums<T, 1, O>(data, ld, rows, cols, out_data, accumulate, out.device(), stream);
+        } else {
+          launch_column_sums<T, 1, O>(data, ld, rows, cols, out_data, accumulate, out.device(), stream);
+        }
+      };
+      if constexpr (std::is_same_v<T, float>) {
+        launch(data_of<float>(out));
+      } else if (out.dtype() == DType::f32) {
+        launch(data_of<float>(out));
       } else {
-        launch_column_sums<T, 1>(data, ld, rows, cols, out_data, out.device(), stream);
+        launch(data_of<T>(out));
       }
     }
   });

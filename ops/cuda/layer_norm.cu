@@ -293,15 +293,18 @@ __global__ void __launch_bounds__(1024)
 }
 
 // Backward, stage 2: out[c] = sum over b of partial[b, c], b in order, for out = dw
-// (blockIdx.y 0) and db (1). A block covers 32 columns; its kSlices rows of threads each
-// sum every kSlices-th partial row, then one thread per column adds the slices in order.
-// Bytes: the partials read once, 2 * C values written.
+// (blockIdx.y 0) and db (1); added to what out holds where accumulate_dw / accumulate_db
+// (a parameter's .grad, written where it lies). A block covers 32 columns; its kSlices rows
+// of threads each sum every kSlices-th partial row, then one thread per column adds the
+// slices in order. Bytes: the partials read once, 2 * C values written.
 constexpr int kSlices = 16;
 template <typename A>
 __global__ void __launch_bounds__(32 * kSlices)
-    layer_norm_param_grads_kernel(const A* partial_dw, const A* partial_db, A* dw, A* db, int64_t blocks, int64_t C) {
+    layer_norm_param_grads_kernel(const A* partial_dw, const A* partial_db, A* dw, A* db, int64_t blocks, int64_t C,
+                                  bool accumulate_dw, bool accumulate_db) {
   const A* partial = blockIdx.y == 0 ? partial_dw : partial_db;
   A* out = blockIdx.y == 0 ? dw : db;
+  const bool accumulate = blockIdx.y == 0 ? accumulate_dw : accumulate_db;
   if (!out) return;
   __shared__ A slices[kSlices][33];
   const int64_t col = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
@@ -312,7 +315,7 @@ __global__ void __launch_bounds__(32 * kSlices)
   __syncthreads();
   if (threadIdx.y == 0 && col < C) {
     for (int s = 1; s < kSlices; ++s) sum += slices[s][threadIdx.x];
-    out[col] = sum;
+    out[col] = accumulate ? out[col] + sum : sum;
   }
 }
 
@@ -412,15 +415,17 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
 
 void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                          const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& g_sum,
-                         const Tensor& dresidual) {
+                         const Tensor& dresidual, bool accumulate_dweight, bool accumulate_dbias) {
   const char* op = g_sum.defined() || dresidual.defined() ? "add_layer_norm backward" : "layer_norm backward";
   const int64_t C = x.shape().back(), rows = C == 0 ? 0 : x.numel() / C;
   if (C == 0) return;
   cudaStream_t stream = stream_for(x);
   const bool param_grads = dweight.defined() || dbias.defined();
   if (rows == 0) {  // no rows: the parameter gradients are sums of nothing
-    for (const Tensor* t : {&dweight, &dbias})
-      if (t->defined()) PRECIS_CUDA_CHECK(cudaMemsetAsync(t->raw_data(), 0, t->nbytes(), stream), op);
+    if (dweight.defined() && !accumulate_dweight)
+      PRECIS_CUDA_CHECK(cudaMemsetAsync(dweight.raw_data(), 0, dweight.nbytes(), stream), op);
+    if (dbias.defined() && !accumulate_dbias)
+      PRECIS_CUDA_CHECK(cudaMemsetAsync(dbias.raw_data(), 0, dbias.nbytes(), stream), op);
     return;
   }
   const int64_t rows_per_block = (rows + kMaxBackwardBlocks - 1) / kMaxBackwardBlocks;
@@ -468,7 +473,8 @@ void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight,
         if (param_grads) {
           layer_norm_param_grads_kernel<A>
               <<<dim3(static_cast<unsigned>((C + 31) / 32), 2), dim3(32, kSlices), 0, stream>>>(
-                  partial_dw, partial_db, pointer<A>(dweight), pointer<A>(dbias), blocks, C);
+                  partial_dw, partial_db, pointer<A>(dweight), pointer<A>(dbias), blocks, C, accumulate_dweight,
+                  accumulate_dbias);
           PRECIS_CUDA_CHECK_LAUNCH(op);
         }
       });

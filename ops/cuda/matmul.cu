@@ -27,13 +27,21 @@
 // f16 products (the same shapes as bf16) older xmma kernels that ran the f16 step
 // ~1.3 ms slower than bf16's. So, with ops::matmul_autotune() on, a problem large
 // enough to matter is timed once: its first kAutotuneCandidates heuristic answers
-// each run kAutotuneRuns times on the real operands (every product here writes only
-// D and the epilogue's outputs, with beta = 0, so a run repeats nothing; the real run
-// follows) and the fastest, by more than kAutotuneMargin, is cached. Never during a
+// each run kAutotuneRuns times on the real operands (a product with beta = 0 writes
+// only D and the epilogue's outputs, so a run repeats nothing; the real run follows;
+// one that adds into D, beta = 1, is timed on a scratch D) and the fastest, by more
+// than kAutotuneMargin, is cached. Never during a
 // CUDA graph capture (timing synchronises): there the heuristic's first answer is used.
 // The same timing decides between a fused epilogue and the plain product plus a
 // separate pass (prefer_fused: linear's bias gradient, BGRADB or DGELU_BGRAD against
 // column_sums).
+//
+// Weight gradients in f32. linear_param_backward may write dW (and db) in f32 from
+// f16/bf16 operands (D and C of type f32, CUBLAS_COMPUTE_32F: the accumulator is stored
+// unrounded), and may add into them (beta = 1): a product writes a parameter's gradient
+// straight into the flat f32 gradient buffer (core/autograd.h, take_grad_destination).
+// A bias gradient from an epilogue has D's type and cannot be added to: where db must be
+// added, or differs in type from D, column_sums makes it (it writes f32 and adds).
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -223,11 +231,13 @@ uint32_t alignment(const void* data, size_t element_bytes, std::initializer_list
 // ---------------------------------------------------------------------------
 // One cuBLASLt product in its own column-major terms: D (m x n) = op(A) (m x k)
 // op(B) (k x n), `batch` times with each operand `stride` elements after the
-// previous, then the epilogue. C is D (beta = 0).
+// previous, then the epilogue. C is D: beta = 0, or 1 to add the product into D.
 struct Gemm {
   const char* op = "matmul";
   Device device;
-  DType dtype = DType::f32;
+  DType dtype = DType::f32;      // of A and B
+  DType out_dtype = DType::f32;  // of D (C) and of a bias or bias gradient: dtype, or f32
+  bool accumulate = false;       // D += product (beta = 1)
   int64_t m = 0, n = 0, k = 0, batch = 1;
   const void* a = nullptr;
   bool trans_a = false;
@@ -245,14 +255,17 @@ struct Gemm {
   // The problem in the user's row-major terms, for error messages.
   std::string problem() const {
     return detail::concat(dtype_name(dtype), " [", n, ", ", k, "] x [", k, ", ", m, "]",
-                          batch > 1 ? detail::concat(" (batch of ", batch, ")") : std::string(), " with the ",
-                          epilogue_name(epilogue), " epilogue on ", device);
+                          batch > 1 ? detail::concat(" (batch of ", batch, ")") : std::string(),
+                          out_dtype != dtype ? detail::concat(" into ", dtype_name(out_dtype)) : std::string(),
+                          accumulate ? " (added to D)" : "", " with the ", epilogue_name(epilogue),
+                          " epilogue on ", device);
   }
 };
 
 // Everything the heuristic's answer depends on.
 struct AlgoKey {
-  int device, dtype, compute, epilogue;
+  int device, dtype, out_dtype, compute, epilogue;
+  bool accumulate;
   int64_t m, n, k, batch;
   bool trans_a, trans_b;
   int64_t lda, ldb, ldd, stride_a, stride_b, stride_d, aux_ld;
@@ -275,7 +288,7 @@ struct Problem {
 };
 
 void run_algo(const Gemm& g, const Problem& p, const cublasLtMatmulAlgo_t& algo) {
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f, beta = g.accumulate ? 1.0f : 0.0f;
   PRECIS_CUBLAS_CHECK(cublasLtMatmul(p.handle, p.desc, &alpha, g.a, p.a, g.b, p.b, &beta, g.d, p.d, g.d, p.d, &algo,
                                      p.workspace, kWorkspaceBytes, p.stream),
                       g.op, " ", g.problem());
@@ -306,12 +319,19 @@ float fastest_run_ms(cudaStream_t stream, Work&& work) {
 }
 
 // The fastest of `candidates` (in the heuristic's order; a later one must win by the margin).
+// A product that adds into D runs on a scratch D: every run would add to the real one.
 cublasLtMatmulAlgo_t fastest(const Gemm& g, const Problem& p, const cublasLtMatmulHeuristicResult_t* candidates,
                              int count) {
+  Gemm timed = g;
+  Tensor scratch;
+  if (g.accumulate) {
+    scratch = zeros({(g.batch - 1) * g.stride_d + g.ldd * g.n}, g.out_dtype, g.device);
+    timed.d = scratch.raw_data();
+  }
   int best = 0;
   float best_ms = 0;
   for (int c = 0; c < count; ++c) {
-    const float ms = fastest_run_ms(p.stream, [&] { run_algo(g, p, candidates[c].algo); });
+    const float ms = fastest_run_ms(p.stream, [&] { run_algo(timed, p, candidates[c].algo); });
     if (c == 0 || ms < best_ms * (1.0 - kAutotuneMargin)) {
       best = c;
       best_ms = ms;
@@ -342,7 +362,9 @@ void set_layout(MatrixLayout& layout, const Gemm& g, cudaDataType_t type, int64_
 bool try_run(const Gemm& g) {
   DeviceState& state = device_state(g.device);
   precis::cuda::set_device(g.device);
-  const cudaDataType_t type = cuda_type(g.dtype);
+  const cudaDataType_t type = cuda_type(g.dtype), out_type = cuda_type(g.out_dtype);
+  PRECIS_CHECK(g.out_dtype == g.dtype || g.out_dtype == DType::f32, g.op, ": a product writes its operands' dtype or f32, not ",
+               g.problem());
   const cublasComputeType_t compute =
       g.dtype == DType::f32 && allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 
@@ -372,13 +394,15 @@ bool try_run(const Gemm& g) {
   MatrixLayout layout_a, layout_b, layout_d;
   set_layout(layout_a, g, type, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda, g.stride_a);
   set_layout(layout_b, g, type, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb, g.stride_b);
-  set_layout(layout_d, g, type, g.m, g.n, g.ldd, g.stride_d);
+  set_layout(layout_d, g, out_type, g.m, g.n, g.ldd, g.stride_d);
 
-  const size_t bytes = element_size(g.dtype);
+  const size_t bytes = element_size(g.dtype), out_bytes = element_size(g.out_dtype);
   const AlgoKey key{g.device.index,
                     static_cast<int>(g.dtype),
+                    static_cast<int>(g.out_dtype),
                     static_cast<int>(compute),
                     static_cast<int>(g.epilogue),
+                    g.accumulate,
                     g.m,
                     g.n,
                     g.k,
@@ -394,8 +418,8 @@ bool try_run(const Gemm& g) {
                     g.aux_ld,
                     alignment(g.a, bytes, {g.lda, g.stride_a}),
                     alignment(g.b, bytes, {g.ldb, g.stride_b}),
-                    alignment(g.d, bytes, {g.ldd, g.stride_d}),
-                    g.bias ? alignment(g.bias, bytes, {}) : 0u,
+                    alignment(g.d, out_bytes, {g.ldd, g.stride_d}),
+                    g.bias ? alignment(g.bias, out_bytes, {}) : 0u,
                     g.aux ? alignment(g.aux, bytes, {g.aux_ld}) : 0u};
   const Problem problem{state.handle,   desc.get(),      layout_a.get(),
                         layout_b.get(),  layout_d.get(),  state.workspace,
@@ -461,15 +485,18 @@ void run(const Gemm& g) { PRECIS_CHECK(try_run(g), g.op, ": cuBLASLt has no algo
 // plain product's nvjet kernels and a bias sum, measured when that sum was still
 // cuBLASLt's g^T 1 product). Without autotuning, for small problems, or in a capture that
 // finds no choice made by the eager steps before it: fused.
+// Neither may add into its outputs (each runs several times).
 template <typename Split>
 bool prefer_fused(const Gemm& fused, Split&& split) {
   static std::mutex mutex;
-  static std::map<std::tuple<int, int, int, int64_t, int64_t, int64_t>, bool> choices;
+  static std::map<std::tuple<int, int, int, int, int64_t, int64_t, int64_t>, bool> choices;
+  PRECIS_CHECK(!fused.accumulate, fused.op, ": cannot time ", fused.problem(), " on its real output");
   const double flops = 2.0 * static_cast<double>(fused.m) * static_cast<double>(fused.n) *
                        static_cast<double>(fused.k) * static_cast<double>(fused.batch);
   if (!matmul_autotune() || flops < kAutotuneMinFlops) return true;
-  const auto key = std::make_tuple(fused.device.index, static_cast<int>(fused.dtype), static_cast<int>(fused.epilogue),
-                                   fused.m, fused.n, fused.k);
+  const auto key = std::make_tuple(fused.device.index, static_cast<int>(fused.dtype),
+                                   static_cast<int>(fused.out_dtype), static_cast<int>(fused.epilogue), fused.m,
+                                   fused.n, fused.k);
   std::lock_guard<std::mutex> lock(mutex);
   // A capture replays what the eager warm-up steps chose; it cannot time anything itself.
   if (auto it = choices.find(key); it != choices.end()) return it->second;
@@ -555,6 +582,7 @@ Gemm row_major_product(const char* op, Device device, DType dtype, const Matrix&
   g.op = op;
   g.device = device;
   g.dtype = dtype;
+  g.out_dtype = dtype;
   g.m = N;
   g.n = M;
   g.k = K;
@@ -577,6 +605,39 @@ int64_t batch_stride(const char* op, const Tensor& t, const Shape& out_batch, si
   if (j < 0 || t.shape()[j] == 1) return 0;
   PRECIS_CHECK(t.shape()[j] == out_batch[d], op, ": batch dims of ", describe(t), " do not broadcast to ", out_batch);
   return t.strides()[j];
+}
+
+// A weight gradient's product. Where cuBLASLt has no algorithm writing f32 from f16/bf16
+// operands (said once), it runs in the operands' dtype into a scratch matrix, then
+// widened into `out` or added to it.
+void run_weight_gradient(const Gemm& g, const Tensor& out) {
+  if (try_run(g)) return;
+  PRECIS_CHECK(g.out_dtype != g.dtype, g.op, ": cuBLASLt has no algorithm for ", g.problem());
+  static std::once_flag noted;
+  std::call_once(noted, [&] {
+    std::cerr << "note: " << g.op << ": cuBLASLt has no algorithm for " << g.problem() << "; the gradient is made in "
+              << dtype_name(g.dtype) << " and then widened (said once)\n";
+  });
+  Tensor scratch = empty(out.shape(), g.dtype, out.device());
+  Gemm narrow = g;
+  narrow.out_dtype = g.dtype;
+  narrow.accumulate = false;
+  narrow.d = scratch.raw_data();
+  run(narrow);
+  if (g.accumulate)
+    accumulate_(out, scratch);
+  else
+    copy_(out, scratch);
+}
+
+// A parameter gradient written by a product of `dtype` operands: contiguous `shape`, in `dtype` or f32,
+// on `device` (check_operands checked the operands).
+void check_gradient_output(const char* op, const char* what, const Tensor& t, DType dtype, Device device,
+                           const Shape& shape) {
+  PRECIS_CHECK(t.is_cuda() && t.device() == device && (t.dtype() == dtype || t.dtype() == DType::f32) &&
+                   t.shape() == shape && t.is_contiguous(),
+               op, ": ", what, " ", describe(t), " must be contiguous ", shape, " on ", device, ", of ",
+               dtype_name(dtype), " or float32");
 }
 
 }  // namespace
@@ -722,46 +783,49 @@ void linear(const Tensor& out, const Tensor& x_in, const Tensor& weight_in, cons
 }
 
 void linear_param_backward(const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& grad_out,
-                           const Tensor& x_in) {
+                           const Tensor& x_in, bool accumulate_weight, bool accumulate_bias) {
   const char* op = "linear backward";
-  DType dtype = check_operands(op, {&grad_weight, &grad_bias, &grad_out, &x_in});
+  DType dtype = check_operands(op, {&grad_out, &x_in});
   PRECIS_CHECK(grad_out.dim() == 2 && x_in.dim() == 2 && grad_out.shape()[0] == x_in.shape()[0], op,
                ": output gradient ", describe(grad_out), " and input ", describe(x_in),
                " must be [N, out] and [N, in]");
   const int64_t N = x_in.shape()[0], in = x_in.shape()[1], out_features = grad_out.shape()[1];
-  PRECIS_CHECK(grad_weight.shape() == Shape({out_features, in}) && grad_weight.is_contiguous(), op, ": grad_weight ",
-               describe(grad_weight), " must be contiguous [", out_features, ", ", in, "]");
-  PRECIS_CHECK(!grad_bias.defined() || (grad_bias.shape() == Shape({out_features}) && grad_bias.is_contiguous()), op,
-               ": grad_bias ", describe(grad_bias), " must be contiguous [", out_features, "]");
-  if (N == 0) {
-    fill_(grad_weight, 0.0);
-    if (grad_bias.defined()) fill_(grad_bias, 0.0);
+  check_gradient_output(op, "grad_weight", grad_weight, dtype, grad_out.device(), {out_features, in});
+  if (grad_bias.defined()) check_gradient_output(op, "grad_bias", grad_bias, dtype, grad_out.device(), {out_features});
+  if (N == 0) {  // sums of nothing
+    if (!accumulate_weight) fill_(grad_weight, 0.0);
+    if (grad_bias.defined() && !accumulate_bias) fill_(grad_bias, 0.0);
     return;
   }
   const Tensor g = readable(grad_out), x = readable(x_in);
   const Tensor g_t = transposed(g);
   // db = g summed over its rows, by our column-sum kernel (column_sums.cu), when not fused into dW's product.
-  auto bias_sum = [&] { column_sums(grad_bias, g); };
+  auto bias_sum = [&] { column_sums(grad_bias, g, accumulate_bias); };
   if (grad_weight.numel() > 0) {
     Gemm gemm = row_major_product(op, x.device(), dtype, matrix_of(g_t), matrix_of(x), grad_weight.raw_data(),
                                   out_features, in, N);
+    gemm.out_dtype = grad_weight.dtype();
+    gemm.accumulate = accumulate_weight;
+    // BGRADB writes db in D's type and cannot add to it; and only products that add to nothing are timed.
+    const bool fusable = grad_bias.defined() && grad_bias.dtype() == grad_weight.dtype() && !accumulate_weight &&
+                         !accumulate_bias;
     Gemm fused = gemm;
     fused.epilogue = CUBLASLT_EPILOGUE_BGRADB;
     fused.bias = grad_bias.defined() ? grad_bias.raw_data() : nullptr;
-    if (grad_bias.defined() && fuse_epilogues() && prefer_fused(fused, [&] {
-          run(gemm);
+    if (fusable && fuse_epilogues() && prefer_fused(fused, [&] {
+          run_weight_gradient(gemm, grad_weight);
           bias_sum();
         })) {
       if (try_run(fused)) return;
       note_unfused(fused);
     }
-    run(gemm);
+    run_weight_gradient(gemm, grad_weight);
   }
   if (grad_bias.defined()) bias_sum();
 }
 
 void linear_gelu_input_backward(const Tensor& grad_pre, const Tensor& grad_out, const Tensor& weight,
-                                const Tensor& pre, const Tensor& grad_pre_sums) {
+                                const Tensor& pre, const Tensor& grad_pre_sums, bool accumulate_sums) {
   const char* op = "linear_gelu backward";
   DType dtype = check_operands(op, {&grad_pre, &grad_out, &weight, &pre});
   PRECIS_CHECK(grad_out.dim() == 2 && weight.dim() == 2 && grad_out.shape()[1] == weight.shape()[0], op,
@@ -773,36 +837,45 @@ void linear_gelu_input_backward(const Tensor& grad_pre, const Tensor& grad_out, 
                op, ": the gradient ", describe(grad_pre), " must be contiguous [", N, ", ", in, "] and the GELU input ",
                describe(pre), " as linear's pre_gelu");
   const bool sums = grad_pre_sums.defined();
-  PRECIS_CHECK(!sums || (grad_pre_sums.shape() == Shape({in}) && grad_pre_sums.is_contiguous() &&
-                         grad_pre_sums.dtype() == dtype),
-               op, ": the column sums ", describe(grad_pre_sums), " must be contiguous [", in, "] of ", dtype);
+  if (sums) check_gradient_output(op, "the column sums", grad_pre_sums, dtype, grad_pre.device(), {in});
   if (grad_pre.numel() == 0) {
-    if (sums) fill_(grad_pre_sums, 0.0);
+    if (sums && !accumulate_sums) fill_(grad_pre_sums, 0.0);
     return;
   }
   if (out_features == 0) {
     fill_(grad_pre, 0.0);
-    if (sums) fill_(grad_pre_sums, 0.0);
+    if (sums && !accumulate_sums) fill_(grad_pre_sums, 0.0);
     return;
   }
   const Tensor g = readable(grad_out), w = readable(weight);
   Gemm gemm = row_major_product(op, grad_pre.device(), dtype, matrix_of(g), matrix_of(w), grad_pre.raw_data(), N, in,
                                 out_features);
   auto column_sums_of_grad_pre = [&] {
-    if (sums) column_sums(grad_pre_sums, grad_pre);
+    if (sums) column_sums(grad_pre_sums, grad_pre, accumulate_sums);
   };
   if (fuse_epilogues()) {
     gemm.epilogue = CUBLASLT_EPILOGUE_DGELU;
     gemm.aux = pre.raw_data();
     gemm.aux_ld = pre.strides()[0];
     if (sums) {
+      // DGELU_BGRAD writes the sums in grad_pre's dtype, over what was there: sums in f32, or
+      // to be added, go through a scratch vector (timing uses one too, never grad_pre_sums).
+      const bool direct = grad_pre_sums.dtype() == dtype && !accumulate_sums;
+      const Tensor epilogue_sums = direct ? grad_pre_sums : empty({in}, dtype, grad_pre.device());
       Gemm fused = gemm;
       fused.epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD;
-      fused.bias = grad_pre_sums.raw_data();
+      fused.bias = epilogue_sums.raw_data();
       if (prefer_fused(fused, [&] {
-            if (try_run(gemm)) column_sums_of_grad_pre();
+            if (try_run(gemm)) column_sums(epilogue_sums, grad_pre);
           })) {
-        if (try_run(fused)) return;
+        if (try_run(fused)) {
+          if (direct) return;
+          if (accumulate_sums)
+            accumulate_(grad_pre_sums, epilogue_sums);
+          else
+            copy_(grad_pre_sums, epilogue_sums);
+          return;
+        }
         note_unfused(fused);
       }
     }

@@ -35,8 +35,12 @@ int64_t gelu_aux_ld(int64_t out_features);
 // grad_weight = g^T x ([out, in]) and, when grad_bias is defined, grad_bias =
 // g summed over its rows ([out]), fused into the grad_weight product (BGRADB), or
 // by column_sums (column_sums.h) after the plain product where autotuning found
-// that faster, or the epilogue is off or has no algorithm.
-void linear_param_backward(const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& grad_out, const Tensor& x);
+// that faster, or the epilogue is off or has no algorithm. Each output is contiguous,
+// in the operands' dtype or in f32 (f16/bf16 operands then give their f32 sums
+// unrounded: a parameter's f32 .grad, written where it lies); with accumulate_* the
+// gradient is added to what the output holds instead of written over it.
+void linear_param_backward(const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& grad_out, const Tensor& x,
+                           bool accumulate_weight = false, bool accumulate_bias = false);
 
 // grad_pre = grad_out * gelu'(pre): grad_out and grad_pre contiguous [N, out],
 // pre as linear's pre_gelu (unit column stride, any row stride).
@@ -48,9 +52,11 @@ void gelu_backward(const Tensor& grad_pre, const Tensor& grad_out, const Tensor&
 // no algorithm for it). grad_out: [N, out], weight: [out, in], pre as linear's pre_gelu
 // [N, in], grad_pre contiguous [N, in]. grad_pre_sums (contiguous [in], optional): grad_pre
 // summed over its rows, the bias gradient of the linear that made pre, by the same
-// epilogue (DGELU_BGRAD) or column_sums after it, whichever autotuning timed faster.
+// epilogue (DGELU_BGRAD) or column_sums after it, whichever autotuning timed faster; in
+// the operands' dtype or f32, added to what it holds with accumulate_sums.
 void linear_gelu_input_backward(const Tensor& grad_pre, const Tensor& grad_out, const Tensor& weight,
-                                const Tensor& pre, const Tensor& grad_pre_sums = Tensor());
+                                const Tensor& pre, const Tensor& grad_pre_sums = Tensor(),
+                                bool accumulate_sums = false);
 
 // When off, linear applies bias and GELU, and linear_param_backward sums the
 // bias gradient, with separate kernels after a plain product: the path taken

@@ -38,9 +38,12 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
 // dtype), from the dense x (the values normalised), the dense gradient g (in y's dtype) and
 // the saved statistics. For add_layer_norm: g_sum (dense, x's dtype; the gradient of the
 // sum) is added to dx, and dresidual (dense, in the residual's dtype) gets dx's values too.
+// accumulate_dweight / accumulate_dbias: add to what dweight / dbias hold (a parameter's
+// .grad, written where it lies) instead of writing over it.
 void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                          const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& g_sum = Tensor(),
-                         const Tensor& dresidual = Tensor());
+                         const Tensor& dresidual = Tensor(), bool accumulate_dweight = false,
+                         bool accumulate_dbias = false);
 
 // Fused log-softmax + NLL over the logits [rows, C] (unit column stride, rows strides()[0]
 // >= C apart) and the dense targets [rows] (i32/i64):

@@ -59,6 +59,23 @@ TEST(Autocast, WeightCastIsCachedAndSharedByMicroBatches) {
   EXPECT_EQ(ops::autocast::cache_size(), 0u);
 }
 
+// A cached weight cast passes its gradient through to the leaf unchanged (a product may
+// write the weight's gradient into its .grad through it); an uncached cast does not.
+TEST(Autocast, CachedWeightCastsArePassThroughNodes) {
+  ops::autocast::clear_cache();
+  Tensor w = random_f64({5, 3}, 3).to(DType::f32).set_requires_grad();
+  Tensor x = random_f64({2, 3}, 4).to(DType::f32).set_requires_grad();
+  ops::autocast::Scope scope(DType::bf16);
+  Tensor w_cast = ops::autocast::to_compute(w), x_cast = ops::autocast::to_compute(x * 1.0);
+  ASSERT_TRUE(w_cast.grad_fn() && x_cast.grad_fn());
+  EXPECT_TRUE(w_cast.grad_fn()->passes_gradient_through());
+  EXPECT_FALSE(x_cast.grad_fn()->passes_gradient_through());
+  ops::sum(w_cast * 2.0).backward();
+  EXPECT_EQ(w.grad().dtype(), DType::f32);
+  expect_close(w.grad(), full({5, 3}, 2.0), 0, 0);
+  ops::autocast::clear_cache();
+}
+
 TEST(Autocast, NoGradCastsAreNotCached) {
   ops::autocast::clear_cache();
   Tensor w = random_f64({5, 3}, 3).to(DType::f32).set_requires_grad();
@@ -100,6 +117,8 @@ TEST(Autocast, PrecachedCastsOfAFlatBufferMatchPerWeightCasts) {
     Tensor w_cast = ops::autocast::to_compute(cached[0]);
     EXPECT_EQ(w_cast.dtype(), DType::bf16);
     EXPECT_TRUE(w_cast.same(ops::autocast::to_compute(cached[0]))) << "served from the cache";
+    ASSERT_TRUE(w_cast.grad_fn());
+    EXPECT_TRUE(w_cast.grad_fn()->passes_gradient_through()) << "a product may write through it into .grad";
     expect_close(w_cast, cached[0].detach().to(DType::bf16), 0, 0);
     cached_loss = loss_of(cached);
     cached_loss.backward();

@@ -188,6 +188,37 @@ TEST(ColumnSumsGpu, SameBitsOnEveryRun) {
   }
 }
 
+TEST(ColumnSumsGpu, IntoFloat32AndAddedToWhatOutHolds) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  // A parameter's f32 .grad written or added to where it lies: f32 sums of f16/bf16 rows,
+  // unrounded; with accumulate, out + sums added in f32 and rounded once to out's dtype.
+  // Exact inputs and held values (k / 256), so every result is exact before that rounding.
+  const std::vector<std::tuple<int64_t, int64_t>> shapes = {{5, 3}, {129, 24}, {4099, 769}, {16384, 768}, {517, 3072}};
+  uint64_t seed = 450;
+  for (auto [rows, cols] : shapes) {
+    const Tensor values = exact_values({rows, cols}, seed++);
+    const Tensor held = exact_values({1, cols}, seed++).view({cols});
+    const Tensor sums = ops::sum(values, {0});
+    for (DType dtype : kDtypes) {
+      const Tensor g = values.to(dtype).to(kGpu);
+      const std::string what = label(dtype, rows, cols);
+      Tensor out = full({cols}, kNaN, DType::f32, kGpu);
+      ops::cuda::column_sums(out, g);
+      expect_identical(out, sums.to(DType::f32), what + " into f32");
+      out = held.to(DType::f32).to(kGpu);
+      ops::cuda::column_sums(out, g, /*accumulate=*/true);
+      expect_identical(out, ops::add(sums, held).to(DType::f32), what + " added into f32");
+      out = held.to(dtype).to(kGpu);
+      ops::cuda::column_sums(out, g, /*accumulate=*/true);
+      expect_identical(out, ops::add(sums, held).to(dtype), what + " added into " + dtype_name(dtype));
+    }
+  }
+  // No rows: added, nothing changes.
+  Tensor out = full({7}, 3.0, DType::f32, kGpu);
+  ops::cuda::column_sums(out, empty({0, 7}, DType::bf16, kGpu), true);
+  expect_identical(out, full({7}, 3.0), "no rows, added");
+}
+
 TEST(ColumnSumsGpu, BiasGradientOfLinearParamBackward) {
   PRECIS_SKIP_WITHOUT_GPU();
   // (N, in, out); the last is large enough for autotuning to time fused against split.
