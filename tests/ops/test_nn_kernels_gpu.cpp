@@ -476,7 +476,10 @@ TEST(NnKernelsGpu, EmbeddingKernelsMatchTheCpu) {
     int64_t V, C, N;
   };
   const std::vector<Case> cases = {{1, 1, 1},    {50, 65, 7},      {13, 768, 513},  {3, 65, 513},
-                                   {1000, 1, 7}, {50257, 64, 513}, {1024, 768, 513}};
+                                   {1000, 1, 7}, {50257, 64, 513}, {1024, 768, 513},
+                                   // more sorted positions than the grid has blocks, a run of ~1000
+                                   // equal rows, columns ending inside a tile of the kernel
+                                   {50304, 768, 4099}, {7, 1000, 2049}};
   uint64_t seed = 400;
   for (DType dtype : kFloatTypes) {
     for (const Case& c : cases) {
