@@ -200,7 +200,8 @@ __device__ __forceinline__ void sum_over_slices(A (&dw)[kPacks][kPack], A (&db)[
 // when they and the thread's dw and db sums take at most 96 bytes (24 registers), as for one
 // pack of 4 f32 or 2 f64 values, or up to 4 single values. Threads of more values (f16/bf16
 // packs, the 1024 threads of rows longer than 1024 packs) would run out of registers; they read
-// x and g again in pass 2 (mostly from L1), and g_sum there.
+// x and g again in pass 2 (mostly from L1), and g_sum there. The blocks of at most 256 threads
+// (kAhead below) have registers enough to hold any row of one pack a thread.
 template <int kPacks, int kPack, typename T, typename G>
 inline constexpr bool kHoldsRow = (2 * sizeof(compute_t<T>) + 2 * sizeof(T) + sizeof(G)) * (kPacks * kPack) <= 96;
 
@@ -212,39 +213,73 @@ inline constexpr bool kHoldsRow = (2 * sizeof(compute_t<T>) + 2 * sizeof(T) + si
 // in the residual's dtype, to dr (null: not wanted). At the end the slices' sums are added in
 // slice order and each block writes its partial dw and db rows to partial_dw/partial_db
 // [blocks, C] (null: not wanted).
-// Held rows (kHoldsRow): pass 1 issues the loads of x, g and g_sum together, and pass 2 works on
-// the registers, so a row waits for memory once (other rows: twice, g_sum loaded in pass 2).
+// Held rows (kHoldsRow, or kAhead): pass 1 loads x, g and g_sum, and pass 2 works on the
+// registers. kAhead (rows of one pack a thread, blocks of at most 256 threads, so up to 255
+// registers a thread): a slice's next row (x, g, g_sum, mean, rstd) is loaded before this row is
+// reduced and written, so a row's memory latency hides behind the last row's work. Without it
+// each row cost a memory round trip plus the reduction's barriers, 32 rows one after another
+// per block: GPT-2's backward (rows of 768) ran at ~60-70% of its bytes' time on an H100.
 // Bytes: x, g and g_sum read once from memory (other rows read x and g again, mostly from L1),
 // dx and dr written once (the fused add: apart, the gradients' sum and r's cast would each be a
 // pass of their own); 2 * blocks * C statistics-dtype values of partials.
-template <int kPacks, int kPack, typename T, typename G, typename R, typename A = compute_t<T>>
-__global__ void __launch_bounds__(1024)
+template <int kPacks, int kPack, bool kAhead, typename T, typename G, typename R, typename A = compute_t<T>>
+__global__ void __launch_bounds__(kAhead ? 256 : 1024)
     layer_norm_backward_kernel(const T* x, const G* g, const T* g_sum, const A* weight, const A* mean, const A* rstd,
                                T* dx, R* dr, A* partial_dw, A* partial_db, int64_t rows, int64_t C,
                                int64_t rows_per_block) {
-  constexpr bool kHeld = kHoldsRow<kPacks, kPack, T, G>;
+  static_assert(!kAhead || kPacks == 1, "the load ahead is for rows of one pack a thread");
+  constexpr bool kHeld = kAhead || kHoldsRow<kPacks, kPack, T, G>;
   const int64_t first = blockIdx.x * rows_per_block;
   const int64_t last = first + rows_per_block < rows ? first + rows_per_block : rows;
   auto column = [](int p) { return (static_cast<int64_t>(p) * blockDim.x + threadIdx.x) * kPack; };
+  // A row's packs and statistics; load_row fills one (kAhead: the next row, in one go).
+  struct Row {
+    Pack<T, kPack> x[kPacks], g_sum[kPacks];
+    Pack<G, kPack> g[kPacks];
+    A mu, rs;
+  };
+  auto load_row = [&](int64_t row, Row& r) {
+    if (row >= last) return;
+    r.mu = mean[row];
+    r.rs = rstd[row];
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      const int64_t col = column(p);
+      if (col >= C) continue;
+      r.x[p] = load_pack<kPack>(x + row * C + col);
+      r.g[p] = load_pack<kPack>(g + row * C + col);
+      if (g_sum) r.g_sum[p] = load_pack<kPack>(g_sum + row * C + col);
+    }
+  };
   A dw[kPacks][kPack] = {}, db[kPacks][kPack] = {};
+  Row ahead;  // kAhead: the slice's next row, loading while this one is worked on
+  if constexpr (kAhead) load_row(first + threadIdx.y, ahead);
   for (int64_t step = first; step < last; step += blockDim.y) {
     const int64_t row = step + threadIdx.y;
     const bool has_row = row < last;  // the chunk's last step may leave slices without a row
-    const A mu = has_row ? mean[row] : A(0), rs = has_row ? rstd[row] : A(0);
-    Pack<T, kPack> xv[kPacks], gsv[kPacks];
-    Pack<G, kPack> gv[kPacks];
+    Row cur;
+    if constexpr (kAhead) {
+      cur = ahead;
+      load_row(row + blockDim.y, ahead);
+    } else if (has_row) {
+      cur.mu = mean[row];
+      cur.rs = rstd[row];
+    }
+    const A mu = has_row ? cur.mu : A(0), rs = has_row ? cur.rs : A(0);
     Pair<A> sums{0, 0};  // sum dxhat, sum dxhat xhat
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       const int64_t col = column(p);
       if (!has_row || col >= C) continue;
-      xv[p] = load_pack<kPack>(x + row * C + col);
-      gv[p] = load_pack<kPack>(g + row * C + col);
-      if (kHeld && g_sum) gsv[p] = load_pack<kPack>(g_sum + row * C + col);
+      if constexpr (!kAhead) {
+        cur.x[p] = load_pack<kPack>(x + row * C + col);
+        cur.g[p] = load_pack<kPack>(g + row * C + col);
+        if (kHeld && g_sum) cur.g_sum[p] = load_pack<kPack>(g_sum + row * C + col);
+      }
 #pragma unroll
       for (int k = 0; k < kPack; ++k) {
-        const A xhat = (convert_to<A>(xv[p].v[k]) - mu) * rs;
-        const A dxhat = convert_to<A>(gv[p].v[k]) * weight[col + k];
+        const A xhat = (convert_to<A>(cur.x[p].v[k]) - mu) * rs;
+        const A dxhat = convert_to<A>(cur.g[p].v[k]) * weight[col + k];
         sums.first += dxhat;
         sums.second += dxhat * xhat;
       }
@@ -256,19 +291,19 @@ __global__ void __launch_bounds__(1024)
       const int64_t col = column(p);
       if (!has_row || col >= C) continue;
       if constexpr (!kHeld) {  // x and g again, mostly from L1
-        xv[p] = load_pack<kPack>(x + row * C + col);
-        gv[p] = load_pack<kPack>(g + row * C + col);
+        cur.x[p] = load_pack<kPack>(x + row * C + col);
+        cur.g[p] = load_pack<kPack>(g + row * C + col);
+        if (g_sum) cur.g_sum[p] = load_pack<kPack>(g_sum + row * C + col);
       }
-      if (!kHeld && g_sum) gsv[p] = load_pack<kPack>(g_sum + row * C + col);
       Pack<T, kPack> out;
       Pack<R, kPack> out_r;
 #pragma unroll
       for (int k = 0; k < kPack; ++k) {
-        const A xhat = (convert_to<A>(xv[p].v[k]) - mu) * rs, gk = convert_to<A>(gv[p].v[k]);
+        const A xhat = (convert_to<A>(cur.x[p].v[k]) - mu) * rs, gk = convert_to<A>(cur.g[p].v[k]);
         dw[p][k] += gk * xhat;
         db[p][k] += gk;
         A d = rs * (gk * weight[col + k] - mean_dxhat - xhat * mean_dxhat_xhat);
-        if (g_sum) d += convert_to<A>(gsv[p].v[k]);
+        if (g_sum) d += convert_to<A>(cur.g_sum[p].v[k]);
         out.v[k] = convert_to<T>(d);
         out_r.v[k] = convert_to<R>(d);
       }
@@ -335,10 +370,10 @@ constexpr int kBackwardBlockThreads = 256;
 template <int kPacks, int kPack, typename T, typename G, typename R, typename Run>
 void run_with_packs(int64_t packs, Run&& run) {
   if constexpr (kPacks * kPack >= kMaxPerThread<compute_t<T>>) {
-    run(layer_norm_backward_kernel<kPacks, kPack, T, G, R>);
+    run(layer_norm_backward_kernel<kPacks, kPack, false, T, G, R>);
   } else {
     if (packs <= kPacks)
-      run(layer_norm_backward_kernel<kPacks, kPack, T, G, R>);
+      run(layer_norm_backward_kernel<kPacks, kPack, false, T, G, R>);
     else
       run_with_packs<kPacks * 2, kPack, T, G, R>(packs, run);
   }
@@ -459,11 +494,15 @@ void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight,
           const int64_t packs = (per_row + threads - 1) / threads;
           const int slices = packs == 1 ? std::max(1, kBackwardBlockThreads / threads) : 1;
           const dim3 block(threads, slices);
-          run_with_packs<1, kPack, T, G, R>(packs, [&](auto kernel) {
+          auto run = [&](auto kernel) {
             kernel<<<static_cast<unsigned>(blocks), block, 0, stream>>>(
                 xp, gp, gsp, pointer<const A>(weight), pointer<const A>(mean), pointer<const A>(rstd), dxp, drp,
                 partial_dw, partial_db, rows, C, rows_per_block);
-          });
+          };
+          if (packs == 1 && threads * slices <= kBackwardBlockThreads)
+            run(layer_norm_backward_kernel<1, kPack, true, T, G, R>);
+          else
+            run_with_packs<1, kPack, T, G, R>(packs, run);
         };
         if (packed)
           launch(Width<kWide>{});
