@@ -322,4 +322,23 @@ __device__ __forceinline__ void issue_transposed_product(float (&d)[kN / 2], con
                                       kk > 0);
 }
 
+// ---- bulk reductions into global memory (the TMA unit; one thread issues, for all)
+
+// Adds `bytes` (a multiple of 16) of f32 values at src (shared memory, 16-byte aligned) into
+// dst (global memory, 16-byte aligned) element by element, asynchronously, in the current
+// bulk group. The writes to src that it must see need fence_shared_for_tensor_cores (the
+// async proxy reads them) and a barrier before it.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, const float* src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+               "r"(smem_address(src)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until at most kPending of this thread's bulk groups still read their shared memory
+// (their additions complete by the end of the grid).
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+}
+
 }  // namespace precis::ops::cuda::flash

@@ -253,10 +253,13 @@ TEST(FlashWgmmaGpu, Sm90BackwardMatchesTheReferenceWithEveryGradientWritten) {
   struct Case {
     int64_t B, H, Tq, Tk;
   };
-  // Odd lengths (tails of the 64-query and 128-key blocks), Tq != Tk, and 700: 11 query
-  // blocks per key block, so the two query-block stages wrap around many times.
-  const std::vector<Case> cases = {{2, 3, 1, 1},     {2, 3, 17, 17},  {2, 3, 64, 64},  {2, 3, 129, 129},
-                                   {2, 3, 257, 257}, {1, 2, 33, 300}, {1, 2, 300, 33}, {1, 2, 700, 700}};
+  // Odd lengths (tails of the 64-query and 128-key blocks, whose dQ rows the kernel adds
+  // in whole rows), Tq != Tk, 1 to 5 query blocks per key block (the pipeline's first and
+  // last steps: 64 one, 100 two, 129 three), and 700: 11 query blocks per key block, so the
+  // three query-block stages and the two dS^T and dQ tiles wrap around many times.
+  const std::vector<Case> cases = {{2, 3, 1, 1},     {2, 3, 17, 17},   {2, 3, 64, 64},
+                                   {2, 3, 100, 100}, {2, 3, 129, 129}, {2, 3, 257, 257},
+                                   {1, 2, 33, 300},  {1, 2, 300, 33},  {1, 2, 700, 700}};
   const int64_t D = 64;
   uint64_t seed = 70;
   for (DType dtype : {DType::bf16, DType::f16})
