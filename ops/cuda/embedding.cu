@@ -3,11 +3,9 @@
 //
 // The backward is deterministic, as llm.c's encoder backward, but with the bucketing done
 // on the device: the (index, position) pairs are radix-sorted by index (CUB, stable, so a
-// run of equal indices lists its positions in increasing order), then the block that meets
-// a run's first sorted position sums that run's gradient rows in a fixed order and writes the
-// weight row once.
+// run of equal indices lists its positions in increasing order), then the first block of
+// each run sums that run's gradient rows in a fixed order and writes the weight row once.
 // No atomics: the same inputs give the same bits on every run.
-#include <algorithm>
 #include <cub/device/device_radix_sort.cuh>
 
 #include "ops/cuda/nn_kernels.h"
@@ -47,63 +45,42 @@ __global__ void embedding_sort_input_kernel(const Index* indices, int32_t* keys,
   positions[n] = static_cast<int32_t>(n);
 }
 
-// The scatter-add over the sorted pairs. A fixed grid of blocks (a few per SM) strides over
-// the sorted positions s; the block at the start of a run of equal weight rows sums that
-// run: warp w adds gradient rows s + w, s + w + 8, ... of the run in order (kPack values a
-// lane, kTilePacks packs a lane per column tile, all loads of a row issued together), then
-// the warps' sums are added in warp order through shared memory and the weight row is
-// written once. A fixed order for any grid: the same bits on every run.
-// Why not a block per sorted position (the first version): most such blocks only learn
-// that they are not a run start, and launching ~100K of them cost ~0.1 ms per call at
-// GPT-2's 16384 tokens, 3x the bytes' time; a run of many equal tokens still gets 8 warps.
+// Block (s, y) takes sorted position s and the 32 * kPack columns of group y. Only the
+// first position of a run of equal weight rows works (the others return at once): its
+// kRowSlices rows of threads each sum every kRowSlices-th gradient row of the run, in run
+// order, then one row of threads adds the slices in order and writes the weight row.
 // dweight must be zero beforehand (rows no index names stay zero).
 // Bytes: each gradient row read once, each named weight row written once.
-constexpr int kRunWarps = 8, kTilePacks = 4;
+constexpr int kRowSlices = 8;
 template <int kPack, typename T, typename A = compute_t<T>>
-__global__ void __launch_bounds__(32 * kRunWarps)
+__global__ void __launch_bounds__(32 * kRowSlices)
     embedding_backward_kernel(const T* grad, const int32_t* sorted_rows, const int32_t* sorted_positions, T* dweight,
                               int64_t N, int64_t C) {
-  constexpr int kTile = 32 * kPack * kTilePacks;  // columns per tile
-  __shared__ A warp_sums[kRunWarps][kTile];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int64_t s = blockIdx.x; s < N; s += gridDim.x) {
-    const int32_t row = sorted_rows[s];
-    if (s > 0 && sorted_rows[s - 1] == row) continue;  // the whole block: not the start of a run
-    for (int64_t c0 = 0; c0 < C; c0 += kTile) {
-      A sum[kTilePacks][kPack] = {};
-      for (int64_t i = s + warp; i < N && sorted_rows[i] == row; i += kRunWarps) {
-        const T* g = grad + static_cast<int64_t>(sorted_positions[i]) * C + c0 + lane * kPack;
-        Pack<T, kPack> packs[kTilePacks];
+  const int64_t s = blockIdx.x;
+  const int32_t row = sorted_rows[s];
+  if (s > 0 && sorted_rows[s - 1] == row) return;  // the whole block: not the start of a run
+  const int64_t c = (static_cast<int64_t>(blockIdx.y) * 32 + threadIdx.x) * kPack;
+  A sum[kPack] = {};
+  if (c < C) {
+    for (int64_t i = s + threadIdx.y; i < N && sorted_rows[i] == row; i += kRowSlices) {
+      const Pack<T, kPack> g = load_pack<kPack>(grad + static_cast<int64_t>(sorted_positions[i]) * C + c);
 #pragma unroll
-        for (int p = 0; p < kTilePacks; ++p)
-          if (c0 + (p * 32 + lane) * kPack < C) packs[p] = load_pack<kPack>(g + p * 32 * kPack);
-#pragma unroll
-        for (int p = 0; p < kTilePacks; ++p)
-          if (c0 + (p * 32 + lane) * kPack < C)
-#pragma unroll
-            for (int k = 0; k < kPack; ++k) sum[p][k] += convert_to<A>(packs[p].v[k]);
-      }
-#pragma unroll
-      for (int p = 0; p < kTilePacks; ++p)
-#pragma unroll
-        for (int k = 0; k < kPack; ++k) warp_sums[warp][(p * 32 + lane) * kPack + k] = sum[p][k];
-      __syncthreads();
-      // Each thread finishes kTile / (32 kRunWarps) packs: the warps' sums in warp order.
-      for (int q = threadIdx.x; q < kTile / kPack; q += 32 * kRunWarps) {
-        const int64_t c = c0 + static_cast<int64_t>(q) * kPack;
-        if (c >= C) continue;
-        Pack<T, kPack> out;
-#pragma unroll
-        for (int k = 0; k < kPack; ++k) {
-          A total = warp_sums[0][q * kPack + k];
-          for (int w = 1; w < kRunWarps; ++w) total += warp_sums[w][q * kPack + k];
-          out.v[k] = convert_to<T>(total);
-        }
-        store_pack<kPack>(dweight + static_cast<int64_t>(row) * C + c, out);
-      }
-      __syncthreads();  // warp_sums is refilled by the next tile or run
+      for (int k = 0; k < kPack; ++k) sum[k] += convert_to<A>(g.v[k]);
     }
   }
+  __shared__ A slices[kRowSlices][kPack][32];
+#pragma unroll
+  for (int k = 0; k < kPack; ++k) slices[threadIdx.y][k][threadIdx.x] = sum[k];
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= C) return;
+  Pack<T, kPack> out;
+#pragma unroll
+  for (int k = 0; k < kPack; ++k) {
+    A total = sum[k];
+    for (int y = 1; y < kRowSlices; ++y) total += slices[y][k][threadIdx.x];
+    out.v[k] = convert_to<T>(total);
+  }
+  store_pack<kPack>(dweight + static_cast<int64_t>(row) * C + c, out);
 }
 
 template <typename Fn>
@@ -179,16 +156,14 @@ void embedding_backward(const Tensor& grad_rows, const Tensor& indices, const Te
                                                     sorted_positions, static_cast<int>(N), 0, end_bit, stream),
                     op);
 
-  int sms = 0;
-  PRECIS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dweight.device().index), op);
   dispatch_floating(dweight.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* gp = static_cast<const T*>(grad_rows.raw_data());
     T* dp = static_cast<T*>(dweight.raw_data());
     constexpr int kWide = Packed128<T>::size;
-    auto launch = [&](auto kernel, int) {
-      const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(N, int64_t{sms} * 8));
-      kernel<<<blocks, 32 * kRunWarps, 0, stream>>>(gp, sorted_keys, sorted_positions, dp, N, C);
+    auto launch = [&](auto kernel, int pack) {
+      const dim3 grid(static_cast<unsigned>(N), static_cast<unsigned>((C + 32 * pack - 1) / (32 * pack)));
+      kernel<<<grid, dim3(32, kRowSlices), 0, stream>>>(gp, sorted_keys, sorted_positions, dp, N, C);
     };
     if (C % kWide == 0 && aligned16(gp) && aligned16(dp))
       launch(embedding_backward_kernel<kWide, T>, kWide);
