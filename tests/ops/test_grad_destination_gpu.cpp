@@ -25,43 +25,25 @@
 #include "ops/autocast.h"
 #include "ops/ops.h"
 #include "support/gpu.h"
+#include "support/gpu_compare.h"
 #include "support/gradcheck.h"
 #if PRECIS_WITH_CUDA
 #include "ops/cuda/matmul.h"
 #endif
 
 using namespace precis;
+using precis::testing::expect_near_magnitude;
+using precis::testing::kGpu;
+using precis::testing::kNaN;
 using precis::testing::random_f64;
 
 #if PRECIS_WITH_CUDA
 
 namespace {
 
-const Device kGpu = Device::cuda(0);
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-Tensor f64(const Tensor& t) { return t.to(Device::cpu()).to(DType::f64); }
-
 // Values in [-1, 1) exactly representable in `dtype`, as f64 on the host.
 Tensor exact_in(DType dtype, const Shape& shape, uint64_t seed) {
   return random_f64(shape, seed).to(dtype).to(DType::f64);
-}
-
-// |actual - expected| <= tol (max |expected| + |expected|) for every element (test_matmul_gpu's rule).
-void expect_near(const Tensor& actual, const Tensor& expected, double tol, const std::string& what) {
-  ASSERT_TRUE(actual.defined()) << what;
-  ASSERT_EQ(actual.shape(), expected.shape()) << what;
-  std::vector<double> a = f64(actual).to_vector<double>(), e = f64(expected).to_vector<double>();
-  double scale = 0;
-  for (double v : e) scale = std::max(scale, std::abs(v));
-  int failures = 0;
-  for (size_t i = 0; i < a.size() && failures < 5; ++i) {
-    if (!(std::abs(a[i] - e[i]) <= tol * (scale + std::abs(e[i])))) {
-      ADD_FAILURE() << what << ": element " << i << " is " << a[i] << ", expected " << e[i] << " (tolerance " << tol
-                    << " relative to the magnitude " << scale << ")";
-      ++failures;
-    }
-  }
 }
 
 // Parameters as nn::flatten_parameters makes them: views of one buffer of `param_dtype` on
@@ -154,20 +136,24 @@ TEST(GradDestinationGpu, LinearWritesItsParameterGradientsIntoTheF32Buffer) {
           flat.precache(compute);
           step(flat.params, g1);
           EXPECT_FALSE(flat.params[0].impl()->grad_is_stale) << what;
-          expect_near(flat.params[0].grad(), dw_of(g1), 1e-4, what + ": weight gradient, written over");
-          expect_near(flat.params[1].grad(), db_of(g1), 1e-4, what + ": bias gradient, written over");
+          expect_near_magnitude(flat.params[0].grad(), dw_of(g1), 1e-4, what + ": weight gradient, written over");
+          expect_near_magnitude(flat.params[1].grad(), db_of(g1), 1e-4, what + ": bias gradient, written over");
           // The copy path's gradients (rounded to the compute dtype, then widened) agree within it.
           const std::vector<Tensor> leaves = fresh_leaves(values, param_dtype);
           ops::autocast::clear_cache();
           step(leaves, g1);
-          expect_near(flat.params[0].grad(), leaves[0].grad(), 1e-2, what + ": weight gradient against the copy path");
-          expect_near(flat.params[1].grad(), leaves[1].grad(), 1e-2, what + ": bias gradient against the copy path");
+          expect_near_magnitude(flat.params[0].grad(), leaves[0].grad(), 1e-2,
+                                what + ": weight gradient against the copy path");
+          expect_near_magnitude(flat.params[1].grad(), leaves[1].grad(), 1e-2,
+                                what + ": bias gradient against the copy path");
           // A second micro-batch: added (beta = 1 and column sums adding; the large product autotunes
           // its adding form now, on a scratch output).
           flat.precache(compute);
           step(flat.params, g2);
-          expect_near(flat.params[0].grad(), ops::add(dw_of(g1), dw_of(g2)), 1e-4, what + ": weight gradient, added");
-          expect_near(flat.params[1].grad(), ops::add(db_of(g1), db_of(g2)), 1e-4, what + ": bias gradient, added");
+          expect_near_magnitude(flat.params[0].grad(), ops::add(dw_of(g1), dw_of(g2)), 1e-4,
+                                what + ": weight gradient, added");
+          expect_near_magnitude(flat.params[1].grad(), ops::add(db_of(g1), db_of(g2)), 1e-4,
+                                what + ": bias gradient, added");
           ops::autocast::clear_cache();
         }
       }
@@ -192,12 +178,11 @@ TEST(GradDestinationGpu, LinearGeluLinearWritesItsParameterGradientsIntoTheF32Bu
         const int64_t in = c.x.back();
         Shape y_shape = c.x;
         y_shape.back() = c.out;
-        const std::string what = std::string(fuse ? "fused " : "unfused ") + name(compute) + " " +
-                                 detail::concat(c.x) + " -> " + std::to_string(c.hidden) + " -> " +
-                                 std::to_string(c.out);
-        const std::vector<Tensor> values = {exact_in(compute, {c.hidden, in}, seed), exact_in(compute, {c.hidden}, seed + 1),
-                                            exact_in(compute, {c.out, c.hidden}, seed + 2),
-                                            exact_in(compute, {c.out}, seed + 3)};
+        const std::string what = std::string(fuse ? "fused " : "unfused ") + name(compute) + " " + detail::concat(c.x) +
+                                 " -> " + std::to_string(c.hidden) + " -> " + std::to_string(c.out);
+        const std::vector<Tensor> values = {
+            exact_in(compute, {c.hidden, in}, seed), exact_in(compute, {c.hidden}, seed + 1),
+            exact_in(compute, {c.out, c.hidden}, seed + 2), exact_in(compute, {c.out}, seed + 3)};
         const Tensor x = exact_in(compute, c.x, seed + 4).to(DType::f32).to(kGpu),
                      g = exact_in(compute, y_shape, seed + 5).to(compute).to(kGpu);
         seed += 6;
@@ -217,13 +202,14 @@ TEST(GradDestinationGpu, LinearGeluLinearWritesItsParameterGradientsIntoTheF32Bu
         step(leaves);
         const char* names[] = {"first weight", "first bias", "second weight", "second bias"};
         for (size_t i = 0; i < 4; ++i) {
-          expect_near(first[i], leaves[i].grad(), 2e-2, what + ": " + names[i] + " against the copy path");
+          expect_near_magnitude(first[i], leaves[i].grad(), 2e-2, what + ": " + names[i] + " against the copy path");
         }
         // The same micro-batch again: each gradient doubles.
         flat.precache(compute);
         step(flat.params);
         for (size_t i = 0; i < 4; ++i) {
-          expect_near(flat.params[i].grad(), ops::mul(first[i], 2.0), 1e-4, what + ": " + names[i] + ", added");
+          expect_near_magnitude(flat.params[i].grad(), ops::mul(first[i], 2.0), 1e-4,
+                                what + ": " + names[i] + ", added");
         }
         ops::autocast::clear_cache();
       }
@@ -271,13 +257,13 @@ TEST(GradDestinationGpu, TiedWeightGetsTheCopyPathsSumAndOneHookCall) {
       loss_of(w).backward();
       EXPECT_EQ(hooks, 1) << what;
       ASSERT_TRUE(at_hook.defined()) << what;
-      expect_near(w.grad(), at_hook, 0, what + ": the hook saw the final gradient");
+      expect_near_magnitude(w.grad(), at_hook, 0, what + ": the hook saw the final gradient");
 
       Tensor ref = fresh_leaves(values, DType::f32)[0];
       ops::autocast::clear_cache();
       loss_of(ref).backward();
       const Tensor expected = stale ? ref.grad() : ops::add(ref.grad(), 0.5);
-      expect_near(w.grad(), expected, 1e-2, what + ": against the copy path");
+      expect_near_magnitude(w.grad(), expected, 1e-2, what + ": against the copy path");
       ops::autocast::clear_cache();
     }
   }
@@ -295,8 +281,8 @@ TEST(GradDestinationGpu, LayerNormWritesItsParameterGradientsIntoTheF32Buffer) {
     // rounded dw and db to bf16 before widening them again).
     std::vector<Tensor> f32_first;
     for (DType param_dtype : {DType::f32, DType::bf16}) {
-      const std::string what = std::string(add ? "add_layer_norm" : "layer_norm") + " with " + name(param_dtype) +
-                               " parameters";
+      const std::string what =
+          std::string(add ? "add_layer_norm" : "layer_norm") + " with " + name(param_dtype) + " parameters";
       const DType act = param_dtype;  // activations in the parameters' dtype, as in those policies
       auto step = [&](const std::vector<Tensor>& p) {
         const Tensor xa = x.to(act).to(kGpu), ra = r.to(act).to(kGpu);
@@ -316,15 +302,17 @@ TEST(GradDestinationGpu, LayerNormWritesItsParameterGradientsIntoTheF32Buffer) {
       for (size_t i = 0; i < 2; ++i) {
         const std::string which = i == 0 ? ": weight gradient" : ": bias gradient";
         EXPECT_EQ(leaves[i].grad().dtype(), param_dtype);
-        expect_near(first[i], leaves[i].grad(), param_dtype == DType::f32 ? 0 : 1e-2, what + which + " against the copy path");
+        expect_near_magnitude(first[i], leaves[i].grad(), param_dtype == DType::f32 ? 0 : 1e-2,
+                              what + which + " against the copy path");
         // dw = sum g xhat and db = sum g do not depend on the weight: in f32, as the f32 parameters'
         // (unrounded). Not for add_layer_norm: there the bf16 sum x + r is rounded, the f32 one not.
         if (param_dtype == DType::bf16 && !add)
-          expect_near(first[i], f32_first[i], 1e-6, what + which + " kept in f32");
+          expect_near_magnitude(first[i], f32_first[i], 1e-6, what + which + " kept in f32");
       }
       if (param_dtype == DType::f32) f32_first = first;
       step(flat.params);  // added
-      for (size_t i = 0; i < 2; ++i) expect_near(flat.params[i].grad(), ops::mul(first[i], 2.0), 1e-6, what + ", added");
+      for (size_t i = 0; i < 2; ++i)
+        expect_near_magnitude(flat.params[i].grad(), ops::mul(first[i], 2.0), 1e-6, what + ", added");
     }
   }
 }

@@ -17,18 +17,19 @@
 #include "ops/autocast.h"
 #include "ops/ops.h"
 #include "support/gpu.h"
+#include "support/gpu_compare.h"
 #include "support/gradcheck.h"
 #if PRECIS_WITH_CUDA
 #include "ops/cuda/matmul.h"
 #endif
 
 using namespace precis;
+using precis::testing::expect_near_magnitude;
+using precis::testing::kGpu;
+using precis::testing::kNaN;
 using precis::testing::random_f64;
 
 namespace {
-
-const Device kGpu = Device::cuda(0);
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // A dtype, whether TF32 is allowed, and the relative tolerance that goes with them.
 struct Precision {
@@ -68,24 +69,6 @@ Tensor poisoned(const Shape& shape, DType dtype) {
 // which the caching allocator hands to the next allocation of that size.
 void poison_next_allocation(const Shape& shape, DType dtype) { poisoned(shape, dtype); }
 
-// |actual - expected| <= tol (max |expected| + |expected|) for every element: the
-// dtype's relative error, measured against the magnitude of the result (a sum of
-// products cancels, so single elements may be far smaller than their error bound).
-void expect_near(const Tensor& actual, const Tensor& expected, double tol, const std::string& what) {
-  ASSERT_EQ(actual.shape(), expected.shape()) << what;
-  std::vector<double> a = f64(actual).to_vector<double>(), e = expected.to_vector<double>();
-  double scale = 0;
-  for (double v : e) scale = std::max(scale, std::abs(v));
-  int failures = 0;
-  for (size_t i = 0; i < a.size() && failures < 5; ++i) {
-    if (!(std::abs(a[i] - e[i]) <= tol * (scale + std::abs(e[i])))) {
-      ADD_FAILURE() << what << ": element " << i << " is " << a[i] << ", expected " << e[i] << " (tolerance " << tol
-                    << " relative to the magnitude " << scale << ")";
-      ++failures;
-    }
-  }
-}
-
 double max_abs_difference(const Tensor& a, const Tensor& b) {
   std::vector<double> av = f64(a).to_vector<double>(), bv = f64(b).to_vector<double>();
   double most = 0;
@@ -114,7 +97,7 @@ TEST(MatmulGpu, EveryDtypeMatchesTheCpuOnOddSizes) {
       Tensor c = ops::matmul(a.to(kGpu), b.to(kGpu));
       EXPECT_TRUE(c.is_cuda());
       EXPECT_EQ(c.dtype(), p.dtype);
-      expect_near(c, expected, p.tol, label(p, M, K, N));
+      expect_near_magnitude(c, expected, p.tol, label(p, M, K, N));
     }
   }
 }
@@ -130,7 +113,7 @@ TEST(MatmulGpu, Tf32ChangesFloatProductsWhenAllowed) {
   }
   // TF32 rounds the inputs to 10 mantissa bits: the result moves, within 1e-3 of its magnitude.
   EXPECT_GT(max_abs_difference(exact, tf32), 0.0) << "allow_tf32 did not reach cuBLASLt";
-  expect_near(tf32, f64(exact), 1e-3, "tf32 against f32");
+  expect_near_magnitude(tf32, f64(exact), 1e-3, "tf32 against f32");
 }
 
 #if PRECIS_WITH_CUDA
@@ -157,7 +140,7 @@ TEST(MatmulGpu, TransposedPaddedMisalignedAndStridedOperands) {
     for (const auto& [ga, gb] : operands) {
       Tensor c = poisoned({M, N}, p.dtype);
       ops::cuda::matmul(c, ga, gb);
-      expect_near(c, expected, p.tol, label(p, M, K, N) + " operand pair " + std::to_string(index++));
+      expect_near_magnitude(c, expected, p.tol, label(p, M, K, N) + " operand pair " + std::to_string(index++));
     }
   }
 }
@@ -191,15 +174,15 @@ TEST(MatmulGpu, BatchedWithBroadcastBatchDims) {
       ops::cuda::matmul(out, ga, gb);
       std::string what = std::string(dtype_name(dtype)) + " " + detail::concat(c.a) + " x " + detail::concat(c.b) +
                          (c.transpose_b ? " (b transposed)" : "");
-      expect_near(out, expected, tol, what);
+      expect_near_magnitude(out, expected, tol, what);
       poison_next_allocation(expected.shape(), dtype);
-      expect_near(ops::matmul(ga, gb), expected, tol, what + " through ops::matmul");
+      expect_near_magnitude(ops::matmul(ga, gb), expected, tol, what + " through ops::matmul");
     }
     // numpy's rules for 1-D operands.
     Tensor v = host_values({5}, 9, dtype), m = host_values({3, 5, 4}, 10, dtype);
-    expect_near(ops::matmul(v.to(kGpu), m.to(kGpu)), ops::matmul(f64(v), f64(m)), tol, "vector @ batch");
+    expect_near_magnitude(ops::matmul(v.to(kGpu), m.to(kGpu)), ops::matmul(f64(v), f64(m)), tol, "vector @ batch");
     Tensor w = host_values({4}, 11, dtype);
-    expect_near(ops::matmul(m.to(kGpu), w.to(kGpu)), ops::matmul(f64(m), f64(w)), tol, "batch @ vector");
+    expect_near_magnitude(ops::matmul(m.to(kGpu), w.to(kGpu)), ops::matmul(f64(m), f64(w)), tol, "batch @ vector");
   }
 }
 
@@ -219,34 +202,34 @@ TEST(MatmulGpu, LinearEpiloguesMatchCpuCompositions) {
 
         Tensor y = poisoned({N, out}, p.dtype);
         ops::cuda::linear(y, gx, gw, Tensor());
-        expect_near(y, xw, p.tol, what + " without bias");
+        expect_near_magnitude(y, xw, p.tol, what + " without bias");
         y = poisoned({N, out}, p.dtype);
         ops::cuda::linear(y, gx, gw, gb);
-        expect_near(y, z, p.tol, what + " with the bias epilogue");
+        expect_near_magnitude(y, z, p.tol, what + " with the bias epilogue");
         y = poisoned({N, out}, p.dtype);
         ops::cuda::linear(y, gx, gw, gb, /*gelu=*/true);
-        expect_near(y, ops::gelu(z), p.tol, what + " with bias and GELU");
+        expect_near_magnitude(y, ops::gelu(z), p.tol, what + " with bias and GELU");
         y = poisoned({N, out}, p.dtype);
         ops::cuda::linear(y, gx, gw, Tensor(), /*gelu=*/true);
-        expect_near(y, ops::gelu(xw), p.tol, what + " with GELU, no bias");
+        expect_near_magnitude(y, ops::gelu(xw), p.tol, what + " with GELU, no bias");
         // Saving the GELU input: the aux matrix has rows padded to a multiple of 8, padding poisoned too.
         Tensor pre_rows = poisoned({N, ops::cuda::gelu_aux_ld(out)}, p.dtype);
         Tensor pre = pre_rows.narrow(1, 0, out);
         y = poisoned({N, out}, p.dtype);
         ops::cuda::linear(y, gx, gw, gb, /*gelu=*/true, pre);
-        expect_near(y, ops::gelu(z), p.tol, what + " with bias and GELU, saving its input");
+        expect_near_magnitude(y, ops::gelu(z), p.tol, what + " with bias and GELU, saving its input");
         Tensor pre_host = f64(pre_rows).narrow(1, 0, out);
-        expect_near(pre_host, z, p.tol, what + ": the saved GELU input");
+        expect_near_magnitude(pre_host, z, p.tol, what + ": the saved GELU input");
 
         // Parameter gradients: dW = g^T x and db = g summed over rows (BGRADB when fused).
         Tensor g = host_values({N, out}, 15, p.dtype);
         Tensor dw = poisoned({out, in}, p.dtype), db = poisoned({out}, p.dtype);
         ops::cuda::linear_param_backward(dw, db, g.to(kGpu), gx);
-        expect_near(dw, ops::matmul(f64(g).t(), f64(x)), p.tol, what + ": weight gradient");
-        expect_near(db, ops::sum(f64(g), {0}), p.tol, what + ": bias gradient");
+        expect_near_magnitude(dw, ops::matmul(f64(g).t(), f64(x)), p.tol, what + ": weight gradient");
+        expect_near_magnitude(db, ops::sum(f64(g), {0}), p.tol, what + ": bias gradient");
         dw = poisoned({out, in}, p.dtype);
         ops::cuda::linear_param_backward(dw, Tensor(), g.to(kGpu), gx);
-        expect_near(dw, ops::matmul(f64(g).t(), f64(x)), p.tol, what + ": weight gradient alone");
+        expect_near_magnitude(dw, ops::matmul(f64(g).t(), f64(x)), p.tol, what + ": weight gradient alone");
 
         // GELU gradient from the saved (padded) GELU input.
         Tensor z_cpu = pre_host.contiguous();
@@ -254,7 +237,7 @@ TEST(MatmulGpu, LinearEpiloguesMatchCpuCompositions) {
         ops::gelu(z_cpu).backward(f64(g));
         Tensor grad_pre = poisoned({N, out}, p.dtype);
         ops::cuda::gelu_backward(grad_pre, g.to(kGpu), pre);
-        expect_near(grad_pre, z_cpu.grad(), p.tol, what + ": GELU gradient");
+        expect_near_magnitude(grad_pre, z_cpu.grad(), p.tol, what + ": GELU gradient");
       }
     }
   }
@@ -282,7 +265,7 @@ TEST(MatmulGpu, GeluGradientInTheNextProductMatchesTheCpu) {
         ops::gelu(z64).backward(ops::matmul(f64(g), f64(w)));
         Tensor grad_pre = poisoned({N, hidden}, p.dtype);
         ops::cuda::linear_gelu_input_backward(grad_pre, g.to(kGpu), w.to(kGpu), pre);
-        expect_near(grad_pre, z64.grad(), p.tol, what);
+        expect_near_magnitude(grad_pre, z64.grad(), p.tol, what);
       }
     }
   }
@@ -330,13 +313,13 @@ TEST(MatmulGpu, AutotuneTimesALargeProblemOnceAndItsChoiceMatchesTheCpu) {
     ops::cuda::matmul(out, ga, gb);
     const ops::cuda::MatmulCacheStats tuned = ops::cuda::matmul_cache_stats();
     EXPECT_EQ(tuned.autotuned, before.autotuned + 1) << what;
-    expect_near(out, expected, 1e-2, what + ", first (timed) call");
+    expect_near_magnitude(out, expected, 1e-2, what + ", first (timed) call");
     out = poisoned({1024, 3072}, dtype);
     ops::cuda::matmul(out, ga, gb);
     const ops::cuda::MatmulCacheStats again = ops::cuda::matmul_cache_stats();
     EXPECT_EQ(again.autotuned, tuned.autotuned) << what << ": timed once";
     EXPECT_EQ(again.hits, tuned.hits + 1) << what;
-    expect_near(out, expected, 1e-2, what + ", cached choice");
+    expect_near_magnitude(out, expected, 1e-2, what + ", cached choice");
   }
   ops::set_matmul_autotune(false);
   Tensor a = host_values({1024, 768}, 42, DType::f16), b = host_values({768, 2304}, 43, DType::f16);
@@ -346,7 +329,7 @@ TEST(MatmulGpu, AutotuneTimesALargeProblemOnceAndItsChoiceMatchesTheCpu) {
   ops::set_matmul_autotune(true);
   EXPECT_EQ(ops::cuda::matmul_cache_stats().autotuned, before.autotuned) << "autotune off";
   EXPECT_EQ(ops::cuda::matmul_cache_stats().entries, before.entries + 1);
-  expect_near(out, ops::matmul(f64(a), f64(b)), 1e-2, "float16 product with autotune off");
+  expect_near_magnitude(out, ops::matmul(f64(a), f64(b)), 1e-2, "float16 product with autotune off");
 }
 
 TEST(MatmulGpu, LinearAndLinearGeluForwardAndBackwardMatchTheCpu) {
@@ -396,11 +379,11 @@ TEST(MatmulGpu, LinearAndLinearGeluForwardAndBackwardMatchTheCpu) {
             }
           }
           EXPECT_EQ(y.dtype(), dtype);
-          expect_near(y, expected.detach(), tol, what + ": output");
+          expect_near_magnitude(y, expected.detach(), tol, what + ": output");
           y.backward(g.to(kGpu));
-          if (want[0]) expect_near(gx.grad(), cx.grad(), tol, what + ": input gradient");
-          if (want[1]) expect_near(gw.grad(), cw.grad(), tol, what + ": weight gradient");
-          if (c.bias && want[2]) expect_near(gb.grad(), cb.grad(), tol, what + ": bias gradient");
+          if (want[0]) expect_near_magnitude(gx.grad(), cx.grad(), tol, what + ": input gradient");
+          if (want[1]) expect_near_magnitude(gw.grad(), cw.grad(), tol, what + ": weight gradient");
+          if (c.bias && want[2]) expect_near_magnitude(gb.grad(), cb.grad(), tol, what + ": bias gradient");
           EXPECT_EQ(gx.grad().defined(), want[0]) << what;
           EXPECT_EQ(gw.grad().defined(), want[1]) << what;
         }
@@ -431,9 +414,9 @@ TEST(MatmulGpu, LinearUnderBf16AutocastMatchesTheCpu) {
     };
     std::vector<Tensor> cpu = run(Device::cpu()), gpu = run(kGpu);
     const char* op = gelu ? "autocast linear_gelu" : "autocast linear";
-    expect_near(gpu[0], f64(cpu[0]), 1e-2, std::string(op) + ": output");
-    expect_near(gpu[1], f64(cpu[1]), 1e-2, std::string(op) + ": weight gradient");
-    expect_near(gpu[2], f64(cpu[2]), 1e-2, std::string(op) + ": bias gradient");
+    expect_near_magnitude(gpu[0], f64(cpu[0]), 1e-2, std::string(op) + ": output");
+    expect_near_magnitude(gpu[1], f64(cpu[1]), 1e-2, std::string(op) + ": weight gradient");
+    expect_near_magnitude(gpu[2], f64(cpu[2]), 1e-2, std::string(op) + ": bias gradient");
   }
 }
 
@@ -482,13 +465,13 @@ TEST(MatmulGpu, LinearGeluLinearIsOneNodeAndMatchesTheCpu) {
           ASSERT_TRUE(y.grad_fn()) << what;
           EXPECT_EQ(y.grad_fn()->name(), "linear_gelu_linear") << what;
           EXPECT_EQ(y.dtype(), dtype);
-          expect_near(y, expected.detach(), tol, what + ": output");
+          expect_near_magnitude(y, expected.detach(), tol, what + ": output");
           y.backward(g.to(kGpu));
           const char* names[] = {"input", "first weight", "first bias", "second weight", "second bias"};
           for (size_t i = 0; i < 5; ++i) {
             if (!host[i].defined()) continue;
             EXPECT_EQ(gpu[i].grad().defined(), want[i]) << what << ": " << names[i];
-            if (want[i]) expect_near(gpu[i].grad(), cpu[i].grad(), tol, what + ": " + names[i] + " gradient");
+            if (want[i]) expect_near_magnitude(gpu[i].grad(), cpu[i].grad(), tol, what + ": " + names[i] + " gradient");
           }
         }
       }
@@ -515,10 +498,11 @@ TEST(MatmulGpu, LinearGeluLinearIsOneNodeAndMatchesTheCpu) {
     return leaves;
   };
   std::vector<Tensor> cpu = run(Device::cpu()), gpu = run(kGpu);
-  expect_near(gpu[4], f64(cpu[4]), 1e-2, "autocast linear_gelu_linear: output");
+  expect_near_magnitude(gpu[4], f64(cpu[4]), 1e-2, "autocast linear_gelu_linear: output");
   for (size_t i = 0; i < 4; ++i) {
     EXPECT_EQ(gpu[i].grad().dtype(), DType::f32);
-    expect_near(gpu[i].grad(), f64(cpu[i].grad()), 2e-2, "autocast linear_gelu_linear: gradient " + std::to_string(i));
+    expect_near_magnitude(gpu[i].grad(), f64(cpu[i].grad()), 2e-2,
+                          "autocast linear_gelu_linear: gradient " + std::to_string(i));
   }
 }
 

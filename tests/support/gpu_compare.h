@@ -5,8 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "core/copy.h"
@@ -65,6 +68,28 @@ inline void expect_matches(const Tensor& gpu, const Tensor& cpu, Tolerance tol) 
 }
 
 // The same, within the CPU dtype's tolerance.
-inline void expect_matches(const Tensor& gpu, const Tensor& cpu) { expect_matches(gpu, cpu, tolerance_for(cpu.dtype())); }
+inline void expect_matches(const Tensor& gpu, const Tensor& cpu) {
+  expect_matches(gpu, cpu, tolerance_for(cpu.dtype()));
+}
+
+// |actual - expected| <= tol (max |expected| + |expected|) for every element: the dtype's
+// relative error, measured against the magnitude of the whole result (a sum of products
+// cancels, so single elements may be far smaller than their error bound). The first 5
+// misses are reported.
+inline void expect_near_magnitude(const Tensor& actual, const Tensor& expected, double tol, const std::string& what) {
+  ASSERT_TRUE(actual.defined()) << what;
+  ASSERT_EQ(actual.shape(), expected.shape()) << what;
+  const std::vector<double> a = actual.to_vector<double>(), e = expected.to_vector<double>();  // any device, any dtype
+  double scale = 0;
+  for (double v : e) scale = std::max(scale, std::abs(v));
+  int misses = 0;
+  for (size_t i = 0; i < a.size() && misses < 5; ++i) {
+    if (!(std::abs(a[i] - e[i]) <= tol * (scale + std::abs(e[i])))) {
+      ADD_FAILURE() << what << ": element " << i << " is " << a[i] << ", expected " << e[i] << " (tolerance " << tol
+                    << " relative to the magnitude " << scale << ")";
+      ++misses;
+    }
+  }
+}
 
 }  // namespace precis::testing
