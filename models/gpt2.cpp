@@ -107,15 +107,16 @@ Tensor GPT2::hidden_states(const Tensor& idx) {
   Tensor x = ops::embedding(wte(), idx) + ops::embedding(wpe(), positions_.narrow(0, 0, T));
   x = drop_->forward(x);
   // Each block leaves its mlp branch pending; the next norm adds it in its own pass.
-  nn::Residual r{x, Tensor()};
+  nn::Residual r{x, Tensor(), Tensor()};
   for (size_t i = 0; i < h_->size(); ++i) {
     r = h_->at<nn::Block>(i).forward(r);
-    if (nn::observing()) r = {nn::observe("transformer.h." + std::to_string(i), r.value()), Tensor()};
+    if (nn::observing()) r = {nn::observe("transformer.h." + std::to_string(i), r.value()), Tensor(), Tensor()};
   }
   // The classifier reads it: under autocast stored in the compute dtype, as its cast would make it.
   const std::optional<DType> to_linear = ops::autocast::linear_input_dtype();
   if (!r.branch.defined()) return ops::layer_norm(r.stream, ln_f_->weight, ln_f_->bias, ln_f_->eps, to_linear);
-  return ops::add_layer_norm(r.stream, r.branch, ln_f_->weight, ln_f_->bias, ln_f_->eps, to_linear).normed;
+  return ops::add_layer_norm(r.stream, r.branch, ln_f_->weight, ln_f_->bias, ln_f_->eps, to_linear, r.branch_bias)
+      .normed;
 }
 
 void GPT2Output::backward() const {

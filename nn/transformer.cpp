@@ -35,7 +35,7 @@ ops::AttentionImpl CausalSelfAttention::attention_impl(const Tensor& q, double d
   return ops::AttentionImpl::flash;
 }
 
-Tensor CausalSelfAttention::forward(const Tensor& x) {
+Tensor CausalSelfAttention::attend(const Tensor& x) {
   PRECIS_CHECK(x.dim() == 3 && x.size(2) == config_.n_embd, "CausalSelfAttention: expected input [B, T, ",
                config_.n_embd, "], got ", x.shape());
   const int64_t B = x.size(0), T = x.size(1), C = config_.n_embd, H = config_.n_head, D = C / H;
@@ -54,7 +54,17 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
     y = ops::scaled_dot_product_attention(q, k, v, /*causal=*/true, attn_dropout, std::nullopt, dropout_gen_, impl);
     y = y.transpose(1, 2).reshape({B, T, C});
   }
-  return resid_dropout_->forward(c_proj->forward(y));
+  return y;
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x) { return resid_dropout_->forward(c_proj->forward(attend(x))); }
+
+// Whether `dropout` passes its input through unchanged (eval mode, or p = 0).
+static bool passes_through(const Dropout& dropout) { return !dropout.is_training() || dropout.p == 0.0; }
+
+Branch CausalSelfAttention::forward_branch(const Tensor& x) {
+  if (!passes_through(*resid_dropout_)) return {forward(x), Tensor()};
+  return {ops::linear(attend(x), c_proj->weight), c_proj->bias};
 }
 
 MLP::MLP(const TransformerConfig& config, Generator* dropout_gen) : Module("MLP") {
@@ -70,6 +80,11 @@ Tensor MLP::forward(const Tensor& x) {
   return dropout_->forward(ops::linear_gelu_linear(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias));
 }
 
+Branch MLP::forward_branch(const Tensor& x) {
+  if (!passes_through(*dropout_)) return {forward(x), Tensor()};
+  return {ops::linear_gelu_linear(x, c_fc->weight, c_fc->bias, c_proj->weight, Tensor()), c_proj->bias};
+}
+
 Block::Block(const TransformerConfig& config, Generator* dropout_gen) : Module("Block") {
   ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(config.n_embd, config.bias));
   attn = register_module("attn", std::make_shared<CausalSelfAttention>(config, dropout_gen));
@@ -77,9 +92,12 @@ Block::Block(const TransformerConfig& config, Generator* dropout_gen) : Module("
   mlp = register_module("mlp", std::make_shared<MLP>(config, dropout_gen));
 }
 
-Tensor Residual::value() const { return branch.defined() ? stream + branch : stream; }
+Tensor Residual::value() const {
+  Tensor sum = branch.defined() ? stream + branch : stream;
+  return branch_bias.defined() ? sum + branch_bias.to(sum.dtype()) : sum;  // as add_layer_norm's sum
+}
 
-Tensor Block::forward(const Tensor& x) { return forward(Residual{x, Tensor()}).value(); }
+Tensor Block::forward(const Tensor& x) { return forward(Residual{x, Tensor(), Tensor()}).value(); }
 
 Residual Block::forward(const Residual& in) {
   // Both norms feed linears (c_attn, c_fc): under autocast they store their result in the
@@ -88,14 +106,16 @@ Residual Block::forward(const Residual& in) {
   // x = stream + the previous block's pending branch, and ln_1(x), in one op (one pass each way on the GPU).
   ops::AddLayerNorm x{in.stream, Tensor()};
   if (in.branch.defined()) {
-    x = ops::add_layer_norm(in.stream, in.branch, ln_1->weight, ln_1->bias, ln_1->eps, to_linear);
+    x = ops::add_layer_norm(in.stream, in.branch, ln_1->weight, ln_1->bias, ln_1->eps, to_linear, in.branch_bias);
   } else {
     x.normed = ops::layer_norm(in.stream, ln_1->weight, ln_1->bias, ln_1->eps, to_linear);
   }
-  const Tensor a = attn->forward(x.normed);
+  const Branch a = attn->forward_branch(x.normed);
   // h = x + a and ln_2(h) in one op.
-  const ops::AddLayerNorm h = ops::add_layer_norm(x.sum, a, ln_2->weight, ln_2->bias, ln_2->eps, to_linear);
-  return {h.sum, mlp->forward(h.normed)};
+  const ops::AddLayerNorm h =
+      ops::add_layer_norm(x.sum, a.value, ln_2->weight, ln_2->bias, ln_2->eps, to_linear, a.bias);
+  const Branch m = mlp->forward_branch(h.normed);
+  return {h.sum, m.value, m.bias};
 }
 
 }  // namespace precis::nn

@@ -13,6 +13,14 @@
 
 namespace precis::nn {
 
+// A residual branch with its last bias possibly not yet added: the branch is value + bias
+// (bias undefined: value alone). The norm that adds the branch to the residual stream adds
+// the bias in the same pass (ops::add_layer_norm's residual_bias), and its gradient is one
+// more column sum of that norm's backward instead of a pass over the gradient of its own.
+struct Branch {
+  Tensor value, bias;
+};
+
 struct TransformerConfig {
   int64_t n_embd = 768;
   int64_t n_head = 12;
@@ -26,12 +34,16 @@ class CausalSelfAttention : public Module {
   CausalSelfAttention(const TransformerConfig& config, Generator* dropout_gen = nullptr);
   // x: [B, T, C] -> [B, T, C]
   Tensor forward(const Tensor& x) override;
+  // The same with c_proj's bias left to the caller where no dropout follows it (dropout(z + b)
+  // is not dropout(z) + b): {c_proj's product, its bias}, else {forward(x), none}.
+  Branch forward_branch(const Tensor& x);
 
   std::shared_ptr<Linear> c_attn;  // C -> 3C: q, k, v in one product
   std::shared_ptr<Linear> c_proj;  // C -> C
 
  private:
   ops::AttentionImpl attention_impl(const Tensor& q, double dropout_p) const;
+  Tensor attend(const Tensor& x);  // the heads' outputs, [B, T, C], before c_proj
 
   TransformerConfig config_;
   std::shared_ptr<Dropout> resid_dropout_;
@@ -42,6 +54,8 @@ class MLP : public Module {
  public:
   explicit MLP(const TransformerConfig& config, Generator* dropout_gen = nullptr);
   Tensor forward(const Tensor& x) override;
+  // As CausalSelfAttention::forward_branch: c_proj's bias left to the caller where no dropout follows.
+  Branch forward_branch(const Tensor& x);
 
   std::shared_ptr<Linear> c_fc;    // C -> 4C
   std::shared_ptr<Linear> c_proj;  // 4C -> C
@@ -53,9 +67,10 @@ class MLP : public Module {
 // The residual stream between blocks, with the last branch not yet added to it: the next
 // block adds it in the same pass as its first layer norm (ops::add_layer_norm), so the sum
 // costs no pass of its own. branch undefined: nothing pending; the stream is the value.
+// branch_bias: the branch's bias, not yet added to it either (Branch), or undefined.
 struct Residual {
-  Tensor stream, branch;
-  Tensor value() const;  // stream + branch
+  Tensor stream, branch, branch_bias;
+  Tensor value() const;  // stream + branch + branch_bias
 };
 
 // x = x + attn(ln_1(x)); x = x + mlp(ln_2(x))
@@ -64,7 +79,8 @@ class Block : public Module {
   explicit Block(const TransformerConfig& config, Generator* dropout_gen = nullptr);
   Tensor forward(const Tensor& x) override;
   // The same on a residual stream with a pending branch: returns {x + attn(...), mlp(...)},
-  // the mlp branch left pending for the next block's ln_1 (or the model's final norm).
+  // the mlp branch left pending for the next block's ln_1 (or the model's final norm), and
+  // c_proj's biases added by the norms that add their branches (where no dropout follows them).
   Residual forward(const Residual& in);
 
   std::shared_ptr<LayerNorm> ln_1;

@@ -16,11 +16,15 @@
 // On the GPU, dw and db are written into the parameters' .grad where the engine offers them
 // (f32: the flat gradient buffer; core/autograd.h, take_grad_destination), not returned.
 //
-// add_layer_norm: s = x + r, y = layer_norm(s), as a transformer block's residual add followed
-// by its next norm. s is used twice downstream (the residual stream, and y), so
-//   ds = g_s + (layer_norm's dx from g_y),  dx = dr = ds  (each in its input's dtype).
-// On the GPU one kernel does the add and the norm, and one the backward with that sum and
-// r's gradient in r's dtype; on the CPU it is the composition of add and layer_norm.
+// add_layer_norm: s = x + r + rb, y = layer_norm(s), as a transformer block's residual add
+// followed by its next norm (rb: the bias of the product that made the branch r, [C] added to
+// every row, or none). s is used twice downstream (the residual stream, and y), so
+//   ds = g_s + (layer_norm's dx from g_y),  dx = dr = ds  (each in its input's dtype),
+//   drb = sum over rows of ds.
+// On the GPU one kernel does the add and the norm, and one the backward with that sum, r's
+// gradient in r's dtype and drb as a third column sum beside dw and db (so the product that
+// leaves its bias here needs no bias-gradient pass of its own); on the CPU it is the
+// composition of add and layer_norm.
 #include <omp.h>
 
 #include <cmath>
@@ -34,6 +38,7 @@
 #include "ops/cpu/loops.h"
 #include "ops/elementwise.h"
 #include "ops/nn_functional.h"
+#include "ops/reduce.h"
 
 #if PRECIS_WITH_CUDA
 #include "ops/cuda/nn_kernels.h"
@@ -227,7 +232,8 @@ bool kernel_reads_residual(DType sum, DType residual) {
 // add_layer_norm on the GPU: `wide` is the operand in the sum's dtype, `narrow` the other
 // (wide_index says which of x and r `wide` is, for the gradients' order).
 AddLayerNorm add_layer_norm_cuda(const char* op, Tensor wide, Tensor narrow, int wide_index, const Tensor& weight,
-                                 const Tensor& bias, double eps, std::optional<DType> out_dtype) {
+                                 const Tensor& bias, double eps, std::optional<DType> out_dtype,
+                                 const Tensor& residual_bias) {
   const DType S = promote_types(wide.dtype(), narrow.dtype());
   if (wide.dtype() != S) wide = wide.to(S);
   if (!kernel_reads_residual(S, narrow.dtype())) narrow = narrow.to(S);
@@ -242,41 +248,46 @@ AddLayerNorm add_layer_norm_cuda(const char* op, Tensor wide, Tensor narrow, int
   Saved saved{sum.detach(), parameter_or(weight, C, stats, 1.0, device), empty(row_shape, stats, device),
               empty(row_shape, stats, device)};
   cuda::layer_norm_forward(dense(wide, S), saved.weight, parameter_or(bias, C, stats, 0.0, device), eps, y, saved.mean,
-                           saved.rstd, dense(narrow, narrow.dtype()), saved.x);
+                           saved.rstd, dense(narrow, narrow.dtype()), saved.x,
+                           residual_bias.defined() ? dense(residual_bias, stats) : Tensor());
   const Tensor x = wide_index == 0 ? wide : narrow, r = wide_index == 0 ? narrow : wide;
-  if (autograd::any_requires_grad({&x, &r, &weight, &bias})) {
-    autograd::record(op, {x, r, weight, bias}, {sum, y},
-                     [saved, wide_index, narrow_dtype = narrow.dtype(), y_dtype,
-                      weight_dtype = weight.defined() ? weight.dtype() : stats,
-                      bias_dtype = bias.defined() ? bias.dtype() : stats](const BackwardArgs& g) {
-                       const DType S = saved.x.dtype();
-                       const int narrow_index = 1 - wide_index;
-                       const bool split = narrow_dtype != S;  // the narrow operand's gradient in its own dtype
-                       const Tensor g_sum = g.grad(0).defined() ? dense(g.grad(0), S) : Tensor();
-                       std::vector<Tensor> grads(4);
-                       if (!g.grad(1).defined()) {  // only the sum's gradient flowed: it is each operand's
-                         if (g_sum.defined() && g.needs(wide_index)) grads[wide_index] = g_sum;
-                         if (g_sum.defined() && g.needs(narrow_index)) grads[narrow_index] = g_sum.to(narrow_dtype);
-                         return grads;
-                       }
-                       const Device device = saved.x.device();
-                       const int64_t C = saved.x.shape().back();
-                       Tensor ds, dr;
-                       if (g.needs(wide_index) || (g.needs(narrow_index) && !split))
-                         ds = empty(saved.x.shape(), S, device);
-                       if (g.needs(narrow_index) && split) dr = empty(saved.x.shape(), narrow_dtype, device);
-                       const Tensor g_y = dense(g.grad(1), y_dtype);
-                       const ParamGrad dw = param_grad(g, 2, C, saved.mean.dtype(), device),
-                                       db = param_grad(g, 3, C, saved.mean.dtype(), device);
-                       cuda::layer_norm_backward(saved.x, g_y, saved.weight, saved.mean, saved.rstd, ds, dw.values,
-                                                 db.values, g_sum, dr, dw.destination.accumulate,
-                                                 db.destination.accumulate);
-                       if (g.needs(wide_index)) grads[wide_index] = ds;
-                       if (g.needs(narrow_index)) grads[narrow_index] = split ? dr : ds;
-                       grads[2] = returned(dw, weight_dtype);
-                       grads[3] = returned(db, bias_dtype);
-                       return grads;
-                     });
+  if (autograd::any_requires_grad({&x, &r, &weight, &bias, &residual_bias})) {
+    autograd::record(
+        op, {x, r, weight, bias, residual_bias}, {sum, y},
+        [saved, wide_index, narrow_dtype = narrow.dtype(), y_dtype,
+         weight_dtype = weight.defined() ? weight.dtype() : stats, bias_dtype = bias.defined() ? bias.dtype() : stats,
+         residual_bias_dtype = residual_bias.defined() ? residual_bias.dtype() : stats](const BackwardArgs& g) {
+          const DType S = saved.x.dtype();
+          const int narrow_index = 1 - wide_index;
+          const bool split = narrow_dtype != S;  // the narrow operand's gradient in its own dtype
+          const Tensor g_sum = g.grad(0).defined() ? dense(g.grad(0), S) : Tensor();
+          const Device device = saved.x.device();
+          const int64_t C = saved.x.shape().back();
+          const DType stats = saved.mean.dtype();
+          std::vector<Tensor> grads(5);
+          if (!g.grad(1).defined()) {  // only the sum's gradient flowed: it is each operand's
+            if (g_sum.defined() && g.needs(wide_index)) grads[wide_index] = g_sum;
+            if (g_sum.defined() && g.needs(narrow_index)) grads[narrow_index] = g_sum.to(narrow_dtype);
+            if (g_sum.defined() && g.needs(4))  // rb's: its column sums, in the statistics dtype
+              grads[4] = cpu::converted(sum_to_shape(dense(g_sum, stats), Shape{C}), residual_bias_dtype);
+            return grads;
+          }
+          Tensor ds, dr;
+          if (g.needs(wide_index) || (g.needs(narrow_index) && !split)) ds = empty(saved.x.shape(), S, device);
+          if (g.needs(narrow_index) && split) dr = empty(saved.x.shape(), narrow_dtype, device);
+          const Tensor g_y = dense(g.grad(1), y_dtype);
+          const ParamGrad dw = param_grad(g, 2, C, stats, device), db = param_grad(g, 3, C, stats, device),
+                          drb = param_grad(g, 4, C, stats, device);
+          cuda::layer_norm_backward(saved.x, g_y, saved.weight, saved.mean, saved.rstd, ds, dw.values, db.values, g_sum,
+                                    dr, dw.destination.accumulate, db.destination.accumulate, drb.values,
+                                    drb.destination.accumulate);
+          if (g.needs(wide_index)) grads[wide_index] = ds;
+          if (g.needs(narrow_index)) grads[narrow_index] = split ? dr : ds;
+          grads[2] = returned(dw, weight_dtype);
+          grads[3] = returned(db, bias_dtype);
+          grads[4] = returned(drb, residual_bias_dtype);
+          return grads;
+        });
   }
   return {sum, y.dtype() == wanted ? y : y.to(wanted)};
 }
@@ -318,23 +329,30 @@ Tensor layer_norm(const Tensor& x_arg, const Tensor& weight, const Tensor& bias,
 }
 
 AddLayerNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
-                            double eps, std::optional<DType> out_dtype) {
+                            double eps, std::optional<DType> out_dtype, const Tensor& residual_bias) {
   const char* op = "add_layer_norm";
   require_defined(op, x, "input");
   require_defined(op, residual, "residual");
-  [[maybe_unused]] const Device device = common_device(op, {&x, &residual, &weight, &bias});
+  [[maybe_unused]] const Device device = common_device(op, {&x, &residual, &weight, &bias, &residual_bias});
   require_floating(op, x, "input");
   require_floating(op, residual, "residual");
   PRECIS_CHECK(x.shape() == residual.shape(), op, ": input ", describe(x), " and residual ", describe(residual),
                " must have one shape");
+  if (residual_bias.defined()) {
+    require_floating(op, residual_bias, "residual_bias");
+    PRECIS_CHECK(x.dim() >= 1 && residual_bias.shape() == Shape{x.shape().back()}, op, ": residual_bias must be [",
+                 x.dim() >= 1 ? x.shape().back() : 0, "] (the last dim of input ", describe(x), "), got ",
+                 describe(residual_bias));
+  }
 #if PRECIS_WITH_CUDA
   if (device.is_cuda()) {
     const bool x_wide = promote_types(x.dtype(), residual.dtype()) == x.dtype();
-    return x_wide ? add_layer_norm_cuda(op, x, residual, 0, weight, bias, eps, out_dtype)
-                  : add_layer_norm_cuda(op, residual, x, 1, weight, bias, eps, out_dtype);
+    return x_wide ? add_layer_norm_cuda(op, x, residual, 0, weight, bias, eps, out_dtype, residual_bias)
+                  : add_layer_norm_cuda(op, residual, x, 1, weight, bias, eps, out_dtype, residual_bias);
   }
 #endif
   Tensor sum = x + residual;
+  if (residual_bias.defined()) sum = sum + residual_bias.to(sum.dtype());  // in the sum's dtype, as on the GPU
   return {sum, layer_norm(sum, weight, bias, eps, out_dtype)};
 }
 

@@ -24,11 +24,17 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 // shape; dtypes promote as in add) and normed = layer_norm(sum, weight, bias, eps), with
 // layer_norm's autocast rule and out_dtype. One pass each way on the GPU (the gradients of sum and normed
 // are added in the norm's backward); add then layer_norm on the CPU.
+// residual_bias ([C] or undefined): the bias of the product that made `residual`, left out of
+// it and added here to every row (sum = x + residual + residual_bias, in the sum's dtype; on
+// the GPU summed in f32 and rounded once). Its gradient, the column sums of the sum's, is
+// one more column sum of the norm's backward on the GPU: the product needs no bias-gradient
+// pass of its own.
 struct AddLayerNorm {
   Tensor sum, normed;
 };
 AddLayerNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
-                            double eps = 1e-5, std::optional<DType> out_dtype = std::nullopt);
+                            double eps = 1e-5, std::optional<DType> out_dtype = std::nullopt,
+                            const Tensor& residual_bias = Tensor());
 
 // out[..., :] = weight[indices[...], :]; indices i32 or i64. Backward scatter-adds into weight.
 Tensor embedding(const Tensor& weight, const Tensor& indices);

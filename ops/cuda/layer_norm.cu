@@ -12,6 +12,10 @@
 // and the residual r, writes their sum s = x + r (rounded to x's dtype T) and normalises s; the
 // backward adds the sum's own gradient g_s to ds and writes ds once more in r's dtype where
 // that differs (r's gradient), so neither the add nor its gradient costs a pass of its own.
+// r may come with a bias rb ([C], the statistics dtype: the bias of the product that made r,
+// left to this kernel): s = x + r + rb, and the backward sums ds over rows for rb's gradient,
+// a third column sum beside dw and db, so the product's own bias-gradient pass (a read of the
+// whole gradient) is not needed.
 // x, s and dx are in T; y and its gradient g may be f32 for f16/bf16 T (autocast's f32
 // output) or f16/bf16 for f32 T (a norm that feeds a linear under autocast); r and dr may be
 // f16/bf16 for f32 T. Mixed dtypes are visited in packs of Packed128<T>::size elements, each
@@ -29,12 +33,12 @@ namespace precis::ops::cuda {
 
 namespace {
 
-// s = x + r, rounded to T: the sum add_layer_norm stores and normalises.
-template <int W, typename T, typename R>
-__device__ __forceinline__ Pack<T, W> add_residual(Pack<T, W> x, const Pack<R, W>& r) {
-  using A = compute_t<T>;
+// s = x + r + rb, summed in A and rounded once to T: the sum add_layer_norm stores and
+// normalises (rb: the residual's bias at these columns, zeros without one).
+template <int W, typename T, typename R, typename A>
+__device__ __forceinline__ Pack<T, W> add_residual(Pack<T, W> x, const Pack<R, W>& r, const Pack<A, W>& rb) {
 #pragma unroll
-  for (int k = 0; k < W; ++k) x.v[k] = convert_to<T>(convert_to<A>(x.v[k]) + convert_to<A>(r.v[k]));
+  for (int k = 0; k < W; ++k) x.v[k] = convert_to<T>(convert_to<A>(x.v[k]) + convert_to<A>(r.v[k]) + rb.v[k]);
   return x;
 }
 
@@ -49,12 +53,12 @@ __device__ __forceinline__ Y normalized(T v, A mu, A rs, A w, A b) {
 // pass 3 writes y. With a residual, passes 2 and 3 read s back (each thread its own writes).
 // Bytes: x read three times (passes 2 and 3 mostly from L1/L2), y written once, 8 bytes of
 // statistics per row; with a residual also r read and s written once (add + layer_norm apart
-// would read s again from memory, and launch twice). Rows that a warp can hold take
-// layer_norm_forward_held_kernel instead.
+// would read s again from memory, and launch twice), and its bias (C values) per row from L1.
+// Rows that a warp can hold take layer_norm_forward_held_kernel instead.
 template <int kThreads, int kPack, typename T, typename R, typename Y, typename A = compute_t<T>>
 __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
-    layer_norm_forward_kernel(const T* x, const R* residual, T* sum_out, const A* weight, const A* bias, Y* y, A* mean,
-                              A* rstd, int64_t rows, int64_t C, A eps) {
+    layer_norm_forward_kernel(const T* x, const R* residual, const A* residual_bias, T* sum_out, const A* weight,
+                              const A* bias, Y* y, A* mean, A* rstd, int64_t rows, int64_t C, A eps) {
   const int64_t row = row_index();
   if (row >= rows) return;
   Y* yr = y + row * C;
@@ -63,7 +67,12 @@ __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
     constexpr int W = decltype(width)::value;
     Pack<T, W> v = load_pack<W>(x + row * C + i);
     if (residual) {
-      v = add_residual(v, load_pack<W>(residual + row * C + i));
+      Pack<A, W> rb{};  // its columns need not start a pack of A: element by element
+      if (residual_bias) {
+#pragma unroll
+        for (int k = 0; k < W; ++k) rb.v[k] = residual_bias[i + k];
+      }
+      v = add_residual(v, load_pack<W>(residual + row * C + i), rb);
       store_pack<W>(sum_out + row * C + i, v);
     }
 #pragma unroll
@@ -107,11 +116,12 @@ inline constexpr int kHeldLanePacks = std::min(8, 1024 / (32 * Packed128<T>::siz
 // issues all of a lane's loads of x (and r) before anything is stored (the other kernel stores s
 // before it loads the next pack, and so waits for memory once per pack); s is written in pass 2,
 // and passes 2 and 3 work on the registers.
-// Bytes: x (and r) read once, y (and s) written once, weight and bias read per row from L1.
+// Bytes: x (and r) read once, y (and s) written once, weight and bias (and r's bias) read per
+// row from L1.
 template <typename T, typename R, typename Y, typename A = compute_t<T>>
 __global__ void PRECIS_ROW_LAUNCH_BOUNDS(32)
-    layer_norm_forward_held_kernel(const T* x, const R* residual, T* sum_out, const A* weight, const A* bias, Y* y,
-                                   A* mean, A* rstd, int64_t rows, int64_t C, A eps) {
+    layer_norm_forward_held_kernel(const T* x, const R* residual, const A* residual_bias, T* sum_out, const A* weight,
+                                   const A* bias, Y* y, A* mean, A* rstd, int64_t rows, int64_t C, A eps) {
   const int64_t row = row_index();
   if (row >= rows) return;
   constexpr int kPack = Packed128<T>::size, kLanePacks = kHeldLanePacks<T>;
@@ -123,7 +133,9 @@ __global__ void PRECIS_ROW_LAUNCH_BOUNDS(32)
     const int64_t col = column(p);
     if (col >= C) continue;
     v[p] = load_pack<kPack>(x + row * C + col);
-    if (residual) v[p] = add_residual(v[p], load_pack<kPack>(residual + row * C + col));
+    if (residual)
+      v[p] = add_residual(v[p], load_pack<kPack>(residual + row * C + col),
+                          residual_bias ? load_pack<kPack>(residual_bias + col) : Pack<A, kPack>{});
 #pragma unroll
     for (int k = 0; k < kPack; ++k) sum += convert_to<A>(v[p].v[k]);
   }
@@ -173,22 +185,25 @@ __device__ __forceinline__ V slice_all_reduce(V v, Op op) {
   return v;
 }
 
-// Adds the dw and db sums of each column's owners (the threads of one threadIdx.x) over the
-// slices, in slice order, into slice 0's; every thread must call it.
-template <int kPacks, int kPack, typename A>
-__device__ __forceinline__ void sum_over_slices(A (&dw)[kPacks][kPack], A (&db)[kPacks][kPack]) {
-  __shared__ Pair<A> staged[1024];
+// Adds the column sums (dw, db and, with a residual bias, its gradient's) of each column's
+// owners (the threads of one threadIdx.x) over the slices, in slice order, into slice 0's;
+// every thread must call it.
+template <int kPacks, int kPack, typename A, typename... Sums>
+__device__ __forceinline__ void sum_over_slices(Sums&... sums) {
+  constexpr int kSums = sizeof...(Sums);
+  __shared__ A staged[kSums][1024];
+  const int own = threadIdx.y * blockDim.x + threadIdx.x;
 #pragma unroll
   for (int p = 0; p < kPacks; ++p) {
 #pragma unroll
     for (int k = 0; k < kPack; ++k) {
-      staged[threadIdx.y * blockDim.x + threadIdx.x] = {dw[p][k], db[p][k]};
+      int n = 0;
+      ((staged[n++][own] = sums[p][k]), ...);
       __syncthreads();
       if (threadIdx.y == 0) {
         for (int s = 1; s < blockDim.y; ++s) {
-          const Pair<A> other = staged[s * blockDim.x + threadIdx.x];
-          dw[p][k] += other.first;
-          db[p][k] += other.second;
+          n = 0;
+          ((sums[p][k] += staged[n++][s * blockDim.x + threadIdx.x]), ...);
         }
       }
       __syncthreads();  // staged is free for the next value
@@ -210,22 +225,32 @@ inline constexpr bool kHoldsRow = (2 * sizeof(compute_t<T>) + 2 * sizeof(T) + si
 // ... Thread (t, y) owns the columns (p * blockDim.x + t) * kPack + k, p < kPacks, k < kPack, for
 // all its rows, so its dw and db sums stay in registers. Per row, one slice reduction gives
 // mean(dxhat) and mean(dxhat xhat); then dx (plus g_sum, when given) is written, to dx and/or,
-// in the residual's dtype, to dr (null: not wanted). At the end the slices' sums are added in
-// slice order and each block writes its partial dw and db rows to partial_dw/partial_db
-// [blocks, C] (null: not wanted).
+// in the residual's dtype, to dr (null: not wanted). kResidualBias: the thread also sums those
+// values (in A, before they are rounded to T or R: the sum's gradient) per column, the
+// gradient of the residual's bias. At the end the slices' sums are added in slice order and
+// each block writes its partial dw, db (and residual-bias) rows to partial_dw, partial_db and
+// partial_drb [blocks, C] (null: not wanted).
 // Held rows (kHoldsRow, or kAhead): pass 1 loads x, g and g_sum, and pass 2 works on the
 // registers. kAhead (rows of one pack a thread, blocks of at most 256 threads, so up to 255
 // registers a thread): a slice's next row (x, g, g_sum, mean, rstd) is loaded before this row is
 // reduced and written, so a row's memory latency hides behind the last row's work. Without it
 // each row cost a memory round trip plus the reduction's barriers, 32 rows one after another
 // per block: GPT-2's backward (rows of 768) ran at ~60-70% of its bytes' time on an H100.
+// kAhead with kResidualBias is held to 80 registers (3 blocks of 256 threads an SM): its third
+// sum took ~94 for bf16 rows, and GPT-2's blocks (rows of 768 bf16: 96 threads x 2 slices) then
+// fit 3 to an SM, not 4, leaving 116 of the 512 blocks for a second wave on an H100 (132 SMs).
+// At 80, ptxas spills ~24 bytes a thread of that instance instead (sm_90; unmeasured trade).
+// The other instances ask no minimum (0 emits none; an explicit 1 had ptxas take 96 registers
+// for the bf16 rows without the bias, up from 78).
 // Bytes: x, g and g_sum read once from memory (other rows read x and g again, mostly from L1),
 // dx and dr written once (the fused add: apart, the gradients' sum and r's cast would each be a
-// pass of their own); 2 * blocks * C statistics-dtype values of partials.
-template <int kPacks, int kPack, bool kAhead, typename T, typename G, typename R, typename A = compute_t<T>>
-__global__ void __launch_bounds__(kAhead ? 256 : 1024)
+// pass of their own; and the residual bias's gradient, a pass over ds of the product's own);
+// 2 (3 with kResidualBias) * blocks * C statistics-dtype values of partials.
+template <int kPacks, int kPack, bool kAhead, bool kResidualBias, typename T, typename G, typename R,
+          typename A = compute_t<T>>
+__global__ void __launch_bounds__(kAhead ? 256 : 1024, (kAhead && kResidualBias) ? 3 : 0)
     layer_norm_backward_kernel(const T* x, const G* g, const T* g_sum, const A* weight, const A* mean, const A* rstd,
-                               T* dx, R* dr, A* partial_dw, A* partial_db, int64_t rows, int64_t C,
+                               T* dx, R* dr, A* partial_dw, A* partial_db, A* partial_drb, int64_t rows, int64_t C,
                                int64_t rows_per_block) {
   static_assert(!kAhead || kPacks == 1, "the load ahead is for rows of one pack a thread");
   constexpr bool kHeld = kAhead || kHoldsRow<kPacks, kPack, T, G>;
@@ -252,7 +277,8 @@ __global__ void __launch_bounds__(kAhead ? 256 : 1024)
     }
   };
   A dw[kPacks][kPack] = {}, db[kPacks][kPack] = {};
-  Row ahead;  // kAhead: the slice's next row, loading while this one is worked on
+  A drb[kResidualBias ? kPacks : 1][kPack] = {};  // the residual bias's gradient (kResidualBias)
+  Row ahead;                                      // kAhead: the slice's next row, loading while this one is worked on
   if constexpr (kAhead) load_row(first + threadIdx.y, ahead);
   for (int64_t step = first; step < last; step += blockDim.y) {
     const int64_t row = step + threadIdx.y;
@@ -304,6 +330,7 @@ __global__ void __launch_bounds__(kAhead ? 256 : 1024)
         db[p][k] += gk;
         A d = rs * (gk * weight[col + k] - mean_dxhat - xhat * mean_dxhat_xhat);
         if (g_sum) d += convert_to<A>(cur.g_sum[p].v[k]);
+        if constexpr (kResidualBias) drb[p][k] += d;
         out.v[k] = convert_to<T>(d);
         out_r.v[k] = convert_to<R>(d);
       }
@@ -312,7 +339,11 @@ __global__ void __launch_bounds__(kAhead ? 256 : 1024)
     }
   }
   if constexpr (kPacks == 1) {  // only rows of one pack a thread come several to a block
-    if (blockDim.y > 1 && (partial_dw || partial_db)) sum_over_slices(dw, db);
+    if constexpr (kResidualBias) {
+      if (blockDim.y > 1) sum_over_slices<kPacks, kPack, A>(dw, db, drb);
+    } else {
+      if (blockDim.y > 1 && (partial_dw || partial_db)) sum_over_slices<kPacks, kPack, A>(dw, db);
+    }
   }
   if (threadIdx.y != 0) return;
 #pragma unroll
@@ -323,23 +354,32 @@ __global__ void __launch_bounds__(kAhead ? 256 : 1024)
     for (int k = 0; k < kPack; ++k) {
       if (partial_dw) partial_dw[blockIdx.x * C + col + k] = dw[p][k];
       if (partial_db) partial_db[blockIdx.x * C + col + k] = db[p][k];
+      if constexpr (kResidualBias) partial_drb[blockIdx.x * C + col + k] = drb[p][k];
     }
   }
 }
 
-// Backward, stage 2: out[c] = sum over b of partial[b, c], b in order, for out = dw
-// (blockIdx.y 0) and db (1); added to what out holds where accumulate_dw / accumulate_db
-// (a parameter's .grad, written where it lies). A block covers 32 columns; its kSlices rows
-// of threads each sum every kSlices-th partial row, then one thread per column adds the
-// slices in order. Bytes: the partials read once, 2 * C values written.
+// One column sum of stage 1: its partial rows [blocks, C] and where it goes (null: not wanted),
+// added to what out holds where `accumulate` (a parameter's .grad, written where it lies).
+template <typename A>
+struct ColumnSum {
+  const A* partial = nullptr;
+  A* out = nullptr;
+  bool accumulate = false;
+};
+
+// Backward, stage 2: out[c] = sum over b of partial[b, c], b in order, for dw (blockIdx.y
+// 0), db (1) and the residual bias's gradient (2). A block covers 32 columns; its kSlices
+// rows of threads each sum every kSlices-th partial row, then one thread per column adds the
+// slices in order. Bytes: the partials read once, C values written per sum.
 constexpr int kSlices = 16;
 template <typename A>
 __global__ void __launch_bounds__(32 * kSlices)
-    layer_norm_param_grads_kernel(const A* partial_dw, const A* partial_db, A* dw, A* db, int64_t blocks, int64_t C,
-                                  bool accumulate_dw, bool accumulate_db) {
-  const A* partial = blockIdx.y == 0 ? partial_dw : partial_db;
-  A* out = blockIdx.y == 0 ? dw : db;
-  const bool accumulate = blockIdx.y == 0 ? accumulate_dw : accumulate_db;
+    layer_norm_param_grads_kernel(ColumnSum<A> dw, ColumnSum<A> db, ColumnSum<A> drb, int64_t blocks, int64_t C) {
+  const ColumnSum<A> target = blockIdx.y == 0 ? dw : blockIdx.y == 1 ? db : drb;
+  const A* partial = target.partial;
+  A* out = target.out;
+  const bool accumulate = target.accumulate;
   if (!out) return;
   __shared__ A slices[kSlices][33];
   const int64_t col = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
@@ -368,15 +408,15 @@ constexpr int kBackwardBlockThreads = 256;
 
 // Calls run(kernel) with the backward kernel of the fewest packs per thread (a power of
 // two) that covers `packs`; the row-length check keeps packs * kPack <= kMaxPerThread.
-template <int kPacks, int kPack, typename T, typename G, typename R, typename Run>
+template <int kPacks, int kPack, bool kResidualBias, typename T, typename G, typename R, typename Run>
 void run_with_packs(int64_t packs, Run&& run) {
   if constexpr (kPacks * kPack >= kMaxPerThread<compute_t<T>>) {
-    run(layer_norm_backward_kernel<kPacks, kPack, false, T, G, R>);
+    run(layer_norm_backward_kernel<kPacks, kPack, false, kResidualBias, T, G, R>);
   } else {
     if (packs <= kPacks)
-      run(layer_norm_backward_kernel<kPacks, kPack, false, T, G, R>);
+      run(layer_norm_backward_kernel<kPacks, kPack, false, kResidualBias, T, G, R>);
     else
-      run_with_packs<kPacks * 2, kPack, T, G, R>(packs, run);
+      run_with_packs<kPacks * 2, kPack, kResidualBias, T, G, R>(packs, run);
   }
 }
 
@@ -403,7 +443,8 @@ U* pointer(const Tensor& t) {
 }  // namespace
 
 void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
-                        const Tensor& mean, const Tensor& rstd, const Tensor& residual, const Tensor& sum) {
+                        const Tensor& mean, const Tensor& rstd, const Tensor& residual, const Tensor& sum,
+                        const Tensor& residual_bias) {
   const char* op = residual.defined() ? "add_layer_norm" : "layer_norm";
   const int64_t C = x.shape().back(), rows = C == 0 ? 0 : x.numel() / C;
   if (rows == 0) return;
@@ -417,6 +458,7 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
         using Y = typename decltype(y_tag)::type;
         const T* xp = pointer<const T>(x);
         const R* rp = pointer<const R>(residual);
+        const A* rbp = pointer<const A>(residual_bias);
         T* sp = pointer<T>(sum);
         Y* yp = pointer<Y>(y);
         const A* wp = pointer<const A>(weight);
@@ -426,11 +468,11 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
             same_pack_phase<kWide>(xp, rp) && same_pack_phase<kWide>(xp, sp) && same_pack_phase<kWide>(xp, yp);
         // A warp holds the row when every row of every array starts at a pack boundary and fits.
         const bool held = packed && pack_aligned<kWide>(xp) && C % kWide == 0 && C <= 32 * kHeldLanePacks<T> * kWide &&
-                          pack_aligned<kWide>(wp) && pack_aligned<kWide>(bp);
+                          pack_aligned<kWide>(wp) && pack_aligned<kWide>(bp) && pack_aligned<kWide>(rbp);
         auto launch = [&](auto threads, auto kernel) {
           constexpr int kThreads = decltype(threads)::value;
           kernel<<<row_grid<kThreads>(rows), row_block<kThreads>(), 0, stream>>>(
-              xp, rp, sp, wp, bp, yp, pointer<A>(mean), pointer<A>(rstd), rows, C, static_cast<A>(eps));
+              xp, rp, rbp, sp, wp, bp, yp, pointer<A>(mean), pointer<A>(rstd), rows, C, static_cast<A>(eps));
         };
         if (held) {
           launch(std::integral_constant<int, 32>{}, layer_norm_forward_held_kernel<T, R, Y>);
@@ -451,17 +493,21 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
 
 void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                          const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& g_sum,
-                         const Tensor& dresidual, bool accumulate_dweight, bool accumulate_dbias) {
-  const char* op = g_sum.defined() || dresidual.defined() ? "add_layer_norm backward" : "layer_norm backward";
+                         const Tensor& dresidual, bool accumulate_dweight, bool accumulate_dbias,
+                         const Tensor& dresidual_bias, bool accumulate_dresidual_bias) {
+  const char* op = g_sum.defined() || dresidual.defined() || dresidual_bias.defined() ? "add_layer_norm backward"
+                                                                                      : "layer_norm backward";
   const int64_t C = x.shape().back(), rows = C == 0 ? 0 : x.numel() / C;
   if (C == 0) return;
   cudaStream_t stream = stream_for(x);
-  const bool param_grads = dweight.defined() || dbias.defined();
+  const bool residual_bias = dresidual_bias.defined();
+  const bool param_grads = dweight.defined() || dbias.defined() || residual_bias;
   if (rows == 0) {  // no rows: the parameter gradients are sums of nothing
-    if (dweight.defined() && !accumulate_dweight)
-      PRECIS_CUDA_CHECK(cudaMemsetAsync(dweight.raw_data(), 0, dweight.nbytes(), stream), op);
-    if (dbias.defined() && !accumulate_dbias)
-      PRECIS_CUDA_CHECK(cudaMemsetAsync(dbias.raw_data(), 0, dbias.nbytes(), stream), op);
+    for (const auto& [grad, accumulate] : {std::pair{&dweight, accumulate_dweight}, std::pair{&dbias, accumulate_dbias},
+                                           std::pair{&dresidual_bias, accumulate_dresidual_bias}}) {
+      if (grad->defined() && !accumulate)
+        PRECIS_CUDA_CHECK(cudaMemsetAsync(grad->raw_data(), 0, grad->nbytes(), stream), op);
+    }
     return;
   }
   const int64_t rows_per_block = (rows + kMaxBackwardBlocks - 1) / kMaxBackwardBlocks;
@@ -480,16 +526,18 @@ void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight,
         const T* gsp = pointer<const T>(g_sum);
         T* dxp = pointer<T>(dx);
         R* drp = pointer<R>(dresidual);
-        // Partial rows, [2, blocks, C]: dw then db.
-        Tensor partials = param_grads ? empty({2, blocks, C}, mean.dtype(), x.device()) : Tensor();
+        // Partial rows, [2 or 3, blocks, C]: dw, db, then the residual bias's gradient.
+        Tensor partials = param_grads ? empty({residual_bias ? 3 : 2, blocks, C}, mean.dtype(), x.device()) : Tensor();
         A* partial_dw = dweight.defined() ? pointer<A>(partials) : nullptr;
         A* partial_db = dbias.defined() ? pointer<A>(partials) + blocks * C : nullptr;
+        A* partial_drb = residual_bias ? pointer<A>(partials) + 2 * blocks * C : nullptr;
         // Packs need every row to start at a pack boundary: C a multiple of the pack and aligned bases.
         constexpr int kWide = Packed128<T>::size;
         const bool packed = C % kWide == 0 && pack_aligned<kWide>(xp) && pack_aligned<kWide>(gp) &&
                             pack_aligned<kWide>(gsp) && pack_aligned<kWide>(dxp) && pack_aligned<kWide>(drp);
-        auto launch = [&](auto pack) {
+        auto launch = [&](auto pack, auto with_residual_bias) {
           constexpr int kPack = decltype(pack)::value;
+          constexpr bool kResidualBias = decltype(with_residual_bias)::value;
           const int64_t per_row = (C + kPack - 1) / kPack;
           const int threads = static_cast<int>(std::min<int64_t>(1024, (per_row + 31) / 32 * 32));
           const int64_t packs = (per_row + threads - 1) / threads;
@@ -498,23 +546,31 @@ void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight,
           auto run = [&](auto kernel) {
             kernel<<<static_cast<unsigned>(blocks), block, 0, stream>>>(
                 xp, gp, gsp, pointer<const A>(weight), pointer<const A>(mean), pointer<const A>(rstd), dxp, drp,
-                partial_dw, partial_db, rows, C, rows_per_block);
+                partial_dw, partial_db, partial_drb, rows, C, rows_per_block);
           };
           if (packs == 1 && threads * slices <= kBackwardBlockThreads)
-            run(layer_norm_backward_kernel<1, kPack, true, T, G, R>);
+            run(layer_norm_backward_kernel<1, kPack, true, kResidualBias, T, G, R>);
           else
-            run_with_packs<1, kPack, T, G, R>(packs, run);
+            run_with_packs<1, kPack, kResidualBias, T, G, R>(packs, run);
         };
-        if (packed)
-          launch(Width<kWide>{});
+        auto launch_packed = [&](auto with_residual_bias) {
+          if (packed)
+            launch(Width<kWide>{}, with_residual_bias);
+          else
+            launch(Width<1>{}, with_residual_bias);
+        };
+        if (residual_bias)
+          launch_packed(std::true_type{});
         else
-          launch(Width<1>{});
+          launch_packed(std::false_type{});
         PRECIS_CUDA_CHECK_LAUNCH(op);
         if (param_grads) {
+          const ColumnSum<A> dw{partial_dw, pointer<A>(dweight), accumulate_dweight},
+              db{partial_db, pointer<A>(dbias), accumulate_dbias},
+              drb{partial_drb, pointer<A>(dresidual_bias), accumulate_dresidual_bias};
           layer_norm_param_grads_kernel<A>
-              <<<dim3(static_cast<unsigned>((C + 31) / 32), 2), dim3(32, kSlices), 0, stream>>>(
-                  partial_dw, partial_db, pointer<A>(dweight), pointer<A>(dbias), blocks, C, accumulate_dweight,
-                  accumulate_dbias);
+              <<<dim3(static_cast<unsigned>((C + 31) / 32), residual_bias ? 3 : 2), dim3(32, kSlices), 0, stream>>>(
+                  dw, db, drb, blocks, C);
           PRECIS_CUDA_CHECK_LAUNCH(op);
         }
       });

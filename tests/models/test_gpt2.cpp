@@ -171,6 +171,9 @@ TEST(GPT2, WholeModelGradientCheck) {
                                  {"transformer.h.0.attn.c_attn.bias", 1}, {"transformer.h.1.attn.c_proj.weight", 8},
                                  {"transformer.h.1.ln_2.bias", 1},        {"transformer.h.1.mlp.c_fc.weight", 32},
                                  {"transformer.h.0.mlp.c_proj.bias", 1},  {"transformer.ln_f.weight", 1}};
+    // c_proj's biases are added by the norms after them (the last one by ln_f): their gradients come from those.
+    probes.push_back({"transformer.h.0.attn.c_proj.bias", 1});
+    probes.push_back({"transformer.h.1.mlp.c_proj.bias", 1});
     if (!tied) probes.push_back({"lm_head.weight", 67});
     std::mt19937_64 rng(17);
     const double eps = 1e-5;

@@ -6,6 +6,7 @@
 // very values the GPU gets (the sum as the GPU rounds it). Skipped, with the reason, where no GPU is usable.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -122,7 +123,148 @@ TEST(AddLayerNormGpu, KernelsMatchTheCpu) {
   }
 }
 
+// With the residual's bias rb (c_proj's, left to the norm): s = x + r + rb, and its gradient,
+// the column sums of ds, as a third partial sum of the backward. Rows of 768 take the backward
+// that loads ahead (kAhead), 4099 (packs misaligned: element by element) and 8192 the general
+// kernel; misaligned x and rb take the forward's element-wise path.
+TEST(AddLayerNormGpu, KernelsWithAResidualBiasMatchTheReference) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  const std::vector<Dtypes> mixes = {{DType::bf16, DType::bf16, DType::bf16}, {DType::f16, DType::f16, DType::f32},
+                                     {DType::f32, DType::f32, DType::f32},    {DType::f32, DType::bf16, DType::bf16},
+                                     {DType::f64, DType::f64, DType::f64},    {DType::bf16, DType::bf16, DType::f32}};
+  const std::vector<std::pair<int64_t, int64_t>> sizes = {{1, 1},    {7, 65},   {513, 768}, {64, 1600},
+                                                          {3, 4099}, {2, 8192}, {1030, 768}};
+  uint64_t seed = 3000;
+  for (const Dtypes& d : mixes) {
+    for (auto [rows, C] : sizes) {
+      for (bool misaligned : {false, true}) {
+        SCOPED_TRACE(std::string(dtype_name(d.x)) + " + " + dtype_name(d.residual) + " -> " + dtype_name(d.y) + " [" +
+                     std::to_string(rows) + ", " + std::to_string(C) + "]" + (misaligned ? " misaligned" : ""));
+        const DType stats = d.x == DType::f64 ? DType::f64 : DType::f32;
+        Tensor x = values({rows, C}, ++seed, d.x, -3, 3), r = values({rows, C}, ++seed, d.residual, -3, 3);
+        Tensor w = values({C}, ++seed, stats, 0.5, 1.5), b = values({C}, ++seed, stats);
+        Tensor rb = values({C}, ++seed, stats, -2, 2);
+        Tensor g = values({rows, C}, ++seed, d.y), g_sum = values({rows, C}, ++seed, d.x);
+        Tensor xg = on_gpu_at(x, misaligned ? 1 : 0), rg = r.to(kGpu), rbg = on_gpu_at(rb, misaligned ? 1 : 0);
+
+        Tensor sg = poisoned({rows, C}, d.x), y = poisoned({rows, C}, d.y);
+        Tensor mean = poisoned({rows}, stats), rstd = poisoned({rows}, stats);
+        ops::cuda::layer_norm_forward(xg, w.to(kGpu), b.to(kGpu), 1e-5, y, mean, rstd, rg, sg, rbg);
+        // The sum, rounded once to x's dtype (the f32 sum of f32 x may round twice: its tolerance).
+        const Tensor sum64 = x.to(DType::f64) + r.to(DType::f64) + rb.to(DType::f64);
+        expect_near(sg, sum64.to(d.x).to(DType::f64), d.x);
+
+        // Reference: the norm in f64 of the very sum the GPU wrote.
+        Tensor s64 = sg.to(DType::f64).to(kCpu).detach().set_requires_grad();
+        Tensor w64 = w.to(DType::f64).set_requires_grad(), b64 = b.to(DType::f64).set_requires_grad();
+        Tensor y64 = ops::layer_norm(s64, w64, b64);
+        y64.backward(g.to(DType::f64));
+        const Tensor ds64 = s64.grad() + g_sum.to(DType::f64);
+        const Tensor drb64 = ops::sum_to_shape(ds64, Shape{C});
+        expect_near(y, y64.detach(), d.y);
+
+        Tensor ds = poisoned({rows, C}, d.x), dr = poisoned({rows, C}, d.residual);
+        Tensor dw = poisoned({C}, stats), db = poisoned({C}, stats), drb = poisoned({C}, stats);
+        ops::cuda::layer_norm_backward(sg, g.to(kGpu), w.to(kGpu), mean, rstd, ds, dw, db, g_sum.to(kGpu), dr, false,
+                                       false, drb, false);
+        expect_near(ds, ds64, d.x);
+        expect_near(dr, ds64, d.residual);
+        expect_near(dw, w64.grad(), stats);
+        expect_near(db, b64.grad(), stats);
+        expect_near(drb, drb64, stats);
+
+        // The bias's gradient alone (no dx, dr, dw, db); accumulated, added once.
+        Tensor drb_only = poisoned({C}, stats);
+        ops::cuda::layer_norm_backward(sg, g.to(kGpu), w.to(kGpu), mean, rstd, Tensor(), Tensor(), Tensor(),
+                                       g_sum.to(kGpu), Tensor(), false, false, drb_only, false);
+        expect_near(drb_only, drb64, stats);
+        Tensor drb_added = full({C}, 0.5, stats, kGpu);
+        ops::cuda::layer_norm_backward(sg, g.to(kGpu), w.to(kGpu), mean, rstd, ds, dw, db, g_sum.to(kGpu), Tensor(),
+                                       false, false, drb_added, true);
+        expect_near(drb_added, ops::add(drb64, 0.5), stats);
+        // Without g_sum (the sum's own gradient): the norm's dx summed.
+        Tensor drb_norm = poisoned({C}, stats);
+        ops::cuda::layer_norm_backward(sg, g.to(kGpu), w.to(kGpu), mean, rstd, Tensor(), Tensor(), Tensor(), Tensor(),
+                                       Tensor(), false, false, drb_norm, false);
+        expect_near(drb_norm, ops::sum_to_shape(s64.grad(), Shape{C}), stats);
+      }
+    }
+  }
+}
+
+TEST(AddLayerNormGpu, NoRowsGiveZeroResidualBiasGradients) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  const Tensor x = empty({0, 5}, DType::f32, kGpu), stats = empty({0}, DType::f32, kGpu);
+  Tensor drb = poisoned({5}, DType::f32), kept = full({5}, 2.0, DType::f32, kGpu);
+  ops::cuda::layer_norm_backward(x, x, full({5}, 1.0, DType::f32, kGpu), stats, stats, Tensor(), Tensor(), Tensor(), x,
+                                 Tensor(), false, false, drb, false);
+  expect_close(drb, zeros({5}), 0, 0);
+  ops::cuda::layer_norm_backward(x, x, full({5}, 1.0, DType::f32, kGpu), stats, stats, Tensor(), Tensor(), Tensor(), x,
+                                 Tensor(), false, false, kept, true);
+  expect_close(kept, full({5}, 2.0), 0, 0);
+}
+
 #endif  // PRECIS_WITH_CUDA
+
+TEST(AddLayerNormGpu, OpWithAResidualBiasMatchesTheCpu) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  const Shape shape{2, 7, 96};
+  struct Case {
+    DType x, residual, bias;
+    bool autocast;
+  };
+  // f32; the bf16 policy's stream (f32 x, bf16 branch, f32 c_proj bias); bf16-pure (bf16 bias) under autocast.
+  for (const Case& c :
+       {Case{DType::f32, DType::f32, DType::f32, false}, Case{DType::f32, DType::bf16, DType::f32, true},
+        Case{DType::bf16, DType::bf16, DType::bf16, true}}) {
+    for (int used : {0, 1, 2}) {  // both outputs, only the normed one, only the sum
+      SCOPED_TRACE(std::string(dtype_name(c.x)) + " + " + dtype_name(c.residual) + " + " + dtype_name(c.bias) +
+                   " bias" + (c.autocast ? " autocast" : "") + " outputs used " + std::to_string(used));
+      Tensor x = values(shape, 1300, c.x, -2, 2), r = values(shape, 1301, c.residual, -2, 2);
+      Tensor w = values({96}, 1302, DType::f32, 0.5, 1.5), b = values({96}, 1303, DType::f32);
+      Tensor rb = values({96}, 1306, c.bias, -1, 1);
+      Tensor g_sum = values(shape, 1304, DType::f64), g_normed = values(shape, 1305, DType::f64);
+      auto run = [&](Device device) {
+        ops::autocast::Scope scope(DType::bf16, c.autocast);
+        std::vector<Tensor> leaves;
+        for (const Tensor& t : {x, r, w, b, rb}) leaves.push_back(t.to(device).detach().set_requires_grad());
+        ops::AddLayerNorm out =
+            ops::add_layer_norm(leaves[0], leaves[1], leaves[2], leaves[3], 1e-5, std::nullopt, leaves[4]);
+        Tensor loss = zeros({}, DType::f64, device);
+        if (used != 2) loss = loss + ops::sum(out.normed.to(DType::f64) * g_normed.to(device));
+        if (used != 1) loss = loss + ops::sum(out.sum.to(DType::f64) * g_sum.to(device));
+        loss.backward();
+        leaves.push_back(out.sum.detach());
+        leaves.push_back(out.normed.detach());
+        return leaves;
+      };
+      std::vector<Tensor> cpu = run(kCpu), gpu = run(kGpu);
+      // The CPU rounds x + r and then + rb, the GPU the whole sum once (an ulp apart where they
+      // cancel), and sums the rows' ds unrounded: the halves' tolerance, relative to the largest value.
+      const DType tolerance = c.x == DType::bf16 || c.residual == DType::bf16 ? DType::bf16 : DType::f32;
+      auto near = [&](const Tensor& on_gpu, const Tensor& on_cpu) {
+        ASSERT_TRUE(on_gpu.is_cuda());
+        ASSERT_EQ(on_gpu.dtype(), on_cpu.dtype());
+        double largest = 0;
+        for (double v : on_cpu.to_vector<double>()) largest = std::max(largest, std::abs(v));
+        const auto tol = tolerance_for(tolerance);
+        expect_close(on_gpu.to(kCpu).to(DType::f64), on_cpu.to(DType::f64), tol.atol * std::max(1.0, largest),
+                     tol.rtol);
+      };
+      near(gpu[5], cpu[5]);
+      near(gpu[6], cpu[6]);
+      for (int i = 0; i < 5; ++i) {
+        SCOPED_TRACE("gradient of input " + std::to_string(i));
+        if (used == 2 && (i == 2 || i == 3)) {
+          EXPECT_FALSE(gpu[i].grad().defined());
+          continue;
+        }
+        ASSERT_TRUE(gpu[i].grad().defined());
+        near(gpu[i].grad(), cpu[i].grad());
+      }
+    }
+  }
+}
 
 TEST(AddLayerNormGpu, OpWithAutogradMatchesTheCpu) {
   PRECIS_SKIP_WITHOUT_GPU();

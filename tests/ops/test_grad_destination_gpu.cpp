@@ -272,11 +272,14 @@ TEST(GradDestinationGpu, TiedWeightGetsTheCopyPathsSumAndOneHookCall) {
 TEST(GradDestinationGpu, LayerNormWritesItsParameterGradientsIntoTheF32Buffer) {
   PRECIS_SKIP_WITHOUT_GPU();
   const int64_t rows = 515, C = 768;
-  const std::vector<Tensor> values = {exact_in(DType::bf16, {C}, 300), exact_in(DType::bf16, {C}, 301)};
+  // weight, bias and (add_layer_norm) the residual's bias, c_proj's in a transformer block.
+  const std::vector<Tensor> all_values = {exact_in(DType::bf16, {C}, 300), exact_in(DType::bf16, {C}, 301),
+                                          exact_in(DType::bf16, {C}, 306)};
   const Tensor x = exact_in(DType::bf16, {rows, C}, 302), r = exact_in(DType::bf16, {rows, C}, 303),
                g = exact_in(DType::bf16, {rows, C}, 304).to(DType::f32).to(kGpu),
                g_sum = exact_in(DType::bf16, {rows, C}, 305).to(DType::f32).to(kGpu);
   for (bool add : {false, true}) {
+    const std::vector<Tensor> values(all_values.begin(), all_values.begin() + (add ? 3 : 2));
     // f32 parameters (policy bf16), and bf16 ones with f32 gradients (bf16-pure, whose old path
     // rounded dw and db to bf16 before widening them again).
     std::vector<Tensor> f32_first;
@@ -287,7 +290,7 @@ TEST(GradDestinationGpu, LayerNormWritesItsParameterGradientsIntoTheF32Buffer) {
       auto step = [&](const std::vector<Tensor>& p) {
         const Tensor xa = x.to(act).to(kGpu), ra = r.to(act).to(kGpu);
         if (add) {
-          ops::AddLayerNorm out = ops::add_layer_norm(xa, ra, p[0], p[1]);
+          ops::AddLayerNorm out = ops::add_layer_norm(xa, ra, p[0], p[1], 1e-5, std::nullopt, p[2]);
           (ops::sum(ops::mul(out.normed, g)) + ops::sum(ops::mul(out.sum, g_sum))).backward();
         } else {
           ops::layer_norm(xa, p[0], p[1]).backward(g.to(act));
@@ -296,11 +299,12 @@ TEST(GradDestinationGpu, LayerNormWritesItsParameterGradientsIntoTheF32Buffer) {
       Flat flat(values, param_dtype);
       flat.zero_grad_lazily();
       step(flat.params);
-      std::vector<Tensor> first = {flat.params[0].grad().clone(), flat.params[1].grad().clone()};
+      std::vector<Tensor> first;
+      for (const Tensor& p : flat.params) first.push_back(p.grad().clone());
       const std::vector<Tensor> leaves = fresh_leaves(values, param_dtype);
       step(leaves);
-      for (size_t i = 0; i < 2; ++i) {
-        const std::string which = i == 0 ? ": weight gradient" : ": bias gradient";
+      for (size_t i = 0; i < values.size(); ++i) {
+        const std::string which = i == 0 ? ": weight gradient" : i == 1 ? ": bias gradient" : ": residual bias gradient";
         EXPECT_EQ(leaves[i].grad().dtype(), param_dtype);
         expect_near_magnitude(first[i], leaves[i].grad(), param_dtype == DType::f32 ? 0 : 1e-2,
                               what + which + " against the copy path");
@@ -311,7 +315,7 @@ TEST(GradDestinationGpu, LayerNormWritesItsParameterGradientsIntoTheF32Buffer) {
       }
       if (param_dtype == DType::f32) f32_first = first;
       step(flat.params);  // added
-      for (size_t i = 0; i < 2; ++i)
+      for (size_t i = 0; i < values.size(); ++i)
         expect_near_magnitude(flat.params[i].grad(), ops::mul(first[i], 2.0), 1e-6, what + ", added");
     }
   }

@@ -206,6 +206,66 @@ TEST(AddLayerNorm, GradientsMatchFiniteDifferences) {
   }
 }
 
+// The residual's bias (add_layer_norm's residual_bias): sum = x + r + rb, rb added to every row.
+TEST(AddLayerNorm, ResidualBiasIsAddedToEveryRow) {
+  Tensor x = random_f64({2, 3, 7}, 90, -3, 3), r = random_f64({2, 3, 7}, 91, -3, 3);
+  Tensor w = random_f64({7}, 92, 0.5, 1.5), b = random_f64({7}, 93), rb = random_f64({7}, 94, -2, 2);
+  ops::AddLayerNorm out = ops::add_layer_norm(x, r, w, b, 1e-3, std::nullopt, rb);
+  const Tensor composite = x + r + rb;
+  expect_close(out.sum, composite, 1e-15, 0);
+  expect_close(out.normed, reference_layer_norm(composite, w, b, 1e-3), 1e-12);
+  // The sum keeps the operands' dtype: an f32 bias beside bf16 operands is cast to bf16.
+  ops::AddLayerNorm halves = ops::add_layer_norm(x.to(DType::bf16), r.to(DType::bf16), Tensor(), Tensor(), 1e-5,
+                                                 std::nullopt, rb.to(DType::f32));
+  EXPECT_EQ(halves.sum.dtype(), DType::bf16);
+  expect_close(halves.sum, x.to(DType::bf16) + r.to(DType::bf16) + rb.to(DType::bf16), 0, 0);
+  // Without a bias, the same as before.
+  expect_close(ops::add_layer_norm(x, r, w, b, 1e-3, std::nullopt, Tensor()).normed,
+               ops::add_layer_norm(x, r, w, b, 1e-3).normed, 0, 0);
+}
+
+TEST(AddLayerNorm, ResidualBiasGradientsMatchTheCompositeAndFiniteDifferences) {
+  for (const Shape& shape : {Shape{3, 5}, Shape{2, 3, 7}, Shape{4}, Shape{1, 9}}) {
+    const int64_t C = shape.back();
+    Tensor x = random_f64(shape, 95, -2, 2), r = random_f64(shape, 96, -2, 2);
+    SCOPED_TRACE(describe(x));
+    Tensor w = random_f64({C}, 97, 0.5, 1.5), b = random_f64({C}, 98), rb = random_f64({C}, 99);
+    // Both outputs used, the normed one alone, the sum alone.
+    for (int used : {0, 1, 2}) {
+      auto fused = [used](const std::vector<Tensor>& in) {
+        ops::AddLayerNorm out = ops::add_layer_norm(in[0], in[1], in[2], in[3], 1e-5, std::nullopt, in[4]);
+        return used == 0 ? out.sum * 0.75 + out.normed : used == 1 ? out.normed : out.sum * out.sum;
+      };
+      auto composite = [used](const std::vector<Tensor>& in) {
+        const Tensor sum = in[0] + in[1] + in[4];
+        const Tensor normed = ops::layer_norm(sum, in[2], in[3], 1e-5);
+        return used == 0 ? sum * 0.75 + normed : used == 1 ? normed : sum * sum;
+      };
+      if (used != 2) expect_gradients_match(fused, {x, r, w, b, rb});  // (the sum alone leaves w and b without one)
+      // Against the composite's autograd gradients, every input (the bias too).
+      auto grads = [&](auto fn) {
+        std::vector<Tensor> leaves;
+        for (const Tensor& t : {x, r, w, b, rb}) leaves.push_back(t.detach().set_requires_grad());
+        Tensor out = fn(leaves);
+        ops::sum(out * random_f64(out.shape(), 100)).backward();
+        std::vector<Tensor> result;
+        for (const Tensor& leaf : leaves) result.push_back(leaf.grad());
+        return result;
+      };
+      std::vector<Tensor> got = grads(fused), want = grads(composite);
+      for (size_t i = 0; i < got.size(); ++i) {
+        SCOPED_TRACE("input " + std::to_string(i) + ", outputs used " + std::to_string(used));
+        if (used == 2 && (i == 2 || i == 3)) {
+          EXPECT_FALSE(got[i].defined());
+          continue;
+        }
+        ASSERT_TRUE(got[i].defined());
+        expect_close(got[i], want[i], 1e-12, 1e-12);
+      }
+    }
+  }
+}
+
 TEST(AddLayerNorm, Errors) {
   Tensor x = zeros({2, 5});
   expect_error(
@@ -221,4 +281,12 @@ TEST(AddLayerNorm, Errors) {
       },
       "add_layer_norm: residual must be a floating tensor, got int64[2, 5] on cpu");
   expect_error([&] { ops::add_layer_norm(x, x, zeros({4}), Tensor()); }, "layer_norm: weight must be [5]");
+  expect_error(
+      [&] {
+        ops::add_layer_norm(x, x, Tensor(), Tensor(), 1e-5, std::nullopt, zeros({2, 5}));
+      },
+      "add_layer_norm: residual_bias must be [5] (the last dim of input float32[2, 5] on cpu), got "
+      "float32[2, 5] on cpu");
+  expect_error([&] { ops::add_layer_norm(x, x, Tensor(), Tensor(), 1e-5, std::nullopt, zeros({5}, DType::i32)); },
+               "add_layer_norm: residual_bias must be a floating tensor");
 }
