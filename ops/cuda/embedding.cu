@@ -3,8 +3,9 @@
 //
 // The backward is deterministic, as llm.c's encoder backward, but with the bucketing done
 // on the device: the (index, position) pairs are radix-sorted by index (CUB, stable, so a
-// run of equal indices lists its positions in increasing order), then the first block of
-// each run sums that run's gradient rows in a fixed order and writes the weight row once.
+// run of equal indices lists its positions in increasing order), then the block holding a
+// run's first position sums that run's gradient rows in a fixed order and writes the weight
+// row once.
 // No atomics: the same inputs give the same bits on every run.
 #include <cub/device/device_radix_sort.cuh>
 
@@ -45,42 +46,69 @@ __global__ void embedding_sort_input_kernel(const Index* indices, int32_t* keys,
   positions[n] = static_cast<int32_t>(n);
 }
 
-// Block (s, y) takes sorted position s and the 32 * kPack columns of group y. Only the
-// first position of a run of equal weight rows works (the others return at once): its
+// Block (x, y) takes the sorted positions [kPositionsPerBlock x, ...) and the 32 * kPack
+// columns of group y. Only a run's first position works (the block skips the others): its
 // kRowSlices rows of threads each sum every kRowSlices-th gradient row of the run, in run
-// order, then one row of threads adds the slices in order and writes the weight row.
+// order, kRowsInFlight rows at a time (their positions, then their gradient packs, loaded
+// together), then one row of threads adds the slices in order and writes the weight row.
+// The order of the sums depends on the run alone: the same bits on every run.
+// Why so: a GPT-2 batch of 16384 tokens has runs of ~1000 equal tokens (",", newline), and
+// a row a round trip (its sorted key, its position, then its gradient, one after the other)
+// made that run the kernel's critical path; a block per position launched ~100K blocks,
+// most of which only learn they are not a run start.
 // dweight must be zero beforehand (rows no index names stay zero).
 // Bytes: each gradient row read once, each named weight row written once.
-constexpr int kRowSlices = 8;
+constexpr int kRowSlices = 8, kRowsInFlight = 4, kPositionsPerBlock = 4;
 template <int kPack, typename T, typename A = compute_t<T>>
 __global__ void __launch_bounds__(32 * kRowSlices)
     embedding_backward_kernel(const T* grad, const int32_t* sorted_rows, const int32_t* sorted_positions, T* dweight,
                               int64_t N, int64_t C) {
-  const int64_t s = blockIdx.x;
-  const int32_t row = sorted_rows[s];
-  if (s > 0 && sorted_rows[s - 1] == row) return;  // the whole block: not the start of a run
-  const int64_t c = (static_cast<int64_t>(blockIdx.y) * 32 + threadIdx.x) * kPack;
-  A sum[kPack] = {};
-  if (c < C) {
-    for (int64_t i = s + threadIdx.y; i < N && sorted_rows[i] == row; i += kRowSlices) {
-      const Pack<T, kPack> g = load_pack<kPack>(grad + static_cast<int64_t>(sorted_positions[i]) * C + c);
-#pragma unroll
-      for (int k = 0; k < kPack; ++k) sum[k] += convert_to<A>(g.v[k]);
-    }
-  }
   __shared__ A slices[kRowSlices][kPack][32];
+  const int64_t c = (static_cast<int64_t>(blockIdx.y) * 32 + threadIdx.x) * kPack;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kPositionsPerBlock;
+  for (int64_t s = first; s < first + kPositionsPerBlock && s < N; ++s) {
+    const int32_t row = sorted_rows[s];
+    if (s > 0 && sorted_rows[s - 1] == row) continue;  // the whole block: not the start of a run
+    A sum[kPack] = {};
+    if (c < C) {
+      // Rows s + y, s + y + kRowSlices, ...; a run's rows are consecutive, so once one is
+      // past the run's end the later ones are too.
+      for (int64_t base = s + threadIdx.y;; base += kRowSlices * kRowsInFlight) {
+        int32_t position[kRowsInFlight];
+        bool in_run[kRowsInFlight];
 #pragma unroll
-  for (int k = 0; k < kPack; ++k) slices[threadIdx.y][k][threadIdx.x] = sum[k];
-  __syncthreads();
-  if (threadIdx.y != 0 || c >= C) return;
-  Pack<T, kPack> out;
+        for (int u = 0; u < kRowsInFlight; ++u) {
+          const int64_t i = base + u * kRowSlices;
+          in_run[u] = i < N && sorted_rows[i] == row;
+          position[u] = in_run[u] ? sorted_positions[i] : 0;
+        }
+        Pack<T, kPack> g[kRowsInFlight];
 #pragma unroll
-  for (int k = 0; k < kPack; ++k) {
-    A total = sum[k];
-    for (int y = 1; y < kRowSlices; ++y) total += slices[y][k][threadIdx.x];
-    out.v[k] = convert_to<T>(total);
+        for (int u = 0; u < kRowsInFlight; ++u)
+          if (in_run[u]) g[u] = load_pack<kPack>(grad + static_cast<int64_t>(position[u]) * C + c);
+#pragma unroll
+        for (int u = 0; u < kRowsInFlight; ++u)
+          if (in_run[u])
+#pragma unroll
+            for (int k = 0; k < kPack; ++k) sum[k] += convert_to<A>(g[u].v[k]);
+        if (!in_run[kRowsInFlight - 1]) break;
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kPack; ++k) slices[threadIdx.y][k][threadIdx.x] = sum[k];
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+      Pack<T, kPack> out;
+#pragma unroll
+      for (int k = 0; k < kPack; ++k) {
+        A total = sum[k];
+        for (int y = 1; y < kRowSlices; ++y) total += slices[y][k][threadIdx.x];
+        out.v[k] = convert_to<T>(total);
+      }
+      store_pack<kPack>(dweight + static_cast<int64_t>(row) * C + c, out);
+    }
+    __syncthreads();  // slices is refilled by the block's next run
   }
-  store_pack<kPack>(dweight + static_cast<int64_t>(row) * C + c, out);
 }
 
 template <typename Fn>
@@ -162,7 +190,8 @@ void embedding_backward(const Tensor& grad_rows, const Tensor& indices, const Te
     T* dp = static_cast<T*>(dweight.raw_data());
     constexpr int kWide = Packed128<T>::size;
     auto launch = [&](auto kernel, int pack) {
-      const dim3 grid(static_cast<unsigned>(N), static_cast<unsigned>((C + 32 * pack - 1) / (32 * pack)));
+      const dim3 grid(static_cast<unsigned>((N + kPositionsPerBlock - 1) / kPositionsPerBlock),
+                      static_cast<unsigned>((C + 32 * pack - 1) / (32 * pack)));
       kernel<<<grid, dim3(32, kRowSlices), 0, stream>>>(gp, sorted_keys, sorted_positions, dp, N, C);
     };
     if (C % kWide == 0 && aligned16(gp) && aligned16(dp))
