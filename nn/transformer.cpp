@@ -1,6 +1,7 @@
 #include "nn/transformer.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <iostream>
 
 #include "ops/autocast.h"
@@ -60,7 +61,10 @@ Tensor CausalSelfAttention::attend(const Tensor& x) {
 Tensor CausalSelfAttention::forward(const Tensor& x) { return resid_dropout_->forward(c_proj->forward(attend(x))); }
 
 // Whether `dropout` passes its input through unchanged (eval mode, or p = 0).
-static bool passes_through(const Dropout& dropout) { return !dropout.is_training() || dropout.p == 0.0; }
+static bool passes_through(const Dropout& dropout) {
+  if (std::getenv("PRECIS_AB_NO_BIAS_FOLD")) return false;  // TEMPORARY A/B
+  return !dropout.is_training() || dropout.p == 0.0;
+}
 
 Branch CausalSelfAttention::forward_branch(const Tensor& x) {
   if (!passes_through(*resid_dropout_)) return {forward(x), Tensor()};

@@ -11,6 +11,8 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
+
 #include "core/cuda/cuda_check.h"
 #include "core/device.h"
 
@@ -58,6 +60,18 @@ inline constexpr int kBlockSize = 256;
 inline unsigned grid_for(int64_t n, int per_thread = 1) {
   int64_t threads = (n + per_thread - 1) / per_thread;
   return static_cast<unsigned>((threads + kBlockSize - 1) / kBlockSize);
+}
+
+// The multiprocessors of `device`, asked once per device (the first 64 devices).
+inline int multiprocessor_count(Device device) {
+  static std::atomic<int> cached[64];
+  const bool cacheable = device.index >= 0 && device.index < 64;
+  int count = cacheable ? cached[device.index].load(std::memory_order_relaxed) : 0;
+  if (count == 0) {
+    PRECIS_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device.index), "multiprocessor count");
+    if (cacheable) cached[device.index].store(count, std::memory_order_relaxed);
+  }
+  return count;
 }
 
 }  // namespace precis::cuda

@@ -26,6 +26,10 @@
 // row at once (before any store, which the compiler must assume may alias them) and keeps the
 // values for the later passes: each value crosses memory once, and a row waits for memory once.
 #include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "ops/cuda/nn_kernels.h"
 
@@ -236,19 +240,18 @@ inline constexpr bool kHoldsRow = (2 * sizeof(compute_t<T>) + 2 * sizeof(T) + si
 // reduced and written, so a row's memory latency hides behind the last row's work. Without it
 // each row cost a memory round trip plus the reduction's barriers, 32 rows one after another
 // per block: GPT-2's backward (rows of 768) ran at ~60-70% of its bytes' time on an H100.
-// kAhead with kResidualBias is held to 80 registers (3 blocks of 256 threads an SM): its third
-// sum took ~94 for bf16 rows, and GPT-2's blocks (rows of 768 bf16: 96 threads x 2 slices) then
-// fit 3 to an SM, not 4, leaving 116 of the 512 blocks for a second wave on an H100 (132 SMs).
-// At 80, ptxas spills ~24 bytes a thread of that instance instead (sm_90; unmeasured trade).
-// The other instances ask no minimum (0 emits none; an explicit 1 had ptxas take 96 registers
-// for the bf16 rows without the bias, up from 78).
+// kAhead with kResidualBias takes ~94 registers for bf16 rows (78 without the third sum), so
+// GPT-2's blocks (rows of 768 bf16: 96 threads x 2 slices) fit 3 to an SM, not 4; the grid is
+// sized to what is resident (backward_blocks), so that costs no second wave. Holding it to 80
+// registers (__launch_bounds__(256, 3)) made ptxas spill 24 bytes a thread, and the kernel took
+// 1.68 ms for GPT-2's 24 calls against 1.36 without the bias (H100, measured).
 // Bytes: x, g and g_sum read once from memory (other rows read x and g again, mostly from L1),
 // dx and dr written once (the fused add: apart, the gradients' sum and r's cast would each be a
 // pass of their own; and the residual bias's gradient, a pass over ds of the product's own);
 // 2 (3 with kResidualBias) * blocks * C statistics-dtype values of partials.
 template <int kPacks, int kPack, bool kAhead, bool kResidualBias, typename T, typename G, typename R,
           typename A = compute_t<T>>
-__global__ void __launch_bounds__(kAhead ? 256 : 1024, (kAhead && kResidualBias) ? 3 : 0)
+__global__ void __launch_bounds__(kAhead ? 256 : 1024)
     layer_norm_backward_kernel(const T* x, const G* g, const T* g_sum, const A* weight, const A* mean, const A* rstd,
                                T* dx, R* dr, A* partial_dw, A* partial_db, A* partial_drb, int64_t rows, int64_t C,
                                int64_t rows_per_block) {
@@ -398,13 +401,33 @@ __global__ void __launch_bounds__(32 * kSlices)
 // thread (their dw and db sums fit in registers), 1024 threads.
 template <typename A>
 inline constexpr int kMaxPerThread = 64 / sizeof(A);
-// At most 512 blocks (so 512 partial rows), of at most 256 threads where a row needs no more:
-// rows of one pack a thread and at most 128 threads are taken blockDim.y (the slices) at a time.
-// An SM holds 4 such blocks of 256 threads at up to 64 registers a thread (GPT-2's blocks of 192
-// threads: at up to 85), so on an H100 (132 SMs) all blocks are resident from the start; the
-// load-ahead kernels take 62 (f32 rows) and 78 (bf16 rows) registers there, ptxas -v on sm_90.
-constexpr int64_t kMaxBackwardBlocks = 512;
+// Blocks of at most 256 threads where a row needs no more: rows of one pack a thread and at
+// most 128 threads are taken blockDim.y (the slices) at a time.
 constexpr int kBackwardBlockThreads = 256;
+
+// Stage 1's grid: as many blocks as the GPU holds at once (the occupancy calculator's answer
+// for `kernel` at `threads` a block, asked once per kernel, times the SMs), so every block is
+// resident from the start and none waits for a second wave; each takes an equal share of the
+// rows, and writes one partial row per column sum. The load-ahead kernels take 62 (f32 rows),
+// 78 (bf16 rows) and ~94 (bf16 rows with the residual bias) registers: 4, 4 and 3 of GPT-2's
+// blocks of 192 threads an SM. Returns {blocks, rows_per_block}.
+std::pair<int64_t, int64_t> backward_blocks(const void* kernel, int threads, int64_t rows, Device device) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, int> resident;  // per SM, by kernel and block size
+  int per_sm = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto [it, fresh] = resident.try_emplace({kernel, threads}, 0);
+    if (fresh)
+      PRECIS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&it->second, kernel, threads, 0),
+                        "layer_norm backward");
+    per_sm = std::max(it->second, 1);
+  }
+  int64_t wanted = static_cast<int64_t>(per_sm) * precis::cuda::multiprocessor_count(device);
+  if (const char* forced = std::getenv("PRECIS_AB_LN_GRID")) wanted = std::atoll(forced);  // TEMPORARY A/B
+  const int64_t rows_per_block = (rows + wanted - 1) / wanted;
+  return {(rows + rows_per_block - 1) / rows_per_block, rows_per_block};
+}
 
 // Calls run(kernel) with the backward kernel of the fewest packs per thread (a power of
 // two) that covers `packs`; the row-length check keeps packs * kPack <= kMaxPerThread.
@@ -510,8 +533,6 @@ void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight,
     }
     return;
   }
-  const int64_t rows_per_block = (rows + kMaxBackwardBlocks - 1) / kMaxBackwardBlocks;
-  const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = compute_t<T>;
@@ -526,11 +547,6 @@ void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight,
         const T* gsp = pointer<const T>(g_sum);
         T* dxp = pointer<T>(dx);
         R* drp = pointer<R>(dresidual);
-        // Partial rows, [2 or 3, blocks, C]: dw, db, then the residual bias's gradient.
-        Tensor partials = param_grads ? empty({residual_bias ? 3 : 2, blocks, C}, mean.dtype(), x.device()) : Tensor();
-        A* partial_dw = dweight.defined() ? pointer<A>(partials) : nullptr;
-        A* partial_db = dbias.defined() ? pointer<A>(partials) + blocks * C : nullptr;
-        A* partial_drb = residual_bias ? pointer<A>(partials) + 2 * blocks * C : nullptr;
         // Packs need every row to start at a pack boundary: C a multiple of the pack and aligned bases.
         constexpr int kWide = Packed128<T>::size;
         const bool packed = C % kWide == 0 && pack_aligned<kWide>(xp) && pack_aligned<kWide>(gp) &&
@@ -544,9 +560,26 @@ void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight,
           const int slices = packs == 1 ? std::max(1, kBackwardBlockThreads / threads) : 1;
           const dim3 block(threads, slices);
           auto run = [&](auto kernel) {
+            const auto [blocks, rows_per_block] =
+                backward_blocks(reinterpret_cast<const void*>(kernel), threads * slices, rows, x.device());
+            // Partial rows, [2 or 3, blocks, C]: dw, db, then the residual bias's gradient.
+            Tensor partials =
+                param_grads ? empty({residual_bias ? 3 : 2, blocks, C}, mean.dtype(), x.device()) : Tensor();
+            A* partial_dw = dweight.defined() ? pointer<A>(partials) : nullptr;
+            A* partial_db = dbias.defined() ? pointer<A>(partials) + blocks * C : nullptr;
+            A* partial_drb = residual_bias ? pointer<A>(partials) + 2 * blocks * C : nullptr;
             kernel<<<static_cast<unsigned>(blocks), block, 0, stream>>>(
                 xp, gp, gsp, pointer<const A>(weight), pointer<const A>(mean), pointer<const A>(rstd), dxp, drp,
                 partial_dw, partial_db, partial_drb, rows, C, rows_per_block);
+            PRECIS_CUDA_CHECK_LAUNCH(op);
+            if (!param_grads) return;
+            const ColumnSum<A> dw{partial_dw, pointer<A>(dweight), accumulate_dweight},
+                db{partial_db, pointer<A>(dbias), accumulate_dbias},
+                drb{partial_drb, pointer<A>(dresidual_bias), accumulate_dresidual_bias};
+            layer_norm_param_grads_kernel<A>
+                <<<dim3(static_cast<unsigned>((C + 31) / 32), residual_bias ? 3 : 2), dim3(32, kSlices), 0, stream>>>(
+                    dw, db, drb, blocks, C);
+            PRECIS_CUDA_CHECK_LAUNCH(op);
           };
           if (packs == 1 && threads * slices <= kBackwardBlockThreads)
             run(layer_norm_backward_kernel<1, kPack, true, kResidualBias, T, G, R>);
@@ -563,16 +596,6 @@ void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight,
           launch_packed(std::true_type{});
         else
           launch_packed(std::false_type{});
-        PRECIS_CUDA_CHECK_LAUNCH(op);
-        if (param_grads) {
-          const ColumnSum<A> dw{partial_dw, pointer<A>(dweight), accumulate_dweight},
-              db{partial_db, pointer<A>(dbias), accumulate_dbias},
-              drb{partial_drb, pointer<A>(dresidual_bias), accumulate_dresidual_bias};
-          layer_norm_param_grads_kernel<A>
-              <<<dim3(static_cast<unsigned>((C + 31) / 32), residual_bias ? 3 : 2), dim3(32, kSlices), 0, stream>>>(
-                  dw, db, drb, blocks, C);
-          PRECIS_CUDA_CHECK_LAUNCH(op);
-        }
       });
     });
   });

@@ -110,17 +110,7 @@ struct PieceMerger {
   __device__ void finish(int64_t row, Acc acc) const { r.finish(row, acc); }
 };
 
-// The multiprocessors of `device`, asked once per device (the first 64 devices).
-inline int multiprocessor_count(Device device) {
-  static std::atomic<int> cached[64];
-  const bool cacheable = device.index >= 0 && device.index < 64;
-  int count = cacheable ? cached[device.index].load(std::memory_order_relaxed) : 0;
-  if (count == 0) {
-    PRECIS_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device.index), "reduce");
-    if (cacheable) cached[device.index].store(count, std::memory_order_relaxed);
-  }
-  return count;
-}
+using precis::cuda::multiprocessor_count;
 
 // The smallest power of two >= n, at most 32: the lanes a row of n values gets.
 inline int lanes_for(int64_t n) {

@@ -57,13 +57,16 @@ TEST(BenchGpu, TracedStepHoldsEveryKernelInsideTheStep) {
     if (cat == "kernel" || cat == "memcpy" || cat == "memset") gpu_events.push_back(&e);
     if (cat == "kernel") {
       kernel_us += e.at("dur").as_double();
-      gemm = gemm || lower(name).find("gemm") != std::string::npos;
+      // cuBLASLt's kernels: "...gemm..." or "...xmma..." (CUTLASS-style), "nvjet_..." (Hopper's own).
+      const std::string l = lower(name);
+      gemm = gemm || l.find("gemm") != std::string::npos || l.find("xmma") != std::string::npos ||
+             l.find("nvjet") != std::string::npos;
       layer_norm = layer_norm || name.find("layer_norm") != std::string::npos;
     }
     memcpy = memcpy || cat == "memcpy";
   }
   ASSERT_GT(step_us, 0) << "no step event";
-  EXPECT_TRUE(gemm) << "no cuBLAS gemm kernel in the trace";
+  EXPECT_TRUE(gemm) << "no cuBLASLt product kernel in the trace";
   EXPECT_TRUE(layer_norm) << "no layer norm kernel in the trace";
   EXPECT_TRUE(memcpy) << "no memcpy (the batch's host-to-device copy) in the trace";
   for (const char* phase : {"data", "forward", "backward", "optimizer"})
