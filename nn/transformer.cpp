@@ -14,10 +14,10 @@ namespace precis::nn {
 
 CausalSelfAttention::CausalSelfAttention(const TransformerConfig& config, Generator* dropout_gen)
     : Module("CausalSelfAttention"), config_(config), dropout_gen_(dropout_gen) {
-  PRECIS_CHECK(config.n_head > 0 && config.n_embd % config.n_head == 0, "CausalSelfAttention: n_embd (",
-               config.n_embd, ") must be a multiple of n_head (", config.n_head, ")");
-  c_attn = register_module("c_attn", std::make_shared<Linear>(config.n_embd, 3 * config.n_embd,
-                                                              LinearOptions{.bias = config.bias}));
+  PRECIS_CHECK(config.n_head > 0 && config.n_embd % config.n_head == 0, "CausalSelfAttention: n_embd (", config.n_embd,
+               ") must be a multiple of n_head (", config.n_head, ")");
+  c_attn = register_module(
+      "c_attn", std::make_shared<Linear>(config.n_embd, 3 * config.n_embd, LinearOptions{.bias = config.bias}));
   c_proj = register_module("c_proj",
                            std::make_shared<Linear>(config.n_embd, config.n_embd, LinearOptions{.bias = config.bias}));
   resid_dropout_ = register_module("resid_dropout", std::make_shared<Dropout>(config.dropout, dropout_gen));
@@ -72,8 +72,8 @@ Branch CausalSelfAttention::forward_branch(const Tensor& x) {
 }
 
 MLP::MLP(const TransformerConfig& config, Generator* dropout_gen) : Module("MLP") {
-  c_fc = register_module("c_fc",
-                         std::make_shared<Linear>(config.n_embd, 4 * config.n_embd, LinearOptions{.bias = config.bias}));
+  c_fc = register_module(
+      "c_fc", std::make_shared<Linear>(config.n_embd, 4 * config.n_embd, LinearOptions{.bias = config.bias}));
   c_proj = register_module(
       "c_proj", std::make_shared<Linear>(4 * config.n_embd, config.n_embd, LinearOptions{.bias = config.bias}));
   dropout_ = register_module("dropout", std::make_shared<Dropout>(config.dropout, dropout_gen));

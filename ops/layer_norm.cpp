@@ -61,8 +61,18 @@ Tensor parameter_or(const Tensor& p, int64_t C, DType dtype, double fill, Device
   return p.defined() ? dense(p, dtype) : full({C}, fill, dtype, device);
 }
 
+// The weight and bias as the GPU kernels read them: as given (dense) where both are in x's
+// f16/bf16 dtype, and so is r's bias where there is one (a policy with f16/bf16 parameters:
+// the kernels widen them as they read, so no pass casts three vectors per norm), else as
+// parameter_or makes them, in the statistics dtype.
+bool gpu_reads_as_given(DType x_dtype, const Tensor& weight, const Tensor& bias, const Tensor& residual_bias = {}) {
+  return (x_dtype == DType::f16 || x_dtype == DType::bf16) && weight.defined() && bias.defined() &&
+         weight.dtype() == x_dtype && bias.dtype() == x_dtype &&
+         (!residual_bias.defined() || residual_bias.dtype() == x_dtype);
+}
+
 struct Saved {
-  Tensor x, weight, mean, rstd;  // x dense; weight [C] in the statistics dtype
+  Tensor x, weight, mean, rstd;  // x dense; weight [C] in the statistics dtype (on the GPU perhaps in x's: above)
 };
 
 template <typename T>
@@ -245,11 +255,12 @@ AddLayerNorm add_layer_norm_cuda(const char* op, Tensor wide, Tensor narrow, int
   Shape row_shape(wide.shape().begin(), wide.shape().end() - 1);
   Tensor sum = empty(wide.shape(), S, device), y = empty(wide.shape(), y_dtype, device);
   // The saved sum is a detached alias of the output, so the node holds no reference to itself.
-  Saved saved{sum.detach(), parameter_or(weight, C, stats, 1.0, device), empty(row_shape, stats, device),
+  const DType params = gpu_reads_as_given(S, weight, bias, residual_bias) ? S : stats;
+  Saved saved{sum.detach(), parameter_or(weight, C, params, 1.0, device), empty(row_shape, stats, device),
               empty(row_shape, stats, device)};
-  cuda::layer_norm_forward(dense(wide, S), saved.weight, parameter_or(bias, C, stats, 0.0, device), eps, y, saved.mean,
+  cuda::layer_norm_forward(dense(wide, S), saved.weight, parameter_or(bias, C, params, 0.0, device), eps, y, saved.mean,
                            saved.rstd, dense(narrow, narrow.dtype()), saved.x,
-                           residual_bias.defined() ? dense(residual_bias, stats) : Tensor());
+                           residual_bias.defined() ? dense(residual_bias, params) : Tensor());
   const Tensor x = wide_index == 0 ? wide : narrow, r = wide_index == 0 ? narrow : wide;
   if (autograd::any_requires_grad({&x, &r, &weight, &bias, &residual_bias})) {
     autograd::record(
@@ -304,9 +315,10 @@ Tensor layer_norm(const Tensor& x_arg, const Tensor& weight, const Tensor& bias,
   const int64_t C = check_arguments(op, x_in, weight, bias);
   const DType stats = statistics_dtype(x_in.dtype());
   Shape row_shape(x_in.shape().begin(), x_in.shape().end() - 1);
-  Saved saved{dense(x_in, x_in.dtype()), parameter_or(weight, C, stats, 1.0, device), empty(row_shape, stats, device),
+  const DType params = device.is_cuda() && gpu_reads_as_given(x_in.dtype(), weight, bias) ? x_in.dtype() : stats;
+  Saved saved{dense(x_in, x_in.dtype()), parameter_or(weight, C, params, 1.0, device), empty(row_shape, stats, device),
               empty(row_shape, stats, device)};
-  const Tensor bias_values = parameter_or(bias, C, stats, 0.0, device);
+  const Tensor bias_values = parameter_or(bias, C, params, 0.0, device);
   const DType wanted = out_dtype.value_or(x_in.dtype());
   Tensor y = empty(x_in.shape(), kernel_stores(device, x_in.dtype(), wanted) ? wanted : x_in.dtype(), device);
   if (device.is_cpu()) {

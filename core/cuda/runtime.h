@@ -68,7 +68,8 @@ inline int multiprocessor_count(Device device) {
   const bool cacheable = device.index >= 0 && device.index < 64;
   int count = cacheable ? cached[device.index].load(std::memory_order_relaxed) : 0;
   if (count == 0) {
-    PRECIS_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device.index), "multiprocessor count");
+    PRECIS_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device.index),
+                      "multiprocessor count");
     if (cacheable) cached[device.index].store(count, std::memory_order_relaxed);
   }
   return count;

@@ -46,6 +46,15 @@ __device__ __forceinline__ Pack<T, W> add_residual(Pack<T, W> x, const Pack<R, W
   return x;
 }
 
+// A pack of P values in A (P: the parameters' dtype, A itself or x's f16/bf16 T).
+template <typename A, int W, typename P>
+__device__ __forceinline__ Pack<A, W> widened(const Pack<P, W>& p) {
+  Pack<A, W> out;
+#pragma unroll
+  for (int k = 0; k < W; ++k) out.v[k] = convert_to<A>(p.v[k]);
+  return out;
+}
+
 // y = (v - mean) rstd w + b, in Y.
 template <typename Y, typename T, typename A>
 __device__ __forceinline__ Y normalized(T v, A mu, A rs, A w, A b) {
@@ -122,10 +131,12 @@ inline constexpr int kHeldLanePacks = std::min(8, 1024 / (32 * Packed128<T>::siz
 // and passes 2 and 3 work on the registers.
 // Bytes: x (and r) read once, y (and s) written once, weight and bias (and r's bias) read per
 // row from L1.
-template <typename T, typename R, typename Y, typename A = compute_t<T>>
+// The parameters (weight, bias, r's bias) come in P: the statistics dtype A, or x's own T (a
+// policy with f16/bf16 parameters: then no pass casts them to A first).
+template <typename T, typename R, typename Y, typename P, typename A = compute_t<T>>
 __global__ void PRECIS_ROW_LAUNCH_BOUNDS(32)
-    layer_norm_forward_held_kernel(const T* x, const R* residual, const A* residual_bias, T* sum_out, const A* weight,
-                                   const A* bias, Y* y, A* mean, A* rstd, int64_t rows, int64_t C, A eps) {
+    layer_norm_forward_held_kernel(const T* x, const R* residual, const P* residual_bias, T* sum_out, const P* weight,
+                                   const P* bias, Y* y, A* mean, A* rstd, int64_t rows, int64_t C, A eps) {
   const int64_t row = row_index();
   if (row >= rows) return;
   constexpr int kPack = Packed128<T>::size, kLanePacks = kHeldLanePacks<T>;
@@ -139,7 +150,7 @@ __global__ void PRECIS_ROW_LAUNCH_BOUNDS(32)
     v[p] = load_pack<kPack>(x + row * C + col);
     if (residual)
       v[p] = add_residual(v[p], load_pack<kPack>(residual + row * C + col),
-                          residual_bias ? load_pack<kPack>(residual_bias + col) : Pack<A, kPack>{});
+                          residual_bias ? widened<A>(load_pack<kPack>(residual_bias + col)) : Pack<A, kPack>{});
 #pragma unroll
     for (int k = 0; k < kPack; ++k) sum += convert_to<A>(v[p].v[k]);
   }
@@ -161,7 +172,7 @@ __global__ void PRECIS_ROW_LAUNCH_BOUNDS(32)
   for (int p = 0; p < kLanePacks; ++p) {
     const int64_t col = column(p);
     if (col >= C) continue;
-    const Pack<A, kPack> w = load_pack<kPack>(weight + col), b = load_pack<kPack>(bias + col);
+    const Pack<A, kPack> w = widened<A>(load_pack<kPack>(weight + col)), b = widened<A>(load_pack<kPack>(bias + col));
     Pack<Y, kPack> out;
 #pragma unroll
     for (int k = 0; k < kPack; ++k) out.v[k] = normalized<Y>(v[p].v[k], mu, rs, w.v[k], b.v[k]);
@@ -249,10 +260,10 @@ inline constexpr bool kHoldsRow = (2 * sizeof(compute_t<T>) + 2 * sizeof(T) + si
 // dx and dr written once (the fused add: apart, the gradients' sum and r's cast would each be a
 // pass of their own; and the residual bias's gradient, a pass over ds of the product's own);
 // 2 (3 with kResidualBias) * blocks * C statistics-dtype values of partials.
-template <int kPacks, int kPack, bool kAhead, bool kResidualBias, typename T, typename G, typename R,
+template <int kPacks, int kPack, bool kAhead, bool kResidualBias, typename T, typename G, typename R, typename P,
           typename A = compute_t<T>>
 __global__ void __launch_bounds__(kAhead ? 256 : 1024)
-    layer_norm_backward_kernel(const T* x, const G* g, const T* g_sum, const A* weight, const A* mean, const A* rstd,
+    layer_norm_backward_kernel(const T* x, const G* g, const T* g_sum, const P* weight, const A* mean, const A* rstd,
                                T* dx, R* dr, A* partial_dw, A* partial_db, A* partial_drb, int64_t rows, int64_t C,
                                int64_t rows_per_block) {
   static_assert(!kAhead || kPacks == 1, "the load ahead is for rows of one pack a thread");
@@ -308,7 +319,7 @@ __global__ void __launch_bounds__(kAhead ? 256 : 1024)
 #pragma unroll
       for (int k = 0; k < kPack; ++k) {
         const A xhat = (convert_to<A>(cur.x[p].v[k]) - mu) * rs;
-        const A dxhat = convert_to<A>(cur.g[p].v[k]) * weight[col + k];
+        const A dxhat = convert_to<A>(cur.g[p].v[k]) * convert_to<A>(weight[col + k]);
         sums.first += dxhat;
         sums.second += dxhat * xhat;
       }
@@ -331,7 +342,7 @@ __global__ void __launch_bounds__(kAhead ? 256 : 1024)
         const A xhat = (convert_to<A>(cur.x[p].v[k]) - mu) * rs, gk = convert_to<A>(cur.g[p].v[k]);
         dw[p][k] += gk * xhat;
         db[p][k] += gk;
-        A d = rs * (gk * weight[col + k] - mean_dxhat - xhat * mean_dxhat_xhat);
+        A d = rs * (gk * convert_to<A>(weight[col + k]) - mean_dxhat - xhat * mean_dxhat_xhat);
         if (g_sum) d += convert_to<A>(cur.g_sum[p].v[k]);
         if constexpr (kResidualBias) drb[p][k] += d;
         out.v[k] = convert_to<T>(d);
@@ -434,10 +445,10 @@ std::pair<int64_t, int64_t> backward_blocks(const void* kernel, int threads, int
 template <int kPacks, int kPack, bool kResidualBias, typename T, typename G, typename R, typename Run>
 void run_with_packs(int64_t packs, Run&& run) {
   if constexpr (kPacks * kPack >= kMaxPerThread<compute_t<T>>) {
-    run(layer_norm_backward_kernel<kPacks, kPack, false, kResidualBias, T, G, R>);
+    run(layer_norm_backward_kernel<kPacks, kPack, false, kResidualBias, T, G, R, compute_t<T>>);
   } else {
     if (packs <= kPacks)
-      run(layer_norm_backward_kernel<kPacks, kPack, false, kResidualBias, T, G, R>);
+      run(layer_norm_backward_kernel<kPacks, kPack, false, kResidualBias, T, G, R, compute_t<T>>);
     else
       run_with_packs<kPacks * 2, kPack, kResidualBias, T, G, R>(packs, run);
   }
@@ -481,32 +492,48 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
         using Y = typename decltype(y_tag)::type;
         const T* xp = pointer<const T>(x);
         const R* rp = pointer<const R>(residual);
-        const A* rbp = pointer<const A>(residual_bias);
         T* sp = pointer<T>(sum);
         Y* yp = pointer<Y>(y);
-        const A* wp = pointer<const A>(weight);
-        const A* bp = pointer<const A>(bias);
         constexpr int kWide = Packed128<T>::size;
         const bool packed =
             same_pack_phase<kWide>(xp, rp) && same_pack_phase<kWide>(xp, sp) && same_pack_phase<kWide>(xp, yp);
-        // A warp holds the row when every row of every array starts at a pack boundary and fits.
-        const bool held = packed && pack_aligned<kWide>(xp) && C % kWide == 0 && C <= 32 * kHeldLanePacks<T> * kWide &&
-                          pack_aligned<kWide>(wp) && pack_aligned<kWide>(bp) && pack_aligned<kWide>(rbp);
-        auto launch = [&](auto threads, auto kernel) {
-          constexpr int kThreads = decltype(threads)::value;
-          kernel<<<row_grid<kThreads>(rows), row_block<kThreads>(), 0, stream>>>(
-              xp, rp, rbp, sp, wp, bp, yp, pointer<A>(mean), pointer<A>(rstd), rows, C, static_cast<A>(eps));
-        };
-        if (held) {
-          launch(std::integral_constant<int, 32>{}, layer_norm_forward_held_kernel<T, R, Y>);
-        } else {
-          dispatch_row_threads(C, [&](auto threads) {
+        // Launches with the parameters in P; false (nothing launched) where P is not A and the
+        // row does not take the held kernel, the one kernel that reads them in T.
+        auto launch_with = [&](auto p_tag, const Tensor& w, const Tensor& b, const Tensor& rb) {
+          using P = typename decltype(p_tag)::type;
+          const P *wp = pointer<const P>(w), *bp = pointer<const P>(b), *rbp = pointer<const P>(rb);
+          auto launch = [&](auto threads, auto kernel) {
             constexpr int kThreads = decltype(threads)::value;
-            if (packed)
-              launch(threads, layer_norm_forward_kernel<kThreads, kWide, T, R, Y>);
-            else
-              launch(threads, layer_norm_forward_kernel<kThreads, 1, T, R, Y>);
-          });
+            kernel<<<row_grid<kThreads>(rows), row_block<kThreads>(), 0, stream>>>(
+                xp, rp, rbp, sp, wp, bp, yp, pointer<A>(mean), pointer<A>(rstd), rows, C, static_cast<A>(eps));
+          };
+          // A warp holds the row when every row of every array starts at a pack boundary and fits.
+          const bool held = packed && pack_aligned<kWide>(xp) && C % kWide == 0 &&
+                            C <= 32 * kHeldLanePacks<T> * kWide && pack_aligned<kWide>(wp) && pack_aligned<kWide>(bp) &&
+                            pack_aligned<kWide>(rbp);
+          if (held) {
+            launch(std::integral_constant<int, 32>{}, layer_norm_forward_held_kernel<T, R, Y, P>);
+            return true;
+          }
+          if constexpr (!std::is_same_v<P, A>) {
+            return false;
+          } else {
+            dispatch_row_threads(C, [&](auto threads) {
+              constexpr int kThreads = decltype(threads)::value;
+              if (packed)
+                launch(threads, layer_norm_forward_kernel<kThreads, kWide, T, R, Y>);
+              else
+                launch(threads, layer_norm_forward_kernel<kThreads, 1, T, R, Y>);
+            });
+            return true;
+          }
+        };
+        const bool narrow_params = !std::is_same_v<T, A> && weight.dtype() == x.dtype();
+        if (!narrow_params || !launch_with(TypeTag<T>{}, weight, bias, residual_bias)) {
+          auto wide = [&](const Tensor& p) {
+            return p.defined() && p.dtype() != mean.dtype() ? p.to(mean.dtype()) : p;
+          };
+          launch_with(TypeTag<A>{}, wide(weight), wide(bias), wide(residual_bias));
         }
       });
     });
@@ -559,7 +586,7 @@ void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight,
           const int64_t packs = (per_row + threads - 1) / threads;
           const int slices = packs == 1 ? std::max(1, kBackwardBlockThreads / threads) : 1;
           const dim3 block(threads, slices);
-          auto run = [&](auto kernel) {
+          auto run = [&](auto kernel, const auto* weight_data) {
             const auto [blocks, rows_per_block] =
                 backward_blocks(reinterpret_cast<const void*>(kernel), threads * slices, rows, x.device());
             // Partial rows, [2 or 3, blocks, C]: dw, db, then the residual bias's gradient.
@@ -569,8 +596,8 @@ void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight,
             A* partial_db = dbias.defined() ? pointer<A>(partials) + blocks * C : nullptr;
             A* partial_drb = residual_bias ? pointer<A>(partials) + 2 * blocks * C : nullptr;
             kernel<<<static_cast<unsigned>(blocks), block, 0, stream>>>(
-                xp, gp, gsp, pointer<const A>(weight), pointer<const A>(mean), pointer<const A>(rstd), dxp, drp,
-                partial_dw, partial_db, partial_drb, rows, C, rows_per_block);
+                xp, gp, gsp, weight_data, pointer<const A>(mean), pointer<const A>(rstd), dxp, drp, partial_dw,
+                partial_db, partial_drb, rows, C, rows_per_block);
             PRECIS_CUDA_CHECK_LAUNCH(op);
             if (!param_grads) return;
             const ColumnSum<A> dw{partial_dw, pointer<A>(dweight), accumulate_dweight},
@@ -581,10 +608,19 @@ void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight,
                     dw, db, drb, blocks, C);
             PRECIS_CUDA_CHECK_LAUNCH(op);
           };
-          if (packs == 1 && threads * slices <= kBackwardBlockThreads)
-            run(layer_norm_backward_kernel<1, kPack, true, kResidualBias, T, G, R>);
-          else
-            run_with_packs<1, kPack, kResidualBias, T, G, R>(packs, run);
+          // The load-ahead kernel reads the weight in x's dtype where it is so (bf16-pure's norms),
+          // the others in A (cast here).
+          const bool narrow_weight = !std::is_same_v<T, A> && weight.dtype() == x.dtype();
+          if (packs == 1 && threads * slices <= kBackwardBlockThreads) {
+            if (narrow_weight)
+              run(layer_norm_backward_kernel<1, kPack, true, kResidualBias, T, G, R, T>, pointer<const T>(weight));
+            else
+              run(layer_norm_backward_kernel<1, kPack, true, kResidualBias, T, G, R, A>, pointer<const A>(weight));
+          } else {
+            const Tensor weight_a = narrow_weight ? weight.to(mean.dtype()) : weight;
+            run_with_packs<1, kPack, kResidualBias, T, G, R>(
+                packs, [&](auto kernel) { run(kernel, pointer<const A>(weight_a)); });
+          }
         };
         auto launch_packed = [&](auto with_residual_bias) {
           if (packed)

@@ -50,6 +50,9 @@
 #include <atomic>
 #include <compare>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -72,6 +75,14 @@ namespace precis::ops::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+// TEMPORARY A/B: PRECIS_AB_WORKSPACE=bytes offers cuBLASLt that much of the workspace (0: none).
+size_t offered_workspace() {
+  static const size_t bytes = [] {
+    const char* v = std::getenv("PRECIS_AB_WORKSPACE");
+    return v ? std::min<size_t>(std::strtoull(v, nullptr, 10), kWorkspaceBytes) : kWorkspaceBytes;
+  }();
+  return bytes;
+}
 std::atomic<bool> g_fuse_epilogues{true};
 
 constexpr int kAutotuneCandidates = 8;
@@ -257,8 +268,8 @@ struct Gemm {
     return detail::concat(dtype_name(dtype), " [", n, ", ", k, "] x [", k, ", ", m, "]",
                           batch > 1 ? detail::concat(" (batch of ", batch, ")") : std::string(),
                           out_dtype != dtype ? detail::concat(" into ", dtype_name(out_dtype)) : std::string(),
-                          accumulate ? " (added to D)" : "", " with the ", epilogue_name(epilogue),
-                          " epilogue on ", device);
+                          accumulate ? " (added to D)" : "", " with the ", epilogue_name(epilogue), " epilogue on ",
+                          device);
   }
 };
 
@@ -290,7 +301,7 @@ struct Problem {
 void run_algo(const Gemm& g, const Problem& p, const cublasLtMatmulAlgo_t& algo) {
   const float alpha = 1.0f, beta = g.accumulate ? 1.0f : 0.0f;
   PRECIS_CUBLAS_CHECK(cublasLtMatmul(p.handle, p.desc, &alpha, g.a, p.a, g.b, p.b, &beta, g.d, p.d, g.d, p.d, &algo,
-                                     p.workspace, kWorkspaceBytes, p.stream),
+                                     offered_workspace() ? p.workspace : nullptr, offered_workspace(), p.stream),
                       g.op, " ", g.problem());
 }
 
@@ -363,8 +374,8 @@ bool try_run(const Gemm& g) {
   DeviceState& state = device_state(g.device);
   precis::cuda::set_device(g.device);
   const cudaDataType_t type = cuda_type(g.dtype), out_type = cuda_type(g.out_dtype);
-  PRECIS_CHECK(g.out_dtype == g.dtype || g.out_dtype == DType::f32, g.op, ": a product writes its operands' dtype or f32, not ",
-               g.problem());
+  PRECIS_CHECK(g.out_dtype == g.dtype || g.out_dtype == DType::f32, g.op,
+               ": a product writes its operands' dtype or f32, not ", g.problem());
   const cublasComputeType_t compute =
       g.dtype == DType::f32 && allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 
@@ -421,8 +432,12 @@ bool try_run(const Gemm& g) {
                     alignment(g.d, out_bytes, {g.ldd, g.stride_d}),
                     g.bias ? alignment(g.bias, out_bytes, {}) : 0u,
                     g.aux ? alignment(g.aux, bytes, {g.aux_ld}) : 0u};
-  const Problem problem{state.handle,   desc.get(),      layout_a.get(),
-                        layout_b.get(),  layout_d.get(),  state.workspace,
+  const Problem problem{state.handle,
+                        desc.get(),
+                        layout_a.get(),
+                        layout_b.get(),
+                        layout_d.get(),
+                        state.workspace,
                         precis::cuda::compute_stream(g.device)};
   CachedAlgo cached;
   {
@@ -435,7 +450,7 @@ bool try_run(const Gemm& g) {
     } else {
       Preference preference;
       PRECIS_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(preference.out()), g.op, " ", g.problem());
-      const uint64_t workspace = kWorkspaceBytes;
+      const uint64_t workspace = offered_workspace();
       PRECIS_CUBLAS_CHECK(
           cublasLtMatmulPreferenceSetAttribute(preference.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                                sizeof(workspace)),
@@ -465,6 +480,12 @@ bool try_run(const Gemm& g) {
       cached.found = status == CUBLAS_STATUS_SUCCESS && found > 0;
       if (cached.found) {
         cached.algo = found > 1 ? fastest(g, problem, results, found) : results[0].algo;
+        if (std::getenv("PRECIS_AB_LOG_ALGO")) {  // TEMPORARY A/B
+          for (int i = 0; i < found; ++i)
+            if (std::memcmp(&results[i].algo, &cached.algo, sizeof(cached.algo)) == 0)
+              std::fprintf(stderr, "algo %s: candidate %d of %d, workspace %zu bytes\n", g.problem().c_str(), i, found,
+                           results[i].workspaceSize);
+        }
         if (found > 1) ++g_stats.autotuned;
       }
       g_cache.emplace(key, cached);
@@ -494,9 +515,8 @@ bool prefer_fused(const Gemm& fused, Split&& split) {
   const double flops = 2.0 * static_cast<double>(fused.m) * static_cast<double>(fused.n) *
                        static_cast<double>(fused.k) * static_cast<double>(fused.batch);
   if (!matmul_autotune() || flops < kAutotuneMinFlops) return true;
-  const auto key = std::make_tuple(fused.device.index, static_cast<int>(fused.dtype),
-                                   static_cast<int>(fused.out_dtype), static_cast<int>(fused.epilogue), fused.m,
-                                   fused.n, fused.k);
+  const auto key = std::make_tuple(fused.device.index, static_cast<int>(fused.dtype), static_cast<int>(fused.out_dtype),
+                                   static_cast<int>(fused.epilogue), fused.m, fused.n, fused.k);
   std::lock_guard<std::mutex> lock(mutex);
   // A capture replays what the eager warm-up steps chose; it cannot time anything itself.
   if (auto it = choices.find(key); it != choices.end()) return it->second;
@@ -807,8 +827,8 @@ void linear_param_backward(const Tensor& grad_weight, const Tensor& grad_bias, c
     gemm.out_dtype = grad_weight.dtype();
     gemm.accumulate = accumulate_weight;
     // BGRADB writes db in D's type and cannot add to it; and only products that add to nothing are timed.
-    const bool fusable = grad_bias.defined() && grad_bias.dtype() == grad_weight.dtype() && !accumulate_weight &&
-                         !accumulate_bias;
+    const bool fusable =
+        grad_bias.defined() && grad_bias.dtype() == grad_weight.dtype() && !accumulate_weight && !accumulate_bias;
     Gemm fused = gemm;
     fused.epilogue = CUBLASLT_EPILOGUE_BGRADB;
     fused.bias = grad_bias.defined() ? grad_bias.raw_data() : nullptr;
@@ -824,8 +844,8 @@ void linear_param_backward(const Tensor& grad_weight, const Tensor& grad_bias, c
   if (grad_bias.defined()) bias_sum();
 }
 
-void linear_gelu_input_backward(const Tensor& grad_pre, const Tensor& grad_out, const Tensor& weight,
-                                const Tensor& pre, const Tensor& grad_pre_sums, bool accumulate_sums) {
+void linear_gelu_input_backward(const Tensor& grad_pre, const Tensor& grad_out, const Tensor& weight, const Tensor& pre,
+                                const Tensor& grad_pre_sums, bool accumulate_sums) {
   const char* op = "linear_gelu backward";
   DType dtype = check_operands(op, {&grad_pre, &grad_out, &weight, &pre});
   PRECIS_CHECK(grad_out.dim() == 2 && weight.dim() == 2 && grad_out.shape()[1] == weight.shape()[0], op,

@@ -137,56 +137,62 @@ TEST(AddLayerNormGpu, KernelsWithAResidualBiasMatchTheReference) {
   uint64_t seed = 3000;
   for (const Dtypes& d : mixes) {
     for (auto [rows, C] : sizes) {
-      for (bool misaligned : {false, true}) {
-        SCOPED_TRACE(std::string(dtype_name(d.x)) + " + " + dtype_name(d.residual) + " -> " + dtype_name(d.y) + " [" +
-                     std::to_string(rows) + ", " + std::to_string(C) + "]" + (misaligned ? " misaligned" : ""));
-        const DType stats = d.x == DType::f64 ? DType::f64 : DType::f32;
-        Tensor x = values({rows, C}, ++seed, d.x, -3, 3), r = values({rows, C}, ++seed, d.residual, -3, 3);
-        Tensor w = values({C}, ++seed, stats, 0.5, 1.5), b = values({C}, ++seed, stats);
-        Tensor rb = values({C}, ++seed, stats, -2, 2);
-        Tensor g = values({rows, C}, ++seed, d.y), g_sum = values({rows, C}, ++seed, d.x);
-        Tensor xg = on_gpu_at(x, misaligned ? 1 : 0), rg = r.to(kGpu), rbg = on_gpu_at(rb, misaligned ? 1 : 0);
+      // The parameters in the statistics dtype, and for f16/bf16 x also in x's (bf16-pure's norms).
+      for (bool narrow_params : {false, true}) {
+        for (bool misaligned : {false, true}) {
+          const DType stats = d.x == DType::f64 ? DType::f64 : DType::f32;
+          if (narrow_params && stats == d.x) continue;
+          const DType params = narrow_params ? d.x : stats;
+          SCOPED_TRACE(std::string(dtype_name(d.x)) + " + " + dtype_name(d.residual) + " -> " + dtype_name(d.y) + " [" +
+                       std::to_string(rows) + ", " + std::to_string(C) + "]" + (misaligned ? " misaligned" : "") +
+                       ", parameters in " + dtype_name(params));
+          Tensor x = values({rows, C}, ++seed, d.x, -3, 3), r = values({rows, C}, ++seed, d.residual, -3, 3);
+          Tensor w = values({C}, ++seed, params, 0.5, 1.5), b = values({C}, ++seed, params);
+          Tensor rb = values({C}, ++seed, params, -2, 2);
+          Tensor g = values({rows, C}, ++seed, d.y), g_sum = values({rows, C}, ++seed, d.x);
+          Tensor xg = on_gpu_at(x, misaligned ? 1 : 0), rg = r.to(kGpu), rbg = on_gpu_at(rb, misaligned ? 1 : 0);
 
-        Tensor sg = poisoned({rows, C}, d.x), y = poisoned({rows, C}, d.y);
-        Tensor mean = poisoned({rows}, stats), rstd = poisoned({rows}, stats);
-        ops::cuda::layer_norm_forward(xg, w.to(kGpu), b.to(kGpu), 1e-5, y, mean, rstd, rg, sg, rbg);
-        // The sum, rounded once to x's dtype (the f32 sum of f32 x may round twice: its tolerance).
-        const Tensor sum64 = x.to(DType::f64) + r.to(DType::f64) + rb.to(DType::f64);
-        expect_near(sg, sum64.to(d.x).to(DType::f64), d.x);
+          Tensor sg = poisoned({rows, C}, d.x), y = poisoned({rows, C}, d.y);
+          Tensor mean = poisoned({rows}, stats), rstd = poisoned({rows}, stats);
+          ops::cuda::layer_norm_forward(xg, w.to(kGpu), b.to(kGpu), 1e-5, y, mean, rstd, rg, sg, rbg);
+          // The sum, rounded once to x's dtype (the f32 sum of f32 x may round twice: its tolerance).
+          const Tensor sum64 = x.to(DType::f64) + r.to(DType::f64) + rb.to(DType::f64);
+          expect_near(sg, sum64.to(d.x).to(DType::f64), d.x);
 
-        // Reference: the norm in f64 of the very sum the GPU wrote.
-        Tensor s64 = sg.to(DType::f64).to(kCpu).detach().set_requires_grad();
-        Tensor w64 = w.to(DType::f64).set_requires_grad(), b64 = b.to(DType::f64).set_requires_grad();
-        Tensor y64 = ops::layer_norm(s64, w64, b64);
-        y64.backward(g.to(DType::f64));
-        const Tensor ds64 = s64.grad() + g_sum.to(DType::f64);
-        const Tensor drb64 = ops::sum_to_shape(ds64, Shape{C});
-        expect_near(y, y64.detach(), d.y);
+          // Reference: the norm in f64 of the very sum the GPU wrote.
+          Tensor s64 = sg.to(DType::f64).to(kCpu).detach().set_requires_grad();
+          Tensor w64 = w.to(DType::f64).set_requires_grad(), b64 = b.to(DType::f64).set_requires_grad();
+          Tensor y64 = ops::layer_norm(s64, w64, b64);
+          y64.backward(g.to(DType::f64));
+          const Tensor ds64 = s64.grad() + g_sum.to(DType::f64);
+          const Tensor drb64 = ops::sum_to_shape(ds64, Shape{C});
+          expect_near(y, y64.detach(), d.y);
 
-        Tensor ds = poisoned({rows, C}, d.x), dr = poisoned({rows, C}, d.residual);
-        Tensor dw = poisoned({C}, stats), db = poisoned({C}, stats), drb = poisoned({C}, stats);
-        ops::cuda::layer_norm_backward(sg, g.to(kGpu), w.to(kGpu), mean, rstd, ds, dw, db, g_sum.to(kGpu), dr, false,
-                                       false, drb, false);
-        expect_near(ds, ds64, d.x);
-        expect_near(dr, ds64, d.residual);
-        expect_near(dw, w64.grad(), stats);
-        expect_near(db, b64.grad(), stats);
-        expect_near(drb, drb64, stats);
+          Tensor ds = poisoned({rows, C}, d.x), dr = poisoned({rows, C}, d.residual);
+          Tensor dw = poisoned({C}, stats), db = poisoned({C}, stats), drb = poisoned({C}, stats);
+          ops::cuda::layer_norm_backward(sg, g.to(kGpu), w.to(kGpu), mean, rstd, ds, dw, db, g_sum.to(kGpu), dr, false,
+                                         false, drb, false);
+          expect_near(ds, ds64, d.x);
+          expect_near(dr, ds64, d.residual);
+          expect_near(dw, w64.grad(), stats);
+          expect_near(db, b64.grad(), stats);
+          expect_near(drb, drb64, stats);
 
-        // The bias's gradient alone (no dx, dr, dw, db); accumulated, added once.
-        Tensor drb_only = poisoned({C}, stats);
-        ops::cuda::layer_norm_backward(sg, g.to(kGpu), w.to(kGpu), mean, rstd, Tensor(), Tensor(), Tensor(),
-                                       g_sum.to(kGpu), Tensor(), false, false, drb_only, false);
-        expect_near(drb_only, drb64, stats);
-        Tensor drb_added = full({C}, 0.5, stats, kGpu);
-        ops::cuda::layer_norm_backward(sg, g.to(kGpu), w.to(kGpu), mean, rstd, ds, dw, db, g_sum.to(kGpu), Tensor(),
-                                       false, false, drb_added, true);
-        expect_near(drb_added, ops::add(drb64, 0.5), stats);
-        // Without g_sum (the sum's own gradient): the norm's dx summed.
-        Tensor drb_norm = poisoned({C}, stats);
-        ops::cuda::layer_norm_backward(sg, g.to(kGpu), w.to(kGpu), mean, rstd, Tensor(), Tensor(), Tensor(), Tensor(),
-                                       Tensor(), false, false, drb_norm, false);
-        expect_near(drb_norm, ops::sum_to_shape(s64.grad(), Shape{C}), stats);
+          // The bias's gradient alone (no dx, dr, dw, db); accumulated, added once.
+          Tensor drb_only = poisoned({C}, stats);
+          ops::cuda::layer_norm_backward(sg, g.to(kGpu), w.to(kGpu), mean, rstd, Tensor(), Tensor(), Tensor(),
+                                         g_sum.to(kGpu), Tensor(), false, false, drb_only, false);
+          expect_near(drb_only, drb64, stats);
+          Tensor drb_added = full({C}, 0.5, stats, kGpu);
+          ops::cuda::layer_norm_backward(sg, g.to(kGpu), w.to(kGpu), mean, rstd, ds, dw, db, g_sum.to(kGpu), Tensor(),
+                                         false, false, drb_added, true);
+          expect_near(drb_added, ops::add(drb64, 0.5), stats);
+          // Without g_sum (the sum's own gradient): the norm's dx summed.
+          Tensor drb_norm = poisoned({C}, stats);
+          ops::cuda::layer_norm_backward(sg, g.to(kGpu), w.to(kGpu), mean, rstd, Tensor(), Tensor(), Tensor(), Tensor(),
+                                         Tensor(), false, false, drb_norm, false);
+          expect_near(drb_norm, ops::sum_to_shape(s64.grad(), Shape{C}), stats);
+        }
       }
     }
   }
