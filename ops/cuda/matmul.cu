@@ -50,9 +50,6 @@
 #include <atomic>
 #include <compare>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -75,14 +72,6 @@ namespace precis::ops::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
-// TEMPORARY A/B: PRECIS_AB_WORKSPACE=bytes offers cuBLASLt that much of the workspace (0: none).
-size_t offered_workspace() {
-  static const size_t bytes = [] {
-    const char* v = std::getenv("PRECIS_AB_WORKSPACE");
-    return v ? std::min<size_t>(std::strtoull(v, nullptr, 10), kWorkspaceBytes) : kWorkspaceBytes;
-  }();
-  return bytes;
-}
 std::atomic<bool> g_fuse_epilogues{true};
 
 constexpr int kAutotuneCandidates = 8;
@@ -301,7 +290,7 @@ struct Problem {
 void run_algo(const Gemm& g, const Problem& p, const cublasLtMatmulAlgo_t& algo) {
   const float alpha = 1.0f, beta = g.accumulate ? 1.0f : 0.0f;
   PRECIS_CUBLAS_CHECK(cublasLtMatmul(p.handle, p.desc, &alpha, g.a, p.a, g.b, p.b, &beta, g.d, p.d, g.d, p.d, &algo,
-                                     offered_workspace() ? p.workspace : nullptr, offered_workspace(), p.stream),
+                                     p.workspace, kWorkspaceBytes, p.stream),
                       g.op, " ", g.problem());
 }
 
@@ -450,7 +439,7 @@ bool try_run(const Gemm& g) {
     } else {
       Preference preference;
       PRECIS_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(preference.out()), g.op, " ", g.problem());
-      const uint64_t workspace = offered_workspace();
+      const uint64_t workspace = kWorkspaceBytes;
       PRECIS_CUBLAS_CHECK(
           cublasLtMatmulPreferenceSetAttribute(preference.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                                sizeof(workspace)),
@@ -480,12 +469,6 @@ bool try_run(const Gemm& g) {
       cached.found = status == CUBLAS_STATUS_SUCCESS && found > 0;
       if (cached.found) {
         cached.algo = found > 1 ? fastest(g, problem, results, found) : results[0].algo;
-        if (std::getenv("PRECIS_AB_LOG_ALGO")) {  // TEMPORARY A/B
-          for (int i = 0; i < found; ++i)
-            if (std::memcmp(&results[i].algo, &cached.algo, sizeof(cached.algo)) == 0)
-              std::fprintf(stderr, "algo %s: candidate %d of %d, workspace %zu bytes\n", g.problem().c_str(), i, found,
-                           results[i].workspaceSize);
-        }
         if (found > 1) ++g_stats.autotuned;
       }
       g_cache.emplace(key, cached);
