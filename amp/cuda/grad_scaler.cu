@@ -15,6 +15,7 @@
 
 #include "amp/cuda/grad_scaler.h"
 #include "core/allocator.h"
+#include "core/cuda/launch.cuh"
 #include "core/cuda/runtime.h"
 
 namespace precis::amp::cuda {
@@ -37,6 +38,8 @@ __device__ inline float to_float(__nv_bfloat16 x) {
 // inv_scale is the argument, or 1 / *scale when `scale` (on the device) is given.
 template <typename T, typename C, typename Flag>
 __global__ void unscale_kernel(T* g, int64_t n, C inv_scale, const double* scale, Flag* found) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   if (scale != nullptr) inv_scale = static_cast<C>(1.0 / *scale);
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -52,8 +55,8 @@ template <typename T, typename C, typename Flag>
 void launch(const Tensor& grad, C inv_scale, const double* scale, Flag* flag, cudaStream_t stream) {
   int64_t n = grad.numel();
   unsigned blocks = std::min<unsigned>(precis::cuda::grid_for(n), 132 * 8);
-  unscale_kernel<T, C, Flag><<<blocks, precis::cuda::kBlockSize, 0, stream>>>(static_cast<T*>(grad.raw_data()), n,
-                                                                             inv_scale, scale, flag);
+  precis::cuda::launch(unscale_kernel<T, C, Flag>, blocks, precis::cuda::kBlockSize, 0, stream,
+                       static_cast<T*>(grad.raw_data()), n, inv_scale, scale, flag);
 }
 
 // Unscales `grad` by inv_scale (or 1 / *scale), raising *flag on inf/NaN, on the compute stream.
@@ -77,6 +80,8 @@ struct UpdateRule {
 };
 
 __global__ void update_kernel(double* s, float* scale_f32, UpdateRule rule) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   const bool found = s[kFoundInf] != 0;
   if (found) s[kSkippedSteps] += 1;
   if (rule.dynamic && found) {
@@ -126,8 +131,8 @@ void update_on_device(const Tensor& state, const Tensor& scale_f32, const GradSc
                         o.max_scale,
                         static_cast<double>(o.growth_interval),
                         static_cast<double>(o.hysteresis)};
-  update_kernel<<<1, 1, 0, precis::cuda::compute_stream(state.device())>>>(state.data<double>(),
-                                                                           scale_f32.data<float>(), rule);
+  precis::cuda::launch(update_kernel, 1, 1, 0, precis::cuda::compute_stream(state.device()), state.data<double>(),
+                       scale_f32.data<float>(), rule);
   PRECIS_CUDA_CHECK_LAUNCH("GradScaler update");
 }
 

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "core/copy.h"
+#include "core/cuda/launch.cuh"
 #include "core/cuda/pinned_allocator.h"
 #include "core/cuda/runtime.h"
 
@@ -253,6 +254,8 @@ bool aligned(const void* ptr, size_t bytes) { return reinterpret_cast<uintptr_t>
 // Bytes moved: n * (sizeof(S) + sizeof(D)).
 template <typename D, typename S, int kVec>
 __global__ void copy_contiguous_kernel(D* __restrict__ out, const S* __restrict__ in, int64_t n) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   const int64_t packs = n / kVec;
   const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -272,6 +275,8 @@ __global__ void copy_contiguous_kernel(D* __restrict__ out, const S* __restrict_
 // Bytes moved: n * (sizeof(S) + sizeof(D)), coalesced where the inner strides are 1.
 template <typename D, typename S>
 __global__ void copy_strided_kernel(D* out, const S* in, uint32_t n, StridedOffsets<2> offsets) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     int64_t at[2];
     offsets.get(i, at);
@@ -283,6 +288,8 @@ __global__ void copy_strided_kernel(D* out, const S* in, uint32_t n, StridedOffs
 // Bytes moved: n * (2 * sizeof(D) + sizeof(S)).
 template <typename D, typename S, int kVec>
 __global__ void accumulate_contiguous_kernel(D* out, const S* in, int64_t n) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   const int64_t packs = n / kVec;
   const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -301,6 +308,8 @@ __global__ void accumulate_contiguous_kernel(D* out, const S* in, int64_t n) {
 // Bytes moved: n * (2 * sizeof(D) + sizeof(S)).
 template <typename D, typename S>
 __global__ void accumulate_strided_kernel(D* out, const S* in, uint32_t n, StridedOffsets<2> offsets) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     int64_t at[2];
     offsets.get(i, at);
@@ -312,6 +321,8 @@ __global__ void accumulate_strided_kernel(D* out, const S* in, uint32_t n, Strid
 // Bytes moved: n * sizeof(T).
 template <typename T, int kVec>
 __global__ void fill_contiguous_kernel(T* __restrict__ out, int64_t n, T value) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   Pack<T, kVec> pack;
 #pragma unroll
   for (int k = 0; k < kVec; ++k) pack.v[k] = value;
@@ -328,6 +339,8 @@ __global__ void fill_contiguous_kernel(T* __restrict__ out, int64_t n, T value) 
 // fill, strided: out[o(i)] = value. Bytes moved: n * sizeof(T).
 template <typename T>
 __global__ void fill_strided_kernel(T* out, uint32_t n, T value, StridedOffsets<1> offsets) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     int64_t at[1];
     offsets.get(i, at);
@@ -350,12 +363,13 @@ void copy_on_device(const Tensor& dst, const Tensor& src) {
       const S* in = static_cast<const S*>(src.raw_data());
       if (dst.is_contiguous() && src.is_contiguous() && aligned(out, sizeof(D) * kVec) &&
           aligned(in, sizeof(S) * kVec)) {
-        copy_contiguous_kernel<D, S, kVec><<<blocks_for(n / kVec), kBlockSize, 0, stream>>>(out, in, n);
+        precis::cuda::launch(copy_contiguous_kernel<D, S, kVec>, blocks_for(n / kVec), kBlockSize, 0, stream, out, in,
+                             n);
       } else {
         launch_strided<2>(dst.shape(), {&dst.strides(), &src.strides()}, "copy",
                           [&](const StridedOffsets<2>& offsets, std::array<int64_t, 2> base, uint32_t count) {
-                            copy_strided_kernel<<<blocks_for(count), kBlockSize, 0, stream>>>(
-                                out + base[0], in + base[1], count, offsets);
+                            precis::cuda::launch(copy_strided_kernel<D, S>, blocks_for(count), kBlockSize, 0, stream,
+                                                 out + base[0], in + base[1], count, offsets);
                           });
       }
       PRECIS_CUDA_CHECK_LAUNCH("copy");
@@ -467,12 +481,12 @@ void fill_(const Tensor& dst, double value) {
     const T v = convert_to<T>(value);
     T* out = static_cast<T*>(dst.raw_data());
     if (dst.is_contiguous() && aligned(out, sizeof(T) * kVec)) {
-      fill_contiguous_kernel<T, kVec><<<blocks_for(n / kVec), kBlockSize, 0, stream>>>(out, n, v);
+      precis::cuda::launch(fill_contiguous_kernel<T, kVec>, blocks_for(n / kVec), kBlockSize, 0, stream, out, n, v);
     } else {
       launch_strided<1>(dst.shape(), {&dst.strides()}, "fill",
                         [&](const StridedOffsets<1>& offsets, std::array<int64_t, 1> base, uint32_t count) {
-                          fill_strided_kernel<<<blocks_for(count), kBlockSize, 0, stream>>>(out + base[0], count, v,
-                                                                                            offsets);
+                          precis::cuda::launch(fill_strided_kernel<T>, blocks_for(count), kBlockSize, 0, stream,
+                                               out + base[0], count, v, offsets);
                         });
     }
     PRECIS_CUDA_CHECK_LAUNCH("fill");
@@ -495,12 +509,13 @@ void accumulate_(const Tensor& dst, const Tensor& src) {
       const S* in = static_cast<const S*>(src.raw_data());
       if (dst.is_contiguous() && src.is_contiguous() && aligned(out, sizeof(D) * kVec) &&
           aligned(in, sizeof(S) * kVec)) {
-        accumulate_contiguous_kernel<D, S, kVec><<<blocks_for(n / kVec), kBlockSize, 0, stream>>>(out, in, n);
+        precis::cuda::launch(accumulate_contiguous_kernel<D, S, kVec>, blocks_for(n / kVec), kBlockSize, 0, stream, out,
+                             in, n);
       } else {
         launch_strided<2>(dst.shape(), {&dst.strides(), &src.strides()}, "accumulate",
                           [&](const StridedOffsets<2>& offsets, std::array<int64_t, 2> base, uint32_t count) {
-                            accumulate_strided_kernel<<<blocks_for(count), kBlockSize, 0, stream>>>(
-                                out + base[0], in + base[1], count, offsets);
+                            precis::cuda::launch(accumulate_strided_kernel<D, S>, blocks_for(count), kBlockSize, 0,
+                                                 stream, out + base[0], in + base[1], count, offsets);
                           });
       }
       PRECIS_CUDA_CHECK_LAUNCH("accumulate");

@@ -2,8 +2,11 @@
 // first (std::call_once), and kept for the life of the process: kernels queued
 // on them may outlive any object that could own them.
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 
+#include "core/cuda/launch.cuh"
 #include "core/cuda/runtime.h"
 
 namespace precis::cuda {
@@ -56,6 +59,24 @@ bool is_capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   PRECIS_CUDA_CHECK(cudaStreamIsCapturing(stream, &status), "query graph capture");
   return status != cudaStreamCaptureStatusNone;
+}
+
+// Decided once, for the device current at the first launch (kept cheap, as it
+// runs per launch): a process driving GPUs of different generations gets the
+// answer of the first one for all of them.
+bool dependent_launch_enabled() {
+  static const bool enabled = [] {
+    const char* setting = std::getenv("PRECIS_PDL");
+    if (setting != nullptr && std::strcmp(setting, "0") == 0) return false;
+    int device = 0, major = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+      cudaGetLastError();  // no usable device: the launch itself will fail and say so
+      return false;
+    }
+    return major >= 9;
+  }();
+  return enabled;
 }
 
 bool any_capture_underway() {

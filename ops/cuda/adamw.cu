@@ -22,6 +22,7 @@
 #include <map>
 #include <tuple>
 
+#include "core/cuda/launch.cuh"
 #include "core/philox.h"
 #include "ops/cuda/adamw.h"
 #include "ops/cuda/nn_kernels.h"
@@ -78,6 +79,8 @@ struct AdamWDeviceStep {
 
 // t <- t + 1 and the bias corrections, as optim/adamw.cpp computes them; nothing on a skipped step.
 __global__ void adamw_prepare_kernel(AdamWDeviceInputs in, double beta1, double beta2, AdamWDeviceStep* out) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   out->skip = in.skip != nullptr && *in.skip != 0;
   if (out->skip) return;
   const int64_t t = ++*in.step;
@@ -136,6 +139,8 @@ template <typename P, typename G, typename C>
 __global__ void __launch_bounds__(kThreads)
     adamw_kernel(const __grid_constant__ AdamWBatch<P, G, C> batch, const AdamWConstants<C> host,
                  const AdamWDeviceStep* device) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   const int s = tensor_of_block(batch.first_block, batch.count, blockIdx.x);
   const AdamWSlot<P, G, C>& t = batch.slot[s];
   AdamWConstants<C> c = host;
@@ -227,7 +232,7 @@ void adamw_launch(const std::vector<const AdamWTensors*>& params, const AdamWSte
     const int64_t blocks = batch.first_block[batch.count];
     if (blocks == 0) continue;
     PRECIS_CHECK(blocks <= INT32_MAX, op, ": ", blocks, " blocks in one launch");
-    adamw_kernel<P, G, C><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(batch, c, device);
+    precis::cuda::launch(adamw_kernel<P, G, C>, static_cast<unsigned>(blocks), kThreads, 0, stream, batch, c, device);
     PRECIS_CUDA_CHECK_LAUNCH(op);
   }
 }
@@ -272,7 +277,8 @@ void adamw_step_on_device(const std::vector<AdamWTensors>& params, const AdamWSt
   // (a later request on the compute stream runs after them).
   Tensor numbers = empty({static_cast<int64_t>((sizeof(AdamWDeviceStep) + 7) / 8)}, DType::f64, device);
   AdamWDeviceStep* device_step = static_cast<AdamWDeviceStep*>(numbers.raw_data());
-  adamw_prepare_kernel<<<1, 1, 0, stream_for(params.front().param)>>>(inputs, step.beta1, step.beta2, device_step);
+  precis::cuda::launch(adamw_prepare_kernel, 1, 1, 0, stream_for(params.front().param), inputs, step.beta1, step.beta2,
+                       device_step);
   PRECIS_CUDA_CHECK_LAUNCH(op);
   launch_all(params, step, device_step);
 }

@@ -36,6 +36,7 @@
 #include <type_traits>
 
 #include "core/copy.h"
+#include "core/cuda/launch.cuh"
 #include "ops/cuda/column_sums.h"
 #include "ops/cuda/nn_kernels.h"
 #include "ops/cuda/reduce.cuh"
@@ -62,6 +63,8 @@ template <typename T, int W, typename O>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
     column_sums_partial_kernel(const T* __restrict__ g, int64_t ld, int64_t rows, int64_t cols, int64_t rows_per_chunk,
                                float* __restrict__ partial, O* __restrict__ out, bool accumulate) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   __shared__ float sums[kThreads * W];  // [by][W][bx]
   const int tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x, by = blockDim.y;
   const int64_t col = (static_cast<int64_t>(blockIdx.x) * bx + tx) * W;
@@ -135,6 +138,8 @@ template <typename O>
 __global__ void __launch_bounds__(32 * kSlices)
     column_sums_finish_kernel(const float* __restrict__ partial, O* __restrict__ out, int64_t chunks, int64_t cols,
                               bool accumulate) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   __shared__ float slices[kSlices][33];
   const int64_t col = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   float sum = 0.0f;
@@ -185,18 +190,18 @@ void launch_column_sums(const T* g, int64_t ld, int64_t rows, int64_t cols, O* o
   PRECIS_CHECK(strips <= INT32_MAX, "column_sums: ", cols, " columns are more than one launch takes");
   const dim3 grid(static_cast<unsigned>(strips), static_cast<unsigned>(chunks)), block(bx, by);
   if (chunks == 1) {
-    column_sums_partial_kernel<T, W, O>
-        <<<grid, block, 0, stream>>>(g, ld, rows, cols, rows_per_chunk, nullptr, out, accumulate);
+    precis::cuda::launch(column_sums_partial_kernel<T, W, O>, grid, block, 0, stream, g, ld, rows, cols, rows_per_chunk,
+                         nullptr, out, accumulate);
     PRECIS_CUDA_CHECK_LAUNCH("column_sums");
     return;
   }
   Tensor partial = empty({chunks, cols}, DType::f32, device);
   float* partial_data = data_of<float>(partial);
-  column_sums_partial_kernel<T, W, O>
-      <<<grid, block, 0, stream>>>(g, ld, rows, cols, rows_per_chunk, partial_data, nullptr, accumulate);
+  precis::cuda::launch(column_sums_partial_kernel<T, W, O>, grid, block, 0, stream, g, ld, rows, cols, rows_per_chunk,
+                       partial_data, nullptr, accumulate);
   PRECIS_CUDA_CHECK_LAUNCH("column_sums");
-  column_sums_finish_kernel<O><<<static_cast<unsigned>((cols + 31) / 32), dim3(32, kSlices), 0, stream>>>(
-      partial_data, out, chunks, cols, accumulate);
+  precis::cuda::launch(column_sums_finish_kernel<O>, static_cast<unsigned>((cols + 31) / 32), dim3(32, kSlices), 0,
+                       stream, partial_data, out, chunks, cols, accumulate);
   PRECIS_CUDA_CHECK_LAUNCH("column_sums");
 }
 

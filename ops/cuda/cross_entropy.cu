@@ -27,6 +27,7 @@
 // every target to the host to check them there.
 #include <limits>
 
+#include "core/cuda/launch.cuh"
 #include "ops/cuda/nn_kernels.h"
 
 namespace precis::ops::cuda {
@@ -89,6 +90,8 @@ template <int kThreads, int kPack, typename T, typename Target, typename A = com
 __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
     cross_entropy_forward_kernel(const T* logits, const Target* targets, int64_t ignore_index, A* stats, double* losses,
                                  unsigned long long* bad, int64_t rows, int64_t C, int64_t ld) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   const int64_t row = row_index();
   if (row >= rows) return;
   const int64_t t = static_cast<int64_t>(targets[row]);
@@ -129,6 +132,8 @@ template <typename Target, typename A>
 __global__ void __launch_bounds__(1024)
     cross_entropy_mean_kernel(const double* losses, const Target* targets, int64_t ignore_index, int64_t rows, A* loss,
                               int64_t* valid_count) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   Pair<double> sum_count{0.0, 0.0};  // the count is exact in a double up to 2^53 rows
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
     if (static_cast<int64_t>(targets[r]) == ignore_index) continue;
@@ -150,6 +155,8 @@ __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
     cross_entropy_backward_kernel(const T* logits, const Target* targets, int64_t ignore_index, const A* stats,
                                   const int64_t* valid_count, const A* grad, T* dlogits, int64_t rows, int64_t C,
                                   int64_t ld, int64_t width) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   const int64_t row = row_index();
   if (row >= rows) return;
   const T* xr = logits + row * ld;
@@ -197,6 +204,8 @@ __global__ void __launch_bounds__(kFlatThreads)
     cross_entropy_backward_flat_kernel(const T* logits, const Target* targets, int64_t ignore_index,
                                        const float* stats, const int64_t* valid_count, const float* grad, T* dlogits,
                                        Index rows, Index C, Index ld, Index width) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   constexpr float kLog2e = 1.4426950408889634f;
   const Index packs_per_row = width / kPack, total = rows * packs_per_row;
   const float scale = static_cast<float>(static_cast<double>(*grad) / static_cast<double>(*valid_count));
@@ -247,12 +256,12 @@ bool launch_backward_flat(const T* xp, const Target* tp, int64_t ignore_index, c
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((total + per_block - 1) / per_block, 132 * 64));
   const bool narrow = rows * ld < (int64_t{1} << 31) && total < (int64_t{1} << 31);
   if (narrow) {
-    cross_entropy_backward_flat_kernel<kPack, uint32_t, T, Target><<<blocks, kFlatThreads, 0, stream>>>(
-        xp, tp, ignore_index, stats, valid_count, grad, dp, static_cast<uint32_t>(rows), static_cast<uint32_t>(C),
-        static_cast<uint32_t>(ld), static_cast<uint32_t>(width));
+    precis::cuda::launch(cross_entropy_backward_flat_kernel<kPack, uint32_t, T, Target>, blocks, kFlatThreads, 0,
+                         stream, xp, tp, ignore_index, stats, valid_count, grad, dp, static_cast<uint32_t>(rows),
+                         static_cast<uint32_t>(C), static_cast<uint32_t>(ld), static_cast<uint32_t>(width));
   } else {
-    cross_entropy_backward_flat_kernel<kPack, int64_t, T, Target><<<blocks, kFlatThreads, 0, stream>>>(
-        xp, tp, ignore_index, stats, valid_count, grad, dp, rows, C, ld, width);
+    precis::cuda::launch(cross_entropy_backward_flat_kernel<kPack, int64_t, T, Target>, blocks, kFlatThreads, 0, stream,
+                         xp, tp, ignore_index, stats, valid_count, grad, dp, rows, C, ld, width);
   }
   return true;
 }
@@ -267,6 +276,8 @@ template <typename Target>
 __global__ void __launch_bounds__(1024)
     cross_entropy_count_kernel(const Target* targets, int64_t ignore_index, int64_t rows, int64_t C,
                                int64_t* valid_count, unsigned long long* bad) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   unsigned long long count = 0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
     const int64_t t = static_cast<int64_t>(targets[r]);
@@ -326,6 +337,8 @@ __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
     cross_entropy_fused_kernel(const T* logits, const Target* targets, int64_t ignore_index,
                                const int64_t* valid_count, const float* grad_factor, double* losses, T* dlogits,
                                int64_t rows, int64_t C, int64_t ld, int64_t width) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   const int64_t row = row_index();
   if (row >= rows) return;
   const T* xr = logits + row * ld;
@@ -381,15 +394,15 @@ BadIndex cross_entropy_forward(const Tensor& logits, const Tensor& targets, int6
           constexpr int kThreads = decltype(threads)::value;
           const dim3 grid(row_grid<kThreads>(rows)), block = row_block<kThreads>();
           // Packs at any row alignment: one array is read, and for_each_in_row splits it at 16-byte boundaries.
-          cross_entropy_forward_kernel<kThreads, Packed128<T>::size, T, Target>
-              <<<grid, block, 0, stream>>>(xp, tp, ignore_index, static_cast<A*>(stats.raw_data()),
-                                           static_cast<double*>(losses.raw_data()), bad, rows, C, ld);
+          precis::cuda::launch(cross_entropy_forward_kernel<kThreads, Packed128<T>::size, T, Target>, grid, block, 0,
+                               stream, xp, tp, ignore_index, static_cast<A*>(stats.raw_data()),
+                               static_cast<double*>(losses.raw_data()), bad, rows, C, ld);
         });
         PRECIS_CUDA_CHECK_LAUNCH(op);
       }
-      cross_entropy_mean_kernel<Target, A><<<1, 1024, 0, stream>>>(static_cast<const double*>(losses.raw_data()), tp,
-                                                                   ignore_index, rows, static_cast<A*>(loss.raw_data()),
-                                                                   static_cast<int64_t*>(valid_count.raw_data()));
+      precis::cuda::launch(cross_entropy_mean_kernel<Target, A>, 1, 1024, 0, stream,
+                           static_cast<const double*>(losses.raw_data()), tp, ignore_index, rows,
+                           static_cast<A*>(loss.raw_data()), static_cast<int64_t*>(valid_count.raw_data()));
       PRECIS_CUDA_CHECK_LAUNCH(op);
     });
   });
@@ -425,10 +438,10 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t
         constexpr int kThreads = decltype(threads)::value;
         const dim3 grid(row_grid<kThreads>(rows)), block = row_block<kThreads>();
         auto launch = [&](auto kernel) {
-          kernel<<<grid, block, 0, stream>>>(xp, static_cast<const Target*>(targets.raw_data()), ignore_index,
-                                             static_cast<const A*>(stats.raw_data()),
-                                             static_cast<const int64_t*>(valid_count.raw_data()),
-                                             static_cast<const A*>(grad.raw_data()), dp, rows, C, ld, width);
+          precis::cuda::launch(kernel, grid, block, 0, stream, xp, static_cast<const Target*>(targets.raw_data()),
+                               ignore_index, static_cast<const A*>(stats.raw_data()),
+                               static_cast<const int64_t*>(valid_count.raw_data()),
+                               static_cast<const A*>(grad.raw_data()), dp, rows, C, ld, width);
         };
         if (packed)
           launch(cross_entropy_backward_kernel<kThreads, Packed128<T>::size, T, Target>);
@@ -469,22 +482,23 @@ BadIndex cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, in
       using Target = typename decltype(target_tag)::type;
       const Target* tp = static_cast<const Target*>(targets.raw_data());
       auto* count = static_cast<int64_t*>(valid_count.raw_data());
-      cross_entropy_count_kernel<Target><<<1, 1024, 0, stream>>>(tp, ignore_index, rows, C, count, bad);
+      precis::cuda::launch(cross_entropy_count_kernel<Target>, 1, 1024, 0, stream, tp, ignore_index, rows, C, count,
+                           bad);
       PRECIS_CUDA_CHECK_LAUNCH(op);
       // Checked before anything is written, so that a bad target leaves the logits as they were.
       bad_index = read_bad_position(bad, targets, stream, op);
       if (bad_index.position >= 0) return;
       dispatch_row_threads(C, [&](auto threads) {
         constexpr int kThreads = decltype(threads)::value;
-        cross_entropy_fused_kernel<kThreads, kPack, T, Target><<<row_grid<kThreads>(rows), row_block<kThreads>(), 0,
-                                                                 stream>>>(
-            xp, tp, ignore_index, count, static_cast<const float*>(grad_factor.raw_data()),
-            static_cast<double*>(losses.raw_data()), dp, rows, C, ld, width);
+        precis::cuda::launch(cross_entropy_fused_kernel<kThreads, kPack, T, Target>, row_grid<kThreads>(rows),
+                             row_block<kThreads>(), 0, stream, xp, tp, ignore_index, count,
+                             static_cast<const float*>(grad_factor.raw_data()), static_cast<double*>(losses.raw_data()),
+                             dp, rows, C, ld, width);
       });
       PRECIS_CUDA_CHECK_LAUNCH(op);
-      cross_entropy_mean_kernel<Target, float><<<1, 1024, 0, stream>>>(
-          static_cast<const double*>(losses.raw_data()), tp, ignore_index, rows, static_cast<float*>(loss.raw_data()),
-          count);
+      precis::cuda::launch(cross_entropy_mean_kernel<Target, float>, 1, 1024, 0, stream,
+                           static_cast<const double*>(losses.raw_data()), tp, ignore_index, rows,
+                           static_cast<float*>(loss.raw_data()), count);
       PRECIS_CUDA_CHECK_LAUNCH(op);
     });
   });

@@ -3,6 +3,7 @@
 // One Philox call gives the words of four consecutive elements, so each thread of the
 // forward kernel owns one block of four. The product is rounded once, in the compute type
 // (f32 for halves), exactly as on the CPU, so CPU and GPU outputs agree bit for bit.
+#include "core/cuda/launch.cuh"
 #include "core/philox.h"
 #include "ops/cuda/dropout.h"
 #include "ops/cuda/elementwise.cuh"
@@ -14,6 +15,8 @@ namespace {
 template <typename T>
 __global__ void dropout_forward_kernel(T* out, bool* mask, const T* x, StridedIndex<1> index, int64_t n, double p,
                                        double scale, uint64_t seed, uint64_t offset) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   using C = compute_t<T>;
   const int64_t block = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (block * 4 >= n) return;
@@ -34,6 +37,8 @@ __global__ void dropout_forward_kernel(T* out, bool* mask, const T* x, StridedIn
 template <typename T>
 __global__ void apply_mask_kernel(T* out, const bool* mask, const T* t, StridedIndex<1> index, int64_t n,
                                   double scale) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   using C = compute_t<T>;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
@@ -64,8 +69,8 @@ std::pair<Tensor, Tensor> dropout(const Tensor& x_in, double p, double scale, ui
   cudaStream_t stream = stream_for(out);
   dispatch_floating(x.dtype(), "dropout", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    dropout_forward_kernel<T><<<precis::cuda::grid_for(n, 4), precis::cuda::kBlockSize, 0, stream>>>(
-        data_of<T>(out), data_of<bool>(mask), data_of<const T>(x), index, n, p, scale, seed, offset);
+    precis::cuda::launch(dropout_forward_kernel<T>, precis::cuda::grid_for(n, 4), precis::cuda::kBlockSize, 0, stream,
+                         data_of<T>(out), data_of<bool>(mask), data_of<const T>(x), index, n, p, scale, seed, offset);
   });
   PRECIS_CUDA_CHECK_LAUNCH("dropout");
   return {out, mask};
@@ -83,8 +88,8 @@ Tensor apply_dropout_mask(const Tensor& t_in, const Tensor& mask_in, double scal
   cudaStream_t stream = stream_for(out);
   dispatch_floating(t.dtype(), "dropout", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    apply_mask_kernel<T><<<precis::cuda::grid_for(n), precis::cuda::kBlockSize, 0, stream>>>(
-        data_of<T>(out), data_of<const bool>(mask), data_of<const T>(t), index, n, scale);
+    precis::cuda::launch(apply_mask_kernel<T>, precis::cuda::grid_for(n), precis::cuda::kBlockSize, 0, stream,
+                         data_of<T>(out), data_of<const bool>(mask), data_of<const T>(t), index, n, scale);
   });
   PRECIS_CUDA_CHECK_LAUNCH("dropout");
   return out;

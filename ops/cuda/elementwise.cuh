@@ -11,6 +11,7 @@
 #include <array>
 
 #include "core/copy.h"
+#include "core/cuda/launch.cuh"
 #include "ops/cuda/tensor_info.cuh"
 
 namespace precis::ops::cuda {
@@ -33,6 +34,8 @@ __device__ __forceinline__ C call(const F& f, const C (&v)[N]) {
 // finishes a tail shorter than a pack one element at a time.
 template <typename T, int N, typename F>
 __global__ void map_dense_kernel(T* out, Inputs<T, N> in, int64_t n, F f) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   using C = compute_t<T>;
   using Pack = Packed128<T>;
   const int64_t start = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * Pack::size;
@@ -62,6 +65,8 @@ __global__ void map_dense_kernel(T* out, Inputs<T, N> in, int64_t n, F f) {
 // One element per thread; `out` is dense, the inputs have any strides.
 template <typename T, int N, typename F>
 __global__ void map_strided_kernel(T* out, Inputs<T, N> in, StridedIndex<N> index, int64_t n, F f) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   using C = compute_t<T>;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
@@ -123,11 +128,11 @@ void launch_map(const char* op, const Tensor& out, std::array<Tensor, N> inputs,
     vectorisable = vectorisable && aligned16(in.p[k]) && index.ndim == 1 && index.strides[k][0] == 1;
   }
   if (vectorisable) {
-    map_dense_kernel<T, N, F><<<precis::cuda::grid_for(n, Packed128<T>::size), precis::cuda::kBlockSize, 0, stream>>>(
-        data_of<T>(out), in, n, f);
+    precis::cuda::launch(map_dense_kernel<T, N, F>, precis::cuda::grid_for(n, Packed128<T>::size),
+                         precis::cuda::kBlockSize, 0, stream, data_of<T>(out), in, n, f);
   } else {
-    map_strided_kernel<T, N, F>
-        <<<precis::cuda::grid_for(n), precis::cuda::kBlockSize, 0, stream>>>(data_of<T>(out), in, index, n, f);
+    precis::cuda::launch(map_strided_kernel<T, N, F>, precis::cuda::grid_for(n), precis::cuda::kBlockSize, 0, stream,
+                         data_of<T>(out), in, index, n, f);
   }
   PRECIS_CUDA_CHECK_LAUNCH(op);
 }

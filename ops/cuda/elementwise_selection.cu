@@ -4,6 +4,7 @@
 //   causal_mask:  out[i][j] = j > i
 // The condition is read as bytes (bool and u8 are both one byte); the picked value is
 // copied, not recomputed, so the results equal the CPU's bit for bit.
+#include "core/cuda/launch.cuh"
 #include "ops/cuda/elementwise.cuh"
 #include "ops/cuda/elementwise.h"
 
@@ -13,6 +14,8 @@ namespace {
 
 template <typename T>
 __global__ void where_kernel(T* out, const uint8_t* cond, const T* a, const T* b, StridedIndex<3> index, int64_t n) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   int64_t off[3];
@@ -23,6 +26,8 @@ __global__ void where_kernel(T* out, const uint8_t* cond, const T* a, const T* b
 template <typename T>
 __global__ void where_scalar_kernel(T* out, const uint8_t* cond, const T* x, StridedIndex<2> index, bool when,
                                     double value, int64_t n) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   int64_t off[2];
@@ -31,6 +36,8 @@ __global__ void where_scalar_kernel(T* out, const uint8_t* cond, const T* x, Str
 }
 
 __global__ void causal_mask_kernel(bool* out, int64_t T) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * T) return;
   out[i] = i % T > i / T;
@@ -72,9 +79,9 @@ Tensor where(const Tensor& cond_in, const Tensor& a_in, const Tensor& b_in, DTyp
   cudaStream_t stream = stream_for(out);
   dispatch_floating(dtype, "where", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    where_kernel<T><<<precis::cuda::grid_for(n), precis::cuda::kBlockSize, 0, stream>>>(
-        data_of<T>(out), data_of<const uint8_t>(operands[0]), data_of<const T>(operands[1]),
-        data_of<const T>(operands[2]), index, n);
+    precis::cuda::launch(where_kernel<T>, precis::cuda::grid_for(n), precis::cuda::kBlockSize, 0, stream,
+                         data_of<T>(out), data_of<const uint8_t>(operands[0]), data_of<const T>(operands[1]),
+                         data_of<const T>(operands[2]), index, n);
   });
   PRECIS_CUDA_CHECK_LAUNCH("where");
   return out;
@@ -91,8 +98,9 @@ Tensor where_scalar(const Tensor& cond_in, const Tensor& x_in, bool when, double
   cudaStream_t stream = stream_for(out);
   dispatch_floating(x_in.dtype(), "where", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    where_scalar_kernel<T><<<precis::cuda::grid_for(n), precis::cuda::kBlockSize, 0, stream>>>(
-        data_of<T>(out), data_of<const uint8_t>(operands[0]), data_of<const T>(operands[1]), index, when, value, n);
+    precis::cuda::launch(where_scalar_kernel<T>, precis::cuda::grid_for(n), precis::cuda::kBlockSize, 0, stream,
+                         data_of<T>(out), data_of<const uint8_t>(operands[0]), data_of<const T>(operands[1]), index,
+                         when, value, n);
   });
   PRECIS_CUDA_CHECK_LAUNCH("where");
   return out;
@@ -101,8 +109,8 @@ Tensor where_scalar(const Tensor& cond_in, const Tensor& x_in, bool when, double
 Tensor causal_mask(int64_t T, Device device) {
   Tensor mask = empty({T, T}, DType::boolean, device);
   if (T == 0) return mask;
-  causal_mask_kernel<<<precis::cuda::grid_for(T * T), precis::cuda::kBlockSize, 0, stream_for(mask)>>>(
-      data_of<bool>(mask), T);
+  precis::cuda::launch(causal_mask_kernel, precis::cuda::grid_for(T * T), precis::cuda::kBlockSize, 0, stream_for(mask),
+                       data_of<bool>(mask), T);
   PRECIS_CUDA_CHECK_LAUNCH("causal_mask");
   return mask;
 }

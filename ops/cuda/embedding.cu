@@ -9,6 +9,7 @@
 // No atomics: the same inputs give the same bits on every run.
 #include <cub/device/device_radix_sort.cuh>
 
+#include "core/cuda/launch.cuh"
 #include "ops/cuda/nn_kernels.h"
 
 namespace precis::ops::cuda {
@@ -21,6 +22,8 @@ namespace {
 template <int kPack, typename T, typename Index>
 __global__ void embedding_forward_kernel(const T* weight, int64_t row_stride, int64_t rows, const Index* indices,
                                          T* out, unsigned long long* bad, int64_t N, int64_t C) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   const int64_t packs_per_row = C / kPack;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= N * packs_per_row) return;
@@ -40,6 +43,8 @@ __global__ void embedding_forward_kernel(const T* weight, int64_t row_stride, in
 // The sort's input: keys (the indices, as i32) and values (their positions 0..N-1).
 template <typename Index>
 __global__ void embedding_sort_input_kernel(const Index* indices, int32_t* keys, int32_t* positions, int64_t N) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (n >= N) return;
   keys[n] = static_cast<int32_t>(indices[n]);
@@ -63,6 +68,8 @@ template <int kPack, typename T, typename A = compute_t<T>>
 __global__ void __launch_bounds__(32 * kRowSlices)
     embedding_backward_kernel(const T* grad, const int32_t* sorted_rows, const int32_t* sorted_positions, T* dweight,
                               int64_t N, int64_t C) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   __shared__ A slices[kRowSlices][kPack][32];
   const int64_t c = (static_cast<int64_t>(blockIdx.y) * 32 + threadIdx.x) * kPack;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kPositionsPerBlock;
@@ -140,7 +147,8 @@ BadIndex embedding_forward(const Tensor& weight, const Tensor& indices, const Te
       constexpr int kWide = Packed128<T>::size;
       auto launch = [&](auto kernel, int pack) {
         const unsigned blocks = precis::cuda::grid_for(N * (C / pack));
-        kernel<<<blocks, precis::cuda::kBlockSize, 0, stream>>>(wp, row_stride, rows, ip, op_, bad, N, C);
+        precis::cuda::launch(kernel, blocks, precis::cuda::kBlockSize, 0, stream, wp, row_stride, rows, ip, op_, bad, N,
+                             C);
       };
       if (C % kWide == 0 && row_stride % kWide == 0 && aligned16(wp) && aligned16(op_))
         launch(embedding_forward_kernel<kWide, T, Index>, kWide);
@@ -169,8 +177,8 @@ void embedding_backward(const Tensor& grad_rows, const Tensor& indices, const Te
   int32_t* sorted_positions = keys + 3 * N;
   dispatch_indices(indices.dtype(), [&](auto index_tag) {
     using Index = typename decltype(index_tag)::type;
-    embedding_sort_input_kernel<<<precis::cuda::grid_for(N), precis::cuda::kBlockSize, 0, stream>>>(
-        static_cast<const Index*>(indices.raw_data()), keys, positions, N);
+    precis::cuda::launch(embedding_sort_input_kernel<Index>, precis::cuda::grid_for(N), precis::cuda::kBlockSize, 0,
+                         stream, static_cast<const Index*>(indices.raw_data()), keys, positions, N);
   });
   PRECIS_CUDA_CHECK_LAUNCH(op);
   int end_bit = 1;
@@ -192,7 +200,7 @@ void embedding_backward(const Tensor& grad_rows, const Tensor& indices, const Te
     auto launch = [&](auto kernel, int pack) {
       const dim3 grid(static_cast<unsigned>((N + kPositionsPerBlock - 1) / kPositionsPerBlock),
                       static_cast<unsigned>((C + 32 * pack - 1) / (32 * pack)));
-      kernel<<<grid, dim3(32, kRowSlices), 0, stream>>>(gp, sorted_keys, sorted_positions, dp, N, C);
+      precis::cuda::launch(kernel, grid, dim3(32, kRowSlices), 0, stream, gp, sorted_keys, sorted_positions, dp, N, C);
     };
     if (C % kWide == 0 && aligned16(gp) && aligned16(dp))
       launch(embedding_backward_kernel<kWide, T>, kWide);

@@ -21,6 +21,7 @@
 // Traffic per (b, h): K, V, dK, dV once; Q, dO, lse, delta once per key block; dQ's
 // f32 buffer read-modify-written once per key block. Arithmetic: 5 products of
 // 2 Tq Tk D flops each (S, dP, dV, dK, dQ), half of it skipped when causal.
+#include "core/cuda/launch.cuh"
 #include "ops/cuda/flash_attention.h"
 #include "ops/cuda/flash_attention_sm90.h"
 #include "ops/cuda/flash_mma.cuh"
@@ -42,6 +43,8 @@ constexpr float kLog2e = 1.4426950408889634f;
 template <typename T, int kD>
 __global__ void flash_delta_kernel(HeadsView<const T> out, HeadsView<const T> dout, float* delta, float* dq_accum,
                                    Sizes s, int64_t rows) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   constexpr int kLanesPerRow = kD / 8;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t row = t / kLanesPerRow;
@@ -141,6 +144,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     flash_backward_kernel(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<const T> dout,
                           const float* lse, const float* delta, float* dq_accum, HeadsView<T> dk, HeadsView<T> dv,
                           Sizes s) {
+  precis::cuda::wait_for_previous_grid();
   using Tile = BackwardTile<kD>;
   constexpr int kBlockN = Tile::kBlockN, kKeyTiles = Tile::kKeyTiles, kQueryTiles = kBlockM / 8;
   constexpr int kStages = Tile::kStages, kRoleThreads = kThreads / 2;
@@ -371,6 +375,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 template <typename T, int kD>
 __global__ void flash_dq_kernel(const float* dq_accum, HeadsView<T> dq, Sizes s, int64_t chunks) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= chunks) return;
   const int64_t row = t / (kD / 8);
@@ -394,9 +400,9 @@ void launch_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Te
   constexpr int kElementwiseThreads = 256;
   const int64_t chunks = rows * (kD / 8);
   const unsigned chunk_blocks = static_cast<unsigned>((chunks + kElementwiseThreads - 1) / kElementwiseThreads);
-  flash_delta_kernel<T, kD><<<chunk_blocks, kElementwiseThreads, 0, stream>>>(
-      heads_view<const T>(out), heads_view<const T>(dout), static_cast<float*>(delta.raw_data()),
-      static_cast<float*>(dq_accum.raw_data()), s, rows);
+  precis::cuda::launch(flash_delta_kernel<T, kD>, chunk_blocks, kElementwiseThreads, 0, stream,
+                       heads_view<const T>(out), heads_view<const T>(dout), static_cast<float*>(delta.raw_data()),
+                       static_cast<float*>(dq_accum.raw_data()), s, rows);
   PRECIS_CUDA_CHECK_LAUNCH(op);
 
   if (sm90) {
@@ -407,15 +413,15 @@ void launch_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Te
     PRECIS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes),
                       op);
     const dim3 grid(s.batch * s.heads, ceil_div(s.k_len, Tile::kBlockN));
-    kernel<<<grid, kThreads, Tile::kSmemBytes, stream>>>(
-        heads_view<const T>(q), heads_view<const T>(k), heads_view<const T>(v), heads_view<const T>(dout),
-        static_cast<const float*>(lse.raw_data()), static_cast<const float*>(delta.raw_data()),
-        static_cast<float*>(dq_accum.raw_data()), heads_view<T>(dk), heads_view<T>(dv), s);
+    precis::cuda::launch(kernel, grid, kThreads, Tile::kSmemBytes, stream, heads_view<const T>(q),
+                         heads_view<const T>(k), heads_view<const T>(v), heads_view<const T>(dout),
+                         static_cast<const float*>(lse.raw_data()), static_cast<const float*>(delta.raw_data()),
+                         static_cast<float*>(dq_accum.raw_data()), heads_view<T>(dk), heads_view<T>(dv), s);
     PRECIS_CUDA_CHECK_LAUNCH(op);
   }
 
-  flash_dq_kernel<T, kD><<<chunk_blocks, kElementwiseThreads, 0, stream>>>(
-      static_cast<const float*>(dq_accum.raw_data()), heads_view<T>(dq), s, chunks);
+  precis::cuda::launch(flash_dq_kernel<T, kD>, chunk_blocks, kElementwiseThreads, 0, stream,
+                       static_cast<const float*>(dq_accum.raw_data()), heads_view<T>(dq), s, chunks);
   PRECIS_CUDA_CHECK_LAUNCH(op);
 }
 

@@ -64,6 +64,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "core/cuda/launch.cuh"
 #include "ops/cuda/flash_attention_sm90.h"
 #include "ops/cuda/flash_params.cuh"
 #include "ops/cuda/flash_wgmma.cuh"
@@ -92,6 +93,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     flash_backward_sm90_kernel(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
                                HeadsView<const T> dout, const float* lse, const float* delta, float* dq_accum,
                                HeadsView<T> dk, HeadsView<T> dv, Sizes s, int head_group) {
+  precis::cuda::wait_for_previous_grid();
   if constexpr (kSm90aPass) {
     extern __shared__ unsigned char smem_raw[];
     // Offsetting smem_raw (not rounding an integer) keeps the pointers' shared address space
@@ -348,10 +350,10 @@ void flash_backward_key_blocks_sm90(const Tensor& q, const Tensor& k, const Tens
     using T = decltype(tag);
     auto kernel = flash_backward_sm90_kernel<T>;
     PRECIS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes), op);
-    kernel<<<heads * key_blocks, kThreads, kSmemBytes, stream>>>(
-        heads_view<const T>(q), heads_view<const T>(k), heads_view<const T>(v), heads_view<const T>(dout),
-        static_cast<const float*>(lse.raw_data()), static_cast<const float*>(delta.raw_data()),
-        static_cast<float*>(dq_accum.raw_data()), heads_view<T>(dk), heads_view<T>(dv), s, head_group);
+    precis::cuda::launch(kernel, heads * key_blocks, kThreads, kSmemBytes, stream, heads_view<const T>(q),
+                         heads_view<const T>(k), heads_view<const T>(v), heads_view<const T>(dout),
+                         static_cast<const float*>(lse.raw_data()), static_cast<const float*>(delta.raw_data()),
+                         static_cast<float*>(dq_accum.raw_data()), heads_view<T>(dk), heads_view<T>(dv), s, head_group);
   };
   if (q.dtype() == DType::bf16)
     launch(__nv_bfloat16{});

@@ -32,6 +32,7 @@
 // while P V runs, V of this block loads while Q K^T runs. The output tile goes out
 // through shared memory too (the Q tile's, free once Q is in registers), so every
 // thread writes whole 16-byte pieces of rows instead of 4-byte scraps.
+#include "core/cuda/launch.cuh"
 #include "ops/cuda/flash_attention.h"
 #include "ops/cuda/flash_attention_sm90.h"
 #include "ops/cuda/flash_mma.cuh"
@@ -57,6 +58,7 @@ template <typename T, int kD, int kMTiles>
 __global__ void __launch_bounds__(kThreads)
     flash_forward_kernel(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<T> out,
                          float* lse, Sizes s) {
+  precis::cuda::wait_for_previous_grid();
   constexpr int kBlockM = ForwardTile<kD, kMTiles>::kBlockM;
   extern __shared__ __align__(16) unsigned char smem[];
   T* sQ = reinterpret_cast<T*>(smem);
@@ -223,9 +225,8 @@ void launch_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   PRECIS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes),
                     "flash_attention forward");
   const dim3 grid(s.batch * s.heads, ceil_div(s.q_len, Tile::kBlockM));
-  kernel<<<grid, kThreads, Tile::kSmemBytes, stream>>>(heads_view<const T>(q), heads_view<const T>(k),
-                                                        heads_view<const T>(v), heads_view<T>(out),
-                                                        static_cast<float*>(lse.raw_data()), s);
+  precis::cuda::launch(kernel, grid, kThreads, Tile::kSmemBytes, stream, heads_view<const T>(q), heads_view<const T>(k),
+                       heads_view<const T>(v), heads_view<T>(out), static_cast<float*>(lse.raw_data()), s);
 }
 
 }  // namespace

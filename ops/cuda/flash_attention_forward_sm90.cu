@@ -35,6 +35,7 @@
 #include <array>
 #include <atomic>
 
+#include "core/cuda/launch.cuh"
 #include "ops/cuda/flash_attention_sm90.h"
 #include "ops/cuda/flash_params.cuh"
 #include "ops/cuda/flash_wgmma.cuh"
@@ -99,6 +100,7 @@ template <typename T, int kD, int kWarpgroups, int kBlockN, int kMinBlocks>
 __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
     flash_forward_sm90_kernel(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<T> out,
                               float* lse, Sizes s) {
+  precis::cuda::wait_for_previous_grid();
   if constexpr (kSm90aPass) {
     using Tile = Sm90Tile<kD, kWarpgroups, kBlockN>;
     constexpr int kThreads = Tile::kThreads, kBlockM = Tile::kBlockM;
@@ -237,6 +239,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
 // the check is safe inside a graph capture.
 constexpr int kSm90aMarkerBytes = 16;
 __global__ void sm90a_build_marker(int* sink) {
+  precis::cuda::wait_for_previous_grid();
   if constexpr (kSm90aPass) {
     __shared__ int marker[kSm90aMarkerBytes / 4];
     marker[threadIdx.x % 4] = static_cast<int>(threadIdx.x);
@@ -253,9 +256,9 @@ void launch_forward_sm90(const Tensor& q, const Tensor& k, const Tensor& v, cons
   PRECIS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes),
                     "flash_attention forward (sm_90a)");
   const dim3 grid(s.batch * s.heads, ceil_div(s.q_len, Tile::kBlockM));
-  kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(heads_view<const T>(q), heads_view<const T>(k),
-                                                             heads_view<const T>(v), heads_view<T>(out),
-                                                             static_cast<float*>(lse.raw_data()), s);
+  precis::cuda::launch(kernel, grid, Tile::kThreads, Tile::kSmemBytes, stream, heads_view<const T>(q),
+                       heads_view<const T>(k), heads_view<const T>(v), heads_view<T>(out),
+                       static_cast<float*>(lse.raw_data()), s);
 }
 
 }  // namespace

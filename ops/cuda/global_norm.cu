@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <map>
 
+#include "core/cuda/launch.cuh"
 #include "ops/cuda/global_norm.h"
 #include "ops/cuda/nn_kernels.h"
 
@@ -41,6 +42,8 @@ __device__ __forceinline__ void chunk_of_block(const TensorBatch<T>& batch, T*& 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     sum_of_squares_kernel(const __grid_constant__ TensorBatch<const T> batch, double* partial) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   const T* data;
   int64_t n;
   chunk_of_block(batch, data, n);
@@ -60,6 +63,8 @@ __global__ void __launch_bounds__(kThreads)
 
 // total = sum of partial[0 .. count), each thread taking every blockDim-th in order, then a fixed tree.
 __global__ void __launch_bounds__(1024) sum_partials_kernel(const double* partial, int64_t count, double* total) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   double sum = 0;
   for (int64_t i = threadIdx.x; i < count; i += blockDim.x) sum += partial[i];
   sum = block_all_reduce(sum, SumOp{});
@@ -70,6 +75,8 @@ __global__ void __launch_bounds__(1024) sum_partials_kernel(const double* partia
 // (global_norm_and_clip_factor's rule, global_norm.h), in f64.
 __global__ void norm_and_factor_kernel(const double* total, double max_norm, const double* scale, double* found_inf,
                                        double* out) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   const double sum = total != nullptr ? *total : 0.0, s = scale != nullptr ? *scale : 1.0;
   const bool finite = isfinite(sum);
   if (found_inf != nullptr) *found_inf = finite ? 0.0 : 1.0;
@@ -80,6 +87,8 @@ __global__ void norm_and_factor_kernel(const double* total, double max_norm, con
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) scale_kernel(const __grid_constant__ TensorBatch<T> batch, double factor) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   T* data;
   int64_t n;
   chunk_of_block(batch, data, n);
@@ -140,12 +149,13 @@ void sum_of_squares_into(const std::vector<Tensor>& tensors, double* partial, do
     dispatch_floating(dtype, op, [&](auto tag) {
       using T = typename decltype(tag)::type;
       done += for_each_batch<const T>(group, [&](const TensorBatch<const T>& batch, int64_t count, int64_t offset) {
-        sum_of_squares_kernel<T><<<static_cast<unsigned>(count), kThreads, 0, stream>>>(batch, partial + done + offset);
+        precis::cuda::launch(sum_of_squares_kernel<T>, static_cast<unsigned>(count), kThreads, 0, stream, batch,
+                             partial + done + offset);
         PRECIS_CUDA_CHECK_LAUNCH(op);
       });
     });
   }
-  sum_partials_kernel<<<1, 1024, 0, stream>>>(partial, blocks, total);
+  precis::cuda::launch(sum_partials_kernel, 1, 1024, 0, stream, partial, blocks, total);
   PRECIS_CUDA_CHECK_LAUNCH(op);
 }
 
@@ -185,9 +195,9 @@ void global_norm_and_clip_factor(const std::vector<Tensor>& tensors, double max_
     total = partial + blocks;
     sum_of_squares_into(tensors, partial, total, stream);
   }
-  norm_and_factor_kernel<<<1, 1, 0, stream>>>(total, max_norm, scale.defined() ? scale.data<double>() : nullptr,
-                                               found_inf.defined() ? found_inf.data<double>() : nullptr,
-                                               out.data<double>());
+  precis::cuda::launch(norm_and_factor_kernel, 1, 1, 0, stream, total, max_norm,
+                       scale.defined() ? scale.data<double>() : nullptr,
+                       found_inf.defined() ? found_inf.data<double>() : nullptr, out.data<double>());
   PRECIS_CUDA_CHECK_LAUNCH(op);
 }
 
@@ -199,7 +209,7 @@ void scale_(const std::vector<Tensor>& tensors, double factor) {
     dispatch_floating(dtype, op, [&](auto tag) {
       using T = typename decltype(tag)::type;
       for_each_batch<T>(group, [&](const TensorBatch<T>& batch, int64_t count, int64_t) {
-        scale_kernel<T><<<static_cast<unsigned>(count), kThreads, 0, stream>>>(batch, factor);
+        precis::cuda::launch(scale_kernel<T>, static_cast<unsigned>(count), kThreads, 0, stream, batch, factor);
         PRECIS_CUDA_CHECK_LAUNCH(op);
       });
     });

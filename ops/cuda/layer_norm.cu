@@ -31,6 +31,7 @@
 #include <mutex>
 #include <utility>
 
+#include "core/cuda/launch.cuh"
 #include "ops/cuda/nn_kernels.h"
 
 namespace precis::ops::cuda {
@@ -72,6 +73,8 @@ template <int kThreads, int kPack, typename T, typename R, typename Y, typename 
 __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
     layer_norm_forward_kernel(const T* x, const R* residual, const A* residual_bias, T* sum_out, const A* weight,
                               const A* bias, Y* y, A* mean, A* rstd, int64_t rows, int64_t C, A eps) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   const int64_t row = row_index();
   if (row >= rows) return;
   Y* yr = y + row * C;
@@ -137,6 +140,8 @@ template <typename T, typename R, typename Y, typename P, typename A = compute_t
 __global__ void PRECIS_ROW_LAUNCH_BOUNDS(32)
     layer_norm_forward_held_kernel(const T* x, const R* residual, const P* residual_bias, T* sum_out, const P* weight,
                                    const P* bias, Y* y, A* mean, A* rstd, int64_t rows, int64_t C, A eps) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   const int64_t row = row_index();
   if (row >= rows) return;
   constexpr int kPack = Packed128<T>::size, kLanePacks = kHeldLanePacks<T>;
@@ -266,6 +271,8 @@ __global__ void __launch_bounds__(kAhead ? 256 : 1024)
     layer_norm_backward_kernel(const T* x, const G* g, const T* g_sum, const P* weight, const A* mean, const A* rstd,
                                T* dx, R* dr, A* partial_dw, A* partial_db, A* partial_drb, int64_t rows, int64_t C,
                                int64_t rows_per_block) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   static_assert(!kAhead || kPacks == 1, "the load ahead is for rows of one pack a thread");
   constexpr bool kHeld = kAhead || kHoldsRow<kPacks, kPack, T, G>;
   const int64_t first = blockIdx.x * rows_per_block;
@@ -390,6 +397,8 @@ constexpr int kSlices = 16;
 template <typename A>
 __global__ void __launch_bounds__(32 * kSlices)
     layer_norm_param_grads_kernel(ColumnSum<A> dw, ColumnSum<A> db, ColumnSum<A> drb, int64_t blocks, int64_t C) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   const ColumnSum<A> target = blockIdx.y == 0 ? dw : blockIdx.y == 1 ? db : drb;
   const A* partial = target.partial;
   A* out = target.out;
@@ -504,8 +513,8 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
           const P *wp = pointer<const P>(w), *bp = pointer<const P>(b), *rbp = pointer<const P>(rb);
           auto launch = [&](auto threads, auto kernel) {
             constexpr int kThreads = decltype(threads)::value;
-            kernel<<<row_grid<kThreads>(rows), row_block<kThreads>(), 0, stream>>>(
-                xp, rp, rbp, sp, wp, bp, yp, pointer<A>(mean), pointer<A>(rstd), rows, C, static_cast<A>(eps));
+            precis::cuda::launch(kernel, row_grid<kThreads>(rows), row_block<kThreads>(), 0, stream, xp, rp, rbp, sp,
+                                 wp, bp, yp, pointer<A>(mean), pointer<A>(rstd), rows, C, static_cast<A>(eps));
           };
           // A warp holds the row when every row of every array starts at a pack boundary and fits.
           const bool held = packed && pack_aligned<kWide>(xp) && C % kWide == 0 &&
@@ -595,17 +604,17 @@ void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight,
             A* partial_dw = dweight.defined() ? pointer<A>(partials) : nullptr;
             A* partial_db = dbias.defined() ? pointer<A>(partials) + blocks * C : nullptr;
             A* partial_drb = residual_bias ? pointer<A>(partials) + 2 * blocks * C : nullptr;
-            kernel<<<static_cast<unsigned>(blocks), block, 0, stream>>>(
-                xp, gp, gsp, weight_data, pointer<const A>(mean), pointer<const A>(rstd), dxp, drp, partial_dw,
-                partial_db, partial_drb, rows, C, rows_per_block);
+            precis::cuda::launch(kernel, static_cast<unsigned>(blocks), block, 0, stream, xp, gp, gsp, weight_data,
+                                 pointer<const A>(mean), pointer<const A>(rstd), dxp, drp, partial_dw, partial_db,
+                                 partial_drb, rows, C, rows_per_block);
             PRECIS_CUDA_CHECK_LAUNCH(op);
             if (!param_grads) return;
             const ColumnSum<A> dw{partial_dw, pointer<A>(dweight), accumulate_dweight},
                 db{partial_db, pointer<A>(dbias), accumulate_dbias},
                 drb{partial_drb, pointer<A>(dresidual_bias), accumulate_dresidual_bias};
-            layer_norm_param_grads_kernel<A>
-                <<<dim3(static_cast<unsigned>((C + 31) / 32), residual_bias ? 3 : 2), dim3(32, kSlices), 0, stream>>>(
-                    dw, db, drb, blocks, C);
+            precis::cuda::launch(layer_norm_param_grads_kernel<A>,
+                                 dim3(static_cast<unsigned>((C + 31) / 32), residual_bias ? 3 : 2), dim3(32, kSlices),
+                                 0, stream, dw, db, drb, blocks, C);
             PRECIS_CUDA_CHECK_LAUNCH(op);
           };
           // The load-ahead kernel reads the weight in x's dtype where it is so (bf16-pure's norms),

@@ -61,6 +61,7 @@
 
 #include "core/allocator.h"
 #include "core/copy.h"
+#include "core/cuda/launch.cuh"
 #include "core/cuda/runtime.h"
 #include "ops/cuda/column_sums.h"
 #include "ops/cuda/cublas_check.h"
@@ -101,6 +102,8 @@ __device__ __forceinline__ float gelu_tanh_grad(float z) {
 // bias and pre may be null.
 template <typename T>
 __global__ void bias_gelu_kernel(T* out, const T* bias, T* pre, int64_t pre_ld, int64_t rows, int64_t cols, bool gelu) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * cols) return;
   int64_t r = i / cols, c = i % cols;
@@ -114,6 +117,8 @@ __global__ void bias_gelu_kernel(T* out, const T* bias, T* pre, int64_t pre_ld, 
 template <typename T>
 __global__ void gelu_backward_kernel(T* grad_pre, const T* grad_out, const T* pre, int64_t pre_ld, int64_t rows,
                                      int64_t cols) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * cols) return;
   int64_t r = i / cols, c = i % cols;
@@ -776,11 +781,11 @@ void linear(const Tensor& out, const Tensor& x_in, const Tensor& weight_in, cons
   const int64_t n = out.numel();
   dispatch_gpu_float(dtype, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    bias_gelu_kernel<T>
-        <<<precis::cuda::grid_for(n), precis::cuda::kBlockSize, 0, precis::cuda::compute_stream(device)>>>(
-            static_cast<T*>(out.raw_data()), bias.defined() ? static_cast<const T*>(bias.raw_data()) : nullptr,
-            pre.defined() ? static_cast<T*>(pre.raw_data()) : nullptr, pre.defined() ? pre.strides()[0] : 0, N,
-            out_features, gelu);
+    precis::cuda::launch(bias_gelu_kernel<T>, precis::cuda::grid_for(n), precis::cuda::kBlockSize, 0,
+                         precis::cuda::compute_stream(device), static_cast<T*>(out.raw_data()),
+                         bias.defined() ? static_cast<const T*>(bias.raw_data()) : nullptr,
+                         pre.defined() ? static_cast<T*>(pre.raw_data()) : nullptr,
+                         pre.defined() ? pre.strides()[0] : 0, N, out_features, gelu);
   });
   PRECIS_CUDA_CHECK_LAUNCH(op);
 }
@@ -908,10 +913,10 @@ void gelu_backward(const Tensor& grad_pre, const Tensor& grad_out, const Tensor&
   if (n == 0) return;
   dispatch_gpu_float(dtype, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    gelu_backward_kernel<T>
-        <<<precis::cuda::grid_for(n), precis::cuda::kBlockSize, 0, precis::cuda::compute_stream(grad_out.device())>>>(
-            static_cast<T*>(grad_pre.raw_data()), static_cast<const T*>(grad_out.raw_data()),
-            static_cast<const T*>(pre.raw_data()), pre.strides()[0], rows, cols);
+    precis::cuda::launch(gelu_backward_kernel<T>, precis::cuda::grid_for(n), precis::cuda::kBlockSize, 0,
+                         precis::cuda::compute_stream(grad_out.device()), static_cast<T*>(grad_pre.raw_data()),
+                         static_cast<const T*>(grad_out.raw_data()), static_cast<const T*>(pre.raw_data()),
+                         pre.strides()[0], rows, cols);
   });
   PRECIS_CUDA_CHECK_LAUNCH(op);
 }

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "core/cuda/launch.cuh"
 #include "ops/cuda/elementwise.cuh"
 #include "ops/cuda/tensor_info.cuh"
 
@@ -65,6 +66,8 @@ __device__ Acc block_reduce(const R& r, Acc acc) {
 // Row `row` = (global thread) / group; its lanes take values lane, lane + group, ...
 template <typename R>
 __global__ void reduce_rows_kernel(R r, int64_t outer, int64_t inner, int group) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t row = thread / group;
   const int lane = static_cast<int>(thread % group);
@@ -82,6 +85,8 @@ __global__ void reduce_rows_kernel(R r, int64_t outer, int64_t inner, int group)
 template <typename R>
 __global__ void reduce_row_pieces_kernel(R r, int64_t inner, int64_t piece_len, int64_t pieces,
                                          typename R::Acc* partial) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   const int64_t row = blockIdx.x / pieces, piece = blockIdx.x % pieces;
   const int64_t begin = piece * piece_len, end = begin + piece_len < inner ? begin + piece_len : inner;
   auto acc = r.identity();
@@ -131,7 +136,8 @@ void reduce_rows(const char* op, const R& r, int64_t outer, int64_t inner, Devic
   // Short rows, or enough rows to fill the GPU with one group each: one pass.
   if (inner <= 1024 || outer * group >= sms * 1024) {
     const int64_t blocks = (outer * group + kThreads - 1) / kThreads;
-    reduce_rows_kernel<R><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(r, outer, inner, group);
+    precis::cuda::launch(reduce_rows_kernel<R>, static_cast<unsigned>(blocks), kThreads, 0, stream, r, outer, inner,
+                         group);
     PRECIS_CUDA_CHECK_LAUNCH(op);
     return;
   }
@@ -142,14 +148,14 @@ void reduce_rows(const char* op, const R& r, int64_t outer, int64_t inner, Devic
   Tensor partial;
   if (pieces > 1) partial = empty({outer * pieces * static_cast<int64_t>(sizeof(Acc))}, DType::u8, device);
   Acc* partial_data = pieces > 1 ? static_cast<Acc*>(partial.raw_data()) : nullptr;
-  reduce_row_pieces_kernel<R>
-      <<<static_cast<unsigned>(outer * pieces), kThreads, 0, stream>>>(r, inner, piece_len, pieces, partial_data);
+  precis::cuda::launch(reduce_row_pieces_kernel<R>, static_cast<unsigned>(outer * pieces), kThreads, 0, stream, r,
+                       inner, piece_len, pieces, partial_data);
   PRECIS_CUDA_CHECK_LAUNCH(op);
   if (pieces == 1) return;
   const int merge_group = lanes_for(pieces);
   const int64_t blocks = (outer * merge_group + kThreads - 1) / kThreads;
-  reduce_rows_kernel<PieceMerger<R>><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      PieceMerger<R>{r, partial_data, pieces}, outer, pieces, merge_group);
+  precis::cuda::launch(reduce_rows_kernel<PieceMerger<R>>, static_cast<unsigned>(blocks), kThreads, 0, stream,
+                       PieceMerger<R>{r, partial_data, pieces}, outer, pieces, merge_group);
   PRECIS_CUDA_CHECK_LAUNCH(op);
 }
 

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "core/copy.h"
+#include "core/cuda/launch.cuh"
 #include "ops/cuda/elementwise.cuh"
 #include "ops/cuda/reduce.cuh"
 #include "ops/cuda/reduce.h"
@@ -96,6 +97,8 @@ struct TieShare {
 template <typename T>
 __global__ void amax_backward_kernel(T* out, const T* x, const T* maxima, const compute_t<T>* share,
                                      StridedIndex<2> index, int64_t n) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   using C = compute_t<T>;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
@@ -109,6 +112,8 @@ __global__ void amax_backward_kernel(T* out, const T* x, const T* maxima, const 
 template <typename T>
 __global__ void max_backward_kernel(T* out, const T* grad, const int64_t* indices, int64_t outputs, int64_t n,
                                     int64_t after) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   const int64_t o = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (o >= outputs) return;
   out[((o / after) * n + indices[o]) * after + o % after] = grad[o];
@@ -147,8 +152,9 @@ Tensor amax_backward(const Tensor& x_in, const Tensor& rows, const Tensor& value
     const int64_t n = x.numel();
     if (n == 0) return;
     const StridedIndex<2> index = backward_index(x, broadcast_strides, "max");
-    amax_backward_kernel<T><<<precis::cuda::grid_for(n), precis::cuda::kBlockSize, 0, stream_for(out)>>>(
-        data_of<T>(out), data_of<const T>(x), data_of<const T>(values), share_data, index, n);
+    precis::cuda::launch(amax_backward_kernel<T>, precis::cuda::grid_for(n), precis::cuda::kBlockSize, 0,
+                         stream_for(out), data_of<T>(out), data_of<const T>(x), data_of<const T>(values), share_data,
+                         index, n);
     PRECIS_CUDA_CHECK_LAUNCH("max");
   });
   return out;
@@ -165,8 +171,9 @@ Tensor max_backward(const Tensor& indices, const Tensor& grad, const Shape& shap
                "max: expected one dense gradient per output");
   dispatch_floating(dtype, "max", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    max_backward_kernel<T><<<precis::cuda::grid_for(outputs), precis::cuda::kBlockSize, 0, stream_for(out)>>>(
-        data_of<T>(out), data_of<const T>(grad), data_of<const int64_t>(indices), outputs, n, after);
+    precis::cuda::launch(max_backward_kernel<T>, precis::cuda::grid_for(outputs), precis::cuda::kBlockSize, 0,
+                         stream_for(out), data_of<T>(out), data_of<const T>(grad), data_of<const int64_t>(indices),
+                         outputs, n, after);
   });
   PRECIS_CUDA_CHECK_LAUNCH("max");
   return out;

@@ -12,6 +12,7 @@
 #include <algorithm>
 
 #include "core/copy.h"
+#include "core/cuda/launch.cuh"
 #include "ops/cuda/elementwise.cuh"
 #include "ops/cuda/reduce.cuh"
 #include "ops/cuda/reduce.h"
@@ -46,6 +47,8 @@ constexpr int kColumnWarps = 8;   // r in flight per block
 template <typename In, typename Acc, typename Out>
 __global__ void sum_columns_kernel(const In* x, Out* out, int64_t A, int64_t R, int64_t B, int64_t rows_per_piece,
                                    int64_t b_tiles) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   __shared__ Acc partial[kColumnWarps][kColumnLanes + 1];
   const int64_t a = blockIdx.x / b_tiles;
   const int64_t b = (blockIdx.x % b_tiles) * kColumnLanes + threadIdx.x;
@@ -74,8 +77,8 @@ void launch_columns(const In* x, Out* out, int64_t A, int64_t R, int64_t B, int6
   const int64_t b_tiles = (B + kColumnLanes - 1) / kColumnLanes;
   const int64_t pieces = (R + rows_per_piece - 1) / rows_per_piece;
   dim3 grid(static_cast<unsigned>(A * b_tiles), static_cast<unsigned>(pieces));
-  sum_columns_kernel<In, Acc, Out>
-      <<<grid, dim3(kColumnLanes, kColumnWarps), 0, stream>>>(x, out, A, R, B, rows_per_piece, b_tiles);
+  precis::cuda::launch(sum_columns_kernel<In, Acc, Out>, grid, dim3(kColumnLanes, kColumnWarps), 0, stream, x, out, A,
+                       R, B, rows_per_piece, b_tiles);
   PRECIS_CUDA_CHECK_LAUNCH("sum");
 }
 

@@ -6,6 +6,7 @@
 // and partial results merge with Chan et al.'s pairwise formula, the CPU's `merge`:
 //   mean = mean_a + delta n_b / n,  M2 = M2_a + M2_b + delta^2 n_a n_b / n,  delta = mean_b - mean_a
 // var = M2 / (N - correction). Backward: dx = g * 2 (x - mean) / (N - correction).
+#include "core/cuda/launch.cuh"
 #include "ops/cuda/elementwise.cuh"
 #include "ops/cuda/reduce.cuh"
 #include "ops/cuda/reduce.h"
@@ -69,6 +70,8 @@ struct WriteMeanAndScale {
 template <typename T>
 __global__ void var_backward_kernel(T* out, const T* x, const compute_t<T>* mean, const compute_t<T>* scale,
                                     StridedIndex<2> index, int64_t n) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   using C = compute_t<T>;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
@@ -109,8 +112,8 @@ Tensor var_backward(const Tensor& x_in, const Tensor& rows, const Tensor& grad, 
     const int64_t n = x.numel();
     if (n == 0) return;
     const StridedIndex<2> index = backward_index(x, broadcast_strides, "var");
-    var_backward_kernel<T><<<precis::cuda::grid_for(n), precis::cuda::kBlockSize, 0, stream_for(out)>>>(
-        data_of<T>(out), data_of<const T>(x), mean, scale, index, n);
+    precis::cuda::launch(var_backward_kernel<T>, precis::cuda::grid_for(n), precis::cuda::kBlockSize, 0,
+                         stream_for(out), data_of<T>(out), data_of<const T>(x), mean, scale, index, n);
     PRECIS_CUDA_CHECK_LAUNCH("var");
   });
   return out;

@@ -1,6 +1,7 @@
 // softmax and log_softmax along the last dim, rows of n values: one warp per row
 // when n <= 1024, else one block per row (ops/cuda/nn_kernels.h: dispatch_row_threads).
 // Math in f32 (f64 for f64), rounded to the element type on store.
+#include "core/cuda/launch.cuh"
 #include "ops/cuda/nn_kernels.h"
 
 namespace precis::ops::cuda {
@@ -15,6 +16,8 @@ namespace {
 // Bytes: x read twice (the second pass mostly from L1/L2), y written once.
 template <int kThreads, int kPack, bool kLog, typename T>
 __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads) softmax_forward_kernel(const T* x, T* y, int64_t rows, int64_t n) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   using A = compute_t<T>;
   const int64_t row = row_index();
   if (row >= rows) return;
@@ -49,6 +52,8 @@ __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads) softmax_forward_kernel(const 
 template <int kThreads, int kPack, bool kLog, typename T>
 __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
     softmax_backward_kernel(const T* y, const T* g, T* dx, int64_t rows, int64_t n) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   using A = compute_t<T>;
   const int64_t row = row_index();
   if (row >= rows) return;
@@ -109,7 +114,7 @@ void softmax_forward(const Tensor& x, const Tensor& y, bool log) {
         constexpr int kPack = decltype(pack)::value;
         auto kernel =
             log ? softmax_forward_kernel<kThreads, kPack, true, T> : softmax_forward_kernel<kThreads, kPack, false, T>;
-        kernel<<<grid, block, 0, stream>>>(xp, yp, rows, n);
+        precis::cuda::launch(kernel, grid, block, 0, stream, xp, yp, rows, n);
       };
       if (packed)
         launch(Width<Packed128<T>::size>{});
@@ -138,7 +143,7 @@ void softmax_backward(const Tensor& y, const Tensor& g, const Tensor& dx, bool l
         constexpr int kPack = decltype(pack)::value;
         auto kernel = log ? softmax_backward_kernel<kThreads, kPack, true, T>
                           : softmax_backward_kernel<kThreads, kPack, false, T>;
-        kernel<<<grid, block, 0, stream>>>(yp, gp, dp, rows, n);
+        precis::cuda::launch(kernel, grid, block, 0, stream, yp, gp, dp, rows, n);
       };
       if (packed)
         launch(Width<Packed128<T>::size>{});
