@@ -1,7 +1,6 @@
 #include "nn/transformer.h"
 
 #include <atomic>
-#include <cstdlib>
 #include <iostream>
 
 #include "ops/autocast.h"
@@ -62,7 +61,6 @@ Tensor CausalSelfAttention::forward(const Tensor& x) { return resid_dropout_->fo
 
 // Whether `dropout` passes its input through unchanged (eval mode, or p = 0).
 static bool passes_through(const Dropout& dropout) {
-  if (std::getenv("PRECIS_AB_NO_BIAS_FOLD")) return false;  // TEMPORARY A/B
   return !dropout.is_training() || dropout.p == 0.0;
 }
 

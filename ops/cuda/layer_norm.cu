@@ -26,7 +26,6 @@
 // row at once (before any store, which the compiler must assume may alias them) and keeps the
 // values for the later passes: each value crosses memory once, and a row waits for memory once.
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -443,8 +442,7 @@ std::pair<int64_t, int64_t> backward_blocks(const void* kernel, int threads, int
                         "layer_norm backward");
     per_sm = std::max(it->second, 1);
   }
-  int64_t wanted = static_cast<int64_t>(per_sm) * precis::cuda::multiprocessor_count(device);
-  if (const char* forced = std::getenv("PRECIS_AB_LN_GRID")) wanted = std::atoll(forced);  // TEMPORARY A/B
+  const int64_t wanted = static_cast<int64_t>(per_sm) * precis::cuda::multiprocessor_count(device);
   const int64_t rows_per_block = (rows + wanted - 1) / wanted;
   return {(rows + rows_per_block - 1) / rows_per_block, rows_per_block};
 }
