@@ -14,6 +14,7 @@
 #include <mutex>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/runtime.h"
 
 #define PRECIS_CUPTI_CHECK(call, op)                                          \
   do {                                                                        \
@@ -134,11 +135,13 @@ void KernelTrace::start() {
     g_callbacks_registered = true;
   }
   for (CUpti_ActivityKind kind : kKinds) PRECIS_CUPTI_CHECK(cuptiActivityEnable(kind), "kernel trace");
+  precis::cuda::pause_dependent_launch(true);  // each kernel timed alone (core/cuda/runtime.h)
 }
 
 std::vector<GpuActivity> KernelTrace::stop() {
   PRECIS_CHECK(running_, "kernel trace: stop() without start()");
   running_ = false;
+  precis::cuda::pause_dependent_launch(false);
   PRECIS_CUDA_CHECK(cudaDeviceSynchronize(), "kernel trace");
   PRECIS_CUPTI_CHECK(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "kernel trace");
   for (CUpti_ActivityKind kind : kKinds) PRECIS_CUPTI_CHECK(cuptiActivityDisable(kind), "kernel trace");

@@ -65,7 +65,8 @@ __device__ __forceinline__ void allow_next_grid_to_start() {
 }
 
 // Whether launch() adds the PDL attribute: the current device has compute capability
-// 9.0 or newer and PRECIS_PDL is not "0". Decided once per process (core/cuda/runtime.cu).
+// 9.0 or newer and PRECIS_PDL is not "0" (decided once per process, core/cuda/runtime.cu),
+// and no kernel trace has paused it (pause_dependent_launch in core/cuda/runtime.h).
 bool dependent_launch_enabled();
 
 // kernel<<<grid, block, shared_bytes, stream>>>(args...), with PDL where it is enabled.

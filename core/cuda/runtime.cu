@@ -64,8 +64,14 @@ bool is_capturing(cudaStream_t stream) {
 // Decided once, for the device current at the first launch (kept cheap, as it
 // runs per launch): a process driving GPUs of different generations gets the
 // answer of the first one for all of them.
+namespace {
+std::atomic<bool> g_dependent_launch_paused{false};  // pause_dependent_launch
+}  // namespace
+
+void pause_dependent_launch(bool paused) { g_dependent_launch_paused.store(paused, std::memory_order_relaxed); }
+
 bool dependent_launch_enabled() {
-  static const bool enabled = [] {
+  static const bool capable = [] {
     const char* setting = std::getenv("PRECIS_PDL");
     if (setting != nullptr && std::strcmp(setting, "0") == 0) return false;
     int device = 0, major = 0;
@@ -76,7 +82,7 @@ bool dependent_launch_enabled() {
     }
     return major >= 9;
   }();
-  return enabled;
+  return capable && !g_dependent_launch_paused.load(std::memory_order_relaxed);
 }
 
 bool any_capture_underway() {

@@ -62,6 +62,12 @@ inline unsigned grid_for(int64_t n, int per_thread = 1) {
   return static_cast<unsigned>((threads + kBlockSize - 1) / kBlockSize);
 }
 
+// Pauses (true) or resumes programmatic dependent launch (core/cuda/launch.cuh) for the
+// launches that follow. A kernel trace pauses it: a kernel scheduled early would be timed
+// from its start, its wait for the kernel before it included, and the kernels would overlap
+// in the trace. Kernels captured into a CUDA graph keep what they were captured with.
+void pause_dependent_launch(bool paused);
+
 // The multiprocessors of `device`, asked once per device (the first 64 devices).
 inline int multiprocessor_count(Device device) {
   static std::atomic<int> cached[64];

@@ -429,8 +429,11 @@ TEST(NnKernelsGpu, CrossEntropyWithGradMatchesTheReference) {
   struct Case {
     int64_t rows, C, width;
   };
-  const std::vector<Case> cases = {{1, 1, 8},      {7, 65, 72},      {513, 1000, 1000}, {33, 1000, 1024},
-                                   {7, 768, 768},  {64, 50257, 50304}, {3, 50257, 50264}};
+  // Rows past 16384 values take the kernel that stages the row in shared memory where it
+  // fits (f16/bf16 up to 56320 values, f32 up to 28160), the other one where not.
+  const std::vector<Case> cases = {{1, 1, 8},           {7, 65, 72},        {513, 1000, 1000}, {33, 1000, 1024},
+                                   {7, 768, 768},       {64, 50257, 50304}, {3, 50257, 50264}, {5, 20001, 20008},
+                                   {300, 16392, 16392}, {2, 60001, 60008}};
   const double factor = 0.75;
   uint64_t seed = 380;
   for (DType dtype : kFloatTypes) {
@@ -460,9 +463,9 @@ TEST(NnKernelsGpu, CrossEntropyWithGradMatchesTheReference) {
   Tensor lg = on_gpu(values({4, 64}, 399, DType::bf16, -6, 6));
   const Tensor before = lg.clone();
   Tensor loss = poisoned({}, DType::f32);
-  const ops::cuda::BadIndex bad = ops::cuda::cross_entropy_with_grad(
-      lg, on_gpu(from_vector(std::vector<int64_t>{1, -100, 64, 70}, {4})), -100,
-      on_gpu(scalar_tensor(1.0, DType::f32)), loss, lg);
+  const ops::cuda::BadIndex bad =
+      ops::cuda::cross_entropy_with_grad(lg, on_gpu(from_vector(std::vector<int64_t>{1, -100, 64, 70}, {4})), -100,
+                                         on_gpu(scalar_tensor(1.0, DType::f32)), loss, lg);
   EXPECT_EQ(bad.position, 2);
   EXPECT_EQ(bad.value, 64);
   expect_close(lg, before, 0, 0);
@@ -475,11 +478,17 @@ TEST(NnKernelsGpu, EmbeddingKernelsMatchTheCpu) {
   struct Case {
     int64_t V, C, N;
   };
-  const std::vector<Case> cases = {{1, 1, 1},    {50, 65, 7},      {13, 768, 513},  {3, 65, 513},
-                                   {1000, 1, 7}, {50257, 64, 513}, {1024, 768, 513},
+  const std::vector<Case> cases = {{1, 1, 1},
+                                   {50, 65, 7},
+                                   {13, 768, 513},
+                                   {3, 65, 513},
+                                   {1000, 1, 7},
+                                   {50257, 64, 513},
+                                   {1024, 768, 513},
                                    // more sorted positions than the grid has blocks, a run of ~1000
                                    // equal rows, columns ending inside a tile of the kernel
-                                   {50304, 768, 4099}, {7, 1000, 2049}};
+                                   {50304, 768, 4099},
+                                   {7, 1000, 2049}};
   uint64_t seed = 400;
   for (DType dtype : kFloatTypes) {
     for (const Case& c : cases) {
