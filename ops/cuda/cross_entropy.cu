@@ -25,6 +25,7 @@
 // so the first such row is reported) and is never used to index the logits. The flag is
 // copied back once per forward (8 bytes and a stream synchronisation), cheaper than copying
 // every target to the host to check them there.
+#include <cstdlib>
 #include <limits>
 
 #include "core/cuda/launch.cuh"
