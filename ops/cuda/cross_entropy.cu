@@ -25,7 +25,6 @@
 // so the first such row is reported) and is never used to index the logits. The flag is
 // copied back once per forward (8 bytes and a stream synchronisation), cheaper than copying
 // every target to the host to check them there.
-#include <cstdlib>
 #include <limits>
 
 #include "core/cuda/launch.cuh"
@@ -371,7 +370,9 @@ __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
 // shared memory and writes the gradient. Why: GPT-2's rows (50304 bf16 values, 98 KiB) at 2-4
 // rows in flight per SM are ~50 MB across an H100, L2's size, so the other kernel's pass 2 read
 // much of its row from memory again: 1.49 ms for GPT-2's 16384 rows against 1.1 ms for the bytes
-// (3.3 GB: logits read once, gradient written once). Rows of width * sizeof(T) <=
+// (3.3 GB: logits read once, gradient written once). Measured on an H100: 1.44 ms, so the
+// re-read was a small part of the gap (the two exponentials per value, ~1.6G MUFU operations
+// a step, ~0.45 ms at the SFUs' rate, are the next suspect). Rows of width * sizeof(T) <=
 // kMaxStagedRowBytes, 2 blocks (rows) an SM. Each thread reads back only the packs it staged,
 // so pass 2 needs no barrier beyond the reduction's. x_t comes from the staged row: dlogits may
 // be the logits' own memory, and pass 2 overwrites it.
@@ -579,7 +580,7 @@ BadIndex cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, in
       const float* factor = static_cast<const float*>(grad_factor.raw_data());
       double* row_losses = static_cast<double*>(losses.raw_data());
       const int64_t staged_bytes = width * static_cast<int64_t>(sizeof(T));
-      if (C > 16384 && staged_bytes <= kMaxStagedRowBytes && !std::getenv("PRECIS_AB_CE_UNSTAGED")) {  // TEMPORARY A/B  // long rows (a block of 512 threads each): staged
+      if (C > 16384 && staged_bytes <= kMaxStagedRowBytes) {  // long rows (a block of 512 threads each): staged
         constexpr int kThreads = 512;
         auto kernel = cross_entropy_fused_staged_kernel<kThreads, kPack, T, Target>;
         PRECIS_CUDA_CHECK(
