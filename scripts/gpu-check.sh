@@ -2,6 +2,7 @@
 # One call on a GPU machine: configure, build (sm_90 only, -j16), run the
 # gpu-labelled tests and the benchmarks, and print a short table last.
 # Usage: bash scripts/gpu-check.sh [build-dir]   (BENCHES="bench/run-a.sh ..." runs only those benchmarks)
+# To time variants of one build against each other, see scripts/gpu-ab.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build-gpu}

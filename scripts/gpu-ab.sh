@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# A/B timing on a GPU machine in one call: one build of this tree (sm_90, Release), a few
+# GPU test binaries, then `precis bench gpt2` for each variant in alternating rounds (so a
+# drift of the card's clocks hits every variant alike), optional traced steps and the whole
+# gpu-labelled suite. Variants are environment settings of the same binary: a permanent
+# switch (PRECIS_PDL=0) or a temporary one added for the comparison and removed after.
+# Everything it writes lands in one archive, $OUT/ab.tgz (traces in $OUT/traces.tgz), so that
+# every log comes back from the device tool.
+#
+# Usage (all settings are environment variables):
+#   VARIANTS="new:X=1 old:PRECIS_PDL=0"   name:VAR=value[,VAR=value] each (X=1: no setting)
+#   PRECS="bf16-pure bf16"                 precisions benched with --cuda-graphs (default bf16-pure)
+#   ROUNDS="1 2"                           rounds of all variants (default "1 2")
+#   EAGER_VARIANTS="new:X=1"               variants also benched eagerly (bf16-pure)
+#   TRACE_VARIANTS="new:X=1"               variants of which one bf16-pure step is traced
+#   FOCUS_TESTS="ops_test_nn_kernels_gpu"  test binaries built first and run (GTEST_ARGS passed)
+#   FULL_BUILD=1 CTEST=1                   build everything, then run `ctest -L gpu` last
+#   bash scripts/gpu-ab.sh
+set -u
+cd "$(dirname "$0")/.."
+O=$(mktemp -d /tmp/precis-ab.XXXX)
+OUT=${OUT:-/tmp/precis-ab-out}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$O/gpu.txt"
+T0=$SECONDS
+cmake -S . -B build-ab -DCMAKE_BUILD_TYPE=Release -DPRECIS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >"$O/configure.log" 2>&1 ||
+  tail -20 "$O/configure.log"
+cmake --build build-ab -j16 --target precis_cli ${FOCUS_TESTS:-} >"$O/build.log" 2>&1
+echo "build rc=$? at $((SECONDS - T0))s"
+grep -E "error" "$O/build.log" | head -20
+for t in ${FOCUS_TESTS:-}; do
+  ./build-ab/tests/$t ${GTEST_ARGS:-} >"$O/$t.log" 2>&1
+  echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED|  SKIPPED) ' "$O/$t.log" | head -4 | tr '\n' ' ')"
+done
+if [ -n "${FULL_BUILD:-}" ]; then
+  cmake --build build-ab -j16 >>"$O/build.log" 2>&1
+  echo "full build rc=$? at $((SECONDS - T0))s"
+fi
+
+# One bench run: name, settings, precision, extra options; prints the result's key figures.
+run_variant() {
+  local name=$1 settings=$2 precision=$3 log
+  shift 3
+  log="$O/bench-$name-$precision-$ROUND.log"
+  env $(tr ',' ' ' <<<"$settings") ./build-ab/precis bench gpt2 --preset gpt2 --batch 16 --seq 1024 \
+    --precision "$precision" --steps 20 --warmup 5 --device cuda --out "$O/run-$name" "$@" >"$log" 2>&1
+  echo "$ROUND $name $precision: $(grep '^result:' "$log" | tail -1 | tr ' ' '\n' |
+    grep -E 'tokens_per_s|ms_per_step|graph_ms|forward_ms|backward_ms' | tr '\n' ' ')"
+}
+for ROUND in ${ROUNDS:-1 2}; do
+  for precision in ${PRECS:-bf16-pure}; do
+    for v in ${VARIANTS:-base:X=1}; do run_variant "${v%%:*}" "${v#*:}" "$precision" --cuda-graphs; done
+  done
+done
+for v in ${EAGER_VARIANTS:-}; do ROUND=eager run_variant "${v%%:*}" "${v#*:}" bf16-pure; done
+for v in ${TRACE_VARIANTS:-}; do
+  name=${v%%:*}
+  env $(tr ',' ' ' <<<"${v#*:}") ./build-ab/precis bench gpt2 --precision bf16-pure --steps 3 --warmup 3 \
+    --device cuda --trace "$O/trace-$name.json" --out "$O/trace-run-$name" >"$O/trace-$name.log" 2>&1
+  echo "trace $name: $(grep -E 'kernel launches' "$O/trace-$name.log")"
+done
+if [ -n "${CTEST:-}" ]; then
+  (cd build-ab && timeout "${CTEST_LIMIT:-240}" ctest -L gpu -j4 --output-on-failure >"$O/ctest.log" 2>&1
+    echo "ctest rc=$?"
+    grep -E "tests passed|tests failed|\(Failed\)|\*\*\*Timeout" "$O/ctest.log" | head -20)
+fi
+echo "total $((SECONDS - T0))s"
+(cd "$O" && tar czf "$OUT/ab.tgz" --exclude='*.json' --exclude='run-*' --exclude='trace-run-*' . &&
+  { ls ./*.json >/dev/null 2>&1 && tar czf "$OUT/traces.tgz" ./*.json || true; })
