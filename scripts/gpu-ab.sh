@@ -17,7 +17,7 @@
 #   FULL_BUILD=1 CTEST=1                   build everything, then run `ctest -L gpu` last
 #   bash scripts/gpu-ab.sh
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 O=$(mktemp -d /tmp/precis-ab.XXXX)
 OUT=${OUT:-/tmp/precis-ab-out}
 mkdir -p "$OUT"
@@ -39,10 +39,11 @@ fi
 
 # One bench run: name, settings, precision, extra options; prints the result's key figures.
 run_variant() {
-  local name=$1 settings=$2 precision=$3 log
+  local name=$1 precision=$3 log settings
+  IFS=',' read -ra settings <<<"$2"
   shift 3
   log="$O/bench-$name-$precision-$ROUND.log"
-  env $(tr ',' ' ' <<<"$settings") ./build-ab/precis bench gpt2 --preset gpt2 --batch 16 --seq 1024 \
+  env "${settings[@]}" ./build-ab/precis bench gpt2 --preset gpt2 --batch 16 --seq 1024 \
     --precision "$precision" --steps 20 --warmup 5 --device cuda --out "$O/run-$name" "$@" >"$log" 2>&1
   echo "$ROUND $name $precision: $(grep '^result:' "$log" | tail -1 | tr ' ' '\n' |
     grep -E 'tokens_per_s|ms_per_step|graph_ms|forward_ms|backward_ms' | tr '\n' ' ')"
@@ -55,7 +56,8 @@ done
 for v in ${EAGER_VARIANTS:-}; do ROUND=eager run_variant "${v%%:*}" "${v#*:}" bf16-pure; done
 for v in ${TRACE_VARIANTS:-}; do
   name=${v%%:*}
-  env $(tr ',' ' ' <<<"${v#*:}") ./build-ab/precis bench gpt2 --precision bf16-pure --steps 3 --warmup 3 \
+  IFS=',' read -ra settings <<<"${v#*:}"
+  env "${settings[@]}" ./build-ab/precis bench gpt2 --precision bf16-pure --steps 3 --warmup 3 \
     --device cuda --trace "$O/trace-$name.json" --out "$O/trace-run-$name" >"$O/trace-$name.log" 2>&1
   echo "trace $name: $(grep -E 'kernel launches' "$O/trace-$name.log")"
 done
