@@ -535,7 +535,9 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
             return true;
           }
         };
-        const bool narrow_params = !std::is_same_v<T, A> && weight.dtype() == x.dtype();
+        // In T only where all three are (a mix goes to A, each cast as needed).
+        const bool narrow_params = !std::is_same_v<T, A> && weight.dtype() == x.dtype() && bias.dtype() == x.dtype() &&
+                                   (!residual_bias.defined() || residual_bias.dtype() == x.dtype());
         if (!narrow_params || !launch_with(TypeTag<T>{}, weight, bias, residual_bias)) {
           auto wide = [&](const Tensor& p) {
             return p.defined() && p.dtype() != mean.dtype() ? p.to(mean.dtype()) : p;

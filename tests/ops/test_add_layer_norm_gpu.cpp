@@ -137,17 +137,18 @@ TEST(AddLayerNormGpu, KernelsWithAResidualBiasMatchTheReference) {
   uint64_t seed = 3000;
   for (const Dtypes& d : mixes) {
     for (auto [rows, C] : sizes) {
-      // The parameters in the statistics dtype, and for f16/bf16 x also in x's (bf16-pure's norms).
-      for (bool narrow_params : {false, true}) {
+      // The parameters 0: in the statistics dtype; for f16/bf16 x also 1: all in x's dtype
+      // (bf16-pure's norms), 2: the weight alone in it.
+      for (int narrow_params : {0, 1, 2}) {
         for (bool misaligned : {false, true}) {
           const DType stats = d.x == DType::f64 ? DType::f64 : DType::f32;
           if (narrow_params && stats == d.x) continue;
-          const DType params = narrow_params ? d.x : stats;
+          const DType params = narrow_params == 1 ? d.x : stats, weight_dtype = narrow_params ? d.x : stats;
           SCOPED_TRACE(std::string(dtype_name(d.x)) + " + " + dtype_name(d.residual) + " -> " + dtype_name(d.y) + " [" +
                        std::to_string(rows) + ", " + std::to_string(C) + "]" + (misaligned ? " misaligned" : "") +
-                       ", parameters in " + dtype_name(params));
+                       ", weight in " + dtype_name(weight_dtype) + ", biases in " + dtype_name(params));
           Tensor x = values({rows, C}, ++seed, d.x, -3, 3), r = values({rows, C}, ++seed, d.residual, -3, 3);
-          Tensor w = values({C}, ++seed, params, 0.5, 1.5), b = values({C}, ++seed, params);
+          Tensor w = values({C}, ++seed, weight_dtype, 0.5, 1.5), b = values({C}, ++seed, params);
           Tensor rb = values({C}, ++seed, params, -2, 2);
           Tensor g = values({rows, C}, ++seed, d.y), g_sum = values({rows, C}, ++seed, d.x);
           Tensor xg = on_gpu_at(x, misaligned ? 1 : 0), rg = r.to(kGpu), rbg = on_gpu_at(rb, misaligned ? 1 : 0);
