@@ -192,13 +192,30 @@ __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
   });
 }
 
-// The same backward over dlogits as one flat array of packs of kPack elements (rows of
-// `width` elements, logits rows `ld` apart, both multiples of kPack, 16-byte aligned), for
-// f16/bf16/f32 logits. Each thread loads kUnroll packs a block apart before it computes any,
-// so that 16 * kUnroll bytes per thread are in flight. Index is uint32_t when the packs fit.
-// exp((x - m) - log s) = exp2((x - m) log2(e) - log2(s)): a subtraction, a multiply-add and
-// one ex2 per element (x - m first, as the row kernel, so that large logits lose nothing). Bytes as the row kernel's
-// (the logits' columns read once, dlogits written once).
+// One pack of a row's gradient, columns col.. col + kPack - 1: scale (exp((x_j - m) - log s)
+// - [j == t]) for j < C, 0 in the padding from C on; neg_log2_sum = -log(s) log2(e), so
+// exp((x - m) - log s) = exp2((x - m) log2(e) - log2(s)): a subtraction, a multiply-add and one
+// ex2 per element (x - m first, so that large logits lose nothing).
+template <typename T, int kPack>
+__device__ __forceinline__ Pack<T, kPack> gradient_pack(const Pack<T, kPack>& v, int64_t col, int64_t C, int64_t t,
+                                                        float m, float neg_log2_sum, float scale) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  Pack<T, kPack> out;
+#pragma unroll
+  for (int k = 0; k < kPack; ++k) {
+    const int64_t j = col + k;
+    const float prob = exp2f(fmaf(convert_to<float>(v.v[k]) - m, kLog2e, neg_log2_sum));
+    out.v[k] = convert_to<T>(j >= C ? 0.0f : (j == t ? prob - 1.0f : prob) * scale);
+  }
+  return out;
+}
+
+// cross_entropy_backward_kernel's backward over dlogits as one flat array of packs of kPack
+// elements (rows of `width` elements, logits rows `ld` apart, both multiples of kPack, 16-byte
+// aligned), for f16/bf16/f32 logits, each pack by gradient_pack. Each thread loads kUnroll
+// packs a block apart before it computes any, so that 16 * kUnroll bytes per thread are in
+// flight. Index is uint32_t when the packs fit. Bytes as the row kernel's (the logits' columns
+// read once, dlogits written once).
 constexpr int kFlatThreads = 256, kFlatUnroll = 4;
 template <int kPack, typename Index, typename T, typename Target>
 __global__ void __launch_bounds__(kFlatThreads)
@@ -232,13 +249,8 @@ __global__ void __launch_bounds__(kFlatThreads)
 #pragma unroll
         for (int k = 0; k < kPack; ++k) out.v[k] = convert_to<T>(0.0f);
       } else {
-        const float m = stats[2 * row], neg_log2_sum = -stats[2 * row + 1] * kLog2e;
-#pragma unroll
-        for (int k = 0; k < kPack; ++k) {
-          const Index j = col + k;
-          const float prob = exp2f(fmaf(convert_to<float>(in[u].v[k]) - m, kLog2e, neg_log2_sum));
-          out.v[k] = convert_to<T>(j >= C ? 0.0f : (static_cast<int64_t>(j) == t ? prob - 1.0f : prob) * scale);
-        }
+        out = gradient_pack(in[u], static_cast<int64_t>(col), static_cast<int64_t>(C), t, stats[2 * row],
+                            -stats[2 * row + 1] * kLog2e, scale);
       }
       store_pack<kPack>(dlogits + row * width + col, out);
     }
@@ -303,14 +315,7 @@ __device__ __forceinline__ void write_row_gradient(const T* xr, T* dr, int64_t C
   const float neg_log2_sum = -log_sum * kLog2e;
   const int64_t packs = width / kPack;
   auto gradient_of = [&](const Pack<T, kPack>& v, int64_t col) {
-    Pack<T, kPack> out;
-#pragma unroll
-    for (int k = 0; k < kPack; ++k) {
-      const int64_t j = col + k;
-      const float prob = exp2f(fmaf(convert_to<float>(v.v[k]) - m, kLog2e, neg_log2_sum));
-      out.v[k] = convert_to<T>(j >= C ? 0.0f : (j == t ? prob - 1.0f : prob) * scale);
-    }
-    return out;
+    return gradient_pack(v, col, C, t, m, neg_log2_sum, scale);
   };
   int64_t p = threadIdx.x;
   for (; p + (kUnroll - 1) * kThreads < packs; p += kUnroll * kThreads) {
@@ -325,6 +330,17 @@ __device__ __forceinline__ void write_row_gradient(const T* xr, T* dr, int64_t C
   }
   for (; p < packs; p += kThreads)
     store_pack<kPack>(dr + p * kPack, gradient_of(load_pack<kPack>(xr + p * kPack), p * kPack));
+}
+
+// A fused kernel's row whose target is ignored (loss 0) or bad (loss NaN; the count kernel
+// flagged it): zeros as its gradient, padding included.
+template <int kThreads, int kPack, typename T>
+__device__ __forceinline__ void write_row_without_target(T* dr, int64_t width, bool ignored, double* loss) {
+  Pack<T, kPack> zero;
+#pragma unroll
+  for (int k = 0; k < kPack; ++k) zero.v[k] = convert_to<T>(0.0f);
+  for (int64_t p = threadIdx.x; p < width / kPack; p += kThreads) store_pack<kPack>(dr + p * kPack, zero);
+  if (threadIdx.x == 0) *loss = ignored ? 0.0 : std::numeric_limits<double>::quiet_NaN();
 }
 
 // Forward and backward of a row in one kernel (llm.c's fused classifier): pass 1 reads the
@@ -347,11 +363,7 @@ __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
   T* dr = dlogits + row * width;
   const int64_t t = static_cast<int64_t>(targets[row]);
   if (t == ignore_index || t < 0 || t >= C) {  // no gradient; a bad target was flagged by the count kernel
-    Pack<T, kPack> zero;
-#pragma unroll
-    for (int k = 0; k < kPack; ++k) zero.v[k] = convert_to<T>(0.0f);
-    for (int64_t p = threadIdx.x; p < width / kPack; p += kThreads) store_pack<kPack>(dr + p * kPack, zero);
-    if (threadIdx.x == 0) losses[row] = t == ignore_index ? 0.0 : std::numeric_limits<double>::quiet_NaN();
+    write_row_without_target<kThreads, kPack>(dr, width, t == ignore_index, losses + row);
     return;
   }
   Pair<float> ms = max_sum_identity<float>();
@@ -395,11 +407,7 @@ __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
   const int64_t t = static_cast<int64_t>(targets[row]);
   const int64_t packs = width / kPack;
   if (t == ignore_index || t < 0 || t >= C) {  // no gradient; a bad target was flagged by the count kernel
-    Pack<T, kPack> zero;
-#pragma unroll
-    for (int k = 0; k < kPack; ++k) zero.v[k] = convert_to<T>(0.0f);
-    for (int64_t p = threadIdx.x; p < packs; p += kThreads) store_pack<kPack>(dr + p * kPack, zero);
-    if (threadIdx.x == 0) losses[row] = t == ignore_index ? 0.0 : std::numeric_limits<double>::quiet_NaN();
+    write_row_without_target<kThreads, kPack>(dr, width, t == ignore_index, losses + row);
     return;
   }
   // Pass 1: kUnroll packs in flight a thread; the pack that straddles C folds only its values before C.
@@ -439,18 +447,8 @@ __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
   // Pass 2: dr[j] = scale (exp((x_j - m) - log s) - [j == t]) for j < C, 0 in the padding.
   constexpr float kLog2e = 1.4426950408889634f;
   const float neg_log2_sum = -log_sum * kLog2e;
-  for (int64_t q = threadIdx.x; q < packs; q += kThreads) {
-    const Pack<T, kPack> v = staged[q];
-    const int64_t col = q * kPack;
-    Pack<T, kPack> out;
-#pragma unroll
-    for (int k = 0; k < kPack; ++k) {
-      const int64_t j = col + k;
-      const float prob = exp2f(fmaf(convert_to<float>(v.v[k]) - ms.first, kLog2e, neg_log2_sum));
-      out.v[k] = convert_to<T>(j >= C ? 0.0f : (j == t ? prob - 1.0f : prob) * scale);
-    }
-    store_pack<kPack>(dr + col, out);
-  }
+  for (int64_t q = threadIdx.x; q < packs; q += kThreads)
+    store_pack<kPack>(dr + q * kPack, gradient_pack(staged[q], q * kPack, C, t, ms.first, neg_log2_sum, scale));
 }
 
 template <typename Fn>
