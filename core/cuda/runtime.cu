@@ -1,10 +1,13 @@
 // Streams of each device, created once, on first use, by whichever thread asks
 // first (std::call_once), and kept for the life of the process: kernels queued
 // on them may outlive any object that could own them.
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <utility>
 
 #include "core/cuda/launch.cuh"
 #include "core/cuda/runtime.h"
@@ -83,6 +86,18 @@ bool dependent_launch_enabled() {
     return major >= 9;
   }();
   return capable && !g_dependent_launch_paused.load(std::memory_order_relaxed);
+}
+
+int resident_blocks_per_sm(const void* kernel, int threads) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, int> resident;  // by kernel and block size
+  std::lock_guard<std::mutex> lock(mutex);
+  auto [it, fresh] = resident.try_emplace({kernel, threads}, 0);
+  if (fresh) {
+    PRECIS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&it->second, kernel, threads, 0), "occupancy");
+    it->second = std::max(it->second, 1);
+  }
+  return it->second;
 }
 
 bool any_capture_underway() {

@@ -68,6 +68,10 @@ inline unsigned grid_for(int64_t n, int per_thread = 1) {
 // in the trace. Kernels captured into a CUDA graph keep what they were captured with.
 void pause_dependent_launch(bool paused);
 
+// Blocks of `kernel` at `threads` a block (no dynamic shared memory) that one SM holds at
+// once: the occupancy calculator's answer, at least 1, asked once per kernel and block size.
+int resident_blocks_per_sm(const void* kernel, int threads);
+
 // The multiprocessors of `device`, asked once per device (the first 64 devices).
 inline int multiprocessor_count(Device device) {
   static std::atomic<int> cached[64];

@@ -31,7 +31,6 @@
 //   out = 3072: 100.7 MB read, 12 strips x 44 chunks of 376 rows (47 a thread), 0.54 MB (0.5%)
 // A layer's four sums (2304, 768, 3072, 768) read 226 MB, twelve layers 2.72 GB: ~0.9 ms at 3 TB/s.
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -156,21 +155,6 @@ __global__ void __launch_bounds__(32 * kSlices)
   }
 }
 
-// Stage-1 blocks of <T, W, O> resident on one SM (the occupancy calculator's answer, asked once).
-template <typename T, int W, typename O>
-int resident_blocks() {
-  static std::atomic<int> cached{0};
-  int blocks = cached.load(std::memory_order_relaxed);
-  if (blocks == 0) {
-    PRECIS_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, column_sums_partial_kernel<T, W, O>, kThreads, 0),
-        "column_sums");
-    blocks = std::max(blocks, 1);
-    cached.store(blocks, std::memory_order_relaxed);
-  }
-  return blocks;
-}
-
 template <typename T, int W, typename O>
 void launch_column_sums(const T* g, int64_t ld, int64_t rows, int64_t cols, O* out, bool accumulate, Device device,
                         cudaStream_t stream) {
@@ -181,7 +165,9 @@ void launch_column_sums(const T* g, int64_t ld, int64_t rows, int64_t cols, O* o
   const int64_t strips = (packs + bx - 1) / bx;
   // At most one full wave of blocks (all resident at once: no tail of a second wave),
   // kMinRowsPerThread rows a thread at least, at most 65535 chunks.
-  const int64_t wave = static_cast<int64_t>(multiprocessor_count(device)) * resident_blocks<T, W, O>();
+  const int64_t wave = static_cast<int64_t>(multiprocessor_count(device)) *
+                       precis::cuda::resident_blocks_per_sm(
+                           reinterpret_cast<const void*>(column_sums_partial_kernel<T, W, O>), kThreads);
   const int64_t wanted = std::max<int64_t>(1, wave / strips);
   int64_t rows_per_chunk = std::max<int64_t>(
       {(rows + wanted - 1) / wanted, static_cast<int64_t>(by) * kMinRowsPerThread, (rows + 65534) / 65535});

@@ -26,8 +26,6 @@
 // row at once (before any store, which the compiler must assume may alias them) and keeps the
 // values for the later passes: each value crosses memory once, and a row waits for memory once.
 #include <algorithm>
-#include <map>
-#include <mutex>
 #include <utility>
 
 #include "core/cuda/launch.cuh"
@@ -424,25 +422,15 @@ inline constexpr int kMaxPerThread = 64 / sizeof(A);
 // most 128 threads are taken blockDim.y (the slices) at a time.
 constexpr int kBackwardBlockThreads = 256;
 
-// Stage 1's grid: as many blocks as the GPU holds at once (the occupancy calculator's answer
-// for `kernel` at `threads` a block, asked once per kernel, times the SMs), so every block is
+// Stage 1's grid: as many blocks as the GPU holds at once (resident_blocks_per_sm for `kernel`
+// at `threads` a block, times the SMs), so every block is
 // resident from the start and none waits for a second wave; each takes an equal share of the
 // rows, and writes one partial row per column sum. The load-ahead kernels take 62 (f32 rows),
 // 78 (bf16 rows) and ~94 (bf16 rows with the residual bias) registers: 4, 4 and 3 of GPT-2's
 // blocks of 192 threads an SM. Returns {blocks, rows_per_block}.
 std::pair<int64_t, int64_t> backward_blocks(const void* kernel, int threads, int64_t rows, Device device) {
-  static std::mutex mutex;
-  static std::map<std::pair<const void*, int>, int> resident;  // per SM, by kernel and block size
-  int per_sm = 0;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto [it, fresh] = resident.try_emplace({kernel, threads}, 0);
-    if (fresh)
-      PRECIS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&it->second, kernel, threads, 0),
-                        "layer_norm backward");
-    per_sm = std::max(it->second, 1);
-  }
-  const int64_t wanted = static_cast<int64_t>(per_sm) * precis::cuda::multiprocessor_count(device);
+  const int64_t wanted = static_cast<int64_t>(precis::cuda::resident_blocks_per_sm(kernel, threads)) *
+                         precis::cuda::multiprocessor_count(device);
   const int64_t rows_per_block = (rows + wanted - 1) / wanted;
   return {(rows + rows_per_block - 1) / rows_per_block, rows_per_block};
 }
