@@ -34,14 +34,20 @@ Tensor values(const Shape& shape, uint64_t seed, DType dtype, double low = -1.0,
   return random_f64(shape, seed, low, high).to(dtype);
 }
 
-// `gpu` against an f64 reference, within the tolerance of `dtype`, relative to the largest value too.
-void expect_near(const Tensor& gpu, const Tensor& reference, DType dtype) {
+// `gpu` against a reference, within the tolerance of `tolerance` (a dtype), relative to the
+// largest value too; both compared in f64.
+void expect_within(const Tensor& gpu, const Tensor& reference, DType tolerance) {
   ASSERT_TRUE(gpu.is_cuda());
-  ASSERT_EQ(gpu.dtype(), dtype);
   double largest = 0;
   for (double v : reference.to_vector<double>()) largest = std::max(largest, std::abs(v));
-  const auto tol = tolerance_for(dtype);
-  expect_close(gpu.to(DType::f64), reference, tol.atol * std::max(1.0, largest), tol.rtol);
+  const auto tol = tolerance_for(tolerance);
+  expect_close(gpu.to(kCpu).to(DType::f64), reference.to(DType::f64), tol.atol * std::max(1.0, largest), tol.rtol);
+}
+
+// `gpu`, in `dtype`, against an f64 reference within the tolerance of `dtype`.
+void expect_near(const Tensor& gpu, const Tensor& reference, DType dtype) {
+  ASSERT_EQ(gpu.dtype(), dtype);
+  expect_within(gpu, reference, dtype);
 }
 
 }  // namespace
@@ -250,13 +256,8 @@ TEST(AddLayerNormGpu, OpWithAResidualBiasMatchesTheCpu) {
       // cancel), and sums the rows' ds unrounded: the halves' tolerance, relative to the largest value.
       const DType tolerance = c.x == DType::bf16 || c.residual == DType::bf16 ? DType::bf16 : DType::f32;
       auto near = [&](const Tensor& on_gpu, const Tensor& on_cpu) {
-        ASSERT_TRUE(on_gpu.is_cuda());
         ASSERT_EQ(on_gpu.dtype(), on_cpu.dtype());
-        double largest = 0;
-        for (double v : on_cpu.to_vector<double>()) largest = std::max(largest, std::abs(v));
-        const auto tol = tolerance_for(tolerance);
-        expect_close(on_gpu.to(kCpu).to(DType::f64), on_cpu.to(DType::f64), tol.atol * std::max(1.0, largest),
-                     tol.rtol);
+        expect_within(on_gpu, on_cpu, tolerance);
       };
       near(gpu[5], cpu[5]);
       near(gpu[6], cpu[6]);
