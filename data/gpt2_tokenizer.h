@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/source_dir.h"
 #include "data/tokenizer.h"
 
 namespace precis {

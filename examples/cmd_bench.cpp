@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/gpu.h"
+#include "core/source_dir.h"
 #include "examples/commands.h"
 #include "train/config.h"
 #include "train/device_peak.h"

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "core/source_dir.h"
+
 namespace {
 
 namespace fs = std::filesystem;

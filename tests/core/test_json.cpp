@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "core/source_dir.h"
 #include "support/errors.h"
 
 using namespace precis;

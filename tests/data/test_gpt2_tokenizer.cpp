@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/source_dir.h"
 #include "data/gpt2_pretokenize.h"
 #include "data/gpt2_tokenizer.h"
 #include "data/unicode_classes.h"

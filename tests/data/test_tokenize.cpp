@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/source_dir.h"
 #include "data/char_tokenizer.h"
 #include "data/gpt2_tokenizer.h"
 #include "data/token_file.h"

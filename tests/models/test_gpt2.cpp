@@ -7,6 +7,7 @@
 
 #include "core/autograd.h"
 #include "core/copy.h"
+#include "core/source_dir.h"
 #include "models/gpt2.h"
 #include "ops/ops.h"
 #include "support/gradcheck.h"
