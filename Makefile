@@ -5,7 +5,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: setup configure build test demo clean format
+.PHONY: setup configure build test test-slow demo clean format check-format
 
 setup:
 	@bash scripts/setup.sh
@@ -16,15 +16,23 @@ configure:
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
+# Everything but the end-to-end convergence runs (label `slow`, which CI runs too: make test-slow).
 test: setup build
-	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -LE slow
 
-demo: setup build
+test-slow: setup build
+	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -L slow
+
+# The demo needs only the `precis` binary, not the test executables.
+demo: setup configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target precis_cli
 	@$(BUILD_DIR)/precis train examples/configs/shakespeare-char.yaml
 
 format:
-	@find core ops nn optim amp distributed models data train examples tests bench \
-	  -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' | xargs clang-format -i
+	@git ls-files '*.cpp' '*.h' '*.cu' '*.cuh' | xargs clang-format -i
+
+check-format:
+	@bash scripts/check-format.sh
 
 clean:
 	@rm -rf $(BUILD_DIR)

@@ -15,6 +15,9 @@
 #   TRACE_VARIANTS="new:X=1"               variants of which one bf16-pure step is traced
 #   FOCUS_TESTS="ops_test_nn_kernels_gpu"  test binaries built first and run (GTEST_ARGS passed)
 #   FULL_BUILD=1 CTEST=1                   build everything, then run `ctest -L gpu` last
+#   BASE_TREE=.base                        also build another tree (e.g. `git archive REV` unpacked into
+#                                          a git-ignored, carried folder) into build-base; a variant with
+#                                          the setting BIN=base runs its binary: "new:X=1 old:BIN=base"
 #   bash scripts/gpu-ab.sh
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -32,6 +35,12 @@ for t in ${FOCUS_TESTS:-}; do
   ./build-ab/tests/$t ${GTEST_ARGS:-} >"$O/$t.log" 2>&1
   echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED|  SKIPPED) ' "$O/$t.log" | head -4 | tr '\n' ' ')"
 done
+if [ -n "${BASE_TREE:-}" ]; then
+  cmake -S "$BASE_TREE" -B build-base -DCMAKE_BUILD_TYPE=Release -DPRECIS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    >"$O/configure-base.log" 2>&1 || tail -20 "$O/configure-base.log"
+  cmake --build build-base -j16 --target precis_cli >"$O/build-base.log" 2>&1
+  echo "base build rc=$? at $((SECONDS - T0))s"
+fi
 if [ -n "${FULL_BUILD:-}" ]; then
   cmake --build build-ab -j16 >>"$O/build.log" 2>&1
   echo "full build rc=$? at $((SECONDS - T0))s"
@@ -39,11 +48,12 @@ fi
 
 # One bench run: name, settings, precision, extra options; prints the result's key figures.
 run_variant() {
-  local name=$1 precision=$3 log settings
+  local name=$1 precision=$3 log settings bin=./build-ab/precis
   IFS=',' read -ra settings <<<"$2"
   shift 3
+  if [[ " ${settings[*]} " == *" BIN=base "* ]]; then bin=./build-base/precis; fi
   log="$O/bench-$name-$precision-$ROUND.log"
-  env "${settings[@]}" ./build-ab/precis bench gpt2 --preset gpt2 --batch 16 --seq 1024 \
+  env "${settings[@]}" "$bin" bench gpt2 --preset gpt2 --batch 16 --seq 1024 \
     --precision "$precision" --steps 20 --warmup 5 --device cuda --out "$O/run-$name" "$@" >"$log" 2>&1
   echo "$ROUND $name $precision: $(grep '^result:' "$log" | tail -1 | tr ' ' '\n' |
     grep -E 'tokens_per_s|ms_per_step|graph_ms|forward_ms|backward_ms' | tr '\n' ' ')"

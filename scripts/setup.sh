@@ -3,7 +3,7 @@
 # Idempotent; runs as root without sudo (or with sudo when not root).
 set -euo pipefail
 
-packages=(cmake make g++ ccache pkg-config libeigen3-dev libyaml-cpp-dev libgtest-dev libgmock-dev
+packages=(cmake make g++ ccache pkg-config clang-format libeigen3-dev libyaml-cpp-dev libgtest-dev libgmock-dev
           libopenmpi-dev openmpi-bin python3)
 
 missing=()
