@@ -23,7 +23,7 @@ demo: setup build
 	@$(BUILD_DIR)/precis train examples/configs/shakespeare-char.yaml
 
 format:
-	@find core ops nn optim amp distributed models data train examples tests bench \
+	@find core ops nn optim amp distributed models data train cli examples tests bench \
 	  -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' | xargs clang-format -i
 
 clean:

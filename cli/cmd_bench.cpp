@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "cli/commands.h"
 #include "core/error.h"
 #include "core/gpu.h"
 #include "core/source_dir.h"
-#include "examples/commands.h"
 #include "train/config.h"
 #include "train/device_peak.h"
 #include "train/steady_state.h"
