@@ -14,30 +14,6 @@
 
 namespace precis::models {
 
-GPT2Config GPT2Config::preset(const std::string& name) {
-  GPT2Config c;
-  if (name == "gpt2") {
-    c.n_layer = 12, c.n_head = 12, c.n_embd = 768;
-  } else if (name == "gpt2-medium") {
-    c.n_layer = 24, c.n_head = 16, c.n_embd = 1024;
-  } else if (name == "gpt2-large") {
-    c.n_layer = 36, c.n_head = 20, c.n_embd = 1280;
-  } else if (name == "gpt2-xl") {
-    c.n_layer = 48, c.n_head = 25, c.n_embd = 1600;
-  } else {
-    PRECIS_FAIL("unknown GPT-2 preset '", name, "' (use gpt2, gpt2-medium, gpt2-large or gpt2-xl)");
-  }
-  return c;
-}
-
-double GPT2Config::flops_per_token_forward(int64_t seq_len) const {
-  // Matmul parameters: per layer 12 C^2 (qkv 3C^2, proj C^2, mlp 8C^2), plus the classifier V C.
-  double C = static_cast<double>(n_embd);
-  double matmul_params = static_cast<double>(n_layer) * 12.0 * C * C + static_cast<double>(padded_vocab_size()) * C;
-  double attention = 2.0 * static_cast<double>(n_layer) * static_cast<double>(seq_len) * C;  // QK^T and AV
-  return 2.0 * matmul_params + attention;
-}
-
 namespace {
 // A module that only holds children, for the `transformer.` name prefix.
 class Container : public nn::Module {

@@ -14,30 +14,12 @@
 #include <vector>
 
 #include "core/random.h"
+#include "models/gpt2_config.h"
 #include "nn/containers.h"
 #include "nn/layers.h"
 #include "nn/transformer.h"
 
 namespace precis::models {
-
-struct GPT2Config {
-  int64_t vocab_size = 50257;
-  int64_t block_size = 1024;
-  int64_t n_layer = 12;
-  int64_t n_head = 12;
-  int64_t n_embd = 768;
-  double dropout = 0.0;
-  bool bias = true;
-  bool tie_embeddings = true;
-  int64_t vocab_multiple = 64;
-  std::string attention = "flash";
-
-  int64_t padded_vocab_size() const { return (vocab_size + vocab_multiple - 1) / vocab_multiple * vocab_multiple; }
-  // gpt2 (124M), gpt2-medium (350M), gpt2-large (774M), gpt2-xl (1558M).
-  static GPT2Config preset(const std::string& name);
-  // Forward FLOPs per token (matmuls only, as in the PaLM appendix): 2 N + 2 n_layer T C.
-  double flops_per_token_forward(int64_t seq_len) const;
-};
 
 struct GPT2Output {
   Tensor logits;  // [B, T, vocab_size]: a view of the padded logits, rows padded_vocab_size() apart

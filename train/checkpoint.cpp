@@ -297,54 +297,6 @@ std::string checkpoint_step_name(int64_t step) {
   return name;
 }
 
-Json hf_config_json(const models::GPT2Config& c) {
-  Json j = Json::object();
-  j["architectures"] = Json(Json::Array{Json("GPT2LMHeadModel")});
-  j["model_type"] = "gpt2";
-  j["vocab_size"] = c.vocab_size;
-  j["n_positions"] = c.block_size;
-  j["n_embd"] = c.n_embd;
-  j["n_layer"] = c.n_layer;
-  j["n_head"] = c.n_head;
-  j["n_inner"] = nullptr;
-  j["activation_function"] = "gelu_new";
-  j["layer_norm_epsilon"] = 1e-5;
-  j["resid_pdrop"] = c.dropout;
-  j["embd_pdrop"] = c.dropout;
-  j["attn_pdrop"] = c.dropout;
-  j["tie_word_embeddings"] = c.tie_embeddings;
-  j["bias"] = c.bias;
-  j["vocab_multiple"] = c.vocab_multiple;
-  return j;
-}
-
-models::GPT2Config gpt2_config_from_hf_json(const Json& j, const std::string& source) {
-  PRECIS_CHECK(j.is_object(), source, ": expected a JSON object with the GPT-2 configuration");
-  auto integer = [&](const char* key) {
-    PRECIS_CHECK(j.contains(key) && j.at(key).is_integer() && j.at(key).as_int() > 0, source, ": \"", key,
-                 "\" must be a positive integer");
-    return j.at(key).as_int();
-  };
-  auto flag = [&](const char* key, bool fallback) {
-    if (!j.contains(key)) return fallback;
-    PRECIS_CHECK(j.at(key).is_bool(), source, ": \"", key, "\" must be true or false");
-    return j.at(key).as_bool();
-  };
-  models::GPT2Config c;
-  c.vocab_size = integer("vocab_size");
-  c.block_size = integer("n_positions");
-  c.n_embd = integer("n_embd");
-  c.n_layer = integer("n_layer");
-  c.n_head = integer("n_head");
-  c.tie_embeddings = flag("tie_word_embeddings", true);
-  c.bias = flag("bias", true);
-  if (j.contains("vocab_multiple")) c.vocab_multiple = integer("vocab_multiple");
-  if (j.contains("activation_function"))
-    PRECIS_CHECK(j.at("activation_function") == Json("gelu_new"), source, ": activation_function ",
-                 j.at("activation_function").dump(), " is not GPT-2's tanh GELU (\"gelu_new\")");
-  return c;
-}
-
 std::string save_checkpoint(const std::string& dir, int64_t step, models::GPT2& model,
                             const optim::Optimizer* optimizer, const Json& train_state, int64_t keep_last) {
   const std::string name = checkpoint_step_name(step);
@@ -361,7 +313,7 @@ std::string save_checkpoint(const std::string& dir, int64_t step, models::GPT2& 
   if (optimizer)
     for (const auto& [key, value] : optimizer->state_dict()) state.push_back({kOptimizerPrefix + key, value});
   write_safetensors((tmp / kTrainStateFile).string(), state, {{"train_state", train_state.dump()}});
-  write_text_file(tmp / kConfigFile, hf_config_json(model.config()).dump() + "\n");
+  write_text_file(tmp / kConfigFile, model.config().to_json().dump() + "\n");
   fsync_directory(tmp);
 
   install_directory(tmp, target);
@@ -400,7 +352,7 @@ std::optional<models::GPT2Config> checkpoint_model_config(const std::string& pat
   const fs::path config = config_path_for(resolve_checkpoint(path_or_dir));
   std::error_code ec;
   if (!fs::exists(config, ec)) return std::nullopt;
-  return gpt2_config_from_hf_json(read_json_file(config.string()), config.string());
+  return models::GPT2Config::from_json(read_json_file(config.string()), config.string());
 }
 
 Json load_checkpoint(const std::string& path_or_dir, models::GPT2& model, optim::Optimizer* optimizer) {

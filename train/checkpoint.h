@@ -4,7 +4,7 @@
 //
 //   dir/latest                               "step_00001000" (replaced atomically)
 //   dir/step_00001000/model.safetensors      weights, Hugging Face GPT2LMHeadModel layout
-//   dir/step_00001000/config.json            the model configuration, Hugging Face GPT2Config keys
+//   dir/step_00001000/config.json            the model configuration (GPT2Config::to_json: Hugging Face's keys)
 //   dir/step_00001000/train_state.safetensors  optimizer state ("optimizer.<key>" tensors) and
 //                                            the trainer's JSON state (metadata "train_state")
 //
@@ -64,13 +64,6 @@ bool has_checkpoint(const std::string& dir);
 // `path_or_dir`: a checkpoint directory, a step folder, or a bare model
 // .safetensors file (weights only, as Hugging Face publishes them).
 Json load_checkpoint(const std::string& path_or_dir, models::GPT2& model, optim::Optimizer* optimizer = nullptr);
-
-// config.json: Hugging Face GPT2Config keys (vocab_size, n_positions, n_embd,
-// n_layer, n_head, tie_word_embeddings, ...) plus Precis' "bias" and "vocab_multiple".
-Json hf_config_json(const models::GPT2Config& config);
-// Reads those keys back (missing "bias", "vocab_multiple", "tie_word_embeddings"
-// take GPT-2's values), so Hugging Face's own config.json works too.
-models::GPT2Config gpt2_config_from_hf_json(const Json& config, const std::string& source = "config.json");
 
 // The model configuration stored beside a checkpoint's weights (the config.json
 // of its step folder, or beside a bare .safetensors file), so `sample` can build

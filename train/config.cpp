@@ -18,6 +18,7 @@
 #include <memory>
 #include <sstream>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace precis::train {
@@ -25,16 +26,6 @@ namespace {
 
 const std::vector<std::string> kSections = {"model",     "data",       "optimizer", "schedule", "batch",
                                             "precision", "checkpoint", "sample",    "profile"};
-
-struct Preset {
-  const char* name;
-  int64_t n_layer, n_head, n_embd;
-};
-// The GPT-2 family as released by OpenAI; all share the vocabulary and context length below.
-constexpr Preset kPresets[] = {
-    {"gpt2", 12, 12, 768}, {"gpt2-medium", 24, 16, 1024}, {"gpt2-large", 36, 20, 1280}, {"gpt2-xl", 48, 25, 1600}};
-constexpr int64_t kGpt2VocabSize = 50257;
-constexpr int64_t kGpt2BlockSize = 1024;
 
 const std::vector<std::string> kPrecisionPresets = {"fp32", "tf32", "fp16", "bf16", "bf16-pure"};
 const std::vector<std::string> kPolicyKeys = {"params", "compute", "output"};
@@ -245,25 +236,54 @@ Field text(const std::string& key, std::string& slot, TextCheck check = {}) {
           }};
 }
 
-std::vector<std::string> preset_names() {
+// A string from a fixed list, stored as the value it names ("static" -> LossScaling::fixed).
+template <typename T>
+Field choice(const std::string& key, T& slot, std::vector<std::pair<std::string, T>> choices) {
   std::vector<std::string> names;
-  for (const Preset& preset : kPresets) names.push_back(preset.name);
+  for (const auto& choice : choices) names.push_back(choice.first);
+  return {key, "a string", true,
+          [key, &slot, choices, check = one_of(names)](const std::string& text, const std::string& where) {
+            check(key, text, where);
+            for (const auto& [name, value] : choices)
+              if (name == text) slot = value;
+          }};
+}
+
+std::vector<std::string> model_preset_names() {
+  std::vector<std::string> names = models::GPT2Config::preset_names();
   names.push_back("custom");
   return names;
 }
 
+std::vector<std::pair<std::string, DType>> policy_dtypes() {
+  std::vector<std::pair<std::string, DType>> dtypes;
+  for (const std::string& name : kPolicyDtypes) dtypes.emplace_back(name, parse_dtype(name));
+  return dtypes;
+}
+
+std::vector<std::pair<std::string, amp::LossScaling>> loss_scalings() {
+  std::vector<std::pair<std::string, amp::LossScaling>> scalings;
+  for (amp::LossScaling scaling : {amp::LossScaling::none, amp::LossScaling::fixed, amp::LossScaling::dynamic})
+    scalings.emplace_back(amp::loss_scaling_name(scaling), scaling);
+  return scalings;
+}
+
+const std::vector<std::pair<std::string, bool>> kTrueFalse = {{"true", true}, {"false", false}};
+
 // In the order of train/config.h, which is also the order "known keys" lists them.
 std::vector<Field> make_fields(TrainConfig& c) {
-  ModelConfig& m = c.model;
+  models::GPT2Config& m = c.model;
   DataConfig& d = c.data;
   OptimizerConfig& o = c.optimizer;
   ScheduleConfig& s = c.schedule;
   BatchConfig& b = c.batch;
   CheckpointConfig& k = c.checkpoint;
   SampleConfig& p = c.sample;
+  amp::PrecisionPolicy& policy = c.precision.policy;
+  amp::GradScalerOptions& scaler = c.precision.scaler;
   const IntRule decay_rule{[](int64_t value) { return value == -1 || value >= 1; }, ">= 1, or -1 for max_steps"};
   return {
-      text("model.preset", m.preset, one_of(preset_names())),
+      text("model.preset", c.model_preset, one_of(model_preset_names())),
       integer("model.vocab_size", m.vocab_size, at_least(1)),
       integer("model.block_size", m.block_size, at_least(1)),
       integer("model.n_layer", m.n_layer, at_least(1)),
@@ -303,20 +323,20 @@ std::vector<Field> make_fields(TrainConfig& c) {
       integer("batch.grad_accum", b.grad_accum, at_least(1)),
       integer("batch.tokens_per_step", b.tokens_per_step, at_least(0)),
 
-      text("precision.policy", c.precision.policy, check_precision),
-      text("precision.params", c.precision.params, one_of(kPolicyDtypes)),
-      text("precision.compute", c.precision.compute, one_of(kPolicyDtypes)),
-      text("precision.output", c.precision.output, one_of(kPolicyDtypes)),
-      text("precision.master_weights", c.precision.master_weights, one_of({"true", "false"})),
-      text("precision.allow_tf32", c.precision.allow_tf32, one_of({"true", "false"})),
-      text("precision.loss_scaling", c.precision.loss_scaling, one_of({"none", "static", "dynamic"})),
-      number("precision.loss_scale", c.precision.loss_scale, kPositive),
-      integer("precision.growth_interval", c.precision.growth_interval, at_least(1)),
-      number("precision.growth_factor", c.precision.growth_factor, kPositive),
-      number("precision.backoff_factor", c.precision.backoff_factor, kPositive),
-      number("precision.min_scale", c.precision.min_scale, kPositive),
-      number("precision.max_scale", c.precision.max_scale, kPositive),
-      integer("precision.hysteresis", c.precision.hysteresis, at_least(1)),
+      text("precision.policy", policy.name, check_precision),
+      choice("precision.params", policy.param_dtype, policy_dtypes()),
+      choice("precision.compute", policy.compute_dtype, policy_dtypes()),
+      choice("precision.output", policy.output_dtype, policy_dtypes()),
+      choice("precision.master_weights", policy.master_weights, kTrueFalse),
+      choice("precision.allow_tf32", policy.allow_tf32, kTrueFalse),
+      choice("precision.loss_scaling", policy.loss_scaling, loss_scalings()),
+      number("precision.loss_scale", scaler.init_scale, kPositive),
+      integer("precision.growth_interval", scaler.growth_interval, at_least(1)),
+      number("precision.growth_factor", scaler.growth_factor, kPositive),
+      number("precision.backoff_factor", scaler.backoff_factor, kPositive),
+      number("precision.min_scale", scaler.min_scale, kPositive),
+      number("precision.max_scale", scaler.max_scale, kPositive),
+      integer("precision.hysteresis", scaler.hysteresis, at_least(1)),
       boolean("precision.stochastic_rounding", c.precision.stochastic_rounding),
       boolean("precision.report", c.precision.report),
       integer("precision.report_interval", c.precision.report_interval, at_least(0)),
@@ -372,6 +392,7 @@ class ConfigReader {
   bool was_set(const std::string& key) const { return set_at_.count(key) > 0; }
 
   void apply_preset();
+  void resolve_precision();
   void check_model() const;
   void check_data() const;
   void resolve_batch();
@@ -381,7 +402,7 @@ class ConfigReader {
   TrainConfig& config_;
   std::string source_;
   std::vector<Field> fields_;
-  // Key -> where it was last set. A preset fills only the sizes not in here, and
+  // Key -> where it was last set. A preset fills only the keys not in here, and
   // errors that involve several keys point at one that the user wrote.
   std::map<std::string, std::string> set_at_;
 };
@@ -512,22 +533,53 @@ std::string ConfigReader::where_set(std::initializer_list<const char*> keys) con
 // Explicit keys win over the preset wherever they were written (before or after
 // `preset:` in the file, or on the command line).
 void ConfigReader::apply_preset() {
-  ModelConfig& model = config_.model;
-  auto preset = std::find_if(std::begin(kPresets), std::end(kPresets),
-                             [&](const Preset& candidate) { return model.preset == candidate.name; });
-  if (preset == std::end(kPresets)) return;  // custom: the sizes are as given
+  if (config_.model_preset == "custom") return;  // the sizes are as given
+  const models::GPT2Config preset = models::GPT2Config::preset(config_.model_preset);
+  models::GPT2Config& model = config_.model;
   auto fill = [this](const char* key, int64_t& slot, int64_t value) {
     if (!was_set(key)) slot = value;
   };
-  fill("model.n_layer", model.n_layer, preset->n_layer);
-  fill("model.n_head", model.n_head, preset->n_head);
-  fill("model.n_embd", model.n_embd, preset->n_embd);
-  fill("model.vocab_size", model.vocab_size, kGpt2VocabSize);
-  fill("model.block_size", model.block_size, kGpt2BlockSize);
+  fill("model.n_layer", model.n_layer, preset.n_layer);
+  fill("model.n_head", model.n_head, preset.n_head);
+  fill("model.n_embd", model.n_embd, preset.n_embd);
+  fill("model.vocab_size", model.vocab_size, preset.vocab_size);
+  fill("model.block_size", model.block_size, preset.block_size);
+}
+
+// As the model preset: the keys after `precision.policy` refine the policy it names wherever
+// they were written, and a refined policy's name gets a "*". The loss scaler follows it.
+void ConfigReader::resolve_precision() {
+  amp::PrecisionPolicy& policy = config_.precision.policy;
+  amp::GradScalerOptions& scaler = config_.precision.scaler;
+  const amp::PrecisionPolicy named = amp::PrecisionPolicy::parse(policy.name);
+  bool refined = false;
+  auto fill = [&](const char* key, auto& slot, const auto& value) {
+    if (was_set(key)) {
+      refined = true;
+    } else {
+      slot = value;
+    }
+  };
+  fill("precision.params", policy.param_dtype, named.param_dtype);
+  fill("precision.compute", policy.compute_dtype, named.compute_dtype);
+  fill("precision.output", policy.output_dtype, named.output_dtype);
+  // Parameters given in a dtype are reduced in it and, in f16/bf16, updated through f32
+  // master weights, as those of a policy string are.
+  const bool params_given = was_set("precision.params");
+  const bool low_precision_params = policy.param_dtype == DType::f16 || policy.param_dtype == DType::bf16;
+  policy.grad_reduce_dtype = params_given ? policy.param_dtype : named.grad_reduce_dtype;
+  fill("precision.master_weights", policy.master_weights, params_given ? low_precision_params : named.master_weights);
+  fill("precision.allow_tf32", policy.allow_tf32, named.allow_tf32);
+  fill("precision.loss_scaling", policy.loss_scaling, named.loss_scaling);
+  policy.static_scale = scaler.init_scale;
+  if (refined) policy.name += "*";
+
+  scaler.enabled = policy.loss_scaling != amp::LossScaling::none;
+  scaler.mode = policy.loss_scaling == amp::LossScaling::fixed ? amp::ScalerMode::fixed : amp::ScalerMode::dynamic;
 }
 
 void ConfigReader::check_model() const {
-  const ModelConfig& model = config_.model;
+  const models::GPT2Config& model = config_.model;
   if (model.n_embd % model.n_head != 0) {
     fail(where_set({"model.n_embd", "model.n_head", "model.preset"}),
          "'model.n_embd' (" + std::to_string(model.n_embd) + ") must be a multiple of 'model.n_head' (" +
@@ -589,6 +641,7 @@ void ConfigReader::resolve_schedule() {
 // Runs after every value is in, so the order of keys in the file never matters.
 void ConfigReader::finish() {
   apply_preset();
+  resolve_precision();
   check_model();
   check_data();
   resolve_batch();

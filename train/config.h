@@ -5,29 +5,19 @@
 #include <string>
 #include <vector>
 
+#include "amp/grad_scaler.h"
+#include "amp/precision_policy.h"
+#include "models/gpt2_config.h"
+
 namespace precis::train {
 
-struct ModelConfig {
-  std::string preset = "custom";  // gpt2 | gpt2-medium | gpt2-large | gpt2-xl | custom
-  int64_t vocab_size = 50257;     // char-level data sets this from the text
-  int64_t block_size = 1024;
-  int64_t n_layer = 12;
-  int64_t n_head = 12;
-  int64_t n_embd = 768;
-  double dropout = 0.0;
-  bool bias = true;
-  bool tie_embeddings = true;
-  int64_t vocab_multiple = 64;          // the embedding is padded to a multiple of this
-  std::string attention = "flash";  // flash (where it can run) | reference
-};
-
 struct DataConfig {
-  std::string text_file;             // tokenised on the fly into out_dir/data, or
-  std::string train_bin;             // llm.c token shards (a path or a glob)
+  std::string text_file;  // tokenised on the fly into out_dir/data, or
+  std::string train_bin;  // llm.c token shards (a path or a glob)
   std::string val_bin;
-  std::string tokenizer = "char";    // char | gpt2 (for text_file)
-  double val_fraction = 0.1;         // last fraction of text_file used for validation
-  std::string order = "random";      // random | sequential
+  std::string tokenizer = "char";  // char | gpt2 (for text_file)
+  double val_fraction = 0.1;       // last fraction of text_file used for validation
+  std::string order = "random";    // random | sequential
   bool prefetch = true;
 };
 
@@ -38,9 +28,9 @@ struct OptimizerConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;
-  double momentum = 0.9;  // sgd
-  bool nesterov = false;  // sgd
-  double grad_clip = 1.0; // 0 disables clipping
+  double momentum = 0.9;   // sgd
+  bool nesterov = false;   // sgd
+  double grad_clip = 1.0;  // 0 disables clipping
 };
 
 struct ScheduleConfig {
@@ -51,32 +41,23 @@ struct ScheduleConfig {
 };
 
 struct BatchConfig {
-  int64_t micro_batch = 12;      // B
-  int64_t seq_len = 64;          // T
-  int64_t grad_accum = 1;        // micro-steps per optimizer step, or
-  int64_t tokens_per_step = 0;   // when > 0: grad_accum = tokens_per_step / (B * T), which must divide
+  int64_t micro_batch = 12;     // B
+  int64_t seq_len = 64;         // T
+  int64_t grad_accum = 1;       // micro-steps per optimizer step, or
+  int64_t tokens_per_step = 0;  // when > 0: grad_accum = tokens_per_step / (B * T), which must divide
 };
 
 struct PrecisionConfig {
-  // A preset (fp32, tf32, fp16, bf16, bf16-pure) or a jmp-style string
-  // "params=float32,compute=bfloat16,output=float32"; the fields below refine it.
-  std::string policy = "fp32";
-  std::string params;          // dtype of the parameters; empty: the policy's
-  std::string compute;         // dtype of matmuls/attention; empty: the policy's
-  std::string output;          // dtype of the model's outputs; empty: the policy's
-  std::string master_weights;  // "true" | "false"; empty: the policy's
-  std::string allow_tf32;      // "true" | "false"; empty: the policy's
-  std::string loss_scaling;    // none | static | dynamic; empty: the policy's
-  double loss_scale = 65536.0;     // initial scale (dynamic) or the scale (static)
-  int64_t growth_interval = 2000;  // clean steps before the scale grows
-  double growth_factor = 2.0;
-  double backoff_factor = 0.5;
-  double min_scale = 1.0;          // floor
-  double max_scale = 16777216.0;   // ceiling (2^24)
-  int64_t hysteresis = 1;          // overflows in a row before backing off
+  // `policy` (a preset fp32, tf32, fp16, bf16, bf16-pure, or a jmp-style string
+  // "params=float32,compute=bfloat16,output=float32"), refined by the keys params, compute,
+  // output, master_weights, allow_tf32, loss_scaling; a refined preset's name ends in "*".
+  amp::PrecisionPolicy policy;
+  // The loss_scale, growth_*, backoff_factor, min/max_scale and hysteresis keys; `enabled`
+  // and `mode` follow the policy's loss_scaling (fp32 does not scale).
+  amp::GradScalerOptions scaler{.enabled = false};
   bool stochastic_rounding = false;  // bf16 parameters rounded stochastically from the master weights
-  bool report = false;             // the numerics report (docs/precision.md)
-  int64_t report_interval = 0;     // steps between reports; 0: log_interval
+  bool report = false;               // the numerics report (docs/precision.md)
+  int64_t report_interval = 0;       // steps between reports; 0: log_interval
 };
 
 struct CheckpointConfig {
@@ -100,7 +81,8 @@ struct ProfileConfig {
 };
 
 struct TrainConfig {
-  ModelConfig model;
+  models::GPT2Config model;             // vocab_size: the trainer sets it from the data's tokenizer
+  std::string model_preset = "custom";  // model.preset: gpt2 | gpt2-medium | gpt2-large | gpt2-xl | custom
   DataConfig data;
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
@@ -114,13 +96,13 @@ struct TrainConfig {
   int64_t eval_steps = 10;     // batches per validation
   int64_t log_interval = 10;
   uint64_t seed = 1337;
-  std::string device = "auto";  // auto | cpu | cuda | cuda:N
-  int64_t threads = 0;          // CPU threads, 0: all cores
-  bool cuda_graphs = false;     // capture the training step in a CUDA graph after warm-up and replay it
-  bool matmul_autotune = true;  // GPU: time cuBLASLt's candidate algorithms once per large product
-  bool fused_classifier = true; // the loss and the logits' gradient in one pass over the logits
+  std::string device = "auto";   // auto | cpu | cuda | cuda:N
+  int64_t threads = 0;           // CPU threads, 0: all cores
+  bool cuda_graphs = false;      // capture the training step in a CUDA graph after warm-up and replay it
+  bool matmul_autotune = true;   // GPU: time cuBLASLt's candidate algorithms once per large product
+  bool fused_classifier = true;  // the loss and the logits' gradient in one pass over the logits
   std::string out_dir = "out";
-  std::string config_path;      // the file it was loaded from
+  std::string config_path;  // the file it was loaded from
 };
 
 // Reads a YAML config and applies command-line overrides ("optimizer.lr=1e-3").

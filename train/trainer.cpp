@@ -26,27 +26,11 @@
 #include "optim/sgd.h"
 #include "train/checkpoint.h"
 #include "train/device_peak.h"
-#include "train/precision_setup.h"
 #include "train/step_trace.h"
 
 namespace precis::train {
 
 namespace fs = std::filesystem;
-
-models::GPT2Config gpt2_config_from(const ModelConfig& m) {
-  models::GPT2Config c;
-  c.vocab_size = m.vocab_size;
-  c.block_size = m.block_size;
-  c.n_layer = m.n_layer;
-  c.n_head = m.n_head;
-  c.n_embd = m.n_embd;
-  c.dropout = m.dropout;
-  c.bias = m.bias;
-  c.tie_embeddings = m.tie_embeddings;
-  c.vocab_multiple = m.vocab_multiple;
-  c.attention = m.attention;
-  return c;
-}
 
 Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
   if (config_.threads > 0) {
@@ -56,12 +40,12 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
   device_ = resolve_device(config_.device);
   profiler_.set_device(device_);
   if (!config_.profile.trace.empty()) step_trace_ = std::make_unique<StepTrace>(config_.profile.trace, device_);
-  policy_ = policy_from_config(config_.precision);
+  policy_ = config_.precision.policy;
   ops::set_allow_tf32(policy_.allow_tf32);  // nothing enables TF32 behind the user's back
   ops::set_matmul_autotune(config_.matmul_autotune);
   int capability = device_.is_cuda() ? cuda_compute_capability(device_.index) : 0;
   for (const std::string& warning : policy_.validate(capability)) std::cerr << "warning: " << warning << "\n";
-  scaler_ = std::make_unique<amp::GradScaler>(scaler_options_from_config(config_.precision, policy_));
+  scaler_ = std::make_unique<amp::GradScaler>(config_.precision.scaler);
   if (config_.precision.report_interval == 0) config_.precision.report_interval = config_.log_interval;
   fs::create_directories(config_.out_dir);
   if (config_.checkpoint.dir.empty()) config_.checkpoint.dir = (fs::path(config_.out_dir) / "checkpoints").string();
@@ -121,7 +105,7 @@ void Trainer::setup_data() {
 }
 
 void Trainer::setup_model() {
-  model_ = std::make_unique<models::GPT2>(gpt2_config_from(config_.model), config_.seed);
+  model_ = std::make_unique<models::GPT2>(config_.model, config_.seed);
   std::optional<DType> param_dtype;
   if (policy_.param_dtype != DType::f32) param_dtype = policy_.param_dtype;
   flat_ = nn::flatten_parameters(*model_, device_, param_dtype);
@@ -371,17 +355,7 @@ Json Trainer::train_state() const {
   rng["dropout_seed"] = static_cast<int64_t>(model_->dropout_generator().seed());
   rng["dropout_offset"] = static_cast<int64_t>(model_->dropout_generator().offset());
   state["rng"] = rng;
-  Json model = Json::object();
-  const models::GPT2Config& c = model_->config();
-  model["vocab_size"] = c.vocab_size;
-  model["block_size"] = c.block_size;
-  model["n_layer"] = c.n_layer;
-  model["n_head"] = c.n_head;
-  model["n_embd"] = c.n_embd;
-  model["bias"] = c.bias;
-  model["tie_embeddings"] = c.tie_embeddings;
-  model["vocab_multiple"] = c.vocab_multiple;
-  state["model"] = model;
+  state["model"] = model_->config().to_json();
   state["tokenizer"] = tokenizer_json_;
   state["scaler"] = scaler_->state();
   state["precision"] = policy_.describe();

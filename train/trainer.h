@@ -133,7 +133,4 @@ class Trainer {
   std::vector<StepReport> reports_;
 };
 
-// The model configuration a TrainConfig describes (with the data's vocabulary size).
-models::GPT2Config gpt2_config_from(const ModelConfig& model);
-
 }  // namespace precis::train

@@ -1,7 +1,6 @@
 #include <gtest/gtest.h>
 
 #include "amp/precision_policy.h"
-#include "train/precision_setup.h"
 
 using namespace precis;
 using amp::LossScaling;
@@ -73,33 +72,4 @@ TEST(PrecisionPolicy, ValidateWarnsOnFp16WithoutScalingAndRejectsBf16OnOldGpus) 
     EXPECT_NE(std::string(e.what()).find("bfloat16 needs a GPU of compute capability 8.0"), std::string::npos);
   }
   EXPECT_EQ(PrecisionPolicy::preset("tf32").validate(0).size(), 1u) << "tf32 on the CPU is noted";
-}
-
-TEST(PrecisionSetup, ConfigFieldsRefineThePreset) {
-  train::PrecisionConfig c;
-  c.policy = "fp16";
-  c.loss_scaling = "none";
-  amp::PrecisionPolicy p = train::policy_from_config(c);
-  EXPECT_EQ(p.loss_scaling, LossScaling::none);
-  EXPECT_EQ(p.name, "fp16*");
-  EXPECT_FALSE(train::scaler_options_from_config(c, p).enabled);
-
-  c = {};
-  c.policy = "bf16";
-  c.params = "bfloat16";
-  p = train::policy_from_config(c);
-  EXPECT_EQ(p.param_dtype, DType::bf16);
-  EXPECT_TRUE(p.master_weights);
-  c.master_weights = "false";
-  EXPECT_FALSE(train::policy_from_config(c).master_weights);
-
-  c = {};
-  c.policy = "fp32";
-  c.loss_scaling = "static";
-  c.loss_scale = 128;
-  p = train::policy_from_config(c);
-  amp::GradScalerOptions o = train::scaler_options_from_config(c, p);
-  EXPECT_TRUE(o.enabled);
-  EXPECT_EQ(o.mode, amp::ScalerMode::fixed);
-  EXPECT_EQ(o.init_scale, 128);
 }

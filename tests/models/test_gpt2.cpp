@@ -98,7 +98,7 @@ TEST(GPT2Fixture, WeightsFileIsTheSeededTinyModel) {
   if (const char* write = std::getenv("PRECIS_WRITE_FIXTURES"); write && std::string(write) == "1") {
     fs::create_directories(kFixtureDir);
     train::write_safetensors(weights_path, expected, {{"format", "pt"}});
-    std::ofstream(config_path) << train::hf_config_json(model.config()).dump() << "\n";
+    std::ofstream(config_path) << model.config().to_json().dump() << "\n";
   }
   const char* stale = "; if the change is intended, regenerate the fixture as tests/fixtures/README.md says";
   train::SafetensorsFile file = train::read_safetensors(weights_path);
@@ -110,7 +110,7 @@ TEST(GPT2Fixture, WeightsFileIsTheSeededTinyModel) {
     ASSERT_EQ(file.tensors[i].tensor.shape(), expected[i].tensor.shape()) << stale;
     EXPECT_EQ(file.tensors[i].tensor.to_vector<double>(), expected[i].tensor.to_vector<double>()) << stale;
   }
-  GPT2Config config = train::gpt2_config_from_hf_json(read_json_file(config_path), config_path);
+  GPT2Config config = GPT2Config::from_json(read_json_file(config_path), config_path);
   EXPECT_EQ(config.vocab_size, 67);
   EXPECT_EQ(config.block_size, 16);
   EXPECT_EQ(config.n_layer, 2);

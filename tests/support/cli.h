@@ -1,4 +1,4 @@
-// Runs the built `precis` binary for the command-line tests (tests/examples,
+// Runs the built `precis` binary for the command-line tests (tests/cli,
 // whose targets define PRECIS_CLI_PATH).
 #pragma once
 

@@ -31,7 +31,7 @@ std::string parse_error(const std::string& text, const std::vector<std::string>&
 TEST(Config, DefaultsMatchTheHeader) {
   TrainConfig config = parse(kData);
   TrainConfig defaults;
-  EXPECT_EQ(config.model.preset, "custom");
+  EXPECT_EQ(config.model_preset, "custom");
   EXPECT_EQ(config.model.n_layer, defaults.model.n_layer);
   EXPECT_EQ(config.model.n_embd, 768);
   EXPECT_EQ(config.model.attention, "flash");
@@ -44,7 +44,7 @@ TEST(Config, DefaultsMatchTheHeader) {
   EXPECT_EQ(config.schedule.kind, "cosine");
   EXPECT_EQ(config.batch.micro_batch, 12);
   EXPECT_EQ(config.batch.grad_accum, 1);
-  EXPECT_EQ(config.precision.policy, "fp32");
+  EXPECT_EQ(config.precision.policy.name, "fp32");
   EXPECT_EQ(config.checkpoint.keep_last, 2);
   EXPECT_EQ(config.sample.prompt, "\n");
   EXPECT_EQ(config.max_steps, 100);
@@ -98,7 +98,7 @@ TEST(Config, ShippedGpt2SmallUsesThePresetAndTokensPerStep) {
   EXPECT_EQ(config.model.n_embd, 768);
   EXPECT_EQ(config.model.vocab_size, 50257);
   EXPECT_EQ(config.batch.grad_accum, 32);  // 524288 / (16 * 1024)
-  EXPECT_EQ(config.precision.policy, "bf16");
+  EXPECT_EQ(config.precision.policy.name, "bf16");
   EXPECT_EQ(config.device, "cuda");
 }
 
@@ -179,7 +179,7 @@ TEST(Config, OverridesOfEachType) {
   EXPECT_TRUE(config.checkpoint.resume);
   EXPECT_FALSE(config.model.bias);
   EXPECT_EQ(config.device, "cuda:1");
-  EXPECT_EQ(config.precision.policy, "bf16");
+  EXPECT_EQ(config.precision.policy.name, "bf16");
   EXPECT_EQ(config.seed, 18446744073709551615ull);
   EXPECT_EQ(config.data.text_file, "other/file.txt");
   EXPECT_EQ(config.sample.prompt, "ROMEO: x=1");
@@ -187,11 +187,70 @@ TEST(Config, OverridesOfEachType) {
 }
 
 TEST(Config, PrecisionForms) {
-  EXPECT_EQ(parse(kData + "precision: bf16-pure\n").precision.policy, "bf16-pure");
-  EXPECT_EQ(parse(kData + "precision:\n  policy: tf32\n").precision.policy, "tf32");
+  EXPECT_EQ(parse(kData + "precision: bf16-pure\n").precision.policy.name, "bf16-pure");
+  EXPECT_EQ(parse(kData + "precision:\n  policy: tf32\n").precision.policy.name, "tf32");
   const std::string jmp = "params=float32,compute=bfloat16,output=float32";
-  EXPECT_EQ(parse(kData + "precision: " + jmp + "\n").precision.policy, jmp);
-  EXPECT_EQ(parse(kData, {"precision.policy=compute=f16"}).precision.policy, "compute=f16");
+  EXPECT_EQ(parse(kData + "precision: " + jmp + "\n").precision.policy.name, jmp);
+  EXPECT_EQ(parse(kData, {"precision.policy=compute=f16"}).precision.policy.name, "compute=f16");
+}
+
+// The config reader's presets are the model's own table (models/gpt2_config.cpp).
+TEST(Config, ModelPresetIsExactlyTheModelsPreset) {
+  for (const std::string& name : models::GPT2Config::preset_names()) {
+    SCOPED_TRACE(name);
+    TrainConfig config = parse(kData + "model:\n  preset: " + name + "\n");
+    EXPECT_EQ(config.model, models::GPT2Config::preset(name));
+    EXPECT_EQ(config.model_preset, name);
+  }
+  EXPECT_EQ(parse(kData + "model:\n  preset: gpt2-medium\n").model, models::GPT2Config::preset("gpt2-medium"));
+  EXPECT_EQ(parse(kData).model, models::GPT2Config()) << "custom: the sizes as given";
+}
+
+TEST(Config, PrecisionKeysRefineThePolicy) {
+  PrecisionConfig c = parse(kData + "precision:\n  policy: fp16\n  loss_scaling: none\n").precision;
+  EXPECT_EQ(c.policy.loss_scaling, amp::LossScaling::none);
+  EXPECT_EQ(c.policy.name, "fp16*");
+  EXPECT_FALSE(c.scaler.enabled);
+
+  c = parse(kData + "precision:\n  policy: bf16\n  params: bfloat16\n").precision;
+  EXPECT_EQ(c.policy.param_dtype, DType::bf16);
+  EXPECT_EQ(c.policy.grad_reduce_dtype, DType::bf16);
+  EXPECT_TRUE(c.policy.master_weights);
+  c = parse(kData + "precision:\n  policy: bf16\n  params: bfloat16\n  master_weights: false\n").precision;
+  EXPECT_FALSE(c.policy.master_weights);
+
+  c = parse(kData + "precision:\n  policy: fp32\n  loss_scaling: static\n  loss_scale: 128\n").precision;
+  EXPECT_TRUE(c.scaler.enabled);
+  EXPECT_EQ(c.scaler.mode, amp::ScalerMode::fixed);
+  EXPECT_EQ(c.scaler.init_scale, 128);
+  EXPECT_EQ(c.policy.static_scale, 128);
+}
+
+// The refining keys win wherever they were written, as the model sizes beat a preset; an
+// unrefined policy is exactly the named one, and its loss scaler follows it.
+TEST(Config, PrecisionRefinementsInAnyOrderAndUnrefinedPoliciesAsNamed) {
+  for (const char* text :
+       {"precision:\n  allow_tf32: true\n  policy: fp16\n", "precision:\n  policy: fp16\n  allow_tf32: true\n"}) {
+    amp::PrecisionPolicy p = parse(kData + text).precision.policy;
+    EXPECT_EQ(p.name, "fp16*");
+    EXPECT_TRUE(p.allow_tf32);
+    EXPECT_EQ(p.compute_dtype, DType::f16);
+  }
+  amp::PrecisionPolicy p = parse(kData + "precision:\n  compute: bf16\n", {"precision=fp16"}).precision.policy;
+  EXPECT_EQ(p.name, "fp16*");
+  EXPECT_EQ(p.compute_dtype, DType::bf16);
+  EXPECT_EQ(p.loss_scaling, amp::LossScaling::dynamic);
+
+  for (const char* name : {"fp32", "tf32", "fp16", "bf16", "bf16-pure", "params=bfloat16,compute=bfloat16"}) {
+    SCOPED_TRACE(name);
+    PrecisionConfig c = parse(kData, {std::string("precision=") + name}).precision;
+    const amp::PrecisionPolicy named = amp::PrecisionPolicy::parse(name);
+    EXPECT_EQ(c.policy.describe(), named.describe());  // every field but the static scale
+    EXPECT_EQ(c.scaler.enabled, named.loss_scaling != amp::LossScaling::none);
+    EXPECT_EQ(c.scaler.mode, amp::ScalerMode::dynamic);
+    EXPECT_EQ(c.scaler.init_scale, 65536.0);
+  }
+  EXPECT_FALSE(TrainConfig().precision.scaler.enabled) << "the default policy, fp32, does not scale";
 }
 
 TEST(Config, TokensPerStepSetsGradAccum) {
@@ -222,7 +281,7 @@ TEST(ConfigErrors, UnknownKeyNamesTheKeyItsPositionAndTheKnownKeys) {
             "master_weights, allow_tf32, loss_scaling, loss_scale, growth_interval, growth_factor, backoff_factor, "
             "min_scale, max_scale, hysteresis, stochastic_rounding, report, report_interval)");
   EXPECT_EQ(parse_config(kData + "precision: {policy: fp16, loss_scale: 1024, hysteresis: 2, compute: bf16}\n")
-                .precision.hysteresis,
+                .precision.scaler.hysteresis,
             2);
   EXPECT_EQ(parse_error(kData + "precision: {compute: float8}\n").substr(0, 60),
             "config.yaml:3:22: 'precision.compute' must be one of float32");

@@ -7,6 +7,8 @@
 #include "core/json.h"
 #include "train/config.h"
 #include "core/gpu.h"
+#include "train/checkpoint.h"
+#include "train/safetensors.h"
 #include "train/trainer.h"
 
 using namespace precis;
@@ -100,6 +102,20 @@ TEST(Trainer, SamplesDecodeToText) {
   std::string text = trainer.sample("ROMEO:", 20);
   EXPECT_EQ(text.size(), 20u) << "one char per token";
   EXPECT_EQ(text, trainer.sample("ROMEO:", 20)) << "sampling is seeded";
+}
+
+// config.json and the train state's "model" are the one GPT2Config::to_json of the model trained.
+TEST(Trainer, CheckpointRecordsTheModelConfigOnce) {
+  std::string dir = fresh_dir("model_config");
+  train::Trainer trainer(tiny_config(dir, 2));
+  trainer.run();
+  fs::path folder = fs::path(dir) / "checkpoints" / train::checkpoint_step_name(2);
+  Json config_json = read_json_file((folder / "config.json").string());
+  EXPECT_EQ(models::GPT2Config::from_json(config_json), trainer.model().config());
+  EXPECT_EQ(trainer.model().config().dropout, 0.1);
+  train::SafetensorsMetadata metadata = train::read_safetensors_metadata((folder / "train_state.safetensors").string());
+  Json state = Json::parse(metadata.at("train_state"));
+  EXPECT_EQ(state.at("model"), config_json);
 }
 
 TEST(Trainer, DeviceCudaWithoutAGpuIsAClearError) {

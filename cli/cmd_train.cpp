@@ -1,7 +1,7 @@
 #include <iostream>
 
+#include "cli/commands.h"
 #include "core/error.h"
-#include "examples/commands.h"
 #include "train/config.h"
 #include "train/trainer.h"
 

@@ -1,7 +1,7 @@
 #include <algorithm>
 
+#include "cli/commands.h"
 #include "core/error.h"
-#include "examples/commands.h"
 
 namespace precis::cli {
 

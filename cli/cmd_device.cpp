@@ -1,7 +1,7 @@
 #include <iostream>
 
+#include "cli/commands.h"
 #include "core/gpu.h"
-#include "examples/commands.h"
 
 namespace precis::cli {
 

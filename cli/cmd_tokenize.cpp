@@ -1,8 +1,8 @@
 #include <iostream>
 
+#include "cli/commands.h"
 #include "core/error.h"
 #include "data/tokenize.h"
-#include "examples/commands.h"
 
 namespace precis::cli {
 

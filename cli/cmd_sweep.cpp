@@ -6,8 +6,8 @@
 #include <iostream>
 #include <sstream>
 
+#include "cli/commands.h"
 #include "core/error.h"
-#include "examples/commands.h"
 #include "train/config.h"
 #include "train/svg_plot.h"
 #include "train/trainer.h"
@@ -60,7 +60,8 @@ std::string markdown_table(const std::vector<SweepRow>& rows) {
 int sweep_command(const Args& args) {
   std::vector<std::string> overrides;
   Args rest;
-  for (const auto& a : args) (a.find('=') != std::string::npos && a.rfind("--", 0) != 0 ? overrides : rest).push_back(a);
+  for (const auto& a : args)
+    (a.find('=') != std::string::npos && a.rfind("--", 0) != 0 ? overrides : rest).push_back(a);
   Options o = parse_options(rest, {"precisions"}, "sweep");
   PRECIS_CHECK(o.positional.size() == 1, "sweep: usage: precis sweep CONFIG.yaml [--precisions fp32,tf32,fp16,bf16] ",
                "[key=value ...]");

@@ -23,12 +23,12 @@
 #include <iostream>
 #include <sstream>
 
+#include "cli/commands.h"
 #include "core/allocator.h"
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/gpu.h"
 #include "core/random.h"
-#include "examples/commands.h"
 #include "ops/ops.h"
 
 #if PRECIS_WITH_CUDA
@@ -122,9 +122,7 @@ Timing time_attention(int64_t B, int64_t H, int64_t T, int64_t D, DType dtype, D
   const size_t base = allocator.stats().allocated_bytes;
   allocator.reset_peak();
   try {
-    auto forward = [&] {
-      return ops::scaled_dot_product_attention(q, k, v, true, 0.0, std::nullopt, nullptr, impl);
-    };
+    auto forward = [&] { return ops::scaled_dot_product_attention(q, k, v, true, 0.0, std::nullopt, nullptr, impl); };
     {
       NoGradGuard no_grad;
       t.forward_ms = mean_ms(device, iters, [&] { forward(); });
@@ -154,8 +152,8 @@ int bench_attention_command(const Args& args) {
   const Device device = resolve_device(o.get("device", "cuda"));
   PRECIS_CHECK(tokens > 0 && H > 0 && D > 0 && iters > 0,
                "bench attention: --tokens, --heads, --head-dim and --iters must be positive");
-  std::cout << "precis bench attention: causal, " << dtype << ", H=" << H << ", D=" << D << ", B*T=" << tokens
-            << " on " << device << " (" << (device.is_cuda() ? cuda_device_name(device.index) : "cpu") << ")\n"
+  std::cout << "precis bench attention: causal, " << dtype << ", H=" << H << ", D=" << D << ", B*T=" << tokens << " on "
+            << device << " (" << (device.is_cuda() ? cuda_device_name(device.index) : "cpu") << ")\n"
             << "| T | B | impl | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s | peak GiB |\n"
             << "|---|---|---|---|---|---|---|---|\n";
   for (int64_t T : lengths) {

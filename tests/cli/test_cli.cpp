@@ -60,8 +60,8 @@ TEST(Cli, TrainThenSampleFromTheCheckpoint) {
 
 TEST(Cli, TokenizeWritesShards) {
   fs::path dir = write_tiny_config("tokenize");
-  Result r = run("tokenize --tokenizer char assets/tinyshakespeare.txt " + (dir / "shake").string() +
-                 " --val-fraction 0.1");
+  Result r =
+      run("tokenize --tokenizer char assets/tinyshakespeare.txt " + (dir / "shake").string() + " --val-fraction 0.1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(fs::exists(dir / "shake_train.bin"));
   EXPECT_TRUE(fs::exists(dir / "shake_val.bin"));

@@ -9,10 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "cli/commands.h"
 #include "core/error.h"
 #include "core/gpu.h"
 #include "core/source_dir.h"
-#include "examples/commands.h"
+#include "models/gpt2_config.h"
 #include "train/config.h"
 #include "train/device_peak.h"
 #include "train/steady_state.h"
@@ -27,8 +28,13 @@ const char* kUsage =
     "[--precision P] [--steps N] [--warmup W] [--attention reference|flash] [--cuda-graphs] [--trace PATH.json] "
     "[--device auto|cuda|cpu] [--out DIR]";
 
-// Beside the GPT-2 family, `tiny` (2 layers, 2 heads of 64, 128 wide) runs in seconds on a CPU.
-const std::vector<std::string> kPresets = {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "tiny"};
+// The GPT-2 family (models::GPT2Config::preset, set through the config's model.preset) and
+// `tiny` (2 layers, 2 heads of 64, 128 wide), which runs in seconds on a CPU.
+std::vector<std::string> bench_presets() {
+  std::vector<std::string> presets = models::GPT2Config::preset_names();
+  presets.push_back("tiny");
+  return presets;
+}
 
 struct BenchOptions {
   std::string preset = "gpt2";
@@ -70,8 +76,12 @@ BenchOptions parse_bench_options(const Args& args) {
   PRECIS_CHECK(models == "gpt2", "bench: give the model to benchmark, gpt2 (",
                models.empty() ? std::string("none given") : "got '" + models + "'", "); ", kUsage);
   b.preset = o.get("preset", b.preset);
-  PRECIS_CHECK(std::find(kPresets.begin(), kPresets.end(), b.preset) != kPresets.end(), "bench: unknown --preset '",
-               b.preset, "' (known: gpt2, gpt2-medium, gpt2-large, gpt2-xl, tiny)");
+  const std::vector<std::string> presets = bench_presets();
+  if (std::find(presets.begin(), presets.end(), b.preset) == presets.end()) {
+    std::string known;
+    for (const std::string& p : presets) known += (known.empty() ? "" : ", ") + p;
+    PRECIS_FAIL("bench: unknown --preset '", b.preset, "' (known: ", known, ")");
+  }
   b.batch = parse_count(o, "batch", b.batch, 1);
   b.seq = parse_count(o, "seq", b.seq, 1);
   b.steps = parse_count(o, "steps", b.steps, 1);

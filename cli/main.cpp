@@ -3,8 +3,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/commands.h"
 #include "core/error.h"
-#include "examples/commands.h"
 
 namespace {
 

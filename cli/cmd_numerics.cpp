@@ -1,7 +1,7 @@
 #include <iostream>
 
+#include "cli/commands.h"
 #include "core/error.h"
-#include "examples/commands.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
@@ -12,8 +12,7 @@ namespace precis::cli {
 int numerics_command(const Args& args) {
   PRECIS_CHECK(!args.empty(), "numerics: usage: precis numerics CONFIG.yaml [key=value ...] ",
                "(e.g. precision=fp16 max_steps=20)");
-  std::vector<std::string> overrides = {"precision.report=true", "sample.tokens=0", "max_steps=20",
-                                        "log_interval=10"};
+  std::vector<std::string> overrides = {"precision.report=true", "sample.tokens=0", "max_steps=20", "log_interval=10"};
   overrides.insert(overrides.end(), args.begin() + 1, args.end());
   train::TrainConfig config = train::load_config(args[0], overrides);
   config.out_dir += "/numerics";

@@ -1,11 +1,11 @@
 #include <iostream>
 #include <memory>
 
+#include "cli/commands.h"
 #include "core/error.h"
 #include "core/gpu.h"
 #include "data/char_tokenizer.h"
 #include "data/gpt2_tokenizer.h"
-#include "examples/commands.h"
 #include "models/gpt2.h"
 #include "nn/flat_parameters.h"
 #include "train/checkpoint.h"
@@ -43,9 +43,9 @@ int sample_command(const Args& args) {
 
   std::vector<int32_t> prompt = tokenizer->encode(o.get("prompt", "\n"));
   if (prompt.empty()) prompt.push_back(tokenizer->eot_token() >= 0 ? tokenizer->eot_token() : 0);
-  std::vector<int32_t> out = model.generate(prompt, std::stoll(o.get("tokens", "200")),
-                                            std::stod(o.get("temperature", "0.8")), std::stoll(o.get("top-k", "40")),
-                                            std::stoull(o.get("seed", "0")));
+  std::vector<int32_t> out =
+      model.generate(prompt, std::stoll(o.get("tokens", "200")), std::stod(o.get("temperature", "0.8")),
+                     std::stoll(o.get("top-k", "40")), std::stoull(o.get("seed", "0")));
   std::cout << tokenizer->decode(prompt) << tokenizer->decode(out) << std::endl;
   return 0;
 }
