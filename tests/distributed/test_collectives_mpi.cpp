@@ -1,44 +1,24 @@
 // Each collective of the MPI process group against the values computed locally
-// from every rank's known inputs (each rank can compute any rank's input).
-// Inputs are small integers (and avg's quarters and halves), exact in every dtype,
-// so the comparisons are exact whatever order MPI sums in.
+// from every rank's known inputs (collective_inputs.h: each rank can compute any
+// rank's input, and the values are exact in every dtype, so the comparisons are too).
 #include <gtest/gtest.h>
 
+#include "distributed/collective_inputs.h"
 #include "distributed/mpi_world.h"
 #include "support/errors.h"
 
 using namespace precis;
 using distributed::ReduceOp;
 using precis::testing::expect_error;
+using precis::testing::input_tensor;
+using precis::testing::input_values;
 using precis::testing::mpi_world;
+using precis::testing::reduced_values;
 
 namespace {
 
 const DType kAllDtypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64};
 const DType kFloatDtypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
-
-// Rank r's input: element i is (r + 1) * (i % 5 + 1) - 3 * (i % 2).
-double input_value(int rank, int64_t i) { return (rank + 1) * (i % 5 + 1) - 3.0 * (i % 2); }
-
-std::vector<double> input_values(int rank, int64_t n) {
-  std::vector<double> values(n);
-  for (int64_t i = 0; i < n; ++i) values[i] = input_value(rank, i);
-  return values;
-}
-
-Tensor input_tensor(DType dtype, int rank, int64_t n) {
-  return from_vector<double>(input_values(rank, n), {n}).to(dtype);
-}
-
-// Sum (or avg) over ranks of input_value, per element.
-std::vector<double> reduced_values(int64_t n, ReduceOp op, int world_size) {
-  std::vector<double> out(n, 0.0);
-  for (int r = 0; r < world_size; ++r)
-    for (int64_t i = 0; i < n; ++i) out[i] += input_value(r, i);
-  if (op == ReduceOp::avg)
-    for (double& v : out) v /= world_size;
-  return out;
-}
 
 }  // namespace
 

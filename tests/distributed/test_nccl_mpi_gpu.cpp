@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "ddp_model.h"
+#include "distributed/collective_inputs.h"
 #include "distributed/cuda/nccl_process_group.h"
 #include "distributed/launch.h"
 #include "distributed/mpi_runtime.h"
@@ -22,7 +23,10 @@ using precis::testing::Batch;
 using precis::testing::free_port;
 using precis::testing::global_batch;
 using precis::testing::grads_of;
+using precis::testing::input_tensor;
+using precis::testing::input_values;
 using precis::testing::mse_loss;
+using precis::testing::reduced_values;
 using precis::testing::relative_difference;
 using precis::testing::TinyMlp;
 
@@ -47,21 +51,6 @@ const std::shared_ptr<ProcessGroup>& nccl_world() {
   static const std::shared_ptr<ProcessGroup> group =
       distributed::init_process_group(launch(), distributed::Backend::nccl, my_gpu());
   return group;
-}
-
-double input_value(int rank, int64_t i) { return (rank + 1) * (i % 5 + 1) - 3.0 * (i % 2); }
-Tensor input_tensor(DType dtype, int rank, int64_t n, Device device) {
-  std::vector<double> values(n);
-  for (int64_t i = 0; i < n; ++i) values[i] = input_value(rank, i);
-  return from_vector<double>(values, {n}).to(dtype).to(device);
-}
-std::vector<double> reduced_values(int64_t n, ReduceOp op, int world_size) {
-  std::vector<double> out(n, 0.0);
-  for (int r = 0; r < world_size; ++r)
-    for (int64_t i = 0; i < n; ++i) out[i] += input_value(r, i);
-  if (op == ReduceOp::avg)
-    for (double& v : out) v /= world_size;
-  return out;
 }
 
 }  // namespace
@@ -96,13 +85,13 @@ TEST(NcclCollectives, BroadcastAllGatherAndReduceScatter) {
   for (int root = 0; root < world; ++root) {
     Tensor t = input_tensor(DType::bf16, rank, n, my_gpu());
     group.broadcast(t, root)->wait();
-    EXPECT_EQ(t.to_vector<double>(), input_tensor(DType::f64, root, n, Device::cpu()).to_vector<double>());
+    EXPECT_EQ(t.to_vector<double>(), input_values(root, n));
   }
   Tensor gathered = zeros({n * world}, DType::f32, my_gpu());
   group.all_gather(gathered, input_tensor(DType::f32, rank, n, my_gpu()))->wait();
   std::vector<double> expected;
   for (int r = 0; r < world; ++r)
-    for (double v : input_tensor(DType::f64, r, n, Device::cpu()).to_vector<double>()) expected.push_back(v);
+    for (double v : input_values(r, n)) expected.push_back(v);
   EXPECT_EQ(gathered.to_vector<double>(), expected);
 
   Tensor input = input_tensor(DType::f32, rank, n * world, my_gpu());
