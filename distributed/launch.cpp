@@ -178,7 +178,8 @@ std::shared_ptr<ProcessGroup> init_process_group(const LaunchInfo& launch, Backe
     if (launch.launched_by_mpi()) check_mpi_world(launch);
     return make_mpi_process_group();
   }
-  if (launch.launched_by_mpi()) {
+  // NCCL needs MPI only to share its unique id, and not where MASTER_ADDR/MASTER_PORT are set.
+  if (launch.launched_by_mpi() && !launch.has_master_endpoint()) {
     init_mpi();
     check_mpi_world(launch);
   }

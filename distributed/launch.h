@@ -69,10 +69,11 @@ struct ProcessGroupOptions {
 };
 
 // The process group of this run, for tensors on `device` (rank_device's answer).
-// MPI is initialized only under an MPI launcher or for the mpi backend; the NCCL
-// unique id is shared through TCP where MASTER_ADDR/MASTER_PORT are set, else
-// through MPI. Errors name what to change (a build without MPI or CUDA, the mpi
-// backend under a torchrun-style launch, MPI seeing another world than the launcher's).
+// MPI is initialized only where it is needed: for the mpi backend, and for the
+// NCCL unique id, which goes through TCP where MASTER_ADDR/MASTER_PORT are set and
+// through MPI otherwise (under an MPI launcher). Errors name what to change (a build
+// without MPI or CUDA, the mpi backend under a torchrun-style launch, MPI seeing
+// another world than the launcher's).
 std::shared_ptr<ProcessGroup> init_process_group(const LaunchInfo& launch, Backend backend, Device device,
                                                  const ProcessGroupOptions& options = {});
 
