@@ -21,9 +21,11 @@ find_package(OpenMP REQUIRED COMPONENTS CXX)
 precis_report("OpenMP" "found (${OpenMP_CXX_FLAGS})")
 find_package(MPI COMPONENTS CXX QUIET)
 if(MPI_CXX_FOUND)
-  precis_report("MPI" "found ${MPI_CXX_LIBRARIES}")
+  set(PRECIS_WITH_MPI ON)
+  precis_report("MPI" "found ${MPI_CXX_LIBRARIES} (launcher ${MPIEXEC_EXECUTABLE})")
 else()
-  precis_report("MPI" "not found: multi-process CPU launch disabled")
+  set(PRECIS_WITH_MPI OFF)
+  precis_report("MPI" "not found: the mpi backend, mpirun/srun launch and the distributed tests disabled")
 endif()
 
 # ---- CUDA: AUTO builds it when nvcc and the libraries are present

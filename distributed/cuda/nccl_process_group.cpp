@@ -1,0 +1,218 @@
+#include "distributed/cuda/nccl_process_group.h"
+
+#if PRECIS_WITH_CUDA
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstring>
+
+#include "core/cuda/caching_allocator.h"
+#include "core/cuda/runtime.h"
+#include "core/gpu.h"
+#include "distributed/cuda/nccl_check.h"
+
+namespace precis::distributed {
+
+namespace {
+
+ncclDataType_t nccl_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return ncclFloat32;
+    case DType::f64:
+      return ncclFloat64;
+    case DType::f16:
+      return ncclFloat16;
+    case DType::bf16:
+      return ncclBfloat16;
+    case DType::i32:
+      return ncclInt32;
+    case DType::i64:
+      return ncclInt64;
+    default:
+      PRECIS_FAIL("nccl: unsupported dtype ", dtype);
+  }
+}
+
+// ncclAvg multiplies floating inputs by 1/nranks before the sum (process_group.h).
+ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::sum ? ncclSum : ncclAvg; }
+
+cudaEvent_t make_event(const char* op) {
+  cudaEvent_t event = nullptr;
+  PRECIS_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), op);
+  return event;
+}
+
+// A collective queued on the communication stream; `done` is recorded after it.
+class NcclWork final : public Work {
+ public:
+  NcclWork(Device device, cudaEvent_t done, const char* op) : device_(device), done_(done), op_(op) {}
+  ~NcclWork() override { cudaEventDestroy(done_); }
+  void wait() override {
+    if (waited_) return;
+    cuda::DeviceGuard guard(device_);
+    PRECIS_CUDA_CHECK(cudaStreamWaitEvent(cuda::compute_stream(device_), done_, 0), op_);
+    waited_ = true;
+  }
+
+ private:
+  Device device_;
+  cudaEvent_t done_;
+  const char* op_;
+  bool waited_ = false;
+};
+
+class NcclProcessGroup final : public ProcessGroup {
+ public:
+  NcclProcessGroup(int rank, int world_size, Device device, ShareBytes share_unique_id)
+      : rank_(rank), world_size_(world_size), device_(device), share_unique_id_(std::move(share_unique_id)) {
+    PRECIS_CHECK(device.is_cuda(), "nccl process group: needs a GPU device, got ", device);
+    const int count = cuda_device_count();
+    PRECIS_CHECK(device.index < count, "nccl process group: rank ", rank, " takes GPU ", device.index,
+                 " (its local rank) but this host has ", count, " usable GPU(s) (", cuda_status(),
+                 "); start at most as many ranks per host as it has GPUs");
+  }
+  ~NcclProcessGroup() override {
+    if (!comm_) return;
+    cudaSetDevice(device_.index);
+    // A communicator in error may have collectives that never complete: abort it, not wait.
+    ncclResult_t async = ncclSuccess;
+    if (ncclCommGetAsyncError(comm_, &async) != ncclSuccess || async != ncclSuccess)
+      ncclCommAbort(comm_);
+    else
+      ncclCommDestroy(comm_);
+    if (ready_) cudaEventDestroy(ready_);
+  }
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  Device device() const override { return device_; }
+  std::string backend_name() const override { return "nccl"; }
+
+  std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op) override {
+    check_collective_tensor(*this, tensor, "all_reduce");
+    check_reduce_op(tensor, op, "all_reduce");
+    return enqueue("all_reduce", {tensor}, [&](ncclComm_t comm, cudaStream_t stream) {
+      PRECIS_NCCL_CHECK(ncclAllReduce(tensor.raw_data(), tensor.raw_data(), tensor.numel(), nccl_type(tensor.dtype()),
+                                      nccl_op(op), comm, stream),
+                        "all_reduce");
+    });
+  }
+
+  std::shared_ptr<Work> broadcast(const Tensor& tensor, int root) override {
+    check_collective_tensor(*this, tensor, "broadcast");
+    PRECIS_CHECK(root >= 0 && root < world_size_, "broadcast: root ", root, " is not a rank of this group of ",
+                 world_size_);
+    return enqueue("broadcast", {tensor}, [&](ncclComm_t comm, cudaStream_t stream) {
+      PRECIS_NCCL_CHECK(ncclBroadcast(tensor.raw_data(), tensor.raw_data(), tensor.numel(), nccl_type(tensor.dtype()),
+                                      root, comm, stream),
+                        "broadcast");
+    });
+  }
+
+  std::shared_ptr<Work> all_gather(const Tensor& output, const Tensor& input) override {
+    check_collective_tensor(*this, output, "all_gather");
+    check_collective_tensor(*this, input, "all_gather");
+    check_gathered_sizes(*this, output, input, "all_gather");
+    return enqueue("all_gather", {output, input}, [&](ncclComm_t comm, cudaStream_t stream) {
+      PRECIS_NCCL_CHECK(
+          ncclAllGather(input.raw_data(), output.raw_data(), input.numel(), nccl_type(input.dtype()), comm, stream),
+          "all_gather");
+    });
+  }
+
+  std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) override {
+    check_collective_tensor(*this, output, "reduce_scatter");
+    check_collective_tensor(*this, input, "reduce_scatter");
+    check_gathered_sizes(*this, input, output, "reduce_scatter");
+    check_reduce_op(input, op, "reduce_scatter");
+    return enqueue("reduce_scatter", {output, input}, [&](ncclComm_t comm, cudaStream_t stream) {
+      PRECIS_NCCL_CHECK(ncclReduceScatter(input.raw_data(), output.raw_data(), output.numel(), nccl_type(input.dtype()),
+                                          nccl_op(op), comm, stream),
+                        "reduce_scatter");
+    });
+  }
+
+  // An all-reduce of one element every rank must join, then the host waits for it.
+  void barrier() override {
+    Tensor token = zeros({1}, DType::f32, device_);
+    all_reduce(token, ReduceOp::sum)->wait();
+    cuda::synchronize(device_);
+  }
+
+  void check_async_error() override {
+    if (!comm_) return;
+    ncclResult_t async = ncclSuccess;
+    PRECIS_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async), "nccl health check");
+    PRECIS_CHECK(async == ncclSuccess || async == ncclInProgress, "nccl: rank ", rank_, " of ", world_size_,
+                 ": the communicator failed asynchronously: ", ncclGetErrorString(async), " (", ncclGetLastError(comm_),
+                 "); a peer rank may have died or lost its connection");
+  }
+
+ private:
+  // The communicator, made on the first collective with rank 0's unique id.
+  ncclComm_t communicator() {
+    if (comm_) return comm_;
+    ncclUniqueId id;
+    std::memset(&id, 0, sizeof id);
+    if (rank_ == 0) PRECIS_NCCL_CHECK(ncclGetUniqueId(&id), "nccl unique id");
+    std::vector<uint8_t> bytes(sizeof id);
+    std::memcpy(bytes.data(), &id, sizeof id);
+    share_unique_id_(bytes);
+    PRECIS_CHECK(bytes.size() == sizeof id, "nccl: rank ", rank_, " received a unique id of ", bytes.size(),
+                 " bytes instead of ", sizeof id, "; do all ranks run the same NCCL?");
+    std::memcpy(&id, bytes.data(), sizeof id);
+    cuda::DeviceGuard guard(device_);
+    PRECIS_NCCL_CHECK(ncclCommInitRank(&comm_, world_size_, id, rank_), "nccl communicator");
+    ready_ = make_event("nccl communicator");
+    return comm_;
+  }
+
+  // Queues `collective` on the communication stream after what the compute stream holds now.
+  template <typename Collective>
+  std::shared_ptr<Work> enqueue(const char* op, std::initializer_list<Tensor> tensors, Collective&& collective) {
+    ncclComm_t comm = communicator();
+    cuda::DeviceGuard guard(device_);
+    cudaStream_t compute = cuda::compute_stream(device_);
+    cudaStream_t stream = cuda::comm_stream(device_);
+    PRECIS_CUDA_CHECK(cudaEventRecord(ready_, compute), op);
+    PRECIS_CUDA_CHECK(cudaStreamWaitEvent(stream, ready_, 0), op);
+    collective(comm, stream);
+    for (const Tensor& t : tensors)
+      if (t.numel() > 0) cuda::record_stream(t.raw_data(), stream);
+    cudaEvent_t done = make_event(op);
+    PRECIS_CUDA_CHECK(cudaEventRecord(done, stream), op);
+    return std::make_shared<NcclWork>(device_, done, op);
+  }
+
+  int rank_;
+  int world_size_;
+  Device device_;
+  ShareBytes share_unique_id_;
+  ncclComm_t comm_ = nullptr;
+  cudaEvent_t ready_ = nullptr;  // recorded on the compute stream before each collective
+};
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> make_nccl_process_group(int rank, int world_size, Device device,
+                                                      ShareBytes share_unique_id) {
+  return std::make_shared<NcclProcessGroup>(rank, world_size, device, std::move(share_unique_id));
+}
+
+}  // namespace precis::distributed
+
+#else
+
+#include "core/error.h"
+
+namespace precis::distributed {
+
+std::shared_ptr<ProcessGroup> make_nccl_process_group(int, int, Device, ShareBytes) {
+  PRECIS_FAIL("distributed.backend: nccl needs a CUDA build (this one has no CUDA; cmake found no nvcc or NCCL)");
+}
+
+}  // namespace precis::distributed
+
+#endif

@@ -1,0 +1,87 @@
+#include "distributed/mpi_runtime.h"
+
+#include <cstdlib>
+
+#include "core/error.h"
+
+#if PRECIS_WITH_MPI
+#include <climits>
+
+#include "distributed/mpi_check.h"
+#endif
+
+namespace precis::distributed {
+
+#if PRECIS_WITH_MPI
+
+namespace {
+bool initialized_here = false;
+
+void check_initialized(const char* op) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  PRECIS_CHECK(initialized, op, ": MPI is not initialized (call init_mpi first)");
+}
+}  // namespace
+
+bool built_with_mpi() { return true; }
+
+void init_mpi() {
+  int initialized = 0;
+  PRECIS_MPI_CHECK(MPI_Initialized(&initialized), "init_mpi");
+  if (initialized) return;
+  int provided = 0;
+  PRECIS_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "init_mpi");
+  initialized_here = true;
+  PRECIS_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "init_mpi");
+  std::atexit(finalize_mpi);
+}
+
+void finalize_mpi() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!initialized_here || finalized) return;
+  MPI_Finalize();
+}
+
+int mpi_world_rank() {
+  check_initialized("mpi_world_rank");
+  int rank = 0;
+  PRECIS_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank), "mpi_world_rank");
+  return rank;
+}
+
+int mpi_world_size() {
+  check_initialized("mpi_world_size");
+  int size = 0;
+  PRECIS_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size), "mpi_world_size");
+  return size;
+}
+
+void mpi_broadcast_bytes(void* data, size_t bytes, int root) {
+  check_initialized("mpi_broadcast_bytes");
+  PRECIS_CHECK(bytes <= static_cast<size_t>(INT_MAX), "mpi_broadcast_bytes: ", bytes,
+               " bytes is more than one call takes");
+  PRECIS_MPI_CHECK(MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, MPI_COMM_WORLD), "mpi_broadcast_bytes");
+}
+
+#else
+
+namespace {
+[[noreturn]] void no_mpi(const char* op) {
+  PRECIS_FAIL(op,
+              ": this build has no MPI (cmake found none); install OpenMPI (scripts/setup.sh does) and "
+              "reconfigure, or launch with torchrun-style variables and the nccl backend");
+}
+}  // namespace
+
+bool built_with_mpi() { return false; }
+void init_mpi() { no_mpi("init_mpi"); }
+void finalize_mpi() {}
+int mpi_world_rank() { no_mpi("mpi_world_rank"); }
+int mpi_world_size() { no_mpi("mpi_world_size"); }
+void mpi_broadcast_bytes(void*, size_t, int) { no_mpi("mpi_broadcast_bytes"); }
+
+#endif
+
+}  // namespace precis::distributed

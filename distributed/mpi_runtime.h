@@ -1,0 +1,26 @@
+// MPI itself: initialization, finalization and the byte broadcast the NCCL
+// backend bootstraps with under mpirun/srun. Declared without mpi.h, so any file
+// may call them; in a build without MPI (PRECIS_WITH_MPI off) each one that needs
+// MPI throws a precis::Error saying so.
+#pragma once
+
+#include <cstddef>
+
+namespace precis::distributed {
+
+// Whether this build links MPI.
+bool built_with_mpi();
+// MPI_Init_thread (MPI_THREAD_FUNNELED: MPI is only ever called from the thread
+// that drives training) unless MPI is initialized already; MPI_Finalize then runs
+// at exit. Errors on MPI_COMM_WORLD are returned, not fatal, so they become
+// precis::Errors naming the call.
+void init_mpi();
+// MPI_Finalize, if init_mpi() initialized MPI and it is not finalized yet.
+void finalize_mpi();
+// This process's rank and the number of processes in MPI_COMM_WORLD (after init_mpi).
+int mpi_world_rank();
+int mpi_world_size();
+// `bytes` bytes at `data` <- rank `root`'s (MPI_Bcast on MPI_COMM_WORLD).
+void mpi_broadcast_bytes(void* data, size_t bytes, int root);
+
+}  // namespace precis::distributed

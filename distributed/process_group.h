@@ -1,0 +1,81 @@
+// A process group: the ranks of one data-parallel job and the collectives they
+// run together (DESIGN.md section 8), as torch.distributed's ProcessGroup.
+//
+// Every rank calls the same collectives in the same order, with tensors of the
+// same shape and dtype (the root's shape for broadcast). Tensors are dense and
+// contiguous; all_reduce and broadcast work in place. Each call returns a Work
+// whose wait() makes the results usable:
+//   - MPI backend (CPU tensors, mpi_process_group.h): nonblocking MPI_I* calls;
+//     wait() blocks until the result is in the tensor.
+//   - NCCL backend (GPU tensors, cuda/nccl_process_group.h): the collective waits
+//     for the work already queued on the device's compute stream, runs on the
+//     communication stream, and wait() makes the compute stream wait for it (an
+//     event; the host does not block). Kernels queued after wait() see the result.
+// Until wait() the tensors must not be written (or, on the CPU, read).
+//
+// avg is sum / world_size with the division first: each rank's values are
+// multiplied by 1/world_size, then summed (NCCL's ncclAvg does the same for
+// floating dtypes). For bf16/f16 this keeps the sum of N rank's gradients from
+// overflowing f16 and costs one rounding; for world sizes that are powers of two
+// the multiplication is exact.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace precis::distributed {
+
+enum class ReduceOp { sum, avg };
+const char* reduce_op_name(ReduceOp op);
+
+// A collective in flight.
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Makes the collective's results usable (see the top of this file). Idempotent.
+  virtual void wait() = 0;
+};
+
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup() = default;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  // Where its tensors live: the CPU (MPI) or this rank's GPU (NCCL).
+  virtual Device device() const = 0;
+  // "mpi" or "nccl".
+  virtual std::string backend_name() const = 0;
+
+  // tensor <- op over ranks of tensor (in place).
+  virtual std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op) = 0;
+  // tensor <- tensor of rank `root` (in place).
+  virtual std::shared_ptr<Work> broadcast(const Tensor& tensor, int root) = 0;
+  // output (world_size * input.numel() elements) <- the inputs of ranks 0, 1, ... one after another.
+  virtual std::shared_ptr<Work> all_gather(const Tensor& output, const Tensor& input) = 0;
+  // output (input.numel() / world_size elements) <- chunk `rank` of op over ranks of input.
+  virtual std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) = 0;
+  // Returns once every rank has called it (the NCCL backend: and its queued work has completed).
+  virtual void barrier() = 0;
+  // Throws a precis::Error if the backend has noticed an asynchronous failure (a peer
+  // that died, a network error); the fault watchdog calls it. MPI reports errors per call.
+  virtual void check_async_error() {}
+};
+
+// A Work that is already complete (nothing to wait for).
+class CompletedWork final : public Work {
+ public:
+  void wait() override {}
+};
+
+// Checks what every backend requires of a collective's tensor: defined, dense and
+// contiguous, on the group's device, of a supported dtype (f32, f64, f16, bf16,
+// i32, i64), and floating for avg. `op_name` names the collective in the error.
+void check_collective_tensor(const ProcessGroup& group, const Tensor& tensor, const char* op_name);
+void check_reduce_op(const Tensor& tensor, ReduceOp op, const char* op_name);
+// all_gather / reduce_scatter: `big` must hold world_size times the elements of `small`, same dtype.
+void check_gathered_sizes(const ProcessGroup& group, const Tensor& big, const Tensor& small, const char* op_name);
+
+}  // namespace precis::distributed

@@ -1,0 +1,82 @@
+// The DDP reducer: averages the gradients of every rank while the backward runs.
+//
+// Built over a model's flat parameters (nn/flat_parameters.h) and a process
+// group, it splits the flat gradient buffers into buckets (distributed/buckets.h)
+// and registers a grad-ready hook on every parameter (core/autograd.h). When a
+// bucket's last gradient is final, its all-reduce (avg over ranks) is launched,
+// so it overlaps the rest of the backward (on a GPU: on the communication stream);
+// buckets launch in their list order on every rank, a bucket that is ready early
+// waiting for the ones before it. finish() waits for every bucket, so the gradients
+// are averaged when it returns (on a GPU: for the work queued on the compute
+// stream after it); the optimizer step comes after.
+//
+//   reducer.set_sync(false) / NoSync guard: accumulation micro-steps; their
+//     gradients only accumulate locally, and the last micro-step (synced) reduces
+//     the sum, as PyTorch's no_sync.
+//   reduce_dtype (the precision policy's grad_reduce_dtype): a bucket whose
+//     gradients are of another dtype is cast into a staging buffer of it on the
+//     compute stream, reduced there (bf16/f16: divided by the world size before
+//     the sum, see process_group.h), and cast back in finish().
+//   A parameter that got no gradient by finish() is an error naming it: every rank
+//     must reduce every bucket, so every parameter must take part in the loss.
+//
+// One backward per synced step: a parameter whose gradient arrives twice before
+// finish() is an error (use no_sync for the micro-steps before the last).
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "distributed/buckets.h"
+#include "distributed/process_group.h"
+#include "nn/flat_parameters.h"
+
+namespace precis::distributed {
+
+struct ReducerOptions {
+  BucketSizes bucket_sizes;
+  std::optional<DType> reduce_dtype;  // unset: each gradient buffer's own dtype
+};
+
+class Reducer {
+ public:
+  Reducer(std::shared_ptr<nn::FlatParameters> flat, std::shared_ptr<ProcessGroup> group, ReducerOptions options = {});
+  ~Reducer();
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  // Whether the next backward reduces (true) or only accumulates (false, no_sync).
+  void set_sync(bool sync);
+  bool sync() const;
+  // Waits for every bucket's all-reduce of this step; the error for parameters without a gradient.
+  // Does nothing after a no_sync backward.
+  void finish();
+
+  const std::vector<Bucket>& buckets() const;
+  ProcessGroup& group() const;
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;  // the hooks hold it weakly: they outlive the reducer as no-ops
+};
+
+// Turns the reducer's sync off for a scope (gradient-accumulation micro-steps).
+class NoSync {
+ public:
+  explicit NoSync(Reducer& reducer) : reducer_(reducer), previous_(reducer.sync()) { reducer.set_sync(false); }
+  ~NoSync() { reducer_.set_sync(previous_); }
+  NoSync(const NoSync&) = delete;
+  NoSync& operator=(const NoSync&) = delete;
+
+ private:
+  Reducer& reducer_;
+  bool previous_;
+};
+
+// Copies rank `root`'s parameters into every rank's (at the start of a run), after
+// checking that every rank built the same model (names, shapes, dtypes, layout):
+// a mismatch is an error naming the first rank that differs.
+void broadcast_parameters(nn::FlatParameters& flat, ProcessGroup& group, int root = 0);
+
+}  // namespace precis::distributed

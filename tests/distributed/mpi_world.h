@@ -1,0 +1,16 @@
+// The MPI process group the SPMD tests (test_*_mpi.cpp) share: every rank of the mpirun.
+#pragma once
+
+#include <memory>
+
+#include "distributed/mpi_process_group.h"
+
+namespace precis::testing {
+
+inline const std::shared_ptr<distributed::ProcessGroup>& mpi_world_group() {
+  static const std::shared_ptr<distributed::ProcessGroup> group = distributed::make_mpi_process_group();
+  return group;
+}
+inline distributed::ProcessGroup& mpi_world() { return *mpi_world_group(); }
+
+}  // namespace precis::testing

@@ -1,0 +1,174 @@
+// The NCCL process group and the DDP reducer on GPUs, one rank per GPU, run under
+// `mpirun -np 2` (ctest: distributed_test_nccl_mpi_gpu_np2). Collectives against
+// the values computed from every rank's known inputs; the unique id shared through
+// MPI and through the TCP rendezvous; DDP gradients against one process on the
+// whole batch, in f32 and with bf16 parameters reduced in bf16.
+#include <gtest/gtest.h>
+
+#include "ddp_model.h"
+#include "distributed/collective_inputs.h"
+#include "distributed/cuda/nccl_process_group.h"
+#include "distributed/launch.h"
+#include "distributed/mpi_runtime.h"
+#include "distributed/reducer.h"
+#include "distributed/tcp_rendezvous.h"
+#include "optim/adamw.h"
+#include "support/free_port.h"
+#include "support/gpu.h"
+
+using namespace precis;
+using distributed::ProcessGroup;
+using distributed::ReduceOp;
+using precis::testing::Batch;
+using precis::testing::free_port;
+using precis::testing::global_batch;
+using precis::testing::grads_of;
+using precis::testing::input_tensor;
+using precis::testing::input_values;
+using precis::testing::mse_loss;
+using precis::testing::reduced_values;
+using precis::testing::relative_difference;
+using precis::testing::TinyMlp;
+
+namespace {
+
+// Every rank needs a GPU of its own on this host (the same answer on every rank).
+#define SKIP_WITHOUT_A_GPU_PER_RANK()                                                                     \
+  do {                                                                                                    \
+    PRECIS_SKIP_WITHOUT_GPU();                                                                            \
+    if (cuda_device_count() < distributed::mpi_world_size())                                              \
+      GTEST_SKIP() << distributed::mpi_world_size() << " ranks but " << cuda_device_count() << " GPU(s)"; \
+  } while (0)
+
+const distributed::LaunchInfo& launch() {
+  static const distributed::LaunchInfo info = distributed::detect_launch();
+  return info;
+}
+Device my_gpu() { return distributed::rank_device(launch(), Device::cuda()); }
+
+// The group of the run, its unique id shared through MPI (mpirun sets no MASTER_ADDR).
+const std::shared_ptr<ProcessGroup>& nccl_world() {
+  static const std::shared_ptr<ProcessGroup> group =
+      distributed::init_process_group(launch(), distributed::Backend::nccl, my_gpu());
+  return group;
+}
+
+}  // namespace
+
+TEST(NcclCollectives, AllReduceMatchesTheReductionOfEveryRanksInput) {
+  SKIP_WITHOUT_A_GPU_PER_RANK();
+  ProcessGroup& group = *nccl_world();
+  EXPECT_EQ(group.backend_name(), "nccl");
+  EXPECT_EQ(group.device(), my_gpu());
+  const int64_t n = 100003;  // several NCCL chunks
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
+    for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+      Tensor t = input_tensor(dtype, group.rank(), n, my_gpu());
+      group.all_reduce(t, op)->wait();
+      // Queued on the compute stream after wait(): it sees the reduced values.
+      Tensor doubled = t * 2.0;
+      std::vector<double> expected = reduced_values(n, op, group.world_size());
+      for (double& v : expected) v *= 2;
+      EXPECT_EQ(doubled.to_vector<double>(), expected) << dtype << " " << distributed::reduce_op_name(op);
+    }
+  }
+  Tensor ints = input_tensor(DType::i64, group.rank(), 10, my_gpu());
+  group.all_reduce(ints, ReduceOp::sum)->wait();
+  EXPECT_EQ(ints.to_vector<double>(), reduced_values(10, ReduceOp::sum, group.world_size()));
+}
+
+TEST(NcclCollectives, BroadcastAllGatherAndReduceScatter) {
+  SKIP_WITHOUT_A_GPU_PER_RANK();
+  ProcessGroup& group = *nccl_world();
+  const int world = group.world_size(), rank = group.rank();
+  const int64_t n = 4099;
+  for (int root = 0; root < world; ++root) {
+    Tensor t = input_tensor(DType::bf16, rank, n, my_gpu());
+    group.broadcast(t, root)->wait();
+    EXPECT_EQ(t.to_vector<double>(), input_values(root, n));
+  }
+  Tensor gathered = zeros({n * world}, DType::f32, my_gpu());
+  group.all_gather(gathered, input_tensor(DType::f32, rank, n, my_gpu()))->wait();
+  std::vector<double> expected;
+  for (int r = 0; r < world; ++r)
+    for (double v : input_values(r, n)) expected.push_back(v);
+  EXPECT_EQ(gathered.to_vector<double>(), expected);
+
+  Tensor input = input_tensor(DType::f32, rank, n * world, my_gpu());
+  Tensor chunk = zeros({n}, DType::f32, my_gpu());
+  group.reduce_scatter(chunk, input, ReduceOp::avg)->wait();
+  std::vector<double> all = reduced_values(n * world, ReduceOp::avg, world);
+  EXPECT_EQ(chunk.to_vector<double>(), std::vector<double>(all.begin() + rank * n, all.begin() + (rank + 1) * n));
+  group.barrier();
+}
+
+TEST(NcclCollectives, UniqueIdSharedThroughTheTcpRendezvous) {
+  SKIP_WITHOUT_A_GPU_PER_RANK();
+  // Rank 0 picks a free port (MASTER_PORT's role) and tells the others through MPI.
+  int port = free_port();
+  distributed::mpi_broadcast_bytes(&port, sizeof port, 0);
+  const int rank = distributed::mpi_world_rank(), world = distributed::mpi_world_size();
+  auto group = distributed::make_nccl_process_group(rank, world, my_gpu(), [&](std::vector<uint8_t>& bytes) {
+    bytes = distributed::tcp_broadcast_bytes({"127.0.0.1", port}, rank, world, bytes, std::chrono::seconds(60));
+  });
+  Tensor t = input_tensor(DType::f32, rank, 1000, my_gpu());
+  group->all_reduce(t, ReduceOp::sum)->wait();
+  EXPECT_EQ(t.to_vector<double>(), reduced_values(1000, ReduceOp::sum, world));
+}
+
+TEST(NcclDdp, F32GradientsEqualOneGpuOnTheWholeBatch) {
+  SKIP_WITHOUT_A_GPU_PER_RANK();
+  ProcessGroup& group = *nccl_world();
+  const int64_t rows = 4;
+  TinyMlp ddp(DType::f32), single(DType::f32);
+  auto ddp_flat = nn::flatten_parameters(ddp, my_gpu());
+  auto single_flat = nn::flatten_parameters(single, my_gpu());
+  distributed::Reducer reducer(ddp_flat, nccl_world(), {{8 * 12, 8 * 40}, std::nullopt});
+  const Batch all = global_batch(rows * group.world_size(), DType::f32).to(my_gpu());
+  ddp_flat->zero_grad();
+  mse_loss(ddp, all.rows(group.rank() * rows, rows)).backward();
+  reducer.finish();
+  single_flat->zero_grad();
+  mse_loss(single, all).backward();
+  EXPECT_LT(relative_difference(grads_of(ddp), grads_of(single)), 1e-5);
+}
+
+TEST(NcclDdp, Bf16ParametersReducedInBf16MatchTheF64ReferenceAndStayIdenticalAcrossRanks) {
+  SKIP_WITHOUT_A_GPU_PER_RANK();
+  ProcessGroup& group = *nccl_world();
+  const int64_t rows = 4;
+  TinyMlp ddp(DType::f32), reference(DType::f64);
+  auto ddp_flat = nn::flatten_parameters(ddp, my_gpu(), DType::bf16);
+  auto reference_flat = nn::flatten_parameters(reference);
+  distributed::broadcast_parameters(*ddp_flat, group);
+  distributed::Reducer reducer(ddp_flat, nccl_world(), {{1 << 20, 25 << 20}, DType::bf16});
+  optim::AdamW opt({{ddp.parameters(), 0.1}}, {.lr = 1e-2});
+  for (int step = 0; step < 3; ++step) {
+    const Batch all = global_batch(rows * group.world_size() * (step + 1), DType::f64)
+                          .rows(rows * group.world_size() * step, rows * group.world_size());
+    ddp_flat->zero_grad();
+    Batch mine = all.rows(group.rank() * rows, rows);
+    // bf16 inputs; the targets in f32, so the loss is an f32 mean.
+    mse_loss(ddp, Batch{mine.x.to(DType::bf16), mine.y.to(DType::f32)}.to(my_gpu())).backward();
+    reducer.finish();
+    if (step == 0) {
+      reference_flat->zero_grad();
+      mse_loss(reference, all).backward();
+      // bf16 inputs, parameters and reduction: a few bf16 roundings (8 significant bits) apart.
+      EXPECT_LT(relative_difference(grads_of(ddp), grads_of(reference)), 5e-2);
+      int64_t not_bf16 = 0;
+      for (const Tensor& g : grads_of(ddp))
+        for (float v : g.to_vector<float>()) not_bf16 += v != static_cast<float>(bfloat16(v));
+      EXPECT_EQ(not_bf16, 0) << "gradients not reduced in bf16";
+    }
+    opt.step();
+  }
+  // Every rank applied the same averaged gradients: the parameters are bitwise equal.
+  const Tensor& mine = ddp_flat->buffers()[0].data;
+  Tensor all_ranks = zeros({mine.numel() * group.world_size()}, mine.dtype(), my_gpu());
+  group.all_gather(all_ranks, mine)->wait();
+  std::vector<double> values = all_ranks.to_vector<double>();
+  for (int r = 1; r < group.world_size(); ++r)
+    EXPECT_TRUE(std::equal(values.begin(), values.begin() + mine.numel(), values.begin() + r * mine.numel()))
+        << "rank " << r << " holds other parameters than rank 0";
+}
