@@ -62,8 +62,7 @@ void fill_(const Tensor& dst, double value) {
 }
 
 void accumulate_(const Tensor& dst, const Tensor& src) {
-  PRECIS_CHECK(dst.shape() == src.shape(), "accumulate: gradient shape ", src.shape(), " differs from ",
-               dst.shape());
+  PRECIS_CHECK(dst.shape() == src.shape(), "accumulate: gradient shape ", src.shape(), " differs from ", dst.shape());
   if (!dst.is_cpu()) {
 #if PRECIS_WITH_CUDA
     return cuda::accumulate_(dst, src);
@@ -89,5 +88,16 @@ void accumulate_(const Tensor& dst, const Tensor& src) {
     });
   });
 }
+
+Tensor converted(const Tensor& t, DType dtype) { return t.dtype() == dtype ? t : dense(t, dtype); }
+
+Tensor dense(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype && t.is_contiguous()) return t;
+  Tensor out = empty(t.shape(), dtype, t.device());
+  copy_(out, t);
+  return out;
+}
+
+Tensor dense(const Tensor& t) { return dense(t, t.dtype()); }
 
 }  // namespace precis

@@ -28,20 +28,12 @@
 #include "ops/nn_functional.h"
 
 #if PRECIS_WITH_CUDA
-#include "ops/cuda/nn_kernels.h"
+#include "ops/cuda/cross_entropy.h"
 #endif
 
 namespace precis::ops {
 
 namespace {
-
-// `t` as a dense tensor of `dtype` on its device, copied only when needed. No autograd.
-Tensor dense(const Tensor& t, DType dtype) {
-  if (t.dtype() == dtype && t.is_contiguous()) return t;
-  Tensor out = empty(t.shape(), dtype, t.device());
-  copy_(out, t);
-  return out;
-}
 
 // Per-row losses into `loss` (0 for ignored rows) and (m, log_sum) into the [rows, 2] `stats`.
 // logits: [rows, C] with unit column stride, rows strides()[0] apart.
@@ -251,8 +243,8 @@ LossAndGradient cross_entropy_with_grad(const Tensor& logits_in, const Tensor& t
                "; pass overwrite_logits = false for a separate gradient tensor");
   const int64_t rows = saved.logits.shape()[0], width = saved.grad_shape.back();
   // The gradient as dense rows of the padded width: over the logits, or new memory.
-  const Tensor dx = overwrite_logits ? logits_in.detach().view({rows, width})
-                                     : empty({rows, width}, logits_in.dtype(), device);
+  const Tensor dx =
+      overwrite_logits ? logits_in.detach().view({rows, width}) : empty({rows, width}, logits_in.dtype(), device);
   LossAndGradient out;
   if (device.is_cpu()) {
     out.loss = cross_entropy_forward_cpu(saved);

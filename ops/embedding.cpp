@@ -19,20 +19,12 @@
 #include "ops/nn_functional.h"
 
 #if PRECIS_WITH_CUDA
-#include "ops/cuda/nn_kernels.h"
+#include "ops/cuda/embedding.h"
 #endif
 
 namespace precis::ops {
 
 namespace {
-
-// `t` as a dense tensor of `dtype` on its device, copied only when needed. No autograd.
-Tensor dense(const Tensor& t, DType dtype) {
-  if (t.dtype() == dtype && t.is_contiguous()) return t;
-  Tensor out = empty(t.shape(), dtype, t.device());
-  copy_(out, t);
-  return out;
-}
 
 void check_index(int64_t index, int64_t position, const Tensor& weight) {
   const int64_t rows = weight.shape()[0];
@@ -69,7 +61,7 @@ Tensor scatter_add_rows(const Tensor& grad_rows, const Tensor& idx, int64_t rows
       for (int64_t c = c0; c < c1; ++c) dst[c] += convert<Acc>(src[c]);
     }
   }
-  return cpu::converted(acc, weight_dtype);
+  return converted(acc, weight_dtype);
 }
 
 // out [..., C] = weight rows picked by the checked i64 indices idx; weight of any strides.

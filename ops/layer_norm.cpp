@@ -38,23 +38,16 @@
 #include "ops/cpu/loops.h"
 #include "ops/elementwise.h"
 #include "ops/nn_functional.h"
+#include "ops/param_grad.h"
 #include "ops/reduce.h"
 
 #if PRECIS_WITH_CUDA
-#include "ops/cuda/nn_kernels.h"
+#include "ops/cuda/layer_norm.h"
 #endif
 
 namespace precis::ops {
 
 namespace {
-
-// `t` as a dense tensor of `dtype` on its device, copied only when needed. No autograd.
-Tensor dense(const Tensor& t, DType dtype) {
-  if (t.dtype() == dtype && t.is_contiguous()) return t;
-  Tensor out = empty(t.shape(), dtype, t.device());
-  copy_(out, t);
-  return out;
-}
 
 // The parameter as `C` values in `dtype` (f32 or f64) on `device`, or `fill` everywhere when undefined.
 Tensor parameter_or(const Tensor& p, int64_t C, DType dtype, double fill, Device device) {
@@ -161,25 +154,9 @@ void layer_norm_backward(const Saved& s, const Tensor& grad, Tensor* dx, Tensor*
   if (db) reduce_partials(db_partial, db);
 }
 
-// A parameter gradient of C values in the statistics dtype: on the GPU the .grad of input
-// `input` where the engine offers it (the kernel then writes or adds there), else a new tensor.
-struct ParamGrad {
-  Tensor values;
-  GradDestination destination;
-};
+// A parameter gradient of C values in the statistics dtype (ops/param_grad.h).
 ParamGrad param_grad(const BackwardArgs& g, size_t input, int64_t C, DType stats, Device device) {
-  if (!g.needs(input)) return {};
-  if (device.is_cuda()) {
-    GradDestination destination = g.take_grad_destination(input, stats);
-    if (destination) return {destination.grad, destination};
-  }
-  return {empty({C}, stats, device), {}};
-}
-
-// The gradient a backward returns for a parameter: none where it went into .grad, else in the parameter's dtype.
-Tensor returned(const ParamGrad& p, DType dtype) {
-  if (!p.values.defined() || p.destination) return Tensor();
-  return cpu::converted(p.values, dtype);
+  return ops::param_grad(g, input, stats, {C}, stats, device);
 }
 
 // {dx, dweight, dbias}, each undefined where not needed (or written into .grad), dweight and dbias
@@ -206,7 +183,7 @@ std::vector<Tensor> layer_norm_grads(const Saved& s, const BackwardArgs& g, DTyp
                               dw.destination.accumulate, db.destination.accumulate);
 #endif
   }
-  return {dx, returned(dw, weight_dtype), returned(db, bias_dtype)};
+  return {dx, dw.returned_as(weight_dtype), db.returned_as(bias_dtype)};
 }
 
 // Checks the input (floating, at least 1 dim) and weight and bias ([C] or undefined); returns C.
@@ -280,7 +257,7 @@ AddLayerNorm add_layer_norm_cuda(const char* op, Tensor wide, Tensor narrow, int
             if (g_sum.defined() && g.needs(wide_index)) grads[wide_index] = g_sum;
             if (g_sum.defined() && g.needs(narrow_index)) grads[narrow_index] = g_sum.to(narrow_dtype);
             if (g_sum.defined() && g.needs(4))  // rb's: its column sums, in the statistics dtype
-              grads[4] = cpu::converted(sum_to_shape(dense(g_sum, stats), Shape{C}), residual_bias_dtype);
+              grads[4] = converted(sum_to_shape(dense(g_sum, stats), Shape{C}), residual_bias_dtype);
             return grads;
           }
           Tensor ds, dr;
@@ -294,9 +271,9 @@ AddLayerNorm add_layer_norm_cuda(const char* op, Tensor wide, Tensor narrow, int
                                     drb.destination.accumulate);
           if (g.needs(wide_index)) grads[wide_index] = ds;
           if (g.needs(narrow_index)) grads[narrow_index] = split ? dr : ds;
-          grads[2] = returned(dw, weight_dtype);
-          grads[3] = returned(db, bias_dtype);
-          grads[4] = returned(drb, residual_bias_dtype);
+          grads[2] = dw.returned_as(weight_dtype);
+          grads[3] = db.returned_as(bias_dtype);
+          grads[4] = drb.returned_as(residual_bias_dtype);
           return grads;
         });
   }

@@ -6,9 +6,11 @@
 // Batch dims broadcast; their gradients are summed back to each input's shape.
 // A transposed view has unit stride along its rows instead of its columns; it
 // is read in place as a column-major Eigen matrix rather than copied.
-#include <Eigen/Dense>
+#include "ops/matmul.h"
+
 #include <omp.h>
 
+#include <Eigen/Dense>
 #include <atomic>
 
 #include "core/autograd.h"
@@ -16,7 +18,8 @@
 #include "ops/checks.h"
 #include "ops/cpu/loops.h"
 #include "ops/elementwise.h"
-#include "ops/matmul.h"
+#include "ops/matrix_layout.h"
+#include "ops/param_grad.h"
 #include "ops/reduce.h"
 #if PRECIS_WITH_CUDA
 #include "ops/cuda/matmul.h"
@@ -35,16 +38,6 @@ using MatrixMap = Eigen::Map<const Eigen::Matrix<T, Dynamic, Dynamic, Order>, 0,
 template <typename T>
 using OutMap = Eigen::Map<Eigen::Matrix<T, Dynamic, Dynamic, Eigen::RowMajor>>;
 
-// How the last two dims of a tensor lie in memory: rows dense (row-major), or
-// columns dense (column-major, as in a transposed view). Anything else is copied.
-enum class Layout { row_major, col_major, neither };
-Layout layout_of(const Tensor& t) {
-  int64_t rows = t.shape()[t.dim() - 2], cols = t.shape()[t.dim() - 1];
-  int64_t rs = t.strides()[t.dim() - 2], cs = t.strides()[t.dim() - 1];
-  if ((cs == 1 || cols == 1) && (rs >= cols || rows == 1)) return Layout::row_major;
-  if ((rs == 1 || rows == 1) && (cs >= rows || cols == 1)) return Layout::col_major;
-  return Layout::neither;
-}
 bool gemm_readable(const Tensor& t) { return layout_of(t) != Layout::neither; }
 // Eigen's outer stride: the distance between rows (row-major) or columns (column-major).
 int64_t leading_dim(const Tensor& t) {
@@ -76,11 +69,15 @@ void batched_gemm(const Tensor& a, const Tensor& b, Tensor& out, const Shape& ba
     const T* ai = pa + offset_of(a, i);
     const T* bi = pb + offset_of(b, i);
     auto with_b = [&](const auto& A) {
-      if (lb == Layout::row_major) c.noalias() = A * MatrixMap<T, Eigen::RowMajor>(bi, K, N, Eigen::OuterStride<>(ldb));
-      else c.noalias() = A * MatrixMap<T, Eigen::ColMajor>(bi, K, N, Eigen::OuterStride<>(ldb));
+      if (lb == Layout::row_major)
+        c.noalias() = A * MatrixMap<T, Eigen::RowMajor>(bi, K, N, Eigen::OuterStride<>(ldb));
+      else
+        c.noalias() = A * MatrixMap<T, Eigen::ColMajor>(bi, K, N, Eigen::OuterStride<>(ldb));
     };
-    if (la == Layout::row_major) with_b(MatrixMap<T, Eigen::RowMajor>(ai, M, K, Eigen::OuterStride<>(lda)));
-    else with_b(MatrixMap<T, Eigen::ColMajor>(ai, M, K, Eigen::OuterStride<>(lda)));
+    if (la == Layout::row_major)
+      with_b(MatrixMap<T, Eigen::RowMajor>(ai, M, K, Eigen::OuterStride<>(lda)));
+    else
+      with_b(MatrixMap<T, Eigen::ColMajor>(ai, M, K, Eigen::OuterStride<>(lda)));
   };
   // Many small products: one per thread. Few large ones: Eigen parallelises each.
   if (batches >= omp_get_max_threads() && M * N * K < (1 << 21)) {
@@ -99,7 +96,7 @@ Tensor matmul_forward(const Tensor& a_in, const Tensor& b_in) {
   DType dtype = promote_types(a_in.dtype(), b_in.dtype());
   // f16/bf16 multiply in f32 and round the result, as the design's CPU rule says.
   DType compute = (dtype == DType::f16 || dtype == DType::bf16) ? DType::f32 : dtype;
-  Tensor a = cpu::converted(a_in, compute), b = cpu::converted(b_in, compute);
+  Tensor a = converted(a_in, compute), b = converted(b_in, compute);
   if (!gemm_readable(a)) a = a.contiguous();
   if (!gemm_readable(b)) b = b.contiguous();
   Shape a_shape = batch, b_shape = batch;
@@ -119,7 +116,7 @@ Tensor matmul_forward(const Tensor& a_in, const Tensor& b_in) {
     }
     batched_gemm<T>(a, b, out, batch);
   });
-  return compute == dtype ? out : cpu::converted(out, dtype);
+  return compute == dtype ? out : converted(out, dtype);
 }
 
 void check_linear(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
@@ -153,17 +150,10 @@ Tensor matmul_forward_cuda(const Tensor& a_in, const Tensor& b_in) {
   return out;
 }
 
-// A parameter gradient that a product writes: the f32 .grad of the parameter (input
-// `input` of the node) where the engine offers it (core/autograd.h), else a new tensor of
-// `dtype` that the backward returns.
-struct ParamGrad {
-  Tensor values;
-  GradDestination destination;
-  Tensor returned() const { return destination ? Tensor() : values; }
-};
-ParamGrad param_grad(const BackwardArgs& g, size_t input, const Shape& shape, DType dtype, Device device) {
-  if (GradDestination destination = g.take_grad_destination(input, DType::f32)) return {destination.grad, destination};
-  return {empty(shape, dtype, device), {}};
+// A parameter gradient that a product writes (ops/param_grad.h): the parameter's f32 .grad
+// where the engine offers it, else a new tensor of `dtype`.
+ParamGrad product_param_grad(const BackwardArgs& g, size_t input, const Shape& shape, DType dtype, Device device) {
+  return param_grad(g, input, DType::f32, shape, dtype, device);
 }
 
 // The gradients of z = x W^T + b from g, the gradient of z ([N, out] contiguous), with x
@@ -184,12 +174,11 @@ LinearGrads linear_grads(const BackwardArgs& args, size_t weight_input, size_t b
     out.x = out.x.view(x_shape);
   }
   if (want_weight || want_bias) {
-    const ParamGrad dw = want_weight ? param_grad(args, weight_input, w.shape(), grad.dtype(), grad.device())
+    const ParamGrad dw = want_weight ? product_param_grad(args, weight_input, w.shape(), grad.dtype(), grad.device())
                                      : ParamGrad{empty(w.shape(), grad.dtype(), grad.device()), {}};
     const ParamGrad db =
-        want_bias ? param_grad(args, bias_input, {w.shape()[0]}, grad.dtype(), grad.device()) : ParamGrad{};
-    cuda::linear_param_backward(dw.values, db.values, grad, x2, dw.destination.accumulate,
-                                db.destination.accumulate);
+        want_bias ? product_param_grad(args, bias_input, {w.shape()[0]}, grad.dtype(), grad.device()) : ParamGrad{};
+    cuda::linear_param_backward(dw.values, db.values, grad, x2, dw.destination.accumulate, db.destination.accumulate);
     if (want_weight) out.weight = dw.returned();
     out.bias = db.returned();
   }
@@ -229,8 +218,8 @@ Tensor linear_cuda(const char* op, const Tensor& x_in, const Tensor& weight_in, 
                          cuda::gelu_backward(grad_pre, grad, pre);
                          grad = grad_pre;
                        }
-                       LinearGrads d = linear_grads(g, 1, 2, grad, x2, w, x_shape, g.needs(0), g.needs(1),
-                                                    has_bias && g.needs(2));
+                       LinearGrads d =
+                           linear_grads(g, 1, 2, grad, x2, w, x_shape, g.needs(0), g.needs(1), has_bias && g.needs(2));
                        return std::vector<Tensor>{d.x, d.weight, d.bias};
                      });
   }
@@ -266,26 +255,25 @@ Tensor linear_gelu_linear_cuda(const char* op, const Tensor& x_in, const Tensor&
   out_shape.back() = out_features;
   y = y.view(out_shape);
   if (needs_grad) {
-    autograd::record(op, {x, w1, b1, w2, b2}, {y},
-                     [x2, w1 = w1.detach(), w2 = w2.detach(), pre, h, dtype, has_b1 = b1.defined(),
-                      has_b2 = b2.defined(), x_shape = x.shape()](const BackwardArgs& g) {
-                       const Tensor grad = g.grad().to(dtype).reshape({-1, w2.shape()[0]}).contiguous();
-                       const LinearGrads second =
-                           linear_grads(g, 3, 4, grad, h, w2, h.shape(), false, g.needs(3), has_b2 && g.needs(4));
-                       LinearGrads first;
-                       if (g.needs(0) || g.needs(1) || (has_b1 && g.needs(2))) {
-                         // db1 = dz1 summed over rows comes from dz1's own product (DGELU_BGRAD).
-                         Tensor grad_pre = empty(h.shape(), dtype, grad.device());
-                         const ParamGrad db1 = has_b1 && g.needs(2)
-                                                   ? param_grad(g, 2, {w1.shape()[0]}, dtype, grad.device())
-                                                   : ParamGrad{};
-                         cuda::linear_gelu_input_backward(grad_pre, grad, w2, pre, db1.values,
-                                                          db1.destination.accumulate);
-                         first = linear_grads(g, 1, 2, grad_pre, x2, w1, x_shape, g.needs(0), g.needs(1), false);
-                         first.bias = db1.returned();
-                       }
-                       return std::vector<Tensor>{first.x, first.weight, first.bias, second.weight, second.bias};
-                     });
+    autograd::record(
+        op, {x, w1, b1, w2, b2}, {y},
+        [x2, w1 = w1.detach(), w2 = w2.detach(), pre, h, dtype, has_b1 = b1.defined(), has_b2 = b2.defined(),
+         x_shape = x.shape()](const BackwardArgs& g) {
+          const Tensor grad = g.grad().to(dtype).reshape({-1, w2.shape()[0]}).contiguous();
+          const LinearGrads second =
+              linear_grads(g, 3, 4, grad, h, w2, h.shape(), false, g.needs(3), has_b2 && g.needs(4));
+          LinearGrads first;
+          if (g.needs(0) || g.needs(1) || (has_b1 && g.needs(2))) {
+            // db1 = dz1 summed over rows comes from dz1's own product (DGELU_BGRAD).
+            Tensor grad_pre = empty(h.shape(), dtype, grad.device());
+            const ParamGrad db1 =
+                has_b1 && g.needs(2) ? product_param_grad(g, 2, {w1.shape()[0]}, dtype, grad.device()) : ParamGrad{};
+            cuda::linear_gelu_input_backward(grad_pre, grad, w2, pre, db1.values, db1.destination.accumulate);
+            first = linear_grads(g, 1, 2, grad_pre, x2, w1, x_shape, g.needs(0), g.needs(1), false);
+            first.bias = db1.returned();
+          }
+          return std::vector<Tensor>{first.x, first.weight, first.bias, second.weight, second.bias};
+        });
   }
   return y;
 }

@@ -68,14 +68,6 @@ void check_input(const char* op, const Tensor& x) {
                ": input must be a floating or integer (int32, int64) tensor, got ", describe(x));
 }
 
-// `t` as a dense tensor of `dtype` on its device, copied only when needed. No autograd.
-Tensor dense(const Tensor& t, DType dtype) {
-  if (t.dtype() == dtype && t.is_contiguous()) return t;
-  Tensor out = empty(t.shape(), dtype, t.device());
-  copy_(out, t);
-  return out;
-}
-
 // Strides that broadcast a dense tensor of the reduction's keepdim shape back over the input.
 Shape broadcast_strides(const cpu::ReductionRows& r) {
   Shape strides = contiguous_strides(r.keepdim_shape);

@@ -67,7 +67,7 @@ Tensor sum_impl(const Tensor& x_arg, const std::vector<int64_t>& dims, bool keep
     keep_shape.push_back(reduced[d] ? 1 : x.shape()[d]);
     if (!reduced[d]) out_shape.push_back(x.shape()[d]);
   }
-  Tensor out = sum_values(cpu::converted(x, dtype), dims, reduced, op);
+  Tensor out = sum_values(converted(x, dtype), dims, reduced, op);
   if (scale != 1.0) {
     NoGradGuard no_grad;
     out = mul(out, scale);

@@ -58,14 +58,6 @@ void row_moments(const T* x, int64_t outer, int64_t inner, FinishFn finish) {
   cpu::reduce_rows_in_pieces<Moments>(outer, inner, piece, merge, finish);
 }
 
-// `t` as a dense tensor of `dtype` on its device, copied only when needed. No autograd.
-Tensor dense(const Tensor& t, DType dtype) {
-  if (t.dtype() == dtype && t.is_contiguous()) return t;
-  Tensor out = empty(t.shape(), dtype, t.device());
-  copy_(out, t);
-  return out;
-}
-
 // dx = g * 2 (x - mean) / (N - correction), with the mean of x's row recomputed.
 Tensor var_backward(const Tensor& x, const Tensor& grad_in, const std::vector<int64_t>& dims, double denom) {
   cpu::ReductionRows r = cpu::reduction_rows(x, dims, "var");

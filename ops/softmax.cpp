@@ -23,7 +23,7 @@
 #include "ops/nn_functional.h"
 
 #if PRECIS_WITH_CUDA
-#include "ops/cuda/nn_kernels.h"
+#include "ops/cuda/softmax.h"
 #endif
 
 namespace precis::ops {
@@ -69,14 +69,6 @@ C* scratch(int64_t n) {
   thread_local std::vector<C> buffer;
   if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
   return buffer.data();
-}
-
-// `t` as a dense tensor of `dtype` on its device, copied only when needed. No autograd.
-Tensor dense(const Tensor& t, DType dtype) {
-  if (t.dtype() == dtype && t.is_contiguous()) return t;
-  Tensor out = empty(t.shape(), dtype, t.device());
-  copy_(out, t);
-  return out;
 }
 
 template <typename T>

@@ -31,77 +31,25 @@
 #include <vector>
 
 #include "core/copy.h"
+#include "core/cuda/dispatch.cuh"
 #include "core/cuda/launch.cuh"
+#include "core/cuda/pack.cuh"
 #include "core/cuda/pinned_allocator.h"
 #include "core/cuda/runtime.h"
+#include "core/cuda/strided_index.cuh"
 
 namespace precis::cuda {
 
 namespace {
 
-// ---------------------------------------------------------------- element types
-
-// Calls fn(TypeTag<T>{}) with T the device type of `dtype`.
-template <typename Fn>
-void dispatch_device(DType dtype, const char* op, Fn&& fn) {
-  switch (dtype) {
-    case DType::f32:
-      return fn(TypeTag<float>{});
-    case DType::f64:
-      return fn(TypeTag<double>{});
-    case DType::f16:
-      return fn(TypeTag<__half>{});
-    case DType::bf16:
-      return fn(TypeTag<__nv_bfloat16>{});
-    case DType::i32:
-      return fn(TypeTag<int32_t>{});
-    case DType::i64:
-      return fn(TypeTag<int64_t>{});
-    case DType::u8:
-      return fn(TypeTag<uint8_t>{});
-    case DType::boolean:
-      return fn(TypeTag<bool>{});
-  }
-  PRECIS_FAIL(op, ": unknown dtype");
-}
-
-// convert<To>(from) of core/convert.h, for device types.
-template <typename To, typename From>
-__host__ __device__ inline To convert_to(From value) {
-  if constexpr (std::is_same_v<To, From>) {
-    return value;
-  } else if constexpr (std::is_same_v<From, __half>) {
-    return convert_to<To>(__half2float(value));
-  } else if constexpr (std::is_same_v<From, __nv_bfloat16>) {
-    return convert_to<To>(__bfloat162float(value));
-  } else if constexpr (std::is_same_v<To, bool>) {
-    return value != From(0);
-  } else if constexpr (std::is_same_v<To, __half>) {
-    return __float2half_rn(static_cast<float>(value));
-  } else if constexpr (std::is_same_v<To, __nv_bfloat16>) {
-    return __float2bfloat16_rn(static_cast<float>(value));
-  } else {
-    return static_cast<To>(value);
-  }
-}
-
 // Calls fn(TypeTag<T>{}) for the floating dtypes: accumulate_ sums gradients,
 // which are always floating point, so the GPU builds only those 16 pairs.
 template <typename Fn>
-void dispatch_floating(DType dtype, const char* op, Fn&& fn) {
-  switch (dtype) {
-    case DType::f32:
-      return fn(TypeTag<float>{});
-    case DType::f64:
-      return fn(TypeTag<double>{});
-    case DType::f16:
-      return fn(TypeTag<__half>{});
-    case DType::bf16:
-      return fn(TypeTag<__nv_bfloat16>{});
-    default:
-      PRECIS_FAIL(op, ": on the GPU both operands must be floating point (float32, float64, float16 or bfloat16), got ",
-                  dtype_name(dtype));
-  }
+void dispatch_gradient(DType dtype, const char* op, Fn&& fn) {
+  dispatch_device<DType::f32, DType::f64, DType::f16, DType::bf16>(
+      dtype, std::forward<Fn>(fn), op,
+      ": on the GPU both operands must be floating point (float32, float64, float16 or bfloat16), got ",
+      dtype_name(dtype));
 }
 
 // dst + src in float, or in double when either is double. The CPU sums in
@@ -115,76 +63,16 @@ __device__ inline D accumulate_one(D out, S in) {
   return convert_to<D>(convert_to<Acc>(out) + convert_to<Acc>(in));
 }
 
-// kVec elements of T, aligned so that they load and store as one access.
-template <typename T, int kVec>
-struct alignas(sizeof(T) * kVec) Pack {
-  T v[kVec];
-};
-
 // Elements per thread in the contiguous kernels: 16 bytes of the wider operand.
 template <typename D, typename S>
 inline constexpr int kVecFor = static_cast<int>(16 / (sizeof(D) > sizeof(S) ? sizeof(D) : sizeof(S)));
 
-// ---------------------------------------------------------------- strided indexing
-
-constexpr int kMaxDims = 8;
-
-// n / divisor as a multiply-high, an add and a shift (Granlund & Montgomery, as
-// PyTorch's IntDivider). Exact for n and divisor below 2^31.
-struct FastDivider {
-  uint32_t divisor = 1;
-  uint32_t magic = 1;
-  uint32_t shift = 0;
-
-  FastDivider() = default;
-  explicit FastDivider(uint32_t d) : divisor(d) {
-    while (shift < 32 && (uint32_t(1) << shift) < divisor) ++shift;
-    uint64_t one = 1;
-    magic = static_cast<uint32_t>(((one << 32) * ((one << shift) - divisor)) / divisor + 1);
-  }
-  __device__ uint32_t div(uint32_t n) const { return (__umulhi(n, magic) + n) >> shift; }
-};
-
-// The element offsets of N operands of one shape: offset_k(i) = sum over dims d
-// of index_d(i) * stride_k[d], where index_d(i) are the digits of the row-major
-// index i in the mixed radix of the sizes. Dims are stored innermost first.
-template <size_t N>
-struct StridedOffsets {
-  int ndim = 0;
-  FastDivider sizes[kMaxDims];
-  int64_t strides[kMaxDims][N] = {};
-
-  __device__ void get(uint32_t linear, int64_t (&offsets)[N]) const {
-#pragma unroll
-    for (size_t k = 0; k < N; ++k) offsets[k] = 0;
-#pragma unroll
-    for (int d = 0; d < kMaxDims; ++d) {
-      if (d == ndim) break;
-      if (d == ndim - 1) {  // the outermost dim: what is left of the index is its digit
-#pragma unroll
-        for (size_t k = 0; k < N; ++k) offsets[k] += static_cast<int64_t>(linear) * strides[d][k];
-        break;
-      }
-      uint32_t quotient = sizes[d].div(linear);
-      uint32_t digit = linear - quotient * sizes[d].divisor;
-#pragma unroll
-      for (size_t k = 0; k < N; ++k) offsets[k] += static_cast<int64_t>(digit) * strides[d][k];
-      linear = quotient;
-    }
-  }
-};
-
-// Sizes and strides of N operands, innermost dim first.
-template <size_t N>
-struct Layout {
-  std::vector<int64_t> sizes;
-  std::vector<std::array<int64_t, N>> strides;
-};
+// ---------------------------------------------------------------- strided launches
 
 // Calls launch(offsets, base, n) for pieces of fewer than 2^31 elements that
 // together cover `layout`; base holds each operand's offset of the piece's first element.
 template <size_t N, typename Launch>
-void launch_in_pieces(Layout<N> layout, std::array<int64_t, N> base, Launch& launch) {
+void launch_in_pieces(MergedDims<N> layout, std::array<int64_t, N> base, Launch& launch) {
   int64_t numel = 1;
   for (int64_t size : layout.sizes) numel *= size;
   if (numel <= INT32_MAX) {
@@ -201,7 +89,7 @@ void launch_in_pieces(Layout<N> layout, std::array<int64_t, N> base, Launch& lau
   const int64_t outer = layout.sizes.back();
   const std::array<int64_t, N> outer_stride = layout.strides.back();
   const int64_t inner = numel / outer;
-  Layout<N> piece = layout;
+  MergedDims<N> piece = layout;
   if (inner > INT32_MAX) {
     piece.sizes.pop_back();
     piece.strides.pop_back();
@@ -215,25 +103,10 @@ void launch_in_pieces(Layout<N> layout, std::array<int64_t, N> base, Launch& lau
   }
 }
 
-// Drops size-1 dims and merges each dim into the one inside it wherever that is
-// contiguous in every operand (as core/strided_loop.h's RowLoop), then launches
-// in pieces (launch_in_pieces).
+// Merges dims (merge_dims), then launches in pieces (launch_in_pieces).
 template <size_t N, typename Launch>
 void launch_strided(const Shape& shape, const std::array<const Shape*, N>& strides, const char* op, Launch&& launch) {
-  Layout<N> layout;
-  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
-    if (shape[d] == 1) continue;
-    bool merge = !layout.sizes.empty();
-    for (size_t k = 0; k < N && merge; ++k) merge = (*strides[k])[d] == layout.strides.back()[k] * layout.sizes.back();
-    if (merge) {
-      layout.sizes.back() *= shape[d];
-      continue;
-    }
-    layout.sizes.push_back(shape[d]);
-    std::array<int64_t, N> s;
-    for (size_t k = 0; k < N; ++k) s[k] = (*strides[k])[d];
-    layout.strides.push_back(s);
-  }
+  const MergedDims<N> layout = merge_dims<N>(shape, strides);
   PRECIS_CHECK(layout.sizes.size() <= kMaxDims, op, ": a GPU tensor of shape ", shape, " has ", layout.sizes.size(),
                " dims that cannot be merged; at most ", kMaxDims, " are supported (make it contiguous first)");
   launch_in_pieces(layout, std::array<int64_t, N>{}, launch);
@@ -244,8 +117,6 @@ void launch_strided(const Shape& shape, const std::array<const Shape*, N>& strid
 unsigned blocks_for(int64_t work) {
   return static_cast<unsigned>(std::clamp<int64_t>((work + kBlockSize - 1) / kBlockSize, 1, int64_t(1) << 20));
 }
-
-bool aligned(const void* ptr, size_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
 
 // ---------------------------------------------------------------- kernels
 
@@ -354,9 +225,9 @@ __global__ void fill_strided_kernel(T* out, uint32_t n, T value, StridedOffsets<
 void copy_on_device(const Tensor& dst, const Tensor& src) {
   cudaStream_t stream = compute_stream(dst.device());
   const int64_t n = dst.numel();
-  dispatch_device(dst.dtype(), "copy", [&](auto dst_tag) {
+  dispatch_any(dst.dtype(), "copy", [&](auto dst_tag) {
     using D = typename decltype(dst_tag)::type;
-    dispatch_device(src.dtype(), "copy", [&](auto src_tag) {
+    dispatch_any(src.dtype(), "copy", [&](auto src_tag) {
       using S = typename decltype(src_tag)::type;
       constexpr int kVec = kVecFor<D, S>;
       D* out = static_cast<D*>(dst.raw_data());
@@ -377,17 +248,9 @@ void copy_on_device(const Tensor& dst, const Tensor& src) {
   });
 }
 
-// A dense CPU tensor with the values of `t` (t itself when it is dense).
-Tensor dense_on_host(const Tensor& t) {
-  if (t.is_contiguous()) return t;
-  Tensor dense = empty(t.shape(), t.dtype());
-  precis::copy_(dense, t);
-  return dense;
-}
-
 void copy_host_to_device(const Tensor& dst, const Tensor& src) {
   cudaStream_t stream = compute_stream(dst.device());
-  Tensor host = dense_on_host(src);
+  Tensor host = precis::dense(src);  // on the host
   const bool direct = dst.is_contiguous() && dst.dtype() == src.dtype();
   Tensor landing = direct ? dst : empty(src.shape(), src.dtype(), dst.device());
   PRECIS_CUDA_CHECK(cudaMemcpyAsync(landing.raw_data(), host.raw_data(), host.nbytes(), cudaMemcpyHostToDevice, stream),
@@ -475,7 +338,7 @@ void fill_(const Tensor& dst, double value) {
   if (n == 0) return;
   DeviceGuard guard(dst.device());
   cudaStream_t stream = compute_stream(dst.device());
-  dispatch_device(dst.dtype(), "fill", [&](auto tag) {
+  dispatch_any(dst.dtype(), "fill", [&](auto tag) {
     using T = typename decltype(tag)::type;
     constexpr int kVec = kVecFor<T, T>;
     const T v = convert_to<T>(value);
@@ -500,9 +363,9 @@ void accumulate_(const Tensor& dst, const Tensor& src) {
   if (n == 0) return;
   DeviceGuard guard(dst.device());
   cudaStream_t stream = compute_stream(dst.device());
-  dispatch_floating(dst.dtype(), "accumulate", [&](auto dst_tag) {
+  dispatch_gradient(dst.dtype(), "accumulate", [&](auto dst_tag) {
     using D = typename decltype(dst_tag)::type;
-    dispatch_floating(src.dtype(), "accumulate", [&](auto src_tag) {
+    dispatch_gradient(src.dtype(), "accumulate", [&](auto src_tag) {
       using S = typename decltype(src_tag)::type;
       constexpr int kVec = kVecFor<D, S>;
       D* out = static_cast<D*>(dst.raw_data());

@@ -48,6 +48,9 @@
 
 #include <utility>
 
+#include "core/cuda/runtime.h"
+#include "core/tensor.h"
+
 namespace precis::cuda {
 
 // Blocks until the previous kernel on the stream has completed and its writes are visible.
@@ -88,6 +91,21 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_byte
   config.numAttrs = dependent_launch_enabled() ? 1 : 0;
   // The error, if any, is also recorded for cudaGetLastError(), where the caller's check finds it.
   (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+// launch() for a kernel with more than the default 48 KiB of dynamic shared memory, which
+// each kernel must first be allowed (cudaFuncAttributeMaxDynamicSharedMemorySize).
+template <typename... Params, typename... Args>
+void launch_with_shared_memory(void (*kernel)(Params...), dim3 grid, dim3 block, int shared_bytes, cudaStream_t stream,
+                               const char* op, Args&&... args) {
+  PRECIS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes), op);
+  launch(kernel, grid, block, static_cast<size_t>(shared_bytes), stream, std::forward<Args>(args)...);
+}
+
+// Makes t's device current and returns its compute stream: every kernel of an op runs there, in order.
+inline cudaStream_t stream_for(const Tensor& t) {
+  set_device(t.device());
+  return compute_stream(t.device());
 }
 
 }  // namespace precis::cuda

@@ -16,11 +16,4 @@ Tensor broadcast_view(const Tensor& t, const Shape& shape, const char* op) {
   return t.as_strided(shape, strides, t.offset());
 }
 
-Tensor converted(const Tensor& t, DType dtype) {
-  if (t.dtype() == dtype) return t;
-  Tensor out = empty(t.shape(), dtype, t.device());
-  copy_(out, t);
-  return out;
-}
-
 }  // namespace precis::ops::cpu

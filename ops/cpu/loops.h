@@ -16,18 +16,21 @@ namespace precis::ops::cpu {
 
 // A view of `t` broadcast to `shape` (stride 0 along broadcast dims). No copy, no autograd.
 Tensor broadcast_view(const Tensor& t, const Shape& shape, const char* op);
-// `t` in `dtype`: itself when it already is, else a converted copy. No autograd.
-Tensor converted(const Tensor& t, DType dtype);
 
 // Calls fn(TypeTag<T>) for the floating dtypes f32, f64, f16, bf16.
 template <typename Fn>
 decltype(auto) dispatch_floating(DType dtype, const char* op, Fn&& fn) {
   switch (dtype) {
-    case DType::f32: return fn(TypeTag<float>{});
-    case DType::f64: return fn(TypeTag<double>{});
-    case DType::f16: return fn(TypeTag<half>{});
-    case DType::bf16: return fn(TypeTag<bfloat16>{});
-    default: PRECIS_FAIL(op, ": expected a floating tensor (float32, float64, float16, bfloat16), got ", dtype);
+    case DType::f32:
+      return fn(TypeTag<float>{});
+    case DType::f64:
+      return fn(TypeTag<double>{});
+    case DType::f16:
+      return fn(TypeTag<half>{});
+    case DType::bf16:
+      return fn(TypeTag<bfloat16>{});
+    default:
+      PRECIS_FAIL(op, ": expected a floating tensor (float32, float64, float16, bfloat16), got ", dtype);
   }
 }
 
@@ -35,9 +38,12 @@ decltype(auto) dispatch_floating(DType dtype, const char* op, Fn&& fn) {
 template <typename Fn>
 decltype(auto) dispatch_numeric(DType dtype, const char* op, Fn&& fn) {
   switch (dtype) {
-    case DType::i32: return fn(TypeTag<int32_t>{});
-    case DType::i64: return fn(TypeTag<int64_t>{});
-    default: return dispatch_floating(dtype, op, std::forward<Fn>(fn));
+    case DType::i32:
+      return fn(TypeTag<int32_t>{});
+    case DType::i64:
+      return fn(TypeTag<int64_t>{});
+    default:
+      return dispatch_floating(dtype, op, std::forward<Fn>(fn));
   }
 }
 
@@ -65,8 +71,7 @@ Tensor map_unary(const Tensor& x_in, const char* op, Fn f) {
 
 // out[i] = f(a[i], b[i]) with a, b broadcast and converted to `dtype`; out has `dtype`.
 template <typename Dispatch, typename Fn>
-Tensor map_binary_with(Dispatch dispatch, const Tensor& a_in, const Tensor& b_in, DType dtype, const char* op,
-                       Fn f) {
+Tensor map_binary_with(Dispatch dispatch, const Tensor& a_in, const Tensor& b_in, DType dtype, const char* op, Fn f) {
   Shape shape = broadcast_shapes(a_in.shape(), b_in.shape(), op);
   Tensor a = broadcast_view(converted(a_in, dtype), shape, op);
   Tensor b = broadcast_view(converted(b_in, dtype), shape, op);
@@ -116,21 +121,19 @@ Tensor map_ternary(const Tensor& c_in, const Tensor& a_in, const Tensor& b_in, D
     const T* ap = static_cast<const T*>(a.storage()->data()) + a.offset();
     const T* bp = static_cast<const T*>(b.storage()->data()) + b.offset();
     T* o = out.data<T>();
-    for_each_row<4>(shape, {out.strides(), c.strides(), a.strides(), b.strides()},
-                    [&](auto base, int64_t n, auto inner) {
-                      T* oo = o + base[0];
-                      const uint8_t* cc = cp + base[1];
-                      const T* aa = ap + base[2];
-                      const T* bb = bp + base[3];
-                      if (inner[1] == 1 && inner[2] == 1 && inner[3] == 1) {
-                        for (int64_t i = 0; i < n; ++i)
-                          oo[i] = convert<T>(f(cc[i] != 0, convert<C>(aa[i]), convert<C>(bb[i])));
-                      } else {
-                        for (int64_t i = 0; i < n; ++i)
-                          oo[i] = convert<T>(f(cc[i * inner[1]] != 0, convert<C>(aa[i * inner[2]]),
-                                               convert<C>(bb[i * inner[3]])));
-                      }
-                    });
+    for_each_row<4>(
+        shape, {out.strides(), c.strides(), a.strides(), b.strides()}, [&](auto base, int64_t n, auto inner) {
+          T* oo = o + base[0];
+          const uint8_t* cc = cp + base[1];
+          const T* aa = ap + base[2];
+          const T* bb = bp + base[3];
+          if (inner[1] == 1 && inner[2] == 1 && inner[3] == 1) {
+            for (int64_t i = 0; i < n; ++i) oo[i] = convert<T>(f(cc[i] != 0, convert<C>(aa[i]), convert<C>(bb[i])));
+          } else {
+            for (int64_t i = 0; i < n; ++i)
+              oo[i] = convert<T>(f(cc[i * inner[1]] != 0, convert<C>(aa[i * inner[2]]), convert<C>(bb[i * inner[3]])));
+          }
+        });
   });
   return out;
 }

@@ -35,12 +35,16 @@
 #include <type_traits>
 
 #include "core/copy.h"
+#include "core/cuda/convert.cuh"
+#include "core/cuda/dispatch.cuh"
 #include "core/cuda/launch.cuh"
+#include "core/cuda/pack.cuh"
 #include "ops/cuda/column_sums.h"
-#include "ops/cuda/nn_kernels.h"
 #include "ops/cuda/reduce.cuh"
 
 namespace precis::ops::cuda {
+
+using namespace precis::cuda;  // the device toolkit (core/cuda/)
 
 namespace {
 

@@ -27,10 +27,19 @@
 // every target to the host to check them there.
 #include <limits>
 
+#include "core/cuda/block_reduce.cuh"
+#include "core/cuda/convert.cuh"
+#include "core/cuda/dispatch.cuh"
 #include "core/cuda/launch.cuh"
-#include "ops/cuda/nn_kernels.h"
+#include "core/cuda/pack.cuh"
+#include "ops/cuda/cross_entropy.h"
+#include "ops/cuda/index_check.cuh"
+#include "ops/cuda/online_softmax.cuh"
+#include "ops/cuda/row_groups.cuh"
 
 namespace precis::ops::cuda {
+
+using namespace precis::cuda;  // the device toolkit (core/cuda/)
 
 namespace {
 
@@ -451,14 +460,6 @@ __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
     store_pack<kPack>(dr + q * kPack, gradient_pack(staged[q], q * kPack, C, t, ms.first, neg_log2_sum, scale));
 }
 
-template <typename Fn>
-void dispatch_targets(DType dtype, Fn&& fn) {
-  if (dtype == DType::i32)
-    fn(TypeTag<int32_t>{});
-  else
-    fn(TypeTag<int64_t>{});
-}
-
 }  // namespace
 
 BadIndex cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& stats,
@@ -473,7 +474,7 @@ BadIndex cross_entropy_forward(const Tensor& logits, const Tensor& targets, int6
   dispatch_floating(logits.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = compute_t<T>;
-    dispatch_targets(targets.dtype(), [&](auto target_tag) {
+    dispatch_index(targets.dtype(), op, [&](auto target_tag) {
       using Target = typename decltype(target_tag)::type;
       const T* xp = static_cast<const T*>(logits.raw_data());
       const Target* tp = static_cast<const Target*>(targets.raw_data());
@@ -509,7 +510,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t
     using A = compute_t<T>;
     PRECIS_CHECK(grad.dtype() == dtype_of<A>::value && grad.numel() == 1, op, ": expected a ", dtype_of<A>::value,
                  " scalar gradient, got ", describe(grad));
-    dispatch_targets(targets.dtype(), [&](auto target_tag) {
+    dispatch_index(targets.dtype(), op, [&](auto target_tag) {
       using Target = typename decltype(target_tag)::type;
       const T* xp = static_cast<const T*>(logits.raw_data());
       T* dp = static_cast<T*>(dlogits.raw_data());
@@ -565,7 +566,7 @@ BadIndex cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, in
     Tensor flag = empty({1}, DType::i64, device);
     auto* bad = static_cast<unsigned long long*>(flag.raw_data());
     clear_bad_position(bad, stream, op);
-    dispatch_targets(targets.dtype(), [&](auto target_tag) {
+    dispatch_index(targets.dtype(), op, [&](auto target_tag) {
       using Target = typename decltype(target_tag)::type;
       const Target* tp = static_cast<const Target*>(targets.raw_data());
       auto* count = static_cast<int64_t*>(valid_count.raw_data());

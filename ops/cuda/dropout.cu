@@ -3,12 +3,17 @@
 // One Philox call gives the words of four consecutive elements, so each thread of the
 // forward kernel owns one block of four. The product is rounded once, in the compute type
 // (f32 for halves), exactly as on the CPU, so CPU and GPU outputs agree bit for bit.
+#include "core/copy.h"
+#include "core/cuda/convert.cuh"
+#include "core/cuda/dispatch.cuh"
 #include "core/cuda/launch.cuh"
+#include "core/cuda/strided_index.cuh"
 #include "core/philox.h"
 #include "ops/cuda/dropout.h"
-#include "ops/cuda/elementwise.cuh"
 
 namespace precis::ops::cuda {
+
+using namespace precis::cuda;  // the device toolkit (core/cuda/)
 
 namespace {
 

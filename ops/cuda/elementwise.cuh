@@ -11,10 +11,16 @@
 #include <array>
 
 #include "core/copy.h"
+#include "core/cuda/convert.cuh"
+#include "core/cuda/dispatch.cuh"
 #include "core/cuda/launch.cuh"
-#include "ops/cuda/tensor_info.cuh"
+#include "core/cuda/pack.cuh"
+#include "core/cuda/strided_index.cuh"
+#include "ops/cpu/loops.h"
 
 namespace precis::ops::cuda {
+
+using namespace precis::cuda;  // the device toolkit (core/cuda/)
 
 template <typename T, int N>
 struct Inputs {
@@ -42,7 +48,7 @@ __global__ void map_dense_kernel(T* out, Inputs<T, N> in, int64_t n, F f) {
   if (start + Pack::size <= n) {
     Pack loaded[N];
 #pragma unroll
-    for (int k = 0; k < N; ++k) loaded[k] = load128(in.p[k] + start);
+    for (int k = 0; k < N; ++k) loaded[k] = load_pack<Pack::size>(in.p[k] + start);
     Pack result;
 #pragma unroll
     for (int j = 0; j < Pack::size; ++j) {
@@ -51,7 +57,7 @@ __global__ void map_dense_kernel(T* out, Inputs<T, N> in, int64_t n, F f) {
       for (int k = 0; k < N; ++k) v[k] = convert_to<C>(loaded[k].v[j]);
       result.v[j] = convert_to<T>(call(f, v));
     }
-    store128(out + start, result);
+    store_pack<Pack::size>(out + start, result);
   } else {
     for (int64_t i = start; i < n; ++i) {
       C v[N];
@@ -79,31 +85,6 @@ __global__ void map_strided_kernel(T* out, Inputs<T, N> in, StridedIndex<N> inde
 }
 
 // ---- host side
-
-// A view of `t` broadcast to `shape` (stride 0 along broadcast dims); `shape` comes from broadcast_shapes.
-inline Tensor broadcast_to(const Tensor& t, const Shape& shape) {
-  if (t.shape() == shape) return t;
-  const size_t lead = shape.size() - t.shape().size();
-  Shape strides(shape.size(), 0);
-  for (size_t d = 0; d < t.shape().size(); ++d) strides[lead + d] = t.shape()[d] == 1 ? 0 : t.strides()[d];
-  return t.as_strided(shape, strides, t.offset());
-}
-
-// `t` in `dtype` (a converted device copy when it differs). No autograd.
-inline Tensor as_dtype(const Tensor& t, DType dtype) {
-  if (t.dtype() == dtype) return t;
-  Tensor out = empty(t.shape(), dtype, t.device());
-  precis::copy_(out, t);
-  return out;
-}
-
-// `t` dense (a device copy when it is not). No autograd.
-inline Tensor dense(const Tensor& t) {
-  if (t.is_contiguous()) return t;
-  Tensor out = empty(t.shape(), t.dtype(), t.device());
-  precis::copy_(out, t);
-  return out;
-}
 
 // out = f(inputs...) elementwise: `out` is a new dense tensor; the inputs have its shape
 // (broadcast views are fine) and element type T.

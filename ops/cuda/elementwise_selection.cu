@@ -4,11 +4,17 @@
 //   causal_mask:  out[i][j] = j > i
 // The condition is read as bytes (bool and u8 are both one byte); the picked value is
 // copied, not recomputed, so the results equal the CPU's bit for bit.
+#include "core/copy.h"
+#include "core/cuda/convert.cuh"
+#include "core/cuda/dispatch.cuh"
 #include "core/cuda/launch.cuh"
-#include "ops/cuda/elementwise.cuh"
+#include "core/cuda/strided_index.cuh"
+#include "ops/cpu/loops.h"
 #include "ops/cuda/elementwise.h"
 
 namespace precis::ops::cuda {
+
+using namespace precis::cuda;  // the device toolkit (core/cuda/)
 
 namespace {
 
@@ -70,8 +76,9 @@ StridedIndex<N> index_over(const Shape& shape, std::array<Tensor, N>& operands) 
 Tensor where(const Tensor& cond_in, const Tensor& a_in, const Tensor& b_in, DType dtype) {
   check_condition("where", cond_in);
   Shape shape = broadcast_shapes(broadcast_shapes(cond_in.shape(), a_in.shape(), "where"), b_in.shape(), "where");
-  std::array<Tensor, 3> operands{broadcast_to(cond_in, shape), broadcast_to(as_dtype(a_in, dtype), shape),
-                                 broadcast_to(as_dtype(b_in, dtype), shape)};
+  std::array<Tensor, 3> operands{cpu::broadcast_view(cond_in, shape, "where"),
+                                 cpu::broadcast_view(converted(a_in, dtype), shape, "where"),
+                                 cpu::broadcast_view(converted(b_in, dtype), shape, "where")};
   Tensor out = empty(shape, dtype, a_in.device());
   const int64_t n = out.numel();
   if (n == 0) return out;
@@ -90,7 +97,8 @@ Tensor where(const Tensor& cond_in, const Tensor& a_in, const Tensor& b_in, DTyp
 Tensor where_scalar(const Tensor& cond_in, const Tensor& x_in, bool when, double value) {
   check_condition("where", cond_in);
   Shape shape = broadcast_shapes(cond_in.shape(), x_in.shape(), "where");
-  std::array<Tensor, 2> operands{broadcast_to(cond_in, shape), broadcast_to(x_in, shape)};
+  std::array<Tensor, 2> operands{cpu::broadcast_view(cond_in, shape, "where"),
+                                 cpu::broadcast_view(x_in, shape, "where")};
   Tensor out = empty(shape, x_in.dtype(), x_in.device());
   const int64_t n = out.numel();
   if (n == 0) return out;

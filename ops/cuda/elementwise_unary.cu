@@ -9,56 +9,15 @@
 //   sigmoid y (1 - y)   relu [x > 0]   gelu 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2), t = tanh(k (x + c x^3))
 #include <type_traits>
 
+#include "ops/cuda/compute_math.cuh"
 #include "ops/cuda/elementwise.cuh"
 #include "ops/cuda/elementwise.h"
 
 namespace precis::ops::cuda {
 
+using namespace precis::cuda;  // the device toolkit (core/cuda/)
+
 namespace {
-
-// Math in the compute type: the float functions for float, the double ones for double.
-template <typename C>
-__device__ __forceinline__ C exp_of(C v) {
-  if constexpr (std::is_same_v<C, float>)
-    return expf(v);
-  else
-    return ::exp(v);
-}
-template <typename C>
-__device__ __forceinline__ C log_of(C v) {
-  if constexpr (std::is_same_v<C, float>)
-    return logf(v);
-  else
-    return ::log(v);
-}
-template <typename C>
-__device__ __forceinline__ C sqrt_of(C v) {
-  if constexpr (std::is_same_v<C, float>)
-    return sqrtf(v);
-  else
-    return ::sqrt(v);
-}
-template <typename C>
-__device__ __forceinline__ C tanh_of(C v) {
-  if constexpr (std::is_same_v<C, float>)
-    return tanhf(v);
-  else
-    return ::tanh(v);
-}
-template <typename C>
-__device__ __forceinline__ C pow_of(C v, C e) {
-  if constexpr (std::is_same_v<C, float>)
-    return powf(v, e);
-  else
-    return ::pow(v, e);
-}
-
-// The GELU tanh-approximation constants, in the compute type.
-template <typename C>
-struct GeluConstants {
-  static constexpr C k = static_cast<C>(0.7978845608028654);  // sqrt(2 / pi)
-  static constexpr C c = static_cast<C>(0.044715);
-};
 
 template <UnaryOp op>
 struct UnaryForward {
@@ -83,8 +42,7 @@ struct UnaryForward {
     } else if constexpr (op == UnaryOp::relu) {
       return v < C(0) ? C(0) : v;  // std::max(v, 0): NaN compares false and stays
     } else if constexpr (op == UnaryOp::gelu) {
-      using K = GeluConstants<C>;
-      return C(0.5) * v * (C(1) + tanh_of(K::k * (v + K::c * v * v * v)));
+      return gelu_tanh(v);
     } else if constexpr (op == UnaryOp::pow) {
       return pow_of(v, static_cast<C>(scalar));
     } else if constexpr (op == UnaryOp::square) {
@@ -128,9 +86,7 @@ struct UnaryBackward {
       return s > C(0) ? C(1) : C(0);
     } else {
       static_assert(op == UnaryOp::gelu);
-      using K = GeluConstants<C>;
-      C t = tanh_of(K::k * (s + K::c * s * s * s));
-      return C(0.5) * (C(1) + t) + C(0.5) * s * (C(1) - t * t) * K::k * (C(1) + C(3) * K::c * s * s);
+      return gelu_tanh_grad(s);
     }
   }
 
@@ -192,7 +148,7 @@ Tensor backward(const Tensor& grad, const Tensor& saved, double scalar) {
   Tensor out = empty(saved.shape(), saved.dtype(), saved.device());
   dispatch_floating(saved.dtype(), name_of(op), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    launch_map<T, 2>(name_of(op), out, {as_dtype(grad, saved.dtype()), saved}, UnaryBackward<op>{scalar});
+    launch_map<T, 2>(name_of(op), out, {converted(grad, saved.dtype()), saved}, UnaryBackward<op>{scalar});
   });
   return out;
 }

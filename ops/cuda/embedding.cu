@@ -9,10 +9,16 @@
 // No atomics: the same inputs give the same bits on every run.
 #include <cub/device/device_radix_sort.cuh>
 
+#include "core/cuda/convert.cuh"
+#include "core/cuda/dispatch.cuh"
 #include "core/cuda/launch.cuh"
-#include "ops/cuda/nn_kernels.h"
+#include "core/cuda/pack.cuh"
+#include "ops/cuda/embedding.h"
+#include "ops/cuda/index_check.cuh"
 
 namespace precis::ops::cuda {
+
+using namespace precis::cuda;  // the device toolkit (core/cuda/)
 
 namespace {
 
@@ -118,14 +124,6 @@ __global__ void __launch_bounds__(32 * kRowSlices)
   }
 }
 
-template <typename Fn>
-void dispatch_indices(DType dtype, Fn&& fn) {
-  if (dtype == DType::i32)
-    fn(TypeTag<int32_t>{});
-  else
-    fn(TypeTag<int64_t>{});
-}
-
 }  // namespace
 
 BadIndex embedding_forward(const Tensor& weight, const Tensor& indices, const Tensor& out) {
@@ -139,7 +137,7 @@ BadIndex embedding_forward(const Tensor& weight, const Tensor& indices, const Te
   const int64_t row_stride = weight.strides()[0];
   dispatch_floating(weight.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    dispatch_indices(indices.dtype(), [&](auto index_tag) {
+    dispatch_index(indices.dtype(), op, [&](auto index_tag) {
       using Index = typename decltype(index_tag)::type;
       const T* wp = static_cast<const T*>(weight.raw_data());
       T* op_ = static_cast<T*>(out.raw_data());
@@ -175,7 +173,7 @@ void embedding_backward(const Tensor& grad_rows, const Tensor& indices, const Te
   int32_t* positions = keys + N;
   int32_t* sorted_keys = keys + 2 * N;
   int32_t* sorted_positions = keys + 3 * N;
-  dispatch_indices(indices.dtype(), [&](auto index_tag) {
+  dispatch_index(indices.dtype(), op, [&](auto index_tag) {
     using Index = typename decltype(index_tag)::type;
     precis::cuda::launch(embedding_sort_input_kernel<Index>, precis::cuda::grid_for(N), precis::cuda::kBlockSize, 0,
                          stream, static_cast<const Index*>(indices.raw_data()), keys, positions, N);

@@ -21,14 +21,16 @@
 // Traffic per (b, h): K, V, dK, dV once; Q, dO, lse, delta once per key block; dQ's
 // f32 buffer read-modify-written once per key block. Arithmetic: 5 products of
 // 2 Tq Tk D flops each (S, dP, dV, dK, dQ), half of it skipped when causal.
+#include "core/cuda/dispatch.cuh"
 #include "core/cuda/launch.cuh"
 #include "ops/cuda/flash_attention.h"
 #include "ops/cuda/flash_attention_sm90.h"
 #include "ops/cuda/flash_mma.cuh"
 #include "ops/cuda/flash_params.cuh"
-#include "ops/cuda/tensor_info.cuh"
 
 namespace precis::ops::cuda {
+
+using namespace precis::cuda;  // the device toolkit (core/cuda/)
 
 namespace {
 
@@ -109,8 +111,8 @@ struct BackwardTile {
   static constexpr int kStages = 3;
   // One warp's P^T in one slot: kKeyTiles x (kBlockM / 16) A fragments of 16 bytes per lane.
   static constexpr int kExchangeBytes = kKeyTiles * (kBlockM / 16) * 16 * 32;
-  static constexpr int kSmemBytes = 2 * kBlockN * kD * 2 + 2 * kStages * kBlockM * kD * 2 +
-                                    2 * 4 * kExchangeBytes + 2 * kBlockN * kBlockM * 2 + 2 * kStages * kBlockM * 4;
+  static constexpr int kSmemBytes = 2 * kBlockN * kD * 2 + 2 * kStages * kBlockM * kD * 2 + 2 * 4 * kExchangeBytes +
+                                    2 * kBlockN * kBlockM * 2 + 2 * kStages * kBlockM * 4;
 };
 
 enum BackwardBarrier : int {  // 0 is __syncthreads'
@@ -152,37 +154,33 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(16) unsigned char smem[];
   T* sK = reinterpret_cast<T*>(smem);
   T* sV = sK + kBlockN * kD;
-  T* sQ = sV + kBlockN * kD;             // [kStages][kBlockM * kD]
-  T* sdO = sQ + kStages * kBlockM * kD;  // [kStages][kBlockM * kD]
-  uint4* sExchange = reinterpret_cast<uint4*>(sdO + kStages * kBlockM * kD);      // [2 slots][4 warps][words]
-  T* sdSt = reinterpret_cast<T*>(sExchange + 2 * 4 * kExchangeWords);             // [2 slots][kBlockN][kBlockM]
-  float* sLse = reinterpret_cast<float*>(sdSt + 2 * kBlockN * kBlockM);           // [kStages][kBlockM]
-  float* sDelta = sLse + kStages * kBlockM;                                       // [kStages][kBlockM]
+  T* sQ = sV + kBlockN * kD;                                                  // [kStages][kBlockM * kD]
+  T* sdO = sQ + kStages * kBlockM * kD;                                       // [kStages][kBlockM * kD]
+  uint4* sExchange = reinterpret_cast<uint4*>(sdO + kStages * kBlockM * kD);  // [2 slots][4 warps][words]
+  T* sdSt = reinterpret_cast<T*>(sExchange + 2 * 4 * kExchangeWords);         // [2 slots][kBlockN][kBlockM]
+  float* sLse = reinterpret_cast<float*>(sdSt + 2 * kBlockN * kBlockM);       // [kStages][kBlockM]
+  float* sDelta = sLse + kStages * kBlockM;                                   // [kStages][kBlockM]
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int bh = blockIdx.x, b = bh / s.heads, h = bh % s.heads;
   const int n0 = blockIdx.y * kBlockN;
-  const T* qm = q.matrix(b, h);
-  const T* dom = dout.matrix(b, h);
-  const float* lse_bh = lse + static_cast<int64_t>(bh) * s.q_len;
-  const float* delta_bh = delta + static_cast<int64_t>(bh) * s.q_len;
-  float* dq_bh = dq_accum + static_cast<int64_t>(bh) * s.q_len * kD;
+  const QueryRows<T, kD> qrows = query_rows<kD>(q, dout, lse, delta, dq_accum, s, b, h, bh);
 
   // The probability warps (tid < kRoleThreads) start copying query block m into `stage`:
   // Q, dO, lse, delta. Rows past the end read as zeros: their dO is zero, so whatever
   // their P, they add nothing to any gradient.
   auto load_query_block = [&](int m, int stage) {
     const int m0 = m * kBlockM;
-    load_tile_async<kBlockM, kD, kRoleThreads>(sQ + stage * kBlockM * kD, qm + m0 * q.row_stride, q.row_stride,
+    load_tile_async<kBlockM, kD, kRoleThreads>(sQ + stage * kBlockM * kD, qrows.q + m0 * q.row_stride, q.row_stride,
                                                s.q_len - m0, tid);
-    load_tile_async<kBlockM, kD, kRoleThreads>(sdO + stage * kBlockM * kD, dom + m0 * dout.row_stride,
+    load_tile_async<kBlockM, kD, kRoleThreads>(sdO + stage * kBlockM * kD, qrows.dout + m0 * dout.row_stride,
                                                dout.row_stride, s.q_len - m0, tid);
     const int row = tid % kBlockM;
     const bool valid = m0 + row < s.q_len;
     if (tid < kBlockM)
-      cp_async_4(sLse + stage * kBlockM + row, valid ? lse_bh + m0 + row : lse_bh, valid);
+      cp_async_4(sLse + stage * kBlockM + row, valid ? qrows.lse + m0 + row : qrows.lse, valid);
     else
-      cp_async_4(sDelta + stage * kBlockM + row, valid ? delta_bh + m0 + row : delta_bh, valid);
+      cp_async_4(sDelta + stage * kBlockM + row, valid ? qrows.delta + m0 + row : qrows.delta, valid);
   };
 
   // Causal: queries before n0 see none of these keys.
@@ -306,9 +304,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             const float2 pr = unpack2<T>(p[i]);
             frag[mt][j][i] = pack2<T>(pr.x * (st[mt][nt][2 * half] - row_delta[nt].x),
                                       pr.y * (st[mt][nt][2 * half + 1] - row_delta[nt].y));
-            *reinterpret_cast<uint32_t*>(sdStb +
-                                         swizzled<kBlockM>(key0 + mt * 16 + lane / 4 + 8 * half, nt * 8 + col)) =
-                frag[mt][j][i];
+            *reinterpret_cast<uint32_t*>(
+                sdStb + swizzled<kBlockM>(key0 + mt * 16 + lane / 4 + 8 * half, nt * 8 + col)) = frag[mt][j][i];
           }
         }
       barrier_sync(kScoreGradsStored, kRoleThreads);
@@ -345,7 +342,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int half = 0; half < 2; ++half) {
           const int row = m0 + dq_row0 + mt * 16 + lane / 4 + 8 * half;
           if (row >= s.q_len) continue;
-          float* dst = dq_bh + static_cast<int64_t>(row) * kD + dq_col0 + col;
+          float* dst = qrows.dq_accum + static_cast<int64_t>(row) * kD + dq_col0 + col;
 #pragma unroll
           for (int nt = 0; nt < kD / 16; ++nt)
             atomic_add_pair(dst + nt * 8, dq[mt][nt][2 * half] * s.scale, dq[mt][nt][2 * half + 1] * s.scale);
@@ -409,14 +406,12 @@ void launch_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Te
     flash_backward_key_blocks_sm90(q, k, v, dout, lse, delta, dq_accum, s.causal, s.scale, dk, dv);
   } else {
     using Tile = BackwardTile<kD>;
-    auto kernel = flash_backward_kernel<T, kD>;
-    PRECIS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes),
-                      op);
     const dim3 grid(s.batch * s.heads, ceil_div(s.k_len, Tile::kBlockN));
-    precis::cuda::launch(kernel, grid, kThreads, Tile::kSmemBytes, stream, heads_view<const T>(q),
-                         heads_view<const T>(k), heads_view<const T>(v), heads_view<const T>(dout),
-                         static_cast<const float*>(lse.raw_data()), static_cast<const float*>(delta.raw_data()),
-                         static_cast<float*>(dq_accum.raw_data()), heads_view<T>(dk), heads_view<T>(dv), s);
+    launch_with_shared_memory(flash_backward_kernel<T, kD>, grid, kThreads, Tile::kSmemBytes, stream, op,
+                              heads_view<const T>(q), heads_view<const T>(k), heads_view<const T>(v),
+                              heads_view<const T>(dout), static_cast<const float*>(lse.raw_data()),
+                              static_cast<const float*>(delta.raw_data()), static_cast<float*>(dq_accum.raw_data()),
+                              heads_view<T>(dk), heads_view<T>(dv), s);
     PRECIS_CUDA_CHECK_LAUNCH(op);
   }
 
@@ -434,28 +429,22 @@ void run_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
   if (s.batch == 0 || s.heads == 0 || s.k_len == 0) return;
   cudaStream_t stream = stream_for(q);
   const int64_t D = q.size(3);
-  auto by_dim = [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_half(q.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
     if (D == 64)
       launch_backward<T, 64>(q, k, v, out, lse, dout, s, dq, dk, dv, sm90, stream);
     else if (D == 128)
       launch_backward<T, 128>(q, k, v, out, lse, dout, s, dq, dk, dv, sm90, stream);
     else
       PRECIS_FAIL(op, ": head size ", D, " is not supported (64 or 128)");
-  };
-  if (q.dtype() == DType::bf16)
-    by_dim(__nv_bfloat16{});
-  else if (q.dtype() == DType::f16)
-    by_dim(__half{});
-  else
-    PRECIS_FAIL(op, ": dtype ", q.dtype(), " is not supported (f16 or bf16)");
+  });
 }
 
 }  // namespace
 
-void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                              const Tensor& lse, const Tensor& dout, bool causal, double scale, const Tensor& dq,
-                              const Tensor& dk, const Tensor& dv) {
+void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                              const Tensor& dout, bool causal, double scale, const Tensor& dq, const Tensor& dk,
+                              const Tensor& dv) {
   const bool sm90 = flash_attention_backward_sm90_supported(q);  // wgmma on Hopper at head size 64
   run_backward(q, k, v, out, lse, dout, causal, scale, dq, dk, dv, sm90);
 }

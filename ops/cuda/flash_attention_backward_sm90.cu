@@ -64,14 +64,15 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "core/cuda/dispatch.cuh"
 #include "core/cuda/launch.cuh"
 #include "ops/cuda/flash_attention_sm90.h"
 #include "ops/cuda/flash_params.cuh"
 #include "ops/cuda/flash_wgmma.cuh"
-#include "ops/cuda/reduce.cuh"
-#include "ops/cuda/tensor_info.cuh"
 
 namespace precis::ops::cuda {
+
+using namespace precis::cuda;  // the device toolkit (core/cuda/)
 
 namespace {
 
@@ -125,32 +126,28 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int in_group = block % (group * key_blocks);
     const int bh = bh0 + block / (group * key_blocks) * group + in_group % group, b = bh / s.heads, h = bh % s.heads;
     const int n0 = in_group / group * kBlockN;
-    const T* qm = q.matrix(b, h);
-    const T* dom = dout.matrix(b, h);
-    const float* lse_bh = lse + static_cast<int64_t>(bh) * s.q_len;
-    const float* delta_bh = delta + static_cast<int64_t>(bh) * s.q_len;
-    float* dq_bh = dq_accum + static_cast<int64_t>(bh) * s.q_len * kD;
+    const QueryRows<T, kD> qrows = query_rows<kD>(q, dout, lse, delta, dq_accum, s, b, h, bh);
 
     // Starts copying query block m into `stage`: Q, dO, lse, delta. Rows past the end read
     // as zeros: their dO is zero, so whatever their P, they add nothing to any gradient.
     auto load_query_block = [&](int m, int stage) {
       const int m0 = m * kBlockM;
-      load_panels_async<kBlockM, kD, kThreads>(sQ + stage * kBlockM * kD, qm + m0 * q.row_stride, q.row_stride,
+      load_panels_async<kBlockM, kD, kThreads>(sQ + stage * kBlockM * kD, qrows.q + m0 * q.row_stride, q.row_stride,
                                                s.q_len - m0, tid);
-      load_panels_async<kBlockM, kD, kThreads>(sdO + stage * kBlockM * kD, dom + m0 * dout.row_stride, dout.row_stride,
-                                               s.q_len - m0, tid);
+      load_panels_async<kBlockM, kD, kThreads>(sdO + stage * kBlockM * kD, qrows.dout + m0 * dout.row_stride,
+                                               dout.row_stride, s.q_len - m0, tid);
       const int row = tid % kBlockM;
       const bool valid = m0 + row < s.q_len;
       if (tid < kBlockM)
-        cp_async_4(sLse + stage * kBlockM + row, valid ? lse_bh + m0 + row : lse_bh, valid);
+        cp_async_4(sLse + stage * kBlockM + row, valid ? qrows.lse + m0 + row : qrows.lse, valid);
       else if (tid < 2 * kBlockM)
-        cp_async_4(sDelta + stage * kBlockM + row, valid ? delta_bh + m0 + row : delta_bh, valid);
+        cp_async_4(sDelta + stage * kBlockM + row, valid ? qrows.delta + m0 + row : qrows.delta, valid);
     };
     // Thread 0 starts adding query block m's dQ, complete in dQ tile `buffer`, into the sums:
     // the rows before q_len, whole 256-byte rows, contiguous in dq_accum.
     auto reduce_dq = [&](int m, int buffer) {
       const int m0 = m * kBlockM, rows = min(kBlockM, s.q_len - m0);
-      bulk_reduce_add_f32(dq_bh + static_cast<int64_t>(m0) * kD, sdQ + buffer * kBlockM * kD,
+      bulk_reduce_add_f32(qrows.dq_accum + static_cast<int64_t>(m0) * kD, sdQ + buffer * kBlockM * kD,
                           static_cast<uint32_t>(rows * kD * 4));
       bulk_commit();
     };
@@ -346,19 +343,14 @@ void flash_backward_key_blocks_sm90(const Tensor& q, const Tensor& k, const Tens
   const int head_group =
       s.causal ? std::clamp(std::min(ceil_div(4 * multiprocessor_count(q.device()), key_blocks + 1), 16), 1, heads)
                : heads;
-  auto launch = [&](auto tag) {
-    using T = decltype(tag);
-    auto kernel = flash_backward_sm90_kernel<T>;
-    PRECIS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes), op);
-    precis::cuda::launch(kernel, heads * key_blocks, kThreads, kSmemBytes, stream, heads_view<const T>(q),
-                         heads_view<const T>(k), heads_view<const T>(v), heads_view<const T>(dout),
-                         static_cast<const float*>(lse.raw_data()), static_cast<const float*>(delta.raw_data()),
-                         static_cast<float*>(dq_accum.raw_data()), heads_view<T>(dk), heads_view<T>(dv), s, head_group);
-  };
-  if (q.dtype() == DType::bf16)
-    launch(__nv_bfloat16{});
-  else
-    launch(__half{});
+  dispatch_half(q.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    launch_with_shared_memory(flash_backward_sm90_kernel<T>, heads * key_blocks, kThreads, kSmemBytes, stream, op,
+                              heads_view<const T>(q), heads_view<const T>(k), heads_view<const T>(v),
+                              heads_view<const T>(dout), static_cast<const float*>(lse.raw_data()),
+                              static_cast<const float*>(delta.raw_data()), static_cast<float*>(dq_accum.raw_data()),
+                              heads_view<T>(dk), heads_view<T>(dv), s, head_group);
+  });
   PRECIS_CUDA_CHECK_LAUNCH(op);
 }
 

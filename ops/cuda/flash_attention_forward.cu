@@ -32,14 +32,16 @@
 // while P V runs, V of this block loads while Q K^T runs. The output tile goes out
 // through shared memory too (the Q tile's, free once Q is in registers), so every
 // thread writes whole 16-byte pieces of rows instead of 4-byte scraps.
+#include "core/cuda/dispatch.cuh"
 #include "core/cuda/launch.cuh"
 #include "ops/cuda/flash_attention.h"
 #include "ops/cuda/flash_attention_sm90.h"
 #include "ops/cuda/flash_mma.cuh"
 #include "ops/cuda/flash_params.cuh"
-#include "ops/cuda/tensor_info.cuh"
 
 namespace precis::ops::cuda {
+
+using namespace precis::cuda;  // the device toolkit (core/cuda/)
 
 namespace {
 
@@ -56,8 +58,8 @@ struct ForwardTile {
 
 template <typename T, int kD, int kMTiles>
 __global__ void __launch_bounds__(kThreads)
-    flash_forward_kernel(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<T> out,
-                         float* lse, Sizes s) {
+    flash_forward_kernel(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<T> out, float* lse,
+                         Sizes s) {
   precis::cuda::wait_for_previous_grid();
   constexpr int kBlockM = ForwardTile<kD, kMTiles>::kBlockM;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -133,8 +135,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int half = 0; half < 2; ++half) {
         float mx = row_max[mt][half];
 #pragma unroll
-        for (int nt = 0; nt < kBlockN / 8; ++nt)
-          mx = fmaxf(mx, fmaxf(sc[mt][nt][2 * half], sc[mt][nt][2 * half + 1]));
+        for (int nt = 0; nt < kBlockN / 8; ++nt) mx = fmaxf(mx, fmaxf(sc[mt][nt][2 * half], sc[mt][nt][2 * half + 1]));
         mx = quad_max(mx);
         // A row with every key masked so far keeps m = -inf; 0 stands in so no inf - inf is formed.
         const float base = mx == -INFINITY ? 0.f : mx * s.scale_log2;
@@ -206,27 +207,18 @@ __global__ void __launch_bounds__(kThreads)
             l > 0.f ? row_max[mt][half] * s.scale + logf(l) : INFINITY;
     }
   __syncthreads();
-  T* om = out.matrix(b, h);
-  constexpr int kChunksPerRow = kD / 8;
-#pragma unroll
-  for (int i = 0; i < kBlockM * kChunksPerRow / kThreads; ++i) {
-    const int chunk = tid + i * kThreads, local_row = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
-    if (m0 + local_row < s.q_len)
-      *reinterpret_cast<uint4*>(om + (m0 + local_row) * out.row_stride + col) =
-          *reinterpret_cast<const uint4*>(sQ + swizzled<kD>(local_row, col));
-  }
+  store_tile<kBlockM, kD, kThreads>(
+      out.matrix(b, h), out.row_stride, m0, s.q_len, sQ, [](int r, int c) { return swizzled<kD>(r, c); }, tid);
 }
 
 template <typename T, int kD, int kMTiles>
 void launch_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                     const Sizes& s, cudaStream_t stream) {
   using Tile = ForwardTile<kD, kMTiles>;
-  auto kernel = flash_forward_kernel<T, kD, kMTiles>;
-  PRECIS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes),
-                    "flash_attention forward");
   const dim3 grid(s.batch * s.heads, ceil_div(s.q_len, Tile::kBlockM));
-  precis::cuda::launch(kernel, grid, kThreads, Tile::kSmemBytes, stream, heads_view<const T>(q), heads_view<const T>(k),
-                       heads_view<const T>(v), heads_view<T>(out), static_cast<float*>(lse.raw_data()), s);
+  launch_with_shared_memory(flash_forward_kernel<T, kD, kMTiles>, grid, kThreads, Tile::kSmemBytes, stream,
+                            "flash_attention forward", heads_view<const T>(q), heads_view<const T>(k),
+                            heads_view<const T>(v), heads_view<T>(out), static_cast<float*>(lse.raw_data()), s);
 }
 
 }  // namespace
@@ -242,21 +234,15 @@ void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
   }
   cudaStream_t stream = stream_for(q);
   const int64_t D = q.size(3);
-  auto by_dim = [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_half(q.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
     if (D == 64)
       launch_forward<T, 64, 2>(q, k, v, out, lse, s, stream);
     else if (D == 128)
       launch_forward<T, 128, 1>(q, k, v, out, lse, s, stream);
     else
       PRECIS_FAIL(op, ": head size ", D, " is not supported (64 or 128)");
-  };
-  if (q.dtype() == DType::bf16)
-    by_dim(__nv_bfloat16{});
-  else if (q.dtype() == DType::f16)
-    by_dim(__half{});
-  else
-    PRECIS_FAIL(op, ": dtype ", q.dtype(), " is not supported (f16 or bf16)");
+  });
   PRECIS_CUDA_CHECK_LAUNCH(op);
 }
 

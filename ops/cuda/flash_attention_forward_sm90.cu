@@ -35,13 +35,15 @@
 #include <array>
 #include <atomic>
 
+#include "core/cuda/dispatch.cuh"
 #include "core/cuda/launch.cuh"
 #include "ops/cuda/flash_attention_sm90.h"
 #include "ops/cuda/flash_params.cuh"
 #include "ops/cuda/flash_wgmma.cuh"
-#include "ops/cuda/tensor_info.cuh"
 
 namespace precis::ops::cuda {
+
+using namespace precis::cuda;  // the device toolkit (core/cuda/)
 
 namespace {
 
@@ -221,15 +223,9 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
             l > 0.f ? row_max[half] * s.scale + logf(l) : INFINITY;
     }
     __syncthreads();
-    T* om = out.matrix(b, h);
-    constexpr int kChunksPerRow = kD / 8;
-#pragma unroll
-    for (int i = 0; i < kBlockM * kChunksPerRow / kThreads; ++i) {
-      const int chunk = tid + i * kThreads, local_row = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
-      if (m0 + local_row < s.q_len)
-        *reinterpret_cast<uint4*>(om + (m0 + local_row) * out.row_stride + col) =
-            *reinterpret_cast<const uint4*>(sQ + panel_offset<kBlockM>(local_row, col));
-    }
+    store_tile<kBlockM, kD, kThreads>(
+        out.matrix(b, h), out.row_stride, m0, s.q_len, sQ, [](int r, int c) { return panel_offset<kBlockM>(r, c); },
+        tid);
   }
 }
 
@@ -252,13 +248,11 @@ template <typename T, int kD, int kWarpgroups, int kBlockN, int kMinBlocks>
 void launch_forward_sm90(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                          const Sizes& s, cudaStream_t stream) {
   using Tile = Sm90Tile<kD, kWarpgroups, kBlockN>;
-  auto kernel = flash_forward_sm90_kernel<T, kD, kWarpgroups, kBlockN, kMinBlocks>;
-  PRECIS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes),
-                    "flash_attention forward (sm_90a)");
   const dim3 grid(s.batch * s.heads, ceil_div(s.q_len, Tile::kBlockM));
-  precis::cuda::launch(kernel, grid, Tile::kThreads, Tile::kSmemBytes, stream, heads_view<const T>(q),
-                       heads_view<const T>(k), heads_view<const T>(v), heads_view<T>(out),
-                       static_cast<float*>(lse.raw_data()), s);
+  launch_with_shared_memory(flash_forward_sm90_kernel<T, kD, kWarpgroups, kBlockN, kMinBlocks>, grid, Tile::kThreads,
+                            Tile::kSmemBytes, stream, "flash_attention forward (sm_90a)", heads_view<const T>(q),
+                            heads_view<const T>(k), heads_view<const T>(v), heads_view<T>(out),
+                            static_cast<float*>(lse.raw_data()), s);
 }
 
 }  // namespace
@@ -297,17 +291,13 @@ void flash_attention_forward_sm90(const Tensor& q, const Tensor& k, const Tensor
   if (s.batch == 0 || s.heads == 0 || s.q_len == 0) return;
   cudaStream_t stream = stream_for(q);
   const int64_t D = q.size(3);
-  auto by_dim = [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_half(q.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
     if (D == 64)
       launch_forward_sm90<T, 64, 2, 64, 2>(q, k, v, out, lse, s, stream);
     else
       launch_forward_sm90<T, 128, 2, 128, 1>(q, k, v, out, lse, s, stream);
-  };
-  if (q.dtype() == DType::bf16)
-    by_dim(__nv_bfloat16{});
-  else
-    by_dim(__half{});
+  });
   PRECIS_CUDA_CHECK_LAUNCH(op);
 }
 

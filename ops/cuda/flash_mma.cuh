@@ -143,8 +143,7 @@ __device__ __forceinline__ void load_b_from_cols(uint32_t (&b)[4], const T* tile
 // 8 * kN8) is overwritten. S = Q K^T in the forward; S^T = K Q^T and dP^T = V dO^T backward.
 template <typename T, int kD, int kTiles, int kN8>
 __device__ __forceinline__ void fragments_times_rows(float (&out)[kTiles][kN8][4],
-                                                     const uint32_t (&a)[kTiles][kD / 16][4], const T* rows,
-                                                     int lane) {
+                                                     const uint32_t (&a)[kTiles][kD / 16][4], const T* rows, int lane) {
 #pragma unroll
   for (int t = 0; t < kTiles; ++t)
 #pragma unroll
@@ -181,6 +180,23 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// The output side: rows [row0, row0 + kRows) of a [rows, kCols] matrix (row stride
+// `stride` elements; those from `rows` on are not written) from a finished shared tile
+// whose element (r, c) is at tile + offset(r, c) (its swizzled or paneled layout); kThreads
+// threads, 16 bytes each per step.
+template <int kRows, int kCols, int kThreads, typename T, typename Offset>
+__device__ __forceinline__ void store_tile(T* matrix, int64_t stride, int row0, int rows, const T* tile, Offset offset,
+                                           int tid) {
+  constexpr int kChunksPerRow = kCols / 8;
+#pragma unroll
+  for (int i = 0; i < kRows * kChunksPerRow / kThreads; ++i) {
+    const int chunk = tid + i * kThreads, local_row = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
+    if (row0 + local_row < rows)
+      *reinterpret_cast<uint4*>(matrix + (row0 + local_row) * stride + col) =
+          *reinterpret_cast<const uint4*>(tile + offset(local_row, col));
+  }
 }
 
 // Starts copying rows [0, kRows) of a [*, kCols] matrix (row stride `stride` elements,

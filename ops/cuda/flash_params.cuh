@@ -24,6 +24,20 @@ HeadsView<T> heads_view(const Tensor& t) {
   return {static_cast<T*>(t.raw_data()), t.strides()[0], t.strides()[1], t.strides()[2]};
 }
 
+struct Sizes;
+
+// A backward block's query side of head (b, h), bh = b H + h: the head's Q and dO
+// matrices, and its rows of the per-row lse and delta ([B H Tq] f32) and of the dQ
+// sums ([B H Tq, kD] f32).
+template <typename T, int kD>
+struct QueryRows {
+  const T* q;
+  const T* dout;
+  const float* lse;
+  const float* delta;
+  float* dq_accum;
+};
+
 struct Sizes {
   int batch, heads, q_len, k_len;
   bool causal;
@@ -33,9 +47,21 @@ struct Sizes {
 
 inline Sizes sizes_of(const Tensor& q, const Tensor& k, bool causal, double scale) {
   const double log2e = 1.4426950408889634;
-  return {static_cast<int>(q.size(0)), static_cast<int>(q.size(1)), static_cast<int>(q.size(2)),
-          static_cast<int>(k.size(2)),  causal,
-          static_cast<float>(scale),    static_cast<float>(scale * log2e)};
+  return {static_cast<int>(q.size(0)),
+          static_cast<int>(q.size(1)),
+          static_cast<int>(q.size(2)),
+          static_cast<int>(k.size(2)),
+          causal,
+          static_cast<float>(scale),
+          static_cast<float>(scale * log2e)};
+}
+
+template <int kD, typename T>
+__device__ __forceinline__ QueryRows<T, kD> query_rows(const HeadsView<const T>& q, const HeadsView<const T>& dout,
+                                                       const float* lse, const float* delta, float* dq_accum,
+                                                       const Sizes& s, int b, int h, int bh) {
+  return {q.matrix(b, h), dout.matrix(b, h), lse + static_cast<int64_t>(bh) * s.q_len,
+          delta + static_cast<int64_t>(bh) * s.q_len, dq_accum + static_cast<int64_t>(bh) * s.q_len * kD};
 }
 
 __host__ __device__ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }

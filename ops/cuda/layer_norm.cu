@@ -28,10 +28,17 @@
 #include <algorithm>
 #include <utility>
 
+#include "core/cuda/block_reduce.cuh"
+#include "core/cuda/convert.cuh"
+#include "core/cuda/dispatch.cuh"
 #include "core/cuda/launch.cuh"
-#include "ops/cuda/nn_kernels.h"
+#include "core/cuda/pack.cuh"
+#include "ops/cuda/layer_norm.h"
+#include "ops/cuda/row_groups.cuh"
 
 namespace precis::ops::cuda {
+
+using namespace precis::cuda;  // the device toolkit (core/cuda/)
 
 namespace {
 

@@ -17,51 +17,15 @@
 #pragma once
 
 #include <algorithm>
-#include <atomic>
-#include <cstring>
 
+#include "core/copy.h"
+#include "core/cuda/block_reduce.cuh"
 #include "core/cuda/launch.cuh"
-#include "ops/cuda/elementwise.cuh"
-#include "ops/cuda/tensor_info.cuh"
+#include "core/cuda/strided_index.cuh"
 
 namespace precis::ops::cuda {
 
-// __shfl_down_sync for any trivially copyable value, one 32-bit word at a time.
-template <typename T>
-__device__ __forceinline__ T shuffle_down(T value, int delta, int width) {
-  static_assert(sizeof(T) % 4 == 0, "shuffled values are made of 32-bit words");
-  constexpr int kWords = sizeof(T) / 4;
-  uint32_t words[kWords];
-  memcpy(words, &value, sizeof(T));
-#pragma unroll
-  for (int w = 0; w < kWords; ++w) words[w] = __shfl_down_sync(0xffffffffu, words[w], delta, width);
-  memcpy(&value, words, sizeof(T));
-  return value;
-}
-
-// Lane 0 of each aligned group of `width` lanes gets the combination of the group, in lane order.
-// Every lane of the warp must call it.
-template <typename R, typename Acc>
-__device__ __forceinline__ Acc group_reduce(const R& r, Acc acc, int width) {
-  for (int delta = width / 2; delta > 0; delta /= 2) acc = r.combine(acc, shuffle_down(acc, delta, width));
-  return acc;
-}
-
-// Thread 0 gets the combination over the block, in thread order. Every thread must call it.
-template <typename R, typename Acc>
-__device__ Acc block_reduce(const R& r, Acc acc) {
-  __shared__ alignas(16) unsigned char storage[32 * sizeof(Acc)];
-  Acc* per_warp = reinterpret_cast<Acc*>(storage);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = (blockDim.x + 31) / 32;
-  acc = group_reduce(r, acc, 32);
-  if (lane == 0) per_warp[warp] = acc;
-  __syncthreads();
-  if (warp == 0) {
-    acc = lane < warps ? per_warp[lane] : r.identity();
-    acc = group_reduce(r, acc, 32);
-  }
-  return acc;
-}
+using namespace precis::cuda;  // the device toolkit (core/cuda/)
 
 // Row `row` = (global thread) / group; its lanes take values lane, lane + group, ...
 template <typename R>
@@ -114,8 +78,6 @@ struct PieceMerger {
   __device__ Acc combine(Acc earlier, Acc later) const { return r.combine(earlier, later); }
   __device__ void finish(int64_t row, Acc acc) const { r.finish(row, acc); }
 };
-
-using precis::cuda::multiprocessor_count;
 
 // The smallest power of two >= n, at most 32: the lanes a row of n values gets.
 inline int lanes_for(int64_t n) {

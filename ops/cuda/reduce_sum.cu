@@ -12,12 +12,15 @@
 #include <algorithm>
 
 #include "core/copy.h"
+#include "core/cuda/convert.cuh"
+#include "core/cuda/dispatch.cuh"
 #include "core/cuda/launch.cuh"
-#include "ops/cuda/elementwise.cuh"
 #include "ops/cuda/reduce.cuh"
 #include "ops/cuda/reduce.h"
 
 namespace precis::ops::cuda {
+
+using namespace precis::cuda;  // the device toolkit (core/cuda/)
 
 namespace {
 

@@ -6,12 +6,16 @@
 // and partial results merge with Chan et al.'s pairwise formula, the CPU's `merge`:
 //   mean = mean_a + delta n_b / n,  M2 = M2_a + M2_b + delta^2 n_a n_b / n,  delta = mean_b - mean_a
 // var = M2 / (N - correction). Backward: dx = g * 2 (x - mean) / (N - correction).
+#include "core/cuda/convert.cuh"
+#include "core/cuda/dispatch.cuh"
 #include "core/cuda/launch.cuh"
-#include "ops/cuda/elementwise.cuh"
+#include "core/cuda/strided_index.cuh"
 #include "ops/cuda/reduce.cuh"
 #include "ops/cuda/reduce.h"
 
 namespace precis::ops::cuda {
+
+using namespace precis::cuda;  // the device toolkit (core/cuda/)
 
 namespace {
 

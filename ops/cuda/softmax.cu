@@ -1,10 +1,18 @@
 // softmax and log_softmax along the last dim, rows of n values: one warp per row
 // when n <= 1024, else one block per row (ops/cuda/nn_kernels.h: dispatch_row_threads).
 // Math in f32 (f64 for f64), rounded to the element type on store.
+#include "core/cuda/block_reduce.cuh"
+#include "core/cuda/convert.cuh"
+#include "core/cuda/dispatch.cuh"
 #include "core/cuda/launch.cuh"
-#include "ops/cuda/nn_kernels.h"
+#include "core/cuda/pack.cuh"
+#include "ops/cuda/online_softmax.cuh"
+#include "ops/cuda/row_groups.cuh"
+#include "ops/cuda/softmax.h"
 
 namespace precis::ops::cuda {
+
+using namespace precis::cuda;  // the device toolkit (core/cuda/)
 
 namespace {
 

@@ -17,7 +17,7 @@
 #include "support/gpu.h"
 #include "support/gpu_compare.h"
 #if PRECIS_WITH_CUDA
-#include "ops/cuda/nn_kernels.h"
+#include "ops/cuda/layer_norm.h"
 #endif
 
 using namespace precis;

@@ -1,7 +1,7 @@
 // The sm_90a flash-attention forward and backward (ops/cuda/flash_attention_*_sm90.cu) and their
 // wgmma building blocks (ops/cuda/flash_wgmma.cuh), on the GPU:
 //  - each product form the forward uses, run on one tile by the forward's own code path
-//    (ops/cuda/flash_wgmma_probe.cu) against a CPU product in f64 of the same 16-bit
+//    (tests/ops/flash_wgmma_probe.cu) against a CPU product in f64 of the same 16-bit
 //    values, output poisoned with NaN first: S = Q K^T (A and B from shared memory, both
 //    K-major) and O = P V (A in registers, converted from score accumulators; B from
 //    shared memory, MN-major through the transpose bit), D and N of 64 and 128;
@@ -32,6 +32,7 @@
 #if PRECIS_WITH_CUDA
 #include "ops/cuda/flash_attention.h"
 #include "ops/cuda/flash_attention_sm90.h"
+#include "ops/flash_wgmma_probe.h"
 #endif
 
 using namespace precis;

@@ -24,7 +24,10 @@
 #include "support/gpu.h"
 #include "support/gradcheck.h"
 #if PRECIS_WITH_CUDA
-#include "ops/cuda/nn_kernels.h"
+#include "ops/cuda/cross_entropy.h"
+#include "ops/cuda/embedding.h"
+#include "ops/cuda/layer_norm.h"
+#include "ops/cuda/softmax.h"
 #endif
 
 using namespace precis;

@@ -1,13 +1,14 @@
 // Probes of the wgmma products of the sm_90a flash-attention forward and backward, for
-// tests/ops/test_flash_wgmma_gpu.cpp: one warpgroup runs the forward's own code path
-// (paneled tiles filled by cp.async, descriptors, wgmma wrappers, the accumulator-to-A
-// conversion; ops/cuda/flash_wgmma.cuh) on one tile and writes the f32 accumulators out,
-// so a wrong descriptor field or register layout shows element by element against a CPU
-// product. Assembled in the sm_90a pass only, like the forward.
+// tests/ops/test_flash_wgmma_gpu.cpp (declared in tests/ops/flash_wgmma_probe.h): one warpgroup runs the forward's own
+// code path (paneled tiles filled by cp.async, descriptors, wgmma wrappers, the accumulator-to-A conversion;
+// ops/cuda/flash_wgmma.cuh) on one tile and writes the f32 accumulators out, so a wrong descriptor field or register
+// layout shows element by element against a CPU product. Assembled in the sm_90a pass only, like the forward.
+#include "core/cuda/dispatch.cuh"
+#include "core/cuda/launch.cuh"
 #include "ops/cuda/flash_attention_sm90.h"
 #include "ops/cuda/flash_params.cuh"
 #include "ops/cuda/flash_wgmma.cuh"
-#include "ops/cuda/tensor_info.cuh"
+#include "ops/flash_wgmma_probe.h"
 
 namespace precis::ops::cuda {
 
@@ -162,10 +163,7 @@ void with_shape(const Tensor& t, int64_t D, int64_t N, const char* op, Fn&& fn) 
     else
       by_n(type_tag, std::integral_constant<int, 128>{});
   };
-  if (t.dtype() == DType::bf16)
-    by_d(__nv_bfloat16{});
-  else
-    by_d(__half{});
+  precis::cuda::dispatch_half(t.dtype(), op, [&](auto tag) { by_d(typename decltype(tag)::type{}); });
 }
 
 void check_probe_inputs(const Tensor& x, const Tensor& b, const Tensor& out, const char* op) {
@@ -184,7 +182,7 @@ void wgmma_probe_scores(const Tensor& a, const Tensor& b, const Tensor& out) {
   const int64_t D = a.size(1), N = b.size(0);
   PRECIS_CHECK(a.size(0) == 64 && b.size(1) == D && a.dtype() == b.dtype() && out.shape() == (Shape{64, N}), op,
                ": a [64, D], b [N, D], out [64, N]");
-  cudaStream_t stream = stream_for(b);
+  cudaStream_t stream = precis::cuda::stream_for(b);
   with_shape(b, D, N, op, [&](auto type_tag, auto d_tag, auto n_tag) {
     using T = decltype(type_tag);
     constexpr int kD = decltype(d_tag)::value, kN = decltype(n_tag)::value;
@@ -202,7 +200,7 @@ void wgmma_probe_values(const Tensor& p, const Tensor& b, const Tensor& out) {
   const int64_t N = p.size(1), D = b.size(1);
   PRECIS_CHECK(p.size(0) == 64 && p.dtype() == DType::f32 && b.size(0) == N && out.shape() == (Shape{64, D}), op,
                ": p [64, N] f32, b [N, D], out [64, D]");
-  cudaStream_t stream = stream_for(b);
+  cudaStream_t stream = precis::cuda::stream_for(b);
   with_shape(b, D, N, op, [&](auto type_tag, auto d_tag, auto n_tag) {
     using T = decltype(type_tag);
     constexpr int kD = decltype(d_tag)::value, kN = decltype(n_tag)::value;
@@ -222,19 +220,15 @@ void wgmma_probe_transposed(const Tensor& a, const Tensor& b, const Tensor& out)
                    b.shape() == (Shape{kProbeKeys, kProbeCols}) &&
                    (b.dtype() == DType::bf16 || b.dtype() == DType::f16) && out.shape() == (Shape{64, kProbeCols}),
                op, ": a [128, 64] f32, b [128, 64] f16 or bf16, out [64, 64]");
-  cudaStream_t stream = stream_for(b);
+  cudaStream_t stream = precis::cuda::stream_for(b);
   constexpr int kSmemBytes = 2 * kProbeKeys * kProbeCols * 2 + kSwizzleAtomBytes;
-  auto launch = [&](auto type_tag) {
-    using T = decltype(type_tag);
+  precis::cuda::dispatch_half(b.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
     allow_shared_memory(wgmma_transposed_probe<T>, kSmemBytes, op);
     wgmma_transposed_probe<T><<<1, kProbeThreads, kSmemBytes, stream>>>(static_cast<const float*>(a.raw_data()),
                                                                         static_cast<const T*>(b.raw_data()),
                                                                         static_cast<float*>(out.raw_data()));
-  };
-  if (b.dtype() == DType::bf16)
-    launch(__nv_bfloat16{});
-  else
-    launch(__half{});
+  });
   PRECIS_CUDA_CHECK_LAUNCH(op);
 }
 

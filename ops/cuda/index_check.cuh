@@ -1,0 +1,50 @@
+// Index checks on the device (embedding indices, cross-entropy targets): a kernel that
+// meets an out-of-range index records its position in a one-word flag (the smallest
+// position wins, so the report does not depend on thread order), and the launcher reads the
+// flag back once after the kernel, instead of a check pass on the host.
+#pragma once
+
+#include <cstdint>
+
+#include "core/cuda/runtime.h"
+#include "core/tensor.h"
+#include "ops/cuda/bad_index.h"
+
+namespace precis::ops::cuda {
+
+// A one-word device flag holding the smallest bad position (atomicMin), ~0 when none.
+__device__ __forceinline__ void flag_bad_position(unsigned long long* flag, int64_t position) {
+  atomicMin(flag, static_cast<unsigned long long>(position));
+}
+
+// Clears `flag` (one unsigned long long on the device) on `stream`.
+inline void clear_bad_position(unsigned long long* flag, cudaStream_t stream, const char* op) {
+  PRECIS_CUDA_CHECK(cudaMemsetAsync(flag, 0xff, sizeof(unsigned long long), stream), op);
+}
+
+// Reads the flag back (one copy and one stream synchronisation) and, when set, the
+// offending index from `indices` (dense i32/i64 on the device). While `stream` is
+// being captured into a CUDA graph nothing can be read back; the check is skipped.
+inline BadIndex read_bad_position(const unsigned long long* flag, const Tensor& indices, cudaStream_t stream,
+                                  const char* op) {
+  if (precis::cuda::is_capturing(stream)) return {};
+  auto copy_back = [&](void* host, const void* device, size_t bytes) {
+    PRECIS_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream), op);
+    PRECIS_CUDA_CHECK(cudaStreamSynchronize(stream), op);
+  };
+  unsigned long long position = 0;
+  copy_back(&position, flag, sizeof(position));
+  if (position == ~0ull) return {};
+  BadIndex bad{static_cast<int64_t>(position), 0};
+  const char* at = static_cast<const char*>(indices.raw_data()) + bad.position * element_size(indices.dtype());
+  if (indices.dtype() == DType::i32) {
+    int32_t value = 0;
+    copy_back(&value, at, sizeof(value));
+    bad.value = value;
+  } else {
+    copy_back(&bad.value, at, sizeof(bad.value));
+  }
+  return bad;
+}
+
+}  // namespace precis::ops::cuda
