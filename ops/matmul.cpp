@@ -102,8 +102,8 @@ Tensor matmul_forward(const Tensor& a_in, const Tensor& b_in) {
   Shape a_shape = batch, b_shape = batch;
   a_shape.insert(a_shape.end(), a.shape().end() - 2, a.shape().end());
   b_shape.insert(b_shape.end(), b.shape().end() - 2, b.shape().end());
-  a = cpu::broadcast_view(a, a_shape, "matmul");
-  b = cpu::broadcast_view(b, b_shape, "matmul");
+  a = broadcast_view(a, a_shape, "matmul");
+  b = broadcast_view(b, b_shape, "matmul");
   Shape out_shape = batch;
   out_shape.push_back(M);
   out_shape.push_back(N);

@@ -11,11 +11,9 @@
 #include "core/copy.h"
 #include "core/strided_loop.h"
 #include "core/tensor.h"
+#include "ops/broadcast.h"
 
 namespace precis::ops::cpu {
-
-// A view of `t` broadcast to `shape` (stride 0 along broadcast dims). No copy, no autograd.
-Tensor broadcast_view(const Tensor& t, const Shape& shape, const char* op);
 
 // Calls fn(TypeTag<T>) for the floating dtypes f32, f64, f16, bf16.
 template <typename Fn>

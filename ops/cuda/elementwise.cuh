@@ -16,7 +16,7 @@
 #include "core/cuda/launch.cuh"
 #include "core/cuda/pack.cuh"
 #include "core/cuda/strided_index.cuh"
-#include "ops/cpu/loops.h"
+#include "ops/broadcast.h"
 
 namespace precis::ops::cuda {
 

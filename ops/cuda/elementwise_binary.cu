@@ -47,8 +47,8 @@ template <BinaryOp op>
 Tensor binary_as(const Tensor& a_in, const Tensor& b_in, DType dtype) {
   const char* name = name_of(op);
   Shape shape = broadcast_shapes(a_in.shape(), b_in.shape(), name);
-  Tensor a = cpu::broadcast_view(converted(a_in, dtype), shape, name);
-  Tensor b = cpu::broadcast_view(converted(b_in, dtype), shape, name);
+  Tensor a = broadcast_view(converted(a_in, dtype), shape, name);
+  Tensor b = broadcast_view(converted(b_in, dtype), shape, name);
   Tensor out = empty(shape, dtype, a_in.device());
   dispatch_numeric(dtype, name, [&](auto tag) {
     using T = typename decltype(tag)::type;

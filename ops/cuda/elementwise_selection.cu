@@ -9,7 +9,7 @@
 #include "core/cuda/dispatch.cuh"
 #include "core/cuda/launch.cuh"
 #include "core/cuda/strided_index.cuh"
-#include "ops/cpu/loops.h"
+#include "ops/broadcast.h"
 #include "ops/cuda/elementwise.h"
 
 namespace precis::ops::cuda {
@@ -76,9 +76,9 @@ StridedIndex<N> index_over(const Shape& shape, std::array<Tensor, N>& operands) 
 Tensor where(const Tensor& cond_in, const Tensor& a_in, const Tensor& b_in, DType dtype) {
   check_condition("where", cond_in);
   Shape shape = broadcast_shapes(broadcast_shapes(cond_in.shape(), a_in.shape(), "where"), b_in.shape(), "where");
-  std::array<Tensor, 3> operands{cpu::broadcast_view(cond_in, shape, "where"),
-                                 cpu::broadcast_view(converted(a_in, dtype), shape, "where"),
-                                 cpu::broadcast_view(converted(b_in, dtype), shape, "where")};
+  std::array<Tensor, 3> operands{broadcast_view(cond_in, shape, "where"),
+                                 broadcast_view(converted(a_in, dtype), shape, "where"),
+                                 broadcast_view(converted(b_in, dtype), shape, "where")};
   Tensor out = empty(shape, dtype, a_in.device());
   const int64_t n = out.numel();
   if (n == 0) return out;
@@ -97,8 +97,7 @@ Tensor where(const Tensor& cond_in, const Tensor& a_in, const Tensor& b_in, DTyp
 Tensor where_scalar(const Tensor& cond_in, const Tensor& x_in, bool when, double value) {
   check_condition("where", cond_in);
   Shape shape = broadcast_shapes(cond_in.shape(), x_in.shape(), "where");
-  std::array<Tensor, 2> operands{cpu::broadcast_view(cond_in, shape, "where"),
-                                 cpu::broadcast_view(x_in, shape, "where")};
+  std::array<Tensor, 2> operands{broadcast_view(cond_in, shape, "where"), broadcast_view(x_in, shape, "where")};
   Tensor out = empty(shape, x_in.dtype(), x_in.device());
   const int64_t n = out.numel();
   if (n == 0) return out;

@@ -1,6 +1,6 @@
-#include "ops/cpu/loops.h"
+#include "ops/broadcast.h"
 
-namespace precis::ops::cpu {
+namespace precis::ops {
 
 Tensor broadcast_view(const Tensor& t, const Shape& shape, const char* op) {
   if (t.shape() == shape) return t;
@@ -16,4 +16,4 @@ Tensor broadcast_view(const Tensor& t, const Shape& shape, const char* op) {
   return t.as_strided(shape, strides, t.offset());
 }
 
-}  // namespace precis::ops::cpu
+}  // namespace precis::ops
