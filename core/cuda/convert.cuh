@@ -1,7 +1,8 @@
 // Element types on the device and conversion between them, for every kernel of ours.
 //
 // The device type of a host element type: Eigen's half/bfloat16 (core/dtype.h) have the bit
-// layout of CUDA's __half/__nv_bfloat16, so a tensor's bytes are read as either.
+// layout of CUDA's __half/__nv_bfloat16, so a tensor's bytes are read as either; dtype_of
+// names the dtype of either.
 // Kernels compute in compute_t<T>: float for the 16-bit floats (rounded back on store), the
 // element type otherwise, the CPU kernels' rule (core/convert.h's compute_type_t).
 // convert_to<To>(v) converts as core/convert.h's convert() does on the host, so a GPU result
@@ -32,6 +33,24 @@ struct device_type<bfloat16> {
 };
 template <typename T>
 using device_t = typename device_type<T>::type;
+
+}  // namespace precis::cuda
+
+namespace precis {
+
+// The dtype of a device type, as core/dtype.h's dtype_of for host types.
+template <>
+struct dtype_of<__half> {
+  static constexpr DType value = DType::f16;
+};
+template <>
+struct dtype_of<__nv_bfloat16> {
+  static constexpr DType value = DType::bf16;
+};
+
+}  // namespace precis
+
+namespace precis::cuda {
 
 template <typename T>
 inline constexpr bool is_half_v = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;

@@ -46,7 +46,7 @@ namespace {
 // which are always floating point, so the GPU builds only those 16 pairs.
 template <typename Fn>
 void dispatch_gradient(DType dtype, const char* op, Fn&& fn) {
-  dispatch_device<DType::f32, DType::f64, DType::f16, DType::bf16>(
+  dispatch_device<float, double, __half, __nv_bfloat16>(
       dtype, std::forward<Fn>(fn), op,
       ": on the GPU both operands must be floating point (float32, float64, float16 or bfloat16), got ",
       dtype_name(dtype));

@@ -428,15 +428,9 @@ void run_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
   const Sizes s = sizes_of(q, k, causal, scale);
   if (s.batch == 0 || s.heads == 0 || s.k_len == 0) return;
   cudaStream_t stream = stream_for(q);
-  const int64_t D = q.size(3);
-  dispatch_half(q.dtype(), op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if (D == 64)
-      launch_backward<T, 64>(q, k, v, out, lse, dout, s, dq, dk, dv, sm90, stream);
-    else if (D == 128)
-      launch_backward<T, 128>(q, k, v, out, lse, dout, s, dq, dk, dv, sm90, stream);
-    else
-      PRECIS_FAIL(op, ": head size ", D, " is not supported (64 or 128)");
+  dispatch_heads(q, op, [&](auto tag, auto head_size) {
+    launch_backward<typename decltype(tag)::type, decltype(head_size)::value>(q, k, v, out, lse, dout, s, dq, dk, dv,
+                                                                              sm90, stream);
   });
 }
 

@@ -233,15 +233,9 @@ void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
     return;
   }
   cudaStream_t stream = stream_for(q);
-  const int64_t D = q.size(3);
-  dispatch_half(q.dtype(), op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if (D == 64)
-      launch_forward<T, 64, 2>(q, k, v, out, lse, s, stream);
-    else if (D == 128)
-      launch_forward<T, 128, 1>(q, k, v, out, lse, s, stream);
-    else
-      PRECIS_FAIL(op, ": head size ", D, " is not supported (64 or 128)");
+  dispatch_heads(q, op, [&](auto tag, auto head_size) {
+    constexpr int kD = decltype(head_size)::value;
+    launch_forward<typename decltype(tag)::type, kD, kD == 64 ? 2 : 1>(q, k, v, out, lse, s, stream);
   });
   PRECIS_CUDA_CHECK_LAUNCH(op);
 }

@@ -290,13 +290,9 @@ void flash_attention_forward_sm90(const Tensor& q, const Tensor& k, const Tensor
   const Sizes s = sizes_of(q, k, causal, scale);
   if (s.batch == 0 || s.heads == 0 || s.q_len == 0) return;
   cudaStream_t stream = stream_for(q);
-  const int64_t D = q.size(3);
-  dispatch_half(q.dtype(), op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if (D == 64)
-      launch_forward_sm90<T, 64, 2, 64, 2>(q, k, v, out, lse, s, stream);
-    else
-      launch_forward_sm90<T, 128, 2, 128, 1>(q, k, v, out, lse, s, stream);
+  dispatch_heads(q, op, [&](auto tag, auto head_size) {
+    constexpr int kD = decltype(head_size)::value;  // key blocks of kD keys; 2 blocks per SM at 64
+    launch_forward_sm90<typename decltype(tag)::type, kD, 2, kD, kD == 64 ? 2 : 1>(q, k, v, out, lse, s, stream);
   });
   PRECIS_CUDA_CHECK_LAUNCH(op);
 }

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
+#include "core/cuda/dispatch.cuh"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -62,6 +64,21 @@ __device__ __forceinline__ QueryRows<T, kD> query_rows(const HeadsView<const T>&
                                                        const Sizes& s, int b, int h, int bh) {
   return {q.matrix(b, h), dout.matrix(b, h), lse + static_cast<int64_t>(bh) * s.q_len,
           delta + static_cast<int64_t>(bh) * s.q_len, dq_accum + static_cast<int64_t>(bh) * s.q_len * kD};
+}
+
+// Calls fn(TypeTag<T>{}, std::integral_constant<int, kD>{}) for q's dtype (f16, bf16) and
+// head size kD (64, 128): the kernels each launcher compiles.
+template <typename Fn>
+void dispatch_heads(const Tensor& q, const char* op, Fn&& fn) {
+  precis::cuda::dispatch_half(q.dtype(), op, [&](auto tag) {
+    const int64_t D = q.size(3);
+    if (D == 64)
+      fn(tag, std::integral_constant<int, 64>{});
+    else if (D == 128)
+      fn(tag, std::integral_constant<int, 128>{});
+    else
+      PRECIS_FAIL(op, ": head size ", D, " is not supported (64 or 128)");
+  });
 }
 
 __host__ __device__ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }

@@ -307,7 +307,7 @@ void linear(const Tensor& out, const Tensor& x_in, const Tensor& weight_in, cons
   }
   if (!bias.defined() && !gelu) return;
   const int64_t n = out.numel();
-  dispatch_device<DType::f32, DType::f16, DType::bf16>(
+  dispatch_device<float, __half, __nv_bfloat16>(
       dtype,
       [&](auto tag) {
         using T = typename decltype(tag)::type;
@@ -442,7 +442,7 @@ void gelu_backward(const Tensor& grad_pre, const Tensor& grad_out, const Tensor&
                " must be contiguous [N, out] and the GELU input ", describe(pre), " [N, out] with unit column stride");
   const int64_t rows = grad_out.shape()[0], cols = grad_out.shape()[1], n = rows * cols;
   if (n == 0) return;
-  dispatch_device<DType::f32, DType::f16, DType::bf16>(
+  dispatch_device<float, __half, __nv_bfloat16>(
       dtype,
       [&](auto tag) {
         using T = typename decltype(tag)::type;
