@@ -221,29 +221,36 @@ __global__ void fill_strided_kernel(T* out, uint32_t n, T value, StridedOffsets<
 
 // ---------------------------------------------------------------- launchers
 
+// contiguous(out, in, n) over dst and src when both are dense and aligned for kVec-element
+// packs, else strided(out, in, count, offsets) over pieces of them (launch_strided).
+template <int kVec, typename D, typename S, typename... ContiguousParams, typename... StridedParams>
+void launch_pairwise(const Tensor& dst, const Tensor& src, const char* op, cudaStream_t stream,
+                     void (*contiguous)(ContiguousParams...), void (*strided)(StridedParams...)) {
+  const int64_t n = dst.numel();
+  D* out = static_cast<D*>(dst.raw_data());
+  const S* in = static_cast<const S*>(src.raw_data());
+  if (dst.is_contiguous() && src.is_contiguous() && aligned(out, sizeof(D) * kVec) && aligned(in, sizeof(S) * kVec)) {
+    precis::cuda::launch(contiguous, blocks_for(n / kVec), kBlockSize, 0, stream, out, in, n);
+  } else {
+    launch_strided<2>(dst.shape(), {&dst.strides(), &src.strides()}, op,
+                      [&](const StridedOffsets<2>& offsets, std::array<int64_t, 2> base, uint32_t count) {
+                        precis::cuda::launch(strided, blocks_for(count), kBlockSize, 0, stream, out + base[0],
+                                             in + base[1], count, offsets);
+                      });
+  }
+  PRECIS_CUDA_CHECK_LAUNCH(op);
+}
+
 // dst = convert(src), both on the current device.
 void copy_on_device(const Tensor& dst, const Tensor& src) {
   cudaStream_t stream = compute_stream(dst.device());
-  const int64_t n = dst.numel();
   dispatch_any(dst.dtype(), "copy", [&](auto dst_tag) {
     using D = typename decltype(dst_tag)::type;
     dispatch_any(src.dtype(), "copy", [&](auto src_tag) {
       using S = typename decltype(src_tag)::type;
       constexpr int kVec = kVecFor<D, S>;
-      D* out = static_cast<D*>(dst.raw_data());
-      const S* in = static_cast<const S*>(src.raw_data());
-      if (dst.is_contiguous() && src.is_contiguous() && aligned(out, sizeof(D) * kVec) &&
-          aligned(in, sizeof(S) * kVec)) {
-        precis::cuda::launch(copy_contiguous_kernel<D, S, kVec>, blocks_for(n / kVec), kBlockSize, 0, stream, out, in,
-                             n);
-      } else {
-        launch_strided<2>(dst.shape(), {&dst.strides(), &src.strides()}, "copy",
-                          [&](const StridedOffsets<2>& offsets, std::array<int64_t, 2> base, uint32_t count) {
-                            precis::cuda::launch(copy_strided_kernel<D, S>, blocks_for(count), kBlockSize, 0, stream,
-                                                 out + base[0], in + base[1], count, offsets);
-                          });
-      }
-      PRECIS_CUDA_CHECK_LAUNCH("copy");
+      launch_pairwise<kVec, D, S>(dst, src, "copy", stream, copy_contiguous_kernel<D, S, kVec>,
+                                  copy_strided_kernel<D, S>);
     });
   });
 }
@@ -368,20 +375,8 @@ void accumulate_(const Tensor& dst, const Tensor& src) {
     dispatch_gradient(src.dtype(), "accumulate", [&](auto src_tag) {
       using S = typename decltype(src_tag)::type;
       constexpr int kVec = kVecFor<D, S>;
-      D* out = static_cast<D*>(dst.raw_data());
-      const S* in = static_cast<const S*>(src.raw_data());
-      if (dst.is_contiguous() && src.is_contiguous() && aligned(out, sizeof(D) * kVec) &&
-          aligned(in, sizeof(S) * kVec)) {
-        precis::cuda::launch(accumulate_contiguous_kernel<D, S, kVec>, blocks_for(n / kVec), kBlockSize, 0, stream, out,
-                             in, n);
-      } else {
-        launch_strided<2>(dst.shape(), {&dst.strides(), &src.strides()}, "accumulate",
-                          [&](const StridedOffsets<2>& offsets, std::array<int64_t, 2> base, uint32_t count) {
-                            precis::cuda::launch(accumulate_strided_kernel<D, S>, blocks_for(count), kBlockSize, 0,
-                                                 stream, out + base[0], in + base[1], count, offsets);
-                          });
-      }
-      PRECIS_CUDA_CHECK_LAUNCH("accumulate");
+      launch_pairwise<kVec, D, S>(dst, src, "accumulate", stream, accumulate_contiguous_kernel<D, S, kVec>,
+                                  accumulate_strided_kernel<D, S>);
     });
   });
 }

@@ -17,7 +17,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/copy.h"
 #include "core/shape.h"
+#include "core/tensor.h"
 
 namespace precis::cuda {
 
@@ -100,6 +102,24 @@ bool make_strided_index(const Shape& shape, const std::array<Shape, N>& strides,
     for (int k = 0; k < N; ++k) index.strides[k][d] = dims.strides[d][k];
   }
   return true;
+}
+
+// The index of `shape` over `operands` (views of that shape). Where more than kMaxDims
+// dims would remain, the operands are replaced by dense copies first (a dense operand
+// merges to one dim).
+template <int N>
+StridedIndex<N> index_over(const Shape& shape, std::array<Tensor, N>& operands) {
+  std::array<Shape, N> strides;
+  for (int k = 0; k < N; ++k) strides[k] = operands[k].strides();
+  StridedIndex<N> index;
+  if (!make_strided_index<N>(shape, strides, index)) {
+    for (int k = 0; k < N; ++k) {
+      operands[k] = dense(operands[k]);
+      strides[k] = operands[k].strides();
+    }
+    make_strided_index<N>(shape, strides, index);
+  }
+  return index;
 }
 
 // n / divisor as a multiply-high, an add and a shift (Granlund & Montgomery, as

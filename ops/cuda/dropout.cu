@@ -52,16 +52,6 @@ __global__ void apply_mask_kernel(T* out, const bool* mask, const T* t, StridedI
   out[i] = mask[i] ? convert_to<T>(convert_to<C>(t[off[0]]) * static_cast<C>(scale)) : convert_to<T>(C(0));
 }
 
-// The index of t's elements in row-major order (t made dense first if its strides need more than kMaxDims dims).
-StridedIndex<1> index_of(Tensor& t) {
-  StridedIndex<1> index;
-  if (!make_strided_index<1>(t.shape(), {t.strides()}, index)) {
-    t = dense(t);
-    make_strided_index<1>(t.shape(), {t.strides()}, index);
-  }
-  return index;
-}
-
 }  // namespace
 
 std::pair<Tensor, Tensor> dropout(const Tensor& x_in, double p, double scale, uint64_t seed, uint64_t offset) {
@@ -70,7 +60,9 @@ std::pair<Tensor, Tensor> dropout(const Tensor& x_in, double p, double scale, ui
   Tensor mask = empty(x.shape(), DType::boolean, x.device());
   const int64_t n = x.numel();
   if (n == 0) return {out, mask};
-  StridedIndex<1> index = index_of(x);
+  std::array<Tensor, 1> operand{x};
+  const StridedIndex<1> index = index_over<1>(x.shape(), operand);
+  x = operand[0];
   cudaStream_t stream = stream_for(out);
   dispatch_floating(x.dtype(), "dropout", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -89,7 +81,9 @@ Tensor apply_dropout_mask(const Tensor& t_in, const Tensor& mask_in, double scal
   Tensor out = empty(t.shape(), t.dtype(), t.device());
   const int64_t n = t.numel();
   if (n == 0) return out;
-  StridedIndex<1> index = index_of(t);
+  std::array<Tensor, 1> operand{t};
+  const StridedIndex<1> index = index_over<1>(t.shape(), operand);
+  t = operand[0];
   cudaStream_t stream = stream_for(out);
   dispatch_floating(t.dtype(), "dropout", [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -93,15 +93,7 @@ void launch_map(const char* op, const Tensor& out, std::array<Tensor, N> inputs,
   const int64_t n = out.numel();
   if (n == 0) return;
   cudaStream_t stream = stream_for(out);
-  std::array<Shape, N> strides;
-  for (int k = 0; k < N; ++k) strides[k] = inputs[k].strides();
-  StridedIndex<N> index;
-  if (!make_strided_index<N>(out.shape(), strides, index)) {
-    // More than kMaxDims dims survive merging: read dense copies instead.
-    for (Tensor& t : inputs) t = dense(t);
-    for (int k = 0; k < N; ++k) strides[k] = inputs[k].strides();
-    make_strided_index<N>(out.shape(), strides, index);
-  }
+  const StridedIndex<N> index = index_over<N>(out.shape(), inputs);
   Inputs<T, N> in;
   bool vectorisable = aligned16(out.raw_data());
   for (int k = 0; k < N; ++k) {

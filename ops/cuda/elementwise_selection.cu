@@ -54,23 +54,6 @@ void check_condition(const char* op, const Tensor& cond) {
                ": the condition must be a bool or uint8 tensor, got ", describe(cond));
 }
 
-// The strided index of `shape` over `operands` (broadcast views of that shape), made
-// dense first when more than kMaxDims dims would remain.
-template <int N>
-StridedIndex<N> index_over(const Shape& shape, std::array<Tensor, N>& operands) {
-  std::array<Shape, N> strides;
-  for (int k = 0; k < N; ++k) strides[k] = operands[k].strides();
-  StridedIndex<N> index;
-  if (!make_strided_index<N>(shape, strides, index)) {
-    for (int k = 0; k < N; ++k) {
-      operands[k] = dense(operands[k]);
-      strides[k] = operands[k].strides();
-    }
-    make_strided_index<N>(shape, strides, index);
-  }
-  return index;
-}
-
 }  // namespace
 
 Tensor where(const Tensor& cond_in, const Tensor& a_in, const Tensor& b_in, DType dtype) {
