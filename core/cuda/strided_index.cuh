@@ -122,6 +122,14 @@ StridedIndex<N> index_over(const Shape& shape, std::array<Tensor, N>& operands) 
   return index;
 }
 
+// index_over for a tensor's own elements in row-major order (t replaced by a dense copy where needed).
+inline StridedIndex<1> index_over(Tensor& t) {
+  std::array<Tensor, 1> operand{t};
+  const StridedIndex<1> index = index_over<1>(t.shape(), operand);
+  t = operand[0];
+  return index;
+}
+
 // n / divisor as a multiply-high, an add and a shift (Granlund & Montgomery, as
 // PyTorch's IntDivider). Exact for n and divisor below 2^31.
 struct FastDivider {

@@ -60,9 +60,7 @@ std::pair<Tensor, Tensor> dropout(const Tensor& x_in, double p, double scale, ui
   Tensor mask = empty(x.shape(), DType::boolean, x.device());
   const int64_t n = x.numel();
   if (n == 0) return {out, mask};
-  std::array<Tensor, 1> operand{x};
-  const StridedIndex<1> index = index_over<1>(x.shape(), operand);
-  x = operand[0];
+  const StridedIndex<1> index = index_over(x);
   cudaStream_t stream = stream_for(out);
   dispatch_floating(x.dtype(), "dropout", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -81,9 +79,7 @@ Tensor apply_dropout_mask(const Tensor& t_in, const Tensor& mask_in, double scal
   Tensor out = empty(t.shape(), t.dtype(), t.device());
   const int64_t n = t.numel();
   if (n == 0) return out;
-  std::array<Tensor, 1> operand{t};
-  const StridedIndex<1> index = index_over<1>(t.shape(), operand);
-  t = operand[0];
+  const StridedIndex<1> index = index_over(t);
   cudaStream_t stream = stream_for(out);
   dispatch_floating(t.dtype(), "dropout", [&](auto tag) {
     using T = typename decltype(tag)::type;
