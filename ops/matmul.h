@@ -30,7 +30,7 @@ void set_allow_tf32(bool allow);
 bool allow_tf32();
 
 // GPU products: time the algorithm heuristic's first few answers once per large
-// problem and keep the fastest (ops/cuda/matmul.cu), instead of taking its first
+// problem and keep the fastest (ops/cuda/matmul_autotune.h), instead of taking its first
 // answer. On by default; off gives the same algorithm, so the same rounding, in every
 // process (a tuned choice can differ between runs when two algorithms time alike).
 void set_matmul_autotune(bool autotune);

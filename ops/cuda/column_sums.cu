@@ -1,7 +1,7 @@
 // Column sums: out[c] = sum over n of g[n, c], g: [N, C] in T (f32, f16, bf16) with unit
 // column stride and any row stride ld. This is linear's bias gradient, db = g^T 1 (g the
 // output gradient), the pass that linear_param_backward runs beside the plain dW = g^T x
-// product when that beats cuBLASLt's fused BGRADB epilogue (matmul.cu, prefer_fused).
+// product when that beats cuBLASLt's fused BGRADB epilogue (matmul_autotune.h, prefer_fused).
 // Accumulated in f32, rounded once to O (T, or f32 for a parameter's f32 .grad); with
 // `accumulate`, out[c] = out[c] + the sum, added in f32 and rounded once. Deterministic: no
 // atomics, and a summation order fixed by the shape and the GPU (its SM count), so every

@@ -38,7 +38,7 @@
 //   MN-major A (the transpose bit of A, 16-bit types only): the same layout, the product's
 //     m along the rows; the backward reads its dS^T tile [keys][queries] so for dQ = dS K.
 // All three are checked element by element against CPU products in
-// tests/ops/test_flash_wgmma_gpu.cpp (through ops/cuda/flash_wgmma_probe.cu).
+// tests/ops/test_flash_wgmma_gpu.cpp (through tests/ops/flash_wgmma_probe.cu).
 //
 // The instructions assemble only for sm_90a: call these only from code compiled in the
 // sm_90a pass (__CUDA_ARCH_FEAT_SM90_ALL; the kernels that use them compile empty elsewhere).

@@ -1,6 +1,6 @@
 // Matrix products on the GPU through cuBLASLt (DESIGN.md section 5). Plain C++
 // declarations: ops/matmul.cpp calls them behind PRECIS_WITH_CUDA, and every
-// CUDA type stays in matmul.cu.
+// CUDA type stays in the .cu files (matmul.cu, cublaslt.cu, matmul_autotune.cu).
 //
 // Each function writes into outputs its caller allocated (a test can poison
 // them first), runs on cuda::compute_stream of the operands' device, and takes
@@ -54,9 +54,8 @@ void gelu_backward(const Tensor& grad_pre, const Tensor& grad_out, const Tensor&
 // summed over its rows, the bias gradient of the linear that made pre, by the same
 // epilogue (DGELU_BGRAD) or column_sums after it, whichever autotuning timed faster; in
 // the operands' dtype or f32, added to what it holds with accumulate_sums.
-void linear_gelu_input_backward(const Tensor& grad_pre, const Tensor& grad_out, const Tensor& weight,
-                                const Tensor& pre, const Tensor& grad_pre_sums = Tensor(),
-                                bool accumulate_sums = false);
+void linear_gelu_input_backward(const Tensor& grad_pre, const Tensor& grad_out, const Tensor& weight, const Tensor& pre,
+                                const Tensor& grad_pre_sums = Tensor(), bool accumulate_sums = false);
 
 // When off, linear applies bias and GELU, and linear_param_backward sums the
 // bias gradient, with separate kernels after a plain product: the path taken
@@ -68,7 +67,7 @@ bool fuse_epilogues();
 // The algorithm heuristic is asked once per problem (device, shapes, strides,
 // dtypes, transposes, pointer alignments, epilogue) and its answer cached; with
 // ops::matmul_autotune() on, large problems time the heuristic's first answers once
-// and cache the fastest (matmul.cu says how).
+// and cache the fastest (ops/cuda/matmul_autotune.h says how).
 struct MatmulCacheStats {
   int64_t lookups = 0;    // products planned
   int64_t hits = 0;       // of which found their algorithm in the cache

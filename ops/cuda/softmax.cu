@@ -1,5 +1,5 @@
 // softmax and log_softmax along the last dim, rows of n values: one warp per row
-// when n <= 1024, else one block per row (ops/cuda/nn_kernels.h: dispatch_row_threads).
+// when n <= 1024, else one block per row (ops/cuda/row_groups.cuh: dispatch_row_threads).
 // Math in f32 (f64 for f64), rounded to the element type on store.
 #include "core/cuda/block_reduce.cuh"
 #include "core/cuda/convert.cuh"
