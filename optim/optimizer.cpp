@@ -81,7 +81,9 @@ Tensor Optimizer::master(size_t param_index) const {
 
 std::map<std::string, Tensor> Optimizer::state_dict() const {
   std::map<std::string, Tensor> out = state_;
-  out["step"] = step_tensor_.to(Device::cpu());
+  Tensor step = empty({}, DType::i64);  // a copy: the saved count does not move on with the optimizer
+  copy_(step, step_tensor_);
+  out["step"] = step;
   return out;
 }
 

@@ -236,7 +236,7 @@ class MaybePhase {
 }  // namespace
 
 void Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets, Profiler* profiler) {
-  flat_->zero_grad_lazily();     // each first gradient is written, not added to zeros
+  flat_->zero_grad_lazily();  // each first gradient is written, not added to zeros
   ops::autocast::clear_cache();  // the weights changed in the last step
   if (policy_.autocasts()) {
     // This step's weight casts, one kernel per flat buffer instead of one per weight.
@@ -252,9 +252,9 @@ void Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Tens
   // The gradient each micro-batch's loss receives: 1/accum of the step's mean, times the loss
   // scale (read from device memory on the GPU). The fused classifier makes the logits'
   // gradient with it in the loss's own pass; otherwise the backward starts from the loss.
-  const Tensor loss_gradient = config_.fused_classifier
-                                   ? scaler_->scale(full({}, 1.0 / static_cast<double>(accum), DType::f32, device_))
-                                   : Tensor();
+  const Tensor loss_gradient =
+      config_.fused_classifier ? scaler_->scale(full({}, 1.0 / static_cast<double>(accum), DType::f32, device_))
+                               : Tensor();
   for (int64_t micro = 0; micro < accum; ++micro) {
     if (reporting_ && micro == 0) start_numerics();
     models::GPT2Output out;
@@ -283,8 +283,7 @@ void Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Tens
   std::vector<Tensor> params_before;
   if (reporting_) {
     for (const auto& b : flat_->buffers())
-      for (const auto& s : b.slots)
-        numerics_.record(amp::NumericsKind::gradient, amp::layer_of(s.name), s.param.grad());
+      for (const auto& s : b.slots) numerics_.record(amp::NumericsKind::gradient, amp::layer_of(s.name), s.param.grad());
     for (const Tensor& p : model_->parameters()) params_before.push_back(p.detach().clone());
   }
   finish_step(profiler);
@@ -335,7 +334,9 @@ void Trainer::finish_numerics(const std::vector<Tensor>& params_before) {
   for (const Json& row : numerics_.json(step_ + 1, scaler_->scale())) numerics_out_.write(row);
 }
 
-int64_t Trainer::peak_memory_bytes() const { return static_cast<int64_t>(allocator_for(device_).stats().peak_bytes); }
+int64_t Trainer::peak_memory_bytes() const {
+  return static_cast<int64_t>(allocator_for(device_).stats().peak_bytes);
+}
 
 double Trainer::evaluate() {
   if (!val_data_) return std::nan("");
@@ -409,8 +410,8 @@ bool Trainer::try_resume() {
   return true;
 }
 
-void Trainer::log_interval(double loss, double grad_norm, double lr, double interval_seconds, int64_t steps_in_interval,
-                           std::optional<double> val_loss) {
+void Trainer::log_interval(double loss, double grad_norm, double lr, double interval_seconds,
+                           int64_t steps_in_interval, std::optional<double> val_loss) {
   StepReport r;
   r.step = step_;
   r.max_steps = config_.max_steps;
@@ -446,9 +447,10 @@ void Trainer::run() {
   metrics_.open((fs::path(config_.out_dir) / "metrics.jsonl").string(), /*append=*/resumed);
   const auto& c = model_->config();
   std::cout << "precis: GPT-2 " << c.n_layer << " layers, " << c.n_head << " heads, " << c.n_embd << " wide, vocab "
-            << c.vocab_size << " (" << model_->num_parameters_unpadded() / 1e6 << "M parameters) on " << device_ << "; "
-            << config_.batch.micro_batch << " x " << config_.batch.seq_len << " tokens x " << config_.batch.grad_accum
-            << " micro-steps per step; " << train_data_->num_tokens() << " training tokens\n"
+            << c.vocab_size << " (" << model_->num_parameters_unpadded() / 1e6 << "M parameters) on " << device_
+            << "; " << config_.batch.micro_batch << " x " << config_.batch.seq_len << " tokens x "
+            << config_.batch.grad_accum << " micro-steps per step; " << train_data_->num_tokens()
+            << " training tokens\n"
             << "precision " << policy_.describe() << "\n";
   step_graph_ =
       std::make_unique<StepGraph>(device_, config_.cuda_graphs, graph_fallback_reason(), config_.precision.report);
@@ -466,8 +468,8 @@ void Trainer::run() {
     if (tracing) step_trace_->end(profiler_, step_ + 1, std::cout);
     ++step_;
     ++interval_steps;
-    bool eval_now =
-        val_data_ && config_.eval_interval > 0 && (step_ % config_.eval_interval == 0 || step_ == config_.max_steps);
+    bool eval_now = val_data_ && config_.eval_interval > 0 &&
+                    (step_ % config_.eval_interval == 0 || step_ == config_.max_steps);
     bool log_now = step_ % config_.log_interval == 0 || step_ == config_.max_steps || eval_now;
     if (log_now) {
       resolve_step_values();  // waits for the queued steps, so the interval's time is theirs

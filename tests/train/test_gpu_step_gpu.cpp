@@ -1,9 +1,11 @@
 // The GPU training step and its CUDA graph, end to end on a tiny char-level GPT-2:
 // the device-parameterised step cases (train/step_cases.h) on the GPU, the GPU step
-// against the CPU's losses and grad norms (fp32, relative 1e-4), and graph replay against the eager GPU step (relative
-// 1e-6; the kernels are deterministic, so in practice bit for bit) under a changing learning rate, gradient
-// accumulation, clipping, evaluation between replays, fp16 with a dynamic loss scale that overflows inside the graph,
-// numerics report steps between replays, and a checkpoint resumed into a new graph.
+// against the CPU's losses and grad norms (fp32, relative 1e-4), and graph replay
+// against the eager GPU step (relative 1e-6; the kernels are deterministic, so in
+// practice bit for bit) under a changing learning rate, gradient accumulation,
+// clipping, evaluation between replays, fp16 with a dynamic loss scale that
+// overflows inside the graph, numerics report steps between replays, and a
+// checkpoint resumed into a new graph.
 #include <gtest/gtest.h>
 
 #include <cmath>
