@@ -207,7 +207,7 @@ TEST_P(OptimizerOn, ClipGradNormReturnsTheNormAndTheFactor) {
   // Gradients that carry a loss scale of 1024, written into a given buffer.
   set_grad(a, {3.0 * 1024});
   set_grad(b, {0.0, 4.0 * 1024});
-  Tensor out = empty({2}, DType::f64, device()), found_inf = scalar(-1.0);
+  Tensor out = full({2}, std::nan(""), DType::f64, device()), found_inf = scalar(-1.0);  // poisoned
   Tensor same = optim::clip_grad_norm({a, b}, 1.0, scalar(1024.0), found_inf, out);
   EXPECT_TRUE(same.same(out));
   v = out.to_vector<double>();

@@ -95,6 +95,24 @@ std::vector<optim::ParamGroup> groups_of(const std::vector<Tensor>& params) {
 // Parameter i of groups_of(params) has optimizer index index_in_groups(i, n).
 size_t index_in_groups(size_t i, size_t n) { return i % 2 == 0 ? i / 2 : (n + 1) / 2 + i / 2; }
 
+// Four steps of both optimizers on the same random gradients (of `grad`), then the GPU
+// parameters, master copies (when `master`) and step count against the CPU's.
+void step_both_and_compare(optim::Optimizer& cpu, optim::Optimizer& gpu, Twins& t, DType grad, bool master) {
+  for (int step = 1; step <= 4; ++step) {
+    set_grads(t, grad, step);
+    cpu.step();
+    gpu.step();
+  }
+  EXPECT_EQ(gpu.step_count(), 4);
+  for (size_t i = 0; i < t.cpu.size(); ++i) {
+    SCOPED_TRACE("parameter " + std::to_string(i));
+    expect_near(t.gpu[i], t.cpu[i]);
+    const size_t index = index_in_groups(i, t.cpu.size());
+    ASSERT_EQ(gpu.master(index).defined(), master);
+    if (master) expect_near(gpu.master(index), cpu.master(index));
+  }
+}
+
 }  // namespace
 
 TEST(AdamWGpu, MatchesTheCpuOverSeveralSteps) {
@@ -138,18 +156,7 @@ TEST(AdamWGpu, LowPrecisionParametersMatchTheCpu) {
     options.stochastic_rounding = c.stochastic;
     options.seed = 1234;
     optim::AdamW cpu(groups_of(t.cpu), options), gpu(groups_of(t.gpu), options);
-    for (int step = 1; step <= 4; ++step) {
-      set_grads(t, c.grad, step);
-      cpu.step();
-      gpu.step();
-    }
-    for (size_t i = 0; i < t.cpu.size(); ++i) {
-      SCOPED_TRACE("parameter " + std::to_string(i));
-      expect_near(t.gpu[i], t.cpu[i]);
-      const size_t index = index_in_groups(i, t.cpu.size());
-      ASSERT_EQ(gpu.master(index).defined(), c.master);
-      if (c.master) expect_near(gpu.master(index), cpu.master(index));
-    }
+    step_both_and_compare(cpu, gpu, t, c.grad, c.master);
   }
 }
 
@@ -176,19 +183,11 @@ TEST(SGDGpu, MatchesTheCpuOverSeveralSteps) {
     options.stochastic_rounding = c.stochastic;
     options.seed = 77;
     optim::SGD cpu(groups_of(t.cpu), options), gpu(groups_of(t.gpu), options);
-    for (int step = 1; step <= 4; ++step) {
-      set_grads(t, c.grad, step);
-      cpu.step();
-      gpu.step();
-    }
-    EXPECT_EQ(gpu.step_count(), 4);
+    step_both_and_compare(cpu, gpu, t, c.grad, c.master);
     const auto cpu_state = cpu.state_dict(), gpu_state = gpu.state_dict();
     for (size_t i = 0; i < t.cpu.size(); ++i) {
       SCOPED_TRACE("parameter " + std::to_string(i));
-      expect_near(t.gpu[i], t.cpu[i]);
       const size_t index = index_in_groups(i, t.cpu.size());
-      ASSERT_EQ(gpu.master(index).defined(), c.master);
-      if (c.master) expect_near(gpu.master(index), cpu.master(index));
       const std::string key = "state." + std::to_string(index) + ".momentum_buffer";
       ASSERT_EQ(gpu_state.count(key), cpu_state.count(key));
       if (cpu_state.count(key)) expect_near(gpu_state.at(key), cpu_state.at(key));
