@@ -53,7 +53,8 @@ TEST_P(StepOn, SgdWithMomentumLearns) {
   const std::vector<double>& losses = trainer.losses();
   ASSERT_EQ(losses.size(), 16u);
   for (double loss : losses) ASSERT_TRUE(std::isfinite(loss));
-  EXPECT_LT(losses.back(), losses.front() - 0.3) << "the model learns";
+  const double last_four = (losses[12] + losses[13] + losses[14] + losses[15]) / 4;  // SGD's curve is noisy
+  EXPECT_LT(last_four, losses.front() - 0.3) << "the model learns";
   for (const train::StepReport& r : trainer.reports()) EXPECT_TRUE(std::isfinite(r.grad_norm)) << r.step;
   EXPECT_EQ(trainer.replaying_graph(), device().is_cuda());
 }
