@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 
 // The kernel folders, and the one file allowed plain <<<>>> launches: the wgmma
 // probes, launched only by their tests.
-const char* const kKernelDirs[] = {"core/cuda", "ops/cuda", "amp/cuda"};
+const char* const kKernelDirs[] = {"core/cuda", "ops/cuda", "amp/cuda", "optim/cuda"};
 const char* const kExempt = "flash_wgmma_probe.cu";
 
 struct Source {
