@@ -4,7 +4,6 @@
 #include "amp/cuda/grad_scaler.h"
 #endif
 
-#include <algorithm>
 #include <cmath>
 
 #include "core/convert.h"
@@ -22,10 +21,10 @@ ScalerMode parse_scaler_mode(const std::string& name) {
   PRECIS_FAIL("GradScaler: unknown mode '", name, "'; expected dynamic or fixed (also spelled static)");
 }
 
-GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(options.init_scale) {
+GradScaler::GradScaler(GradScalerOptions options, Device device) : options_(options) {
   const GradScalerOptions& o = options_;
-  PRECIS_CHECK(std::isfinite(o.init_scale) && o.init_scale > 0, "GradScaler: init_scale must be a finite number > 0, got ",
-               o.init_scale);
+  PRECIS_CHECK(std::isfinite(o.init_scale) && o.init_scale > 0,
+               "GradScaler: init_scale must be a finite number > 0, got ", o.init_scale);
   PRECIS_CHECK(o.growth_factor > 1 && std::isfinite(o.growth_factor), "GradScaler: growth_factor must be > 1, got ",
                o.growth_factor);
   PRECIS_CHECK(o.backoff_factor > 0 && o.backoff_factor < 1, "GradScaler: backoff_factor must be in (0, 1), got ",
@@ -38,14 +37,18 @@ GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(op
   PRECIS_CHECK(o.mode == ScalerMode::fixed || (o.init_scale >= o.min_scale && o.init_scale <= o.max_scale),
                "GradScaler: init_scale ", o.init_scale, " is outside [min_scale, max_scale] = [", o.min_scale, ", ",
                o.max_scale, "]");
+  state_ = empty({kScalerSlots}, DType::f64, device);
+  scale_f32_ = empty({}, DType::f32, device);
+  std::vector<double> slots(kScalerSlots, 0.0);
+  slots[kScale] = o.init_scale;
+  write_state(slots);
 }
 
 Tensor GradScaler::scale(const Tensor& loss) const {
   if (!options_.enabled) return loss;
   bool narrow = loss.dtype() == DType::f16 || loss.dtype() == DType::bf16;
   const Tensor wide = narrow ? ops::cast(loss, DType::f32) : loss;
-  // On the device the factor is read from memory, so a replayed CUDA graph sees the current scale.
-  return on_device() ? ops::mul(wide, device_scale_f32_) : ops::mul(wide, scale_);
+  return ops::mul(wide, scale_f32_);
 }
 
 namespace {
@@ -65,151 +68,87 @@ bool unscale_and_check_inf(T* g, int64_t n, compute_type_t<T> inv_scale) {
   return found;
 }
 
-bool unscale_tensor(const Tensor& grad, double inv_scale) {
-#if PRECIS_WITH_CUDA
-  if (grad.is_cuda()) return cuda::unscale_and_check(grad, inv_scale);
-#endif
-  PRECIS_CHECK(grad.is_cpu() && grad.is_contiguous(), "GradScaler: gradients must be dense tensors (got ",
-               describe(grad), ")");
+// The unscale op: g *= 1 / state[kScale] (rounded to g's compute type), state[kFoundInf] = 1
+// when any element was inf or NaN; a CUDA kernel for GPU gradients.
+void unscale_gradient(const Tensor& grad, const Tensor& state) {
+  PRECIS_CHECK(grad.device() == state.device(), "GradScaler: gradient on ", grad.device(),
+               " but the scaler's state on ", state.device(), "; create the scaler on the parameters' device");
+  PRECIS_CHECK(grad.is_contiguous(), "GradScaler: gradients must be dense tensors (got ", describe(grad), ")");
   PRECIS_CHECK(is_floating(grad.dtype()), "GradScaler: gradients must be floating point, got ", describe(grad));
-  return dispatch_all(grad.dtype(), "GradScaler", [&](auto tag) {
+#if PRECIS_WITH_CUDA
+  if (grad.is_cuda()) return cuda::unscale_(grad, state);
+#endif
+  double* s = state.data<double>();
+  const bool found = dispatch_all(grad.dtype(), "GradScaler", [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_floating_point_v<T> || is_half_type<T>) {
       using C = compute_type_t<T>;
-      return unscale_and_check_inf<T>(grad.data<T>(), grad.numel(), static_cast<C>(inv_scale));
+      return unscale_and_check_inf<T>(grad.data<T>(), grad.numel(), static_cast<C>(1.0 / s[kScale]));
     } else {
       return false;
     }
   });
+  if (found) s[kFoundInf] = 1;
+}
+
+ScalerRule rule_of(const GradScalerOptions& o) {
+  return {o.mode == ScalerMode::dynamic,
+          o.growth_factor,
+          o.backoff_factor,
+          o.min_scale,
+          o.max_scale,
+          static_cast<double>(o.growth_interval),
+          static_cast<double>(o.hysteresis)};
 }
 
 }  // namespace
 
-bool GradScaler::unscale_and_check(nn::FlatParameters& flat) const {
-  if (!options_.enabled) return false;
-  PRECIS_CHECK(!on_device(), "GradScaler: the state lives on the device; use unscale_on_device");
-  bool found = false;
-  for (const nn::FlatBuffer& b : flat.buffers())
-    if (unscale_tensor(b.grad, 1.0 / scale_)) found = true;
-  return found;
-}
-
-bool GradScaler::unscale_and_check(const std::vector<Tensor>& gradients) const {
-  if (!options_.enabled) return false;
-  PRECIS_CHECK(!on_device(), "GradScaler: the state lives on the device; use unscale_on_device");
-  bool found = false;
-  for (const Tensor& g : gradients)
-    if (g.defined() && unscale_tensor(g, 1.0 / scale_)) found = true;
-  return found;
-}
-
-void GradScaler::update(bool found_inf) {
-  if (!options_.enabled) return;
-  PRECIS_CHECK(!on_device(), "GradScaler: the state lives on the device; use update_on_device");
-  if (found_inf) ++skipped_steps_;
-  if (options_.mode == ScalerMode::fixed) return;
-  if (found_inf) {
-    growth_tracker_ = 0;
-    if (++consecutive_overflows_ >= options_.hysteresis)
-      scale_ = std::max(scale_ * options_.backoff_factor, options_.min_scale);
-  } else {
-    consecutive_overflows_ = 0;
-    if (++growth_tracker_ == options_.growth_interval) {
-      scale_ = std::min(scale_ * options_.growth_factor, options_.max_scale);
-      growth_tracker_ = 0;
-    }
-  }
-}
-
-void GradScaler::keep_on_device(Device device) {
-  if (!options_.enabled) return;
-  PRECIS_CHECK(device.is_cuda(), "GradScaler::keep_on_device: the state moves to a GPU, got ", device);
-#if PRECIS_WITH_CUDA
-  device_state_ = empty({cuda::kScalerSlots}, DType::f64, device);
-  device_scale_f32_ = empty({}, DType::f32, device);
-  write_device_state();
-#else
-  PRECIS_FAIL("GradScaler::keep_on_device: this build of Precis has no CUDA backend");
-#endif
-}
-
-void GradScaler::write_device_state() {
-#if PRECIS_WITH_CUDA
-  if (!on_device()) return;
-  std::vector<double> s(cuda::kScalerSlots, 0.0);
-  s[cuda::kScale] = scale_;
-  s[cuda::kGrowthTracker] = static_cast<double>(growth_tracker_);
-  s[cuda::kConsecutiveOverflows] = static_cast<double>(consecutive_overflows_);
-  s[cuda::kSkippedSteps] = static_cast<double>(skipped_steps_);
-  copy_(device_state_, from_vector(s, {cuda::kScalerSlots}));
-  fill_(device_scale_f32_, static_cast<double>(static_cast<float>(scale_)));
-#endif
-}
-
-const GradScaler& GradScaler::host() const {
-#if PRECIS_WITH_CUDA
-  if (on_device()) {
-    std::vector<double> s = device_state_.to_vector<double>();
-    scale_ = s[cuda::kScale];
-    growth_tracker_ = static_cast<int64_t>(s[cuda::kGrowthTracker]);
-    consecutive_overflows_ = static_cast<int64_t>(s[cuda::kConsecutiveOverflows]);
-    skipped_steps_ = static_cast<int64_t>(s[cuda::kSkippedSteps]);
-  }
-#endif
-  return *this;
-}
-
-void GradScaler::unscale_on_device(nn::FlatParameters& flat) const {
+void GradScaler::unscale_(nn::FlatParameters& flat) {
   std::vector<Tensor> gradients;
   for (const nn::FlatBuffer& b : flat.buffers()) gradients.push_back(b.grad);
-  unscale_on_device(gradients);
+  unscale_(gradients);
 }
 
-void GradScaler::unscale_on_device(const std::vector<Tensor>& gradients) const {
+void GradScaler::unscale_(const std::vector<Tensor>& gradients) {
   if (!options_.enabled) return;
-  PRECIS_CHECK(on_device(), "GradScaler::unscale_on_device: call keep_on_device first");
-#if PRECIS_WITH_CUDA
   fill_(found_inf(), 0.0);
   for (const Tensor& g : gradients)
-    if (g.defined()) cuda::unscale_and_flag(g, device_state_);
-#endif
+    if (g.defined() && g.numel() > 0) unscale_gradient(g, state_);
 }
 
-Tensor GradScaler::found_inf() const {
-#if PRECIS_WITH_CUDA
-  if (on_device()) return device_state_.select(0, cuda::kFoundInf);
-#endif
-  return Tensor();
-}
-
-Tensor GradScaler::scale_on_device() const {
-#if PRECIS_WITH_CUDA
-  if (on_device()) return device_state_.select(0, cuda::kScale);
-#endif
-  return Tensor();
-}
-
-void GradScaler::update_on_device() {
+void GradScaler::update() {
   if (!options_.enabled) return;
-  PRECIS_CHECK(on_device(), "GradScaler::update_on_device: call keep_on_device first");
 #if PRECIS_WITH_CUDA
-  cuda::update_on_device(device_state_, device_scale_f32_, options_);
+  if (state_.is_cuda()) return cuda::update_(state_, scale_f32_, rule_of(options_));
 #endif
+  advance_scaler_state(state_.data<double>(), rule_of(options_));
+  scale_f32_.data<float>()[0] = static_cast<float>(state_.data<double>()[kScale]);
 }
 
-double GradScaler::scale() const { return options_.enabled ? host().scale_ : 1.0; }
-int64_t GradScaler::skipped_steps() const { return host().skipped_steps_; }
-int64_t GradScaler::growth_tracker() const { return host().growth_tracker_; }
-int64_t GradScaler::consecutive_overflows() const { return host().consecutive_overflows_; }
+Tensor GradScaler::found_inf() const { return options_.enabled ? state_.select(0, kFoundInf) : Tensor(); }
+
+Tensor GradScaler::scale_tensor() const { return options_.enabled ? state_.select(0, kScale) : Tensor(); }
+
+std::vector<double> GradScaler::read_state() const { return state_.to_vector<double>(); }
+
+void GradScaler::write_state(const std::vector<double>& slots) {
+  copy_(state_, from_vector(slots, {kScalerSlots}));
+  fill_(scale_f32_, static_cast<double>(static_cast<float>(slots[kScale])));
+}
+
+double GradScaler::scale() const { return options_.enabled ? read_state()[kScale] : 1.0; }
+int64_t GradScaler::skipped_steps() const { return static_cast<int64_t>(read_state()[kSkippedSteps]); }
+int64_t GradScaler::growth_tracker() const { return static_cast<int64_t>(read_state()[kGrowthTracker]); }
+int64_t GradScaler::consecutive_overflows() const { return static_cast<int64_t>(read_state()[kConsecutiveOverflows]); }
 
 Json GradScaler::state() const {
-  host();
+  const std::vector<double> s = read_state();
   Json state = Json::object();
   state["mode"] = scaler_mode_name(options_.mode);
-  state["scale"] = scale_;
-  state["growth_tracker"] = growth_tracker_;
-  state["consecutive_overflows"] = consecutive_overflows_;
-  state["skipped_steps"] = skipped_steps_;
+  state["scale"] = s[kScale];
+  state["growth_tracker"] = static_cast<int64_t>(s[kGrowthTracker]);
+  state["consecutive_overflows"] = static_cast<int64_t>(s[kConsecutiveOverflows]);
+  state["skipped_steps"] = static_cast<int64_t>(s[kSkippedSteps]);
   return state;
 }
 
@@ -225,13 +164,16 @@ void GradScaler::load_state(const Json& state) {
   int64_t overflows = state.at("consecutive_overflows").as_int();
   int64_t skipped = state.at("skipped_steps").as_int();
   PRECIS_CHECK(std::isfinite(scale) && scale > 0, "GradScaler state: scale must be a finite number > 0, got ", scale);
-  PRECIS_CHECK(growth >= 0 && overflows >= 0 && skipped >= 0, "GradScaler state: counters must be >= 0, got "
-               "growth_tracker ", growth, ", consecutive_overflows ", overflows, ", skipped_steps ", skipped);
-  scale_ = scale;
-  growth_tracker_ = growth;
-  consecutive_overflows_ = overflows;
-  skipped_steps_ = skipped;
-  write_device_state();
+  PRECIS_CHECK(growth >= 0 && overflows >= 0 && skipped >= 0,
+               "GradScaler state: counters must be >= 0, got "
+               "growth_tracker ",
+               growth, ", consecutive_overflows ", overflows, ", skipped_steps ", skipped);
+  std::vector<double> slots(kScalerSlots, 0.0);
+  slots[kScale] = scale;
+  slots[kGrowthTracker] = static_cast<double>(growth);
+  slots[kConsecutiveOverflows] = static_cast<double>(overflows);
+  slots[kSkippedSteps] = static_cast<double>(skipped);
+  write_state(slots);
 }
 
 }  // namespace precis::amp

@@ -3,20 +3,17 @@
 #include <cmath>
 
 #include "core/strided_loop.h"
+#include "optim/cuda/adamw.h"  // plain C++: the parameter table both steps use
 #include "optim/low_precision.h"
-
-#if PRECIS_WITH_CUDA
-#include "ops/cuda/adamw.h"
-#endif
 
 namespace precis::optim {
 
-AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options) : Optimizer(std::move(groups)), options_(options) {
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options)
+    : Optimizer(std::move(groups), options.lr), options_(options) {
   PRECIS_CHECK(options.lr >= 0, "AdamW: lr must be >= 0, got ", options.lr);
   PRECIS_CHECK(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1,
                "AdamW: betas must be in [0, 1), got (", options.beta1, ", ", options.beta2, ")");
   PRECIS_CHECK(options.eps > 0, "AdamW: eps must be > 0, got ", options.eps);
-  lr_ = options.lr;
 }
 
 namespace {
@@ -44,20 +41,21 @@ inline T adamw_element(T x, T grad, T& m, T& v, const AdamWConstants<T>& c) {
 
 // A parameter of the compute type T (f32 or f64), updated in place.
 template <typename T>
-void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, const AdamWConstants<T>& c) {
+void adamw_update(T* p, const T* g, double grad_factor, T* m, T* v, int64_t n, const AdamWConstants<T>& c) {
 #pragma omp parallel for schedule(static) if (n >= kParallelGrain)
-  for (int64_t i = 0; i < n; ++i) p[i] = adamw_element(p[i], g[i], m[i], v[i], c);
+  for (int64_t i = 0; i < n; ++i) p[i] = adamw_element(p[i], scaled_gradient<T>(g[i], grad_factor), m[i], v[i], c);
 }
 
 // A low-precision parameter P (f16/bf16) with gradient G (f32 or P), f32 moments:
 //   x = master ? master[i] : float(p[i]);  x <- adamw_element(x, float(g[i]))
 //   master[i] = x (when kept);  p[i] = round(x) (nearest-even or stochastic)
 template <typename P, typename G>
-void adamw_update_low_precision(P* p, float* master, const G* g, float* m, float* v, int64_t n,
+void adamw_update_low_precision(P* p, float* master, const G* g, double grad_factor, float* m, float* v, int64_t n,
                                 const AdamWConstants<float>& c, const Rounding& rounding) {
 #pragma omp parallel for schedule(static) if (n >= kParallelGrain)
   for (int64_t i = 0; i < n; ++i) {
-    float x = adamw_element(master ? master[i] : convert<float>(p[i]), convert<float>(g[i]), m[i], v[i], c);
+    float x = adamw_element(master ? master[i] : convert<float>(p[i]), scaled_gradient<float>(g[i], grad_factor), m[i],
+                            v[i], c);
     if (master) master[i] = x;
     p[i] = round_to<P>(x, rounding, static_cast<uint64_t>(i));
   }
@@ -65,49 +63,52 @@ void adamw_update_low_precision(P* p, float* master, const G* g, float* m, float
 
 }  // namespace
 
-void AdamW::step() {
-  if (state_on_device()) return step_on_device(Tensor(), Tensor());
-  ++step_count_;
-  const double bias1 = 1.0 - std::pow(options_.beta1, static_cast<double>(step_count_));
-  const double bias2 = 1.0 - std::pow(options_.beta2, static_cast<double>(step_count_));
-#if PRECIS_WITH_CUDA
-  std::vector<ops::cuda::AdamWTensors> on_gpu;  // CUDA parameters: updated together after the loop
-#endif
+void AdamW::step(const StepInputs& inputs) {
+  check_inputs(inputs, "AdamW");
+  std::vector<cuda::AdamWTensors> params;
   for_each_param([&](size_t index, Tensor& p, double weight_decay) {
-    const Tensor& g = p.grad();
     const bool low_precision = check_param(index, p);
     Tensor& m = state_buffer(index, "exp_avg", p);
     Tensor& v = state_buffer(index, "exp_avg_sq", p);
     const Tensor master = low_precision && options_.master_weights ? master_buffer(index, p) : Tensor();
+    params.push_back({p, p.grad(), m, v, master, weight_decay, index});
+  });
 #if PRECIS_WITH_CUDA
-    if (p.is_cuda()) {
-      on_gpu.push_back({p, g, m, v, master, weight_decay, index});
-      return;
-    }
+  if (device().is_cuda()) {
+    cuda::adamw_step(params,
+                     {options_.beta1, options_.beta2, options_.eps, options_.stochastic_rounding, options_.seed},
+                     {lr_tensor_.data<double>(), step_tensor_.data<int64_t>(),
+                      inputs.grad_factor.defined() ? inputs.grad_factor.data<double>() : nullptr,
+                      inputs.skip_if.defined() ? inputs.skip_if.data<double>() : nullptr});
+    return;
+  }
 #endif
-    if (!low_precision && p.dtype() == DType::f32) {
-      adamw_update<float>(p.data<float>(), g.data<float>(), m.data<float>(), v.data<float>(), p.numel(),
-                          adamw_constants<float>(lr_, weight_decay, options_, bias1, bias2));
-    } else if (!low_precision) {
-      adamw_update<double>(p.data<double>(), g.data<double>(), m.data<double>(), v.data<double>(), p.numel(),
-                           adamw_constants<double>(lr_, weight_decay, options_, bias1, bias2));
+  PRECIS_CHECK(device().is_cpu(), "AdamW: parameters on ", device(), ", but this build of Precis has no CUDA backend");
+  int64_t t = 0;
+  double factor = 1;
+  if (!begin_cpu_step(inputs, t, factor)) return;
+  const double lr = lr_tensor_.item<double>();
+  const double bias1 = 1.0 - std::pow(options_.beta1, static_cast<double>(t));
+  const double bias2 = 1.0 - std::pow(options_.beta2, static_cast<double>(t));
+  for (const cuda::AdamWTensors& a : params) {
+    const Tensor &p = a.param, &g = a.grad, &m = a.exp_avg, &v = a.exp_avg_sq;
+    if (p.dtype() == DType::f32 && g.dtype() == DType::f32) {
+      adamw_update<float>(p.data<float>(), g.data<float>(), factor, m.data<float>(), v.data<float>(), p.numel(),
+                          adamw_constants<float>(lr, a.weight_decay, options_, bias1, bias2));
+    } else if (p.dtype() == DType::f64) {
+      adamw_update<double>(p.data<double>(), g.data<double>(), factor, m.data<double>(), v.data<double>(), p.numel(),
+                           adamw_constants<double>(lr, a.weight_decay, options_, bias1, bias2));
     } else {
-      Rounding rounding{options_.stochastic_rounding, options_.seed, static_cast<uint64_t>(step_count_), index};
+      Rounding rounding{options_.stochastic_rounding, options_.seed, static_cast<uint64_t>(t), a.index};
       dispatch_low_precision(p.dtype(), g.dtype(), [&](auto param_tag, auto grad_tag) {
         using P = typename decltype(param_tag)::type;
         using G = typename decltype(grad_tag)::type;
-        adamw_update_low_precision<P, G>(p.data<P>(), master.defined() ? master.data<float>() : nullptr, g.data<G>(),
-                                         m.data<float>(), v.data<float>(), p.numel(),
-                                         adamw_constants<float>(lr_, weight_decay, options_, bias1, bias2), rounding);
+        adamw_update_low_precision<P, G>(p.data<P>(), a.master.defined() ? a.master.data<float>() : nullptr,
+                                         g.data<G>(), factor, m.data<float>(), v.data<float>(), p.numel(),
+                                         adamw_constants<float>(lr, a.weight_decay, options_, bias1, bias2), rounding);
       });
     }
-  });
-#if PRECIS_WITH_CUDA
-  // The fused kernel (ops/cuda/adamw.cu): the same per-element update, a few launches for all parameters.
-  if (!on_gpu.empty())
-    ops::cuda::adamw_step(on_gpu, {lr_, options_.beta1, options_.beta2, options_.eps, bias1, bias2,
-                                   options_.stochastic_rounding, options_.seed, static_cast<uint64_t>(step_count_)});
-#endif
+  }
 }
 
 bool AdamW::check_param(size_t index, const Tensor& p) const {
@@ -126,41 +127,6 @@ bool AdamW::check_param(size_t index, const Tensor& p) const {
                  "AdamW: stochastic_rounding is for bfloat16 parameters, but parameter ", index, " is ", p.dtype());
   }
   return low_precision;
-}
-
-void AdamW::step_on_device([[maybe_unused]] const Tensor& clip, [[maybe_unused]] const Tensor& skip) {
-  PRECIS_CHECK(state_on_device(), "AdamW::step_on_device: call keep_state_on_device first");
-  PRECIS_CHECK(!clip.defined() || (clip.is_cuda() && clip.dtype() == DType::f64 && clip.numel() == 2),
-               "AdamW::step_on_device: clip must be clip_grad_norm_on_device's f64 [2] on the GPU, got ",
-               describe(clip));
-  PRECIS_CHECK(!skip.defined() || (skip.is_cuda() && skip.dtype() == DType::f64 && skip.numel() == 1),
-               "AdamW::step_on_device: skip must be an f64 flag on the GPU, got ", describe(skip));
-#if PRECIS_WITH_CUDA
-  std::vector<ops::cuda::AdamWTensors> params;
-  for_each_param([&](size_t index, Tensor& p, double weight_decay) {
-    PRECIS_CHECK(p.device() == device_step_.device(), "AdamW::step_on_device: parameter ", index, " is on ",
-                 p.device(), " but the step state on ", device_step_.device());
-    const bool low_precision = check_param(index, p);
-    Tensor& m = state_buffer(index, "exp_avg", p);
-    Tensor& v = state_buffer(index, "exp_avg_sq", p);
-    const Tensor master = low_precision && options_.master_weights ? master_buffer(index, p) : Tensor();
-    params.push_back({p, p.grad(), m, v, master, weight_decay, index});
-  });
-  ops::cuda::AdamWStep step{};
-  step.beta1 = options_.beta1;
-  step.beta2 = options_.beta2;
-  step.eps = options_.eps;
-  step.stochastic_rounding = options_.stochastic_rounding;
-  step.seed = options_.seed;
-  ops::cuda::AdamWDeviceInputs inputs;
-  inputs.lr = device_lr_.data<double>();
-  inputs.step = device_step_.data<int64_t>();
-  inputs.clip = clip.defined() ? clip.data<double>() + 1 : nullptr;  // {norm, factor}: the factor
-  inputs.skip = skip.defined() ? skip.data<double>() : nullptr;
-  ops::cuda::adamw_step_on_device(params, step, inputs);
-#else
-  PRECIS_FAIL("AdamW::step_on_device: this build of Precis has no CUDA backend");
-#endif
 }
 
 }  // namespace precis::optim

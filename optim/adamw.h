@@ -27,16 +27,10 @@ struct AdamWOptions {
 class AdamW : public Optimizer {
  public:
   AdamW(std::vector<ParamGroup> groups, AdamWOptions options = {});
-  // With the state on the device (keep_state_on_device), step() is step_on_device({}, {}).
-  void step() override;
-  // The update of GPU parameters with nothing read back or baked in (train/trainer.cpp, CUDA
-  // graphs), after keep_state_on_device: the learning rate and step count come from device
-  // memory, and the count advances there. `clip` ({norm, factor}, device f64 [2] from
-  // clip_grad_norm_on_device, or undefined) scales each gradient by factor as it is read
-  // (the clip and, for loss-scaled gradients, the unscale);
-  // a nonzero `skip` (device f64 scalar, or undefined: the loss scaler's found_inf) skips the
-  // update and leaves the count. Same per-element arithmetic as step().
-  void step_on_device(const Tensor& clip, const Tensor& skip);
+  // The CPU loop, or on a GPU the fused kernel (optim/cuda/adamw.h) with the learning rate,
+  // the step count and `inputs` read from device memory (nothing read back or baked in:
+  // capturable into a CUDA graph). The same per-element arithmetic on both.
+  void step(const StepInputs& inputs = {}) override;
   const AdamWOptions& options() const { return options_; }
 
  private:

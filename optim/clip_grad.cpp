@@ -1,12 +1,11 @@
 #include "optim/clip_grad.h"
 
-#include <cmath>
-
 #include "core/convert.h"
 #include "core/strided_loop.h"
+#include "optim/grad_norm_rule.h"
 
 #if PRECIS_WITH_CUDA
-#include "ops/cuda/global_norm.h"
+#include "optim/cuda/grad_norm.h"
 #endif
 
 namespace precis::optim {
@@ -14,8 +13,6 @@ namespace precis::optim {
 namespace {
 
 double squared_norm(const Tensor& g) {
-  PRECIS_CHECK(g.is_cpu() && g.is_contiguous(), "clip_grad_norm: gradients must be dense CPU tensors here (got ",
-               describe(g), ")");
   double total = 0;
   dispatch_all(g.dtype(), "clip_grad_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -30,53 +27,39 @@ double squared_norm(const Tensor& g) {
   return total;
 }
 
-void scale(const Tensor& g, double factor) {
-  dispatch_all(g.dtype(), "clip_grad_norm", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* p = g.data<T>();
-    const int64_t n = g.numel();
-#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) p[i] = convert<T>(convert<double>(p[i]) * factor);
-  });
-}
-
 }  // namespace
 
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
-  // CUDA gradients are summed by ops/cuda/global_norm (batched launches, one copy back).
-  std::vector<Tensor> cpu_grads, cuda_grads;
-  for (const Tensor& p : params)
-    if (p.grad().defined()) (p.grad().is_cuda() ? cuda_grads : cpu_grads).push_back(p.grad());
-  double total = 0;
-  for (const Tensor& g : cpu_grads) total += squared_norm(g);
-#if PRECIS_WITH_CUDA
-  if (!cuda_grads.empty()) total += ops::cuda::sum_of_squares(cuda_grads);
-#endif
-  double norm = std::sqrt(total);
-  if (max_norm > 0 && std::isfinite(norm) && norm > max_norm) {
-    double factor = max_norm / (norm + 1e-6);
-    for (const Tensor& g : cpu_grads) scale(g, factor);
-#if PRECIS_WITH_CUDA
-    if (!cuda_grads.empty()) ops::cuda::scale_(cuda_grads, factor);
-#endif
-  }
-  return norm;
-}
-
-void clip_grad_norm_on_device(const std::vector<Tensor>& params, [[maybe_unused]] double max_norm, const Tensor& out,
-                              [[maybe_unused]] const Tensor& scale, [[maybe_unused]] const Tensor& found_inf) {
+Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm, const Tensor& scale, const Tensor& found_inf,
+                      Tensor out) {
   std::vector<Tensor> grads;
-  for (const Tensor& p : params) {
-    if (!p.grad().defined()) continue;
-    PRECIS_CHECK(p.grad().is_cuda() && p.grad().device() == out.device(), "clip_grad_norm_on_device: gradient on ",
-                 p.grad().device(), ", but the result is on ", out.device(), "; every gradient must be on that GPU");
-    grads.push_back(p.grad());
-  }
+  for (const Tensor& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  const Device device = out.defined() ? out.device() : grads.empty() ? Device::cpu() : grads.front().device();
+  if (!out.defined()) out = empty({2}, DType::f64, device);
+  PRECIS_CHECK(out.is_contiguous() && out.dtype() == DType::f64 && out.numel() == 2,
+               "clip_grad_norm: the result must be a dense f64 [2], got ", describe(out));
+  for (const Tensor& g : grads)
+    PRECIS_CHECK(g.device() == device && g.is_contiguous(), "clip_grad_norm: gradients must be dense and on ", device,
+                 ", got ", describe(g));
+  for (const Tensor* scalar : {&scale, &found_inf})
+    PRECIS_CHECK(
+        !scalar->defined() || (scalar->dtype() == DType::f64 && scalar->numel() == 1 && scalar->device() == device),
+        "clip_grad_norm: the loss scale and the inf/NaN flag must be f64 scalars on ", device, ", got ",
+        describe(*scalar));
 #if PRECIS_WITH_CUDA
-  ops::cuda::global_norm_and_clip_factor(grads, max_norm, scale, found_inf, out);
-#else
-  PRECIS_FAIL("clip_grad_norm_on_device: this build of Precis has no CUDA backend");
+  if (device.is_cuda()) {
+    cuda::grad_norm_and_factor(grads, max_norm, scale, found_inf, out);
+    return out;
+  }
 #endif
+  PRECIS_CHECK(device.is_cpu(), "clip_grad_norm: gradients on ", device, ", but this build has no CUDA backend");
+  double total = 0;
+  for (const Tensor& g : grads) total += squared_norm(g);
+  const GradNorm r = grad_norm_from_sum(total, max_norm, scale.defined() ? scale.item<double>() : 1.0);
+  out.data<double>()[0] = r.norm;
+  out.data<double>()[1] = r.factor;
+  if (found_inf.defined()) found_inf.data<double>()[0] = r.found_inf;
+  return out;
 }
 
 }  // namespace precis::optim

@@ -1,6 +1,14 @@
-// clip_grad_norm: the global L2 norm of all gradients, and scaling them down
-// when it exceeds max_norm (as torch.nn.utils.clip_grad_norm_):
-//   total = sqrt(sum_i ||g_i||^2);  if total > max_norm: g_i *= max_norm / (total + 1e-6)
+// clip_grad_norm: the global L2 norm of all gradients, and the factor that clips it
+// to max_norm (as torch.nn.utils.clip_grad_norm_, but the factor is returned instead
+// of applied: the optimizer multiplies each gradient by it as it reads it, so the
+// step makes no pass over the gradients of its own):
+//   total = sqrt(sum_i ||g_i||^2);  factor = max_norm / (total + 1e-6) if total > max_norm, else 1
+//
+// It also does the loss scaler's unscale and inf/NaN check: the gradients may hold
+// g * scale (`scale`, GradScaler::scale_tensor(); undefined for 1), and found_inf
+// (GradScaler::found_inf(), or undefined) is set when any gradient is inf or NaN
+// (optim/grad_norm_rule.h has the rule). A CPU loop or CUDA kernels by the gradients'
+// device, nothing read back on a GPU (capturable into a CUDA graph).
 #pragma once
 
 #include <vector>
@@ -9,22 +17,11 @@
 
 namespace precis::optim {
 
-// Returns the norm before clipping. max_norm <= 0 only measures. A non-finite
-// norm is returned as is and nothing is scaled (the caller decides to skip).
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
-
-// The sync-free form for GPU gradients (train/trainer.cpp; CUDA graphs), which also does the
-// loss scaler's unscale and inf/NaN check: the gradients may hold g * scale (`scale` a device
-// f64 scalar, GradScaler::scale_on_device(); undefined for 1). The results stay on the device:
-//   out[0]     = the norm above of the unscaled g, +inf when any element is inf or NaN
-//   out[1]     = clip / scale, clip = max_norm / (norm + 1e-6) when max_norm > 0 and the norm
-//                is finite and above max_norm, else 1
-//   found_inf  = 1 when the norm is not finite, else 0 (a device f64 scalar, may be undefined:
-//                GradScaler::found_inf())
-// `out` is a dense f64 [2] on the gradients' GPU. Nothing is scaled here: the optimizer
-// multiplies each gradient by out[1] as it reads it (AdamW::step_on_device), so the step
-// makes no pass over the gradients of its own to unscale or clip them.
-void clip_grad_norm_on_device(const std::vector<Tensor>& params, double max_norm, const Tensor& out,
-                              const Tensor& scale = Tensor(), const Tensor& found_inf = Tensor());
+// Returns {norm, factor} (f64 [2] on the gradients' device; into `out` when given, a
+// fixed buffer for a CUDA graph): the norm of the unscaled gradients, +inf when any
+// element is inf or NaN (then the factor is 1 / scale: nothing is clipped), and the
+// factor for StepInputs::grad_factor (out.select(0, 1)). max_norm <= 0 only measures.
+Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm, const Tensor& scale = Tensor(),
+                      const Tensor& found_inf = Tensor(), Tensor out = Tensor());
 
 }  // namespace precis::optim

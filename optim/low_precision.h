@@ -53,6 +53,16 @@ inline P round_to(float x, const Rounding& r, uint64_t i) {
   return convert<P>(x);
 }
 
+// A gradient element g as the step reads it, in the compute type C: times the step's
+// gradient factor (StepInputs::grad_factor) in f64 and rounded back to g's dtype, as an
+// in-place scaling of the gradient would store it; g itself when the factor is 1. The
+// CUDA kernels read it alike (optim/cuda/low_precision.cuh).
+template <typename C, typename G>
+inline C scaled_gradient(G g, double factor) {
+  if (factor == 1.0) return convert<C>(g);
+  return convert<C>(convert<G>(convert<double>(g) * factor));
+}
+
 // Calls fn(TypeTag<P>{}, TypeTag<G>{}) for a low-precision parameter of dtype `param`
 // whose gradient is f32 or of the parameter's own dtype.
 template <typename Fn>

@@ -7,28 +7,44 @@
 
 namespace precis::optim {
 
-Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {
+Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr) : lr_(lr), groups_(std::move(groups)) {
+  bool first = true;
   for (const auto& g : groups_)
-    for (const auto& p : g.params)
+    for (const auto& p : g.params) {
       PRECIS_CHECK(p.defined() && p.requires_grad() && p.is_leaf(),
                    "optimizer: every parameter must be a leaf tensor with requires_grad");
+      if (first) device_ = p.device();
+      PRECIS_CHECK(p.device() == device_, "optimizer: parameters on ", device_, " and on ", p.device(),
+                   "; one optimizer updates the parameters of one device");
+      first = false;
+    }
+  lr_tensor_ = scalar_tensor(lr, DType::f64, device_);
+  step_tensor_ = scalar_tensor(0.0, DType::i64, device_);
 }
 
 void Optimizer::set_lr(double lr) {
   lr_ = lr;
-  if (!state_on_device()) return;
-  // A pinned buffer per call: the allocator keeps it until the queued copy has run.
+  // A pinned buffer per call: the allocator keeps it until the queued copy has run (an
+  // ordinary copy on a CPU run).
   Tensor staged = empty_pinned({}, DType::f64);
   staged.data<double>()[0] = lr;
-  copy_(device_lr_, staged);
+  copy_(lr_tensor_, staged);
 }
 
-int64_t Optimizer::step_count() const { return state_on_device() ? device_step_.item<int64_t>() : step_count_; }
+int64_t Optimizer::step_count() const { return step_tensor_.item<int64_t>(); }
 
-void Optimizer::keep_state_on_device(Device device) {
-  PRECIS_CHECK(device.is_cuda(), "optimizer: the learning rate and step count move to a GPU, got ", device);
-  device_lr_ = scalar_tensor(lr_, DType::f64, device);
-  device_step_ = scalar_tensor(static_cast<double>(step_count_), DType::i64, device);
+void Optimizer::check_inputs(const StepInputs& inputs, const char* op) const {
+  for (const Tensor* t : {&inputs.grad_factor, &inputs.skip_if})
+    PRECIS_CHECK(!t->defined() || (t->dtype() == DType::f64 && t->numel() == 1 && t->device() == device_), op,
+                 ": the gradient factor and the skip flag must be f64 scalars on the parameters' device ", device_,
+                 ", got ", describe(*t));
+}
+
+bool Optimizer::begin_cpu_step(const StepInputs& inputs, int64_t& step, double& grad_factor) {
+  if (inputs.skip_if.defined() && inputs.skip_if.item<double>() != 0) return false;
+  step = ++step_tensor_.data<int64_t>()[0];
+  grad_factor = inputs.grad_factor.defined() ? inputs.grad_factor.item<double>() : 1.0;
+  return true;
 }
 
 void Optimizer::zero_grad() {
@@ -65,7 +81,9 @@ Tensor Optimizer::master(size_t param_index) const {
 
 std::map<std::string, Tensor> Optimizer::state_dict() const {
   std::map<std::string, Tensor> out = state_;
-  out["step"] = scalar_tensor(static_cast<double>(step_count()), DType::i64);
+  Tensor step = empty({}, DType::i64);  // a copy: the saved count does not move on with the optimizer
+  copy_(step, step_tensor_);
+  out["step"] = step;
   return out;
 }
 
@@ -101,8 +119,7 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
     loaded[key] = buffer;
   }
   state_ = std::move(loaded);
-  step_count_ = step->second.item<int64_t>();
-  if (state_on_device()) fill_(device_step_, static_cast<double>(step_count_));
+  copy_(step_tensor_, step->second);
 }
 
 std::vector<ParamGroup> default_param_groups(const nn::Module& model, double weight_decay) {

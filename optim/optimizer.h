@@ -6,12 +6,14 @@
 // (optim/low_precision.h). The master copy is saved and restored with the rest
 // of the state.
 //
-// On a GPU the learning rate and the step count can live in device memory
-// (keep_state_on_device), so that an update waits for nothing on the host and a
-// CUDA graph that holds it picks up each step's values: set_lr queues a copy of
-// the new rate (from pinned memory, ordered on the compute stream; call it
-// outside a capture), and the step count advances on the device, only for steps
-// that are not skipped (AdamW::step_on_device). step_count() reads it back.
+// The learning rate and the step count are 0-d tensors on the parameters' device
+// (all parameters share one), made at construction, so that on a GPU an update
+// waits for nothing on the host and a CUDA graph that holds it picks up each
+// step's values: set_lr queues a copy of the new rate (from pinned memory,
+// ordered on the compute stream; call it outside a capture), and step() advances
+// the count where it lives, only for steps that are not skipped. step_count()
+// reads it back (a sync on a GPU). One step() for both devices: a CPU loop or a
+// CUDA kernel, the same arithmetic.
 #pragma once
 
 #include <map>
@@ -26,6 +28,18 @@ class Module;
 
 namespace precis::optim {
 
+// What a step takes from the rest of the step, as tensors on the parameters' device so that
+// nothing is read back on a GPU; both optional.
+struct StepInputs {
+  // f64 scalar: each gradient is multiplied by it as it is read, rounded to the gradient's
+  // dtype (clip_grad_norm's factor: the clip and the loss scale's 1/scale; its result's
+  // element 1). Undefined: 1. The gradients themselves are not changed.
+  Tensor grad_factor = Tensor();
+  // f64 scalar: when nonzero nothing is updated and the step count stays (the loss
+  // scaler's found_inf). Undefined: never skip.
+  Tensor skip_if = Tensor();
+};
+
 struct ParamGroup {
   std::vector<Tensor> params;
   double weight_decay = 0.0;
@@ -33,20 +47,20 @@ struct ParamGroup {
 
 class Optimizer {
  public:
-  explicit Optimizer(std::vector<ParamGroup> groups);
+  // All parameters on one device (checked); `lr` the starting learning rate.
+  Optimizer(std::vector<ParamGroup> groups, double lr);
   virtual ~Optimizer() = default;
 
   // Applies one update from the parameters' current .grad (parameters without a gradient are skipped).
-  virtual void step() = 0;
+  virtual void step(const StepInputs& inputs = {}) = 0;
   // Zeroes gradients in place (they may live in a flat buffer).
   void zero_grad();
 
   double lr() const { return lr_; }
   void set_lr(double lr);
   int64_t step_count() const;
-  // Moves the learning rate and step count to `device` (a GPU) for good.
-  void keep_state_on_device(Device device);
-  bool state_on_device() const { return device_lr_.defined(); }
+  // Where the parameters and all the state live.
+  Device device() const { return device_; }
   std::vector<ParamGroup>& param_groups() { return groups_; }
 
   // State as named tensors ("step", "state.<i>.<buffer>" with i the parameter's index
@@ -64,6 +78,11 @@ class Optimizer {
   Tensor& state_buffer(size_t param_index, const std::string& name, const Tensor& like);
   // The f32 master copy of a low-precision parameter, a copy of it on first use.
   Tensor& master_buffer(size_t param_index, const Tensor& param);
+  // Checks `inputs` (f64 scalars on device()) for optimizer `op`.
+  void check_inputs(const StepInputs& inputs, const char* op) const;
+  // The CPU step's view of `inputs` and the step count: false when the step is skipped;
+  // else advances the count and gives it, with the gradient factor (1 when none).
+  bool begin_cpu_step(const StepInputs& inputs, int64_t& step, double& grad_factor);
   // Calls fn(index, param, weight_decay) for every parameter with a gradient.
   template <typename Fn>
   void for_each_param(Fn&& fn) {
@@ -75,10 +94,10 @@ class Optimizer {
       }
   }
 
-  double lr_ = 1e-3;
-  int64_t step_count_ = 0;  // the count unless state_on_device()
-  // keep_state_on_device: the learning rate (f64 scalar) and the step count (i64 scalar).
-  Tensor device_lr_, device_step_;
+  double lr_;  // the host's copy of lr_tensor_ (lr() reads nothing back)
+  Device device_;
+  // The learning rate (f64 scalar) and the step count (i64 scalar), on device_.
+  Tensor lr_tensor_, step_tensor_;
 
  private:
   std::vector<ParamGroup> groups_;

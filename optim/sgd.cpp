@@ -1,86 +1,109 @@
 #include "optim/sgd.h"
 
 #include "core/strided_loop.h"
+#include "optim/cuda/sgd.h"  // plain C++: the parameter table both steps use
 #include "optim/low_precision.h"
 
 namespace precis::optim {
 
-SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options) : Optimizer(std::move(groups)), options_(options) {
+SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options)
+    : Optimizer(std::move(groups), options.lr), options_(options) {
   PRECIS_CHECK(options.lr >= 0, "SGD: lr must be >= 0, got ", options.lr);
   PRECIS_CHECK(options.momentum >= 0, "SGD: momentum must be >= 0, got ", options.momentum);
   PRECIS_CHECK(!options.nesterov || (options.momentum > 0 && options.dampening == 0),
                "SGD: nesterov needs momentum > 0 and dampening 0");
-  lr_ = options.lr;
 }
 
 namespace {
 
-// One element: returns x - lr d with d = grad + wd x, through the momentum buffer when there is one.
-template <typename T>
-inline T sgd_element(T x, T grad, T* buf, double lr, double wd, const SGDOptions& o, bool first) {
-  T d = grad + static_cast<T>(wd) * x;
-  if (buf) {
-    *buf = first ? d : static_cast<T>(o.momentum) * *buf + static_cast<T>(1 - o.dampening) * d;
-    d = o.nesterov ? d + static_cast<T>(o.momentum) * *buf : *buf;
-  }
-  return x - static_cast<T>(lr) * d;
-}
-
 // A parameter of the compute type T (f32 or f64), updated in place.
 template <typename T>
-void sgd_update(T* p, const T* g, T* buf, int64_t n, double lr, double wd, const SGDOptions& o, bool first) {
+void sgd_update(T* p, const T* g, double grad_factor, T* buf, int64_t n, double lr, double wd, const SGDRule& r,
+                bool first) {
 #pragma omp parallel for schedule(static) if (n >= kParallelGrain)
-  for (int64_t i = 0; i < n; ++i) p[i] = sgd_element(p[i], g[i], buf ? buf + i : nullptr, lr, wd, o, first);
+  for (int64_t i = 0; i < n; ++i)
+    p[i] = sgd_element(p[i], scaled_gradient<T>(g[i], grad_factor), buf ? buf + i : nullptr, lr, wd, r, first);
 }
 
 // A low-precision parameter P (f16/bf16) with gradient G (f32 or P), f32 momentum:
 //   x = master ? master[i] : float(p[i]);  x <- sgd_element(x, float(g[i]))
 //   master[i] = x (when kept);  p[i] = round(x) (nearest-even or stochastic)
 template <typename P, typename G>
-void sgd_update_low_precision(P* p, float* master, const G* g, float* buf, int64_t n, double lr, double wd,
-                              const SGDOptions& o, bool first, const Rounding& rounding) {
+void sgd_update_low_precision(P* p, float* master, const G* g, double grad_factor, float* buf, int64_t n, double lr,
+                              double wd, const SGDRule& r, bool first, const Rounding& rounding) {
 #pragma omp parallel for schedule(static) if (n >= kParallelGrain)
   for (int64_t i = 0; i < n; ++i) {
-    float x = sgd_element(master ? master[i] : convert<float>(p[i]), convert<float>(g[i]), buf ? buf + i : nullptr,
-                          lr, wd, o, first);
+    float x = sgd_element(master ? master[i] : convert<float>(p[i]), scaled_gradient<float>(g[i], grad_factor),
+                          buf ? buf + i : nullptr, lr, wd, r, first);
     if (master) master[i] = x;
     p[i] = round_to<P>(x, rounding, static_cast<uint64_t>(i));
   }
 }
 
+template <typename T>
+T* data_or_null(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
+
 }  // namespace
 
-void SGD::step() {
-  ++step_count_;
-  bool first = step_count_ == 1;
+void SGD::step(const StepInputs& inputs) {
+  check_inputs(inputs, "SGD");
+  std::vector<cuda::SGDTensors> params;
   for_each_param([&](size_t index, Tensor& p, double weight_decay) {
     const Tensor& g = p.grad();
-    PRECIS_CHECK(p.is_cpu(), "SGD: parameter ", index, " is on ", p.device(), "; only the CPU SGD exists so far");
     PRECIS_CHECK(p.is_contiguous() && g.is_contiguous(), "SGD: parameter ", index, " and its gradient must be dense");
-    if (p.dtype() == DType::f32 && g.dtype() == DType::f32) {
-      float* buf = options_.momentum > 0 ? state_buffer(index, "momentum_buffer", p).data<float>() : nullptr;
-      sgd_update<float>(p.data<float>(), g.data<float>(), buf, p.numel(), lr_, weight_decay, options_, first);
-    } else if (p.dtype() == DType::f64 && g.dtype() == DType::f64) {
-      double* buf = options_.momentum > 0 ? state_buffer(index, "momentum_buffer", p).data<double>() : nullptr;
-      sgd_update<double>(p.data<double>(), g.data<double>(), buf, p.numel(), lr_, weight_decay, options_, first);
-    } else {
+    const bool low_precision =
+        !(p.dtype() == DType::f32 && g.dtype() == DType::f32) && !(p.dtype() == DType::f64 && g.dtype() == DType::f64);
+    if (low_precision) {
       PRECIS_CHECK(is_low_precision(p.dtype()) && (g.dtype() == DType::f32 || g.dtype() == p.dtype()),
                    "SGD: parameter ", index, " is ", p.dtype(), " with a ", g.dtype(),
                    " gradient; supported: float32/float64 with a gradient of the same dtype, float16/bfloat16 with "
                    "a float32 or same-dtype gradient");
-      PRECIS_CHECK(!options_.stochastic_rounding || p.dtype() == DType::bf16, "SGD: stochastic_rounding is for "
-                   "bfloat16 parameters, but parameter ", index, " is ", p.dtype());
-      float* master = options_.master_weights ? master_buffer(index, p).data<float>() : nullptr;
-      float* buf = options_.momentum > 0 ? state_buffer(index, "momentum_buffer", p).data<float>() : nullptr;
-      Rounding rounding{options_.stochastic_rounding, options_.seed, static_cast<uint64_t>(step_count_), index};
+      PRECIS_CHECK(!options_.stochastic_rounding || p.dtype() == DType::bf16,
+                   "SGD: stochastic_rounding is for "
+                   "bfloat16 parameters, but parameter ",
+                   index, " is ", p.dtype());
+    }
+    const Tensor buf = options_.momentum > 0 ? state_buffer(index, "momentum_buffer", p) : Tensor();
+    const Tensor master = low_precision && options_.master_weights ? master_buffer(index, p) : Tensor();
+    params.push_back({p, g, buf, master, weight_decay, index});
+  });
+  const SGDRule rule{options_.momentum, options_.dampening, options_.nesterov};
+#if PRECIS_WITH_CUDA
+  if (device().is_cuda()) {
+    cuda::sgd_step(params, {rule, options_.stochastic_rounding, options_.seed},
+                   {lr_tensor_.data<double>(), step_tensor_.data<int64_t>(),
+                    inputs.grad_factor.defined() ? inputs.grad_factor.data<double>() : nullptr,
+                    inputs.skip_if.defined() ? inputs.skip_if.data<double>() : nullptr});
+    return;
+  }
+#endif
+  PRECIS_CHECK(device().is_cpu(), "SGD: parameters on ", device(), ", but this build of Precis has no CUDA backend");
+  int64_t t = 0;
+  double factor = 1;
+  if (!begin_cpu_step(inputs, t, factor)) return;
+  const double lr = lr_tensor_.item<double>();
+  const bool first = t == 1;
+  for (const cuda::SGDTensors& a : params) {
+    const Tensor &p = a.param, &g = a.grad;
+    if (p.dtype() == DType::f32 && g.dtype() == DType::f32) {
+      sgd_update<float>(p.data<float>(), g.data<float>(), factor, data_or_null<float>(a.momentum_buffer), p.numel(), lr,
+                        a.weight_decay, rule, first);
+    } else if (p.dtype() == DType::f64) {
+      sgd_update<double>(p.data<double>(), g.data<double>(), factor, data_or_null<double>(a.momentum_buffer), p.numel(),
+                         lr, a.weight_decay, rule, first);
+    } else {
+      Rounding rounding{options_.stochastic_rounding, options_.seed, static_cast<uint64_t>(t), a.index};
       dispatch_low_precision(p.dtype(), g.dtype(), [&](auto param_tag, auto grad_tag) {
         using P = typename decltype(param_tag)::type;
         using G = typename decltype(grad_tag)::type;
-        sgd_update_low_precision<P, G>(p.data<P>(), master, g.data<G>(), buf, p.numel(), lr_, weight_decay, options_,
+        sgd_update_low_precision<P, G>(p.data<P>(), data_or_null<float>(a.master), g.data<G>(), factor,
+                                       data_or_null<float>(a.momentum_buffer), p.numel(), lr, a.weight_decay, rule,
                                        first, rounding);
       });
     }
-  });
+  }
 }
 
 }  // namespace precis::optim

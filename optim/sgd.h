@@ -23,7 +23,9 @@ struct SGDOptions {
 class SGD : public Optimizer {
  public:
   SGD(std::vector<ParamGroup> groups, SGDOptions options = {});
-  void step() override;
+  // The CPU loop, or on a GPU one kernel per parameter (optim/cuda/sgd.h) with the learning
+  // rate, the step count and `inputs` read from device memory; optim/sgd_rule.h's arithmetic on both.
+  void step(const StepInputs& inputs = {}) override;
   const SGDOptions& options() const { return options_; }
 
  private:

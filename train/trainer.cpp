@@ -45,14 +45,14 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
   ops::set_matmul_autotune(config_.matmul_autotune);
   int capability = device_.is_cuda() ? cuda_compute_capability(device_.index) : 0;
   for (const std::string& warning : policy_.validate(capability)) std::cerr << "warning: " << warning << "\n";
-  scaler_ = std::make_unique<amp::GradScaler>(config_.precision.scaler);
+  scaler_ = std::make_unique<amp::GradScaler>(config_.precision.scaler, device_);
   if (config_.precision.report_interval == 0) config_.precision.report_interval = config_.log_interval;
   fs::create_directories(config_.out_dir);
   if (config_.checkpoint.dir.empty()) config_.checkpoint.dir = (fs::path(config_.out_dir) / "checkpoints").string();
   if (config_.schedule.decay_steps < 0) config_.schedule.decay_steps = config_.max_steps;
   setup_data();
   setup_model();
-  setup_gpu_step();
+  setup_step();
   if (config_.batch.seq_len < config_.model.block_size)
     std::cerr << "note: seq_len " << config_.batch.seq_len << " < block_size " << config_.model.block_size
               << ": positions from " << config_.batch.seq_len << " on are never trained, so samples longer than "
@@ -125,6 +125,11 @@ void Trainer::setup_model() {
                                 config_.schedule.decay_steps};
 }
 
+void Trainer::setup_step() {
+  loss_sum_ = zeros({}, DType::f64, device_);
+  grad_norm_ = zeros({2}, DType::f64, device_);
+}
+
 namespace {
 
 // `host` (a CPU batch) into the device buffer `dst` through pinned memory: the copy is queued
@@ -141,22 +146,22 @@ void stage(const Tensor& dst, const Tensor& host) {
 void Trainer::stage_batches(std::vector<Tensor>& inputs, std::vector<Tensor>& targets) {
   for (size_t micro = 0; micro < static_cast<size_t>(config_.batch.grad_accum); ++micro) {
     TokenBatch batch = train_data_->next_batch();
-    if (!gpu_step_) {
-      inputs.push_back(batch.inputs.to(device_));
-      targets.push_back(batch.targets.to(device_));
+    if (!device_.is_cuda()) {
+      inputs.push_back(batch.inputs);
+      targets.push_back(batch.targets);
       continue;
     }
     // Fixed buffers, made once: a captured step reads its batches from these addresses.
-    if (gpu_inputs_.size() == micro) {
-      gpu_inputs_.push_back(empty(batch.inputs.shape(), batch.inputs.dtype(), device_));
-      gpu_targets_.push_back(empty(batch.targets.shape(), batch.targets.dtype(), device_));
+    if (device_inputs_.size() == micro) {
+      device_inputs_.push_back(empty(batch.inputs.shape(), batch.inputs.dtype(), device_));
+      device_targets_.push_back(empty(batch.targets.shape(), batch.targets.dtype(), device_));
     }
-    stage(gpu_inputs_[micro], batch.inputs);
-    stage(gpu_targets_[micro], batch.targets);
+    stage(device_inputs_[micro], batch.inputs);
+    stage(device_targets_[micro], batch.targets);
   }
-  if (gpu_step_) {
-    inputs = gpu_inputs_;
-    targets = gpu_targets_;
+  if (device_.is_cuda()) {
+    inputs = device_inputs_;
+    targets = device_targets_;
   }
 }
 
@@ -166,11 +171,32 @@ void Trainer::train_step() {
     Profiler::Phase phase(profiler_, "data");
     stage_batches(inputs, targets);
   }
-  if (gpu_step_) {
-    gpu_train_step(inputs, targets);
-  } else {
-    losses_.push_back(run_step(inputs, targets, &profiler_));
-  }
+  optimizer_->set_lr(schedule_.at(step_));  // queued ahead of the step's kernels
+  step_graph_->run([&](Profiler* profiler) { run_step(inputs, targets, profiler); }, profiler_, reporting_);
+  queue_loss();
+}
+
+void Trainer::queue_loss() {
+  Tensor landing = empty_pinned({}, DType::f64);
+  copy_(landing, loss_sum_);  // on a GPU: arrives once the step has run
+  pending_losses_.emplace_back(losses_.size(), landing);
+  losses_.push_back(std::numeric_limits<double>::quiet_NaN());
+}
+
+void Trainer::resolve_step_values() {
+  synchronize(device_);
+  for (const auto& [index, landing] : pending_losses_)
+    losses_[index] = landing.data<double>()[0] / static_cast<double>(config_.batch.grad_accum);
+  pending_losses_.clear();
+  last_grad_norm_ = grad_norm_.to_vector<double>()[0];
+}
+
+std::string Trainer::graph_fallback_reason() const {
+  if (!device_.is_cuda()) return "this run is on the CPU, and CUDA graphs need a GPU";
+  if (config_.model.dropout > 0)
+    return "dropout draws its random offset on the host every step (model.dropout is " +
+           std::to_string(config_.model.dropout) + "; 0 allows the graph)";
+  return "";
 }
 
 namespace {
@@ -193,7 +219,7 @@ class MaybePhase {
 
 }  // namespace
 
-double Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets, Profiler* profiler) {
+void Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets, Profiler* profiler) {
   flat_->zero_grad_lazily();  // each first gradient is written, not added to zeros
   ops::autocast::clear_cache();  // the weights changed in the last step
   if (policy_.autocasts()) {
@@ -206,8 +232,7 @@ double Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Te
     }
   }
   const int64_t accum = config_.batch.grad_accum;
-  double loss_sum = 0;
-  if (gpu_step_) fill_(loss_sum_, 0.0);
+  fill_(loss_sum_, 0.0);
   // The gradient each micro-batch's loss receives: 1/accum of the step's mean, times the loss
   // scale (read from device memory on the GPU). The fused classifier makes the logits'
   // gradient with it in the loss's own pass; otherwise the backward starts from the loss.
@@ -223,12 +248,8 @@ double Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Te
       ops::autocast::Scope autocast(policy_.compute_dtype, policy_.autocasts());
       out = model_->forward(inputs[micro], targets[micro], loss_gradient);
       loss = out.loss;
-      // On the GPU the sum stays there (f64, as the host adds): no read-back per micro-batch.
-      if (gpu_step_) {
-        accumulate_(loss_sum_, loss);
-      } else {
-        loss_sum += loss.item();
-      }
+      // The sum stays on the device (f64): no read-back per micro-batch.
+      accumulate_(loss_sum_, loss);
     }
     nn::set_activation_observer(nullptr);
     {
@@ -249,49 +270,26 @@ double Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Te
       for (const auto& s : b.slots) numerics_.record(amp::NumericsKind::gradient, amp::layer_of(s.name), s.param.grad());
     for (const Tensor& p : model_->parameters()) params_before.push_back(p.detach().clone());
   }
-  if (gpu_step_) {
-    finish_step_on_device(profiler);
-  } else {
-    finish_step_on_host(profiler);
-  }
+  finish_step(profiler);
   if (reporting_) finish_numerics(params_before);
-  return loss_sum / static_cast<double>(accum);
 }
 
-void Trainer::finish_step_on_host(Profiler* profiler) {
-  bool found_inf = false;
-  if (scaler_->enabled()) {
-    MaybePhase phase(profiler, "scaler");
-    found_inf = scaler_->unscale_and_check(*flat_);
-  }
-  {
-    MaybePhase phase(profiler, "optimizer");
-    if (found_inf) {
-      last_grad_norm_ = std::numeric_limits<double>::infinity();  // the step is skipped
-    } else {
-      last_grad_norm_ = optim::clip_grad_norm(model_->parameters(), config_.optimizer.grad_clip);
-      optimizer_->set_lr(schedule_.at(step_));
-      optimizer_->step();
-    }
-  }
-  scaler_->update(found_inf);
-}
-
-// The same on the device, nothing read back, and no pass over the gradients but the norm's and
-// AdamW's: the norm of the scaled gradients is the unscaled norm times the scale, and it is
-// finite exactly when every gradient is, so it does the scaler's inf/NaN check; AdamW multiplies
-// each gradient by clip / scale as it reads it, and skips the whole step when the flag is set.
-void Trainer::finish_step_on_device(Profiler* profiler) {
+// The same calls on both devices, nothing read back, and no pass over the gradients but the
+// norm's and the optimizer's: the unscale and the inf/NaN check are folded into the norm (the
+// norm of the scaled gradients is the unscaled norm times the scale, and it is finite exactly
+// when every gradient is, so it sets the scaler's found_inf), and the optimizer multiplies each
+// gradient by clip / scale as it reads it, skipping the whole step when found_inf is set.
+void Trainer::finish_step(Profiler* profiler) {
   {
     MaybePhase phase(profiler, "optimizer");
     const Tensor found_inf = scaler_->found_inf();  // both undefined without loss scaling
-    optim::clip_grad_norm_on_device(model_->parameters(), config_.optimizer.grad_clip, grad_norm_,
-                                    scaler_->scale_on_device(), found_inf);
-    static_cast<optim::AdamW&>(*optimizer_).step_on_device(grad_norm_, found_inf);
+    optim::clip_grad_norm(model_->parameters(), config_.optimizer.grad_clip, scaler_->scale_tensor(), found_inf,
+                          grad_norm_);
+    optimizer_->step({.grad_factor = grad_norm_.select(0, 1), .skip_if = found_inf});
   }
   if (scaler_->enabled()) {
     MaybePhase phase(profiler, "scaler");
-    scaler_->update_on_device();
+    scaler_->update();
   }
 }
 
@@ -428,7 +426,8 @@ void Trainer::run() {
             << config_.batch.grad_accum << " micro-steps per step; " << train_data_->num_tokens()
             << " training tokens\n"
             << "precision " << policy_.describe() << "\n";
-  plan_graphs();
+  step_graph_ =
+      std::make_unique<StepGraph>(device_, config_.cuda_graphs, graph_fallback_reason(), config_.precision.report);
   // An unknown GPU's peak is measured now, outside the timed steps and the memory peak.
   device_peak_tflops(device_, policy_.compute_dtype, policy_.allow_tf32);
   using Clock = std::chrono::steady_clock;
@@ -447,7 +446,7 @@ void Trainer::run() {
                     (step_ % config_.eval_interval == 0 || step_ == config_.max_steps);
     bool log_now = step_ % config_.log_interval == 0 || step_ == config_.max_steps || eval_now;
     if (log_now) {
-      resolve_step_values();  // on a GPU: waits for the queued steps, so the interval's time is theirs
+      resolve_step_values();  // waits for the queued steps, so the interval's time is theirs
       double seconds = std::chrono::duration<double>(Clock::now() - interval_start).count();
       std::optional<double> val_loss;
       if (eval_now) val_loss = evaluate();

@@ -8,11 +8,14 @@
 // the same record to out_dir/metrics.jsonl; every eval_interval it measures the
 // validation loss; it checkpoints, and it prints a text sample at the end.
 //
-// On a GPU the step never waits for the host (train/gpu_step.cpp): the loss is
-// summed on the device, the loss scaler, the learning rate and the step count
-// live there, and the values a log line shows are read back once per log
-// interval. With `cuda_graphs: true` the whole step is captured into a CUDA
-// graph after a few eager warm-up steps and replayed from then on.
+// The step is the same calls on both devices, and on a GPU it never waits for
+// the host: the loss is summed into a tensor, the loss scaler's state, the
+// learning rate and the step count are tensors on the parameters' device, the
+// step ends with finish_step (unscale -> clip -> optimizer step -> scaler
+// update, nothing read back), and the values a log line shows (loss, grad norm,
+// scale, skipped steps) are read back once per log interval. With
+// `cuda_graphs: true` the whole step is captured into a CUDA graph after a few
+// eager warm-up steps and replayed from then on (train/step_graph.h).
 #pragma once
 
 #include <memory>
@@ -23,7 +26,6 @@
 #include "amp/grad_scaler.h"
 #include "amp/numerics.h"
 #include "amp/precision_policy.h"
-#include "core/cuda_graph.h"
 #include "core/json.h"
 #include "core/profiler.h"
 #include "data/token_dataset.h"
@@ -33,6 +35,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "train/config.h"
+#include "train/step_graph.h"
 #include "train/step_report.h"
 
 namespace precis::train {
@@ -54,7 +57,7 @@ class Trainer {
   // The per-step training losses of this run (for tests and the sweep), complete after run().
   const std::vector<double>& losses() const { return losses_; }
   // Whether the training step is being replayed from a CUDA graph.
-  bool replaying_graph() const { return graph_ != nullptr; }
+  bool replaying_graph() const { return step_graph_ && step_graph_->replaying(); }
   const std::vector<StepReport>& reports() const { return reports_; }
   int64_t step() const { return step_; }
   models::GPT2& model() { return *model_; }
@@ -69,21 +72,18 @@ class Trainer {
  private:
   void setup_data();
   void setup_model();
-  void train_step();  // one optimizer step; its loss goes to losses_ (on a GPU: resolved at the next log)
-  // The step on batches already where they are computed (accum of each): forward, backward,
-  // the scaler, clipping, the optimizer. Phases are timed unless `profiler` is null (while
-  // capturing). Returns the mean loss on the CPU; on a GPU the loss is summed into loss_sum_.
-  double run_step(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets, Profiler* profiler);
-  void finish_step_on_host(Profiler* profiler);
-  void finish_step_on_device(Profiler* profiler);
-  // The step's batches, on the device (in gpu_inputs_/gpu_targets_ for the GPU step).
+  void setup_step();  // the step's device tensors (loss sum, grad norm)
+  void train_step();  // one optimizer step; its loss goes to losses_, resolved at the next log
+  // The step on batches already where they are computed (accum of each): forward, backward
+  // (the loss summed into loss_sum_), finish_step. Phases are timed unless `profiler` is null
+  // (while capturing).
+  void run_step(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets, Profiler* profiler);
+  // unscale -> clip -> optimizer step -> scaler update, with nothing read back.
+  void finish_step(Profiler* profiler);
+  // The step's batches, on the device (on a GPU in the fixed buffers device_inputs_/device_targets_).
   void stage_batches(std::vector<Tensor>& inputs, std::vector<Tensor>& targets);
-  // train/gpu_step.cpp: the sync-free GPU step and its CUDA graph.
-  void setup_gpu_step();
+  // Why the step cannot be captured into a CUDA graph, or empty.
   std::string graph_fallback_reason() const;
-  void plan_graphs();  // decides use_graphs_, saying why not when cuda_graphs cannot be used
-  void gpu_train_step(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets);
-  void capture_and_replay(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets);
   void queue_loss();
   // Waits for the queued steps once and fills in their losses and the last grad norm.
   void resolve_step_values();
@@ -119,17 +119,13 @@ class Trainer {
   int64_t step_ = 0;
   double last_grad_norm_ = 0;
   std::vector<double> losses_;
-  // The sync-free GPU step: the loss summed over the micro-batches (f64 scalar), {grad norm,
-  // clip factor} (f64 [2]), the device buffers the batches are copied into, and the losses
-  // queued for the host (pinned f64 scalars, with their index in losses_).
-  bool gpu_step_ = false;
+  // The step's values on device_: the loss summed over the micro-batches (f64 scalar) and
+  // {grad norm, gradient factor} (f64 [2]); the losses queued for the host (pinned f64
+  // scalars, with their index in losses_); on a GPU the fixed buffers the batches are copied into.
   Tensor loss_sum_, grad_norm_;
-  std::vector<Tensor> gpu_inputs_, gpu_targets_;
   std::vector<std::pair<size_t, Tensor>> pending_losses_;
-  // cuda_graphs: the step is captured after a few eager GPU steps (warm-up), unless it cannot be.
-  bool use_graphs_ = false;
-  int64_t eager_gpu_steps_ = 0;
-  std::unique_ptr<CudaGraph> graph_;
+  std::vector<Tensor> device_inputs_, device_targets_;
+  std::unique_ptr<StepGraph> step_graph_;  // made by run()
   std::vector<StepReport> reports_;
 };
 

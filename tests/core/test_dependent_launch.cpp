@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 
 // The library's kernel folders. (Test-only kernels, such as the wgmma probes in tests/ops/,
 // are launched only by their tests and may use plain <<<>>> launches.)
-const char* const kKernelDirs[] = {"core/cuda", "ops/cuda", "amp/cuda"};
+const char* const kKernelDirs[] = {"core/cuda", "ops/cuda", "amp/cuda", "optim/cuda"};
 
 struct Source {
   std::string path;  // relative to the source dir

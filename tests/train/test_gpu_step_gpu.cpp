@@ -1,10 +1,11 @@
-// The sync-free GPU training step and its CUDA graph, end to end on a tiny
-// char-level GPT-2: the GPU step against the CPU's losses and grad norms (fp32,
-// relative 1e-4), and graph replay against the eager GPU step (relative 1e-6;
-// the kernels are deterministic, so in practice bit for bit) under a changing
-// learning rate, gradient accumulation, clipping, evaluation between replays,
-// fp16 with a dynamic loss scale that overflows inside the graph, numerics
-// report steps between replays, and a checkpoint resumed into a new graph.
+// The GPU training step and its CUDA graph, end to end on a tiny char-level GPT-2:
+// the device-parameterised step cases (train/step_cases.h) on the GPU, the GPU step
+// against the CPU's losses and grad norms (fp32, relative 1e-4), and graph replay
+// against the eager GPU step (relative 1e-6; the kernels are deterministic, so in
+// practice bit for bit) under a changing learning rate, gradient accumulation,
+// clipping, evaluation between replays, fp16 with a dynamic loss scale that
+// overflows inside the graph, numerics report steps between replays, and a
+// checkpoint resumed into a new graph.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,10 +15,15 @@
 
 #include "support/gpu.h"
 #include "train/config.h"
+#include "train/step_cases.h"
 #include "train/trainer.h"
 
 using namespace precis;
 namespace fs = std::filesystem;
+
+namespace step_cases {
+INSTANTIATE_TEST_SUITE_P(Cuda, StepOn, ::testing::Values(Device::cuda(0)), precis::testing::device_name);
+}  // namespace step_cases
 
 namespace {
 
@@ -112,8 +118,7 @@ TEST(GpuStep, Fp32LossesAndGradNormsMatchTheCpu) {
 
 TEST(CudaGraphs, ReplayGivesTheEagerLossesInFp32) {
   PRECIS_SKIP_WITHOUT_GPU();
-  const std::vector<std::string> common = {"device=cuda", "max_steps=12", "precision.policy=fp32",
-                                           "eval_interval=5"};
+  const std::vector<std::string> common = {"device=cuda", "max_steps=12", "precision.policy=fp32", "eval_interval=5"};
   std::vector<std::string> graphs = common;
   graphs.push_back("cuda_graphs=true");
   TrainedRun eager = run_training("fp32_eager", common), graph = run_training("fp32_graph", graphs);
@@ -136,14 +141,15 @@ TEST(CudaGraphs, Fp16OverflowsSkipInsideTheGraphAsInEagerSteps) {
   // Skips happened in replayed steps (the graph is captured at step 4), and clean steps too.
   int64_t skips_in_graph = 0;
   for (size_t i = 1; i < graph.reports.size(); ++i)
-    if (graph.reports[i].step >= 4) skips_in_graph += graph.reports[i].skipped_steps - graph.reports[i - 1].skipped_steps;
+    if (graph.reports[i].step >= 4)
+      skips_in_graph += graph.reports[i].skipped_steps - graph.reports[i - 1].skipped_steps;
   EXPECT_GT(skips_in_graph, 0);
   EXPECT_LT(graph.reports.back().skipped_steps, 20) << "most steps should not be skipped";
 }
 
 TEST(CudaGraphs, NumericsReportStepsRunEagerlyBetweenReplays) {
   PRECIS_SKIP_WITHOUT_GPU();
-  const std::vector<std::string> common = {"device=cuda",          "max_steps=12", "precision.policy=fp16",
+  const std::vector<std::string> common = {"device=cuda", "max_steps=12", "precision.policy=fp16",
                                            "precision.report=true", "precision.report_interval=5"};
   std::vector<std::string> graphs = common;
   graphs.push_back("cuda_graphs=true");

@@ -1,22 +1,26 @@
-// The global gradient norm, sum over all gradients of sum_i g_i^2, and the in-place
-// scaling that clips it (as llm.c's global_norm.cuh, but deterministic):
+// The global gradient norm, sum over all gradients of sum_i g_i^2 (as llm.c's
+// global_norm.cuh, but deterministic), and the clip factor:
 //   stage 1: block b sums the squares of one chunk of one tensor in f64 and writes
 //            partial[b] (one launch per batch of tensors of one dtype);
-//   stage 2: one block adds all partials in a fixed order; the total is copied back,
-//            or, for the sync-free step, turned into the norm and the clip factor on
-//            the device.
+//   stage 2: one block adds all partials in a fixed order;
+//   stage 3: one thread turns the total into the norm, the factor and the overflow
+//            flag (optim/grad_norm_rule.h, the CPU's rule).
 // Bytes: each gradient read once (stage 1); 8 bytes per block of partials (stage 2).
-// Scaling reads and writes each gradient once.
-#include <math_constants.h>
-
 #include <algorithm>
 #include <map>
 
 #include "core/cuda/launch.cuh"
-#include "ops/cuda/global_norm.h"
-#include "ops/cuda/nn_kernels.h"
+#include "core/cuda/block_reduce.cuh"
+#include "core/cuda/convert.cuh"
+#include "core/cuda/dispatch.cuh"
+#include "core/cuda/pack.cuh"
+#include "core/cuda/tensor_batch.cuh"
+#include "optim/cuda/grad_norm.h"
+#include "optim/grad_norm_rule.h"
 
-namespace precis::ops::cuda {
+namespace precis::optim::cuda {
+
+using namespace precis::cuda;  // the device toolkit: batched launches, packs, reductions
 
 namespace {
 
@@ -25,9 +29,9 @@ constexpr int64_t kChunk = 16384;  // elements per block
 
 template <typename T>
 struct TensorBatch {
-  T* data[kGlobalNormBatch];
-  int64_t n[kGlobalNormBatch];
-  int64_t first_block[kGlobalNormBatch + 1];
+  T* data[kGradNormBatch];
+  int64_t n[kGradNormBatch];
+  int64_t first_block[kGradNormBatch + 1];
   int count;
 };
 
@@ -71,44 +75,25 @@ __global__ void __launch_bounds__(1024) sum_partials_kernel(const double* partia
   if (threadIdx.x == 0) *total = sum;
 }
 
-// out = {norm, clip / scale} and the inf/NaN flag from the total of the scaled squares
-// (global_norm_and_clip_factor's rule, global_norm.h), in f64.
+// out = {norm, factor} and the inf/NaN flag from the total of the scaled squares.
 __global__ void norm_and_factor_kernel(const double* total, double max_norm, const double* scale, double* found_inf,
                                        double* out) {
   precis::cuda::wait_for_previous_grid();
   precis::cuda::allow_next_grid_to_start();
-  const double sum = total != nullptr ? *total : 0.0, s = scale != nullptr ? *scale : 1.0;
-  const bool finite = isfinite(sum);
-  if (found_inf != nullptr) *found_inf = finite ? 0.0 : 1.0;
-  const double norm = finite ? sqrt(sum) / s : CUDART_INF;
-  out[0] = norm;
-  out[1] = (max_norm > 0 && finite && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0) / s;
+  const GradNorm r = grad_norm_from_sum(total != nullptr ? *total : 0.0, max_norm, scale != nullptr ? *scale : 1.0);
+  if (found_inf != nullptr) *found_inf = r.found_inf;
+  out[0] = r.norm;
+  out[1] = r.factor;
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kThreads) scale_kernel(const __grid_constant__ TensorBatch<T> batch, double factor) {
-  precis::cuda::wait_for_previous_grid();
-  precis::cuda::allow_next_grid_to_start();
-  T* data;
-  int64_t n;
-  chunk_of_block(batch, data, n);
-  for_each_in_row<Packed128<T>::size>(data, n, threadIdx.x, kThreads, [&](int64_t i, auto width) {
-    constexpr int W = decltype(width)::value;
-    Pack<T, W> v = load_pack<W>(data + i);
-#pragma unroll
-    for (int k = 0; k < W; ++k) v.v[k] = convert_to<T>(convert_to<double>(v.v[k]) * factor);
-    store_pack<W>(data + i, v);
-  });
-}
-
-// Calls launch(batch, blocks) for each batch of up to kGlobalNormBatch tensors of `tensors`
+// Calls launch(batch, blocks) for each batch of up to kGradNormBatch tensors of `tensors`
 // (all of dtype T), in order; returns the blocks launched in all.
 template <typename T, typename Launch>
 int64_t for_each_batch(const std::vector<const Tensor*>& tensors, Launch&& launch) {
   int64_t launched = 0;
-  for (size_t first = 0; first < tensors.size(); first += kGlobalNormBatch) {
+  for (size_t first = 0; first < tensors.size(); first += kGradNormBatch) {
     TensorBatch<T> batch{};
-    batch.count = static_cast<int>(std::min<size_t>(kGlobalNormBatch, tensors.size() - first));
+    batch.count = static_cast<int>(std::min<size_t>(kGradNormBatch, tensors.size() - first));
     for (int s = 0; s < batch.count; ++s) {
       const Tensor& t = *tensors[first + s];
       batch.data[s] = static_cast<T*>(t.raw_data());
@@ -161,30 +146,9 @@ void sum_of_squares_into(const std::vector<Tensor>& tensors, double* partial, do
 
 }  // namespace
 
-double sum_of_squares(const std::vector<Tensor>& tensors) {
+void grad_norm_and_factor(const std::vector<Tensor>& tensors, double max_norm, const Tensor& scale,
+                          const Tensor& found_inf, const Tensor& out) {
   const char* op = "clip_grad_norm";
-  if (tensors.empty()) return 0.0;
-  cudaStream_t stream = stream_for(tensors.front());
-  const int64_t blocks = blocks_for(tensors);
-  Tensor buffer = empty({blocks + 1}, DType::f64, tensors.front().device());  // the partials, then the total
-  double* partial = static_cast<double*>(buffer.raw_data());
-  sum_of_squares_into(tensors, partial, partial + blocks, stream);
-  double total = 0;
-  PRECIS_CUDA_CHECK(cudaMemcpyAsync(&total, partial + blocks, sizeof(total), cudaMemcpyDeviceToHost, stream), op);
-  PRECIS_CUDA_CHECK(cudaStreamSynchronize(stream), op);
-  return total;
-}
-
-void global_norm_and_clip_factor(const std::vector<Tensor>& tensors, double max_norm, const Tensor& scale,
-                                 const Tensor& found_inf, const Tensor& out) {
-  const char* op = "clip_grad_norm";
-  PRECIS_CHECK(out.is_cuda() && out.is_contiguous() && out.dtype() == DType::f64 && out.numel() == 2, op,
-               ": the result must be a dense f64 [2] on the GPU, got ", describe(out));
-  for (const Tensor* scalar : {&scale, &found_inf})
-    PRECIS_CHECK(!scalar->defined() ||
-                     (scalar->dtype() == DType::f64 && scalar->numel() == 1 && scalar->device() == out.device()),
-                 op, ": the loss scale and the inf/NaN flag must be f64 scalars beside the result, got ",
-                 describe(*scalar));
   cudaStream_t stream = stream_for(out);
   Tensor buffer;  // the partials, then the total
   double* total = nullptr;
@@ -201,19 +165,4 @@ void global_norm_and_clip_factor(const std::vector<Tensor>& tensors, double max_
   PRECIS_CUDA_CHECK_LAUNCH(op);
 }
 
-void scale_(const std::vector<Tensor>& tensors, double factor) {
-  const char* op = "clip_grad_norm";
-  if (tensors.empty()) return;
-  cudaStream_t stream = stream_for(tensors.front());
-  for (const auto& [dtype, group] : by_dtype(tensors, op)) {
-    dispatch_floating(dtype, op, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      for_each_batch<T>(group, [&](const TensorBatch<T>& batch, int64_t count, int64_t) {
-        precis::cuda::launch(scale_kernel<T>, static_cast<unsigned>(count), kThreads, 0, stream, batch, factor);
-        PRECIS_CUDA_CHECK_LAUNCH(op);
-      });
-    });
-  }
-}
-
-}  // namespace precis::ops::cuda
+}  // namespace precis::optim::cuda

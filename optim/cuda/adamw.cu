@@ -10,24 +10,28 @@
 // Bytes per element: param, grad, m, v read and param, m, v written, plus the
 // master read and written when there is one (f32 parameters: 28 bytes).
 //
-// The sync-free step (adamw_step_on_device) reads the step's numbers from device
-// memory instead of kernel arguments: a one-thread kernel advances the step
-// count t (unless the loss scaler flagged the step to be skipped) and computes
+// The step reads its numbers from device memory instead of kernel arguments: a
+// one-thread kernel advances the step count t (unless the loss scaler flagged the
+// step to be skipped) and computes
 //   step_size = lr / (1 - b1^t),  inv_sqrt_bias2 = 1 / sqrt(1 - b2^t)
 // in f64 as the host does, and the update kernel reads them (and returns at once
-// on a skipped step). The clip factor c of clip_grad_norm_on_device is applied
-// to each gradient as it is read, g <- G(double(g) c), the rounding that
-// clip_grad_norm's in-place scaling has, so no separate pass over the gradients.
+// on a skipped step). The gradient factor c (clip_grad_norm's clip / scale) is
+// applied to each gradient as it is read, g <- G(double(g) c), so no separate pass
+// over the gradients.
 #include <algorithm>
 #include <map>
 #include <tuple>
 
 #include "core/cuda/launch.cuh"
-#include "core/philox.h"
-#include "ops/cuda/adamw.h"
-#include "ops/cuda/nn_kernels.h"
+#include "core/cuda/tensor_batch.cuh"
+#include "optim/cuda/adamw.h"
+#include "optim/cuda/step_kernels.cuh"
 
-namespace precis::ops::cuda {
+namespace precis::optim::cuda {
+
+using precis::cuda::compute_t;
+using precis::cuda::stream_for;
+using precis::cuda::tensor_of_block;
 
 namespace {
 
@@ -48,8 +52,7 @@ struct AdamWSlot {
   C* v;
   float* master;  // f16/bf16 parameters with master weights, else null
   int64_t n;
-  C decay;              // 1 - lr * weight_decay (host lr)
-  double weight_decay;  // for the decay from the device lr
+  double weight_decay;
   uint32_t index;   // the parameter's index in the optimizer
   bool vectorized;  // every array aligned for kVec-element accesses
 };
@@ -70,35 +73,23 @@ struct AdamWConstants {
   uint64_t seed, step;
 };
 
-// The step's numbers computed on the device (adamw_prepare_kernel) for the sync-free step.
+// The step's numbers (begin_device_step) and AdamW's bias corrections, computed on the device.
 struct AdamWDeviceStep {
-  double lr, step_size, inv_sqrt_bias2, clip;
-  uint64_t step;
-  int skip;
+  DeviceStep base;
+  double step_size, inv_sqrt_bias2;
 };
 
 // t <- t + 1 and the bias corrections, as optim/adamw.cpp computes them; nothing on a skipped step.
-__global__ void adamw_prepare_kernel(AdamWDeviceInputs in, double beta1, double beta2, AdamWDeviceStep* out) {
+__global__ void adamw_prepare_kernel(DeviceStepInputs in, double beta1, double beta2, AdamWDeviceStep* out) {
   precis::cuda::wait_for_previous_grid();
   precis::cuda::allow_next_grid_to_start();
-  out->skip = in.skip != nullptr && *in.skip != 0;
-  if (out->skip) return;
-  const int64_t t = ++*in.step;
-  const double bias1 = 1.0 - pow(beta1, static_cast<double>(t));
-  const double bias2 = 1.0 - pow(beta2, static_cast<double>(t));
-  out->lr = *in.lr;
-  out->step_size = *in.lr / bias1;
+  begin_device_step(in, out->base);
+  if (out->base.skip) return;
+  const double t = static_cast<double>(out->base.step);
+  const double bias1 = 1.0 - pow(beta1, t);
+  const double bias2 = 1.0 - pow(beta2, t);
+  out->step_size = out->base.lr / bias1;
   out->inv_sqrt_bias2 = 1.0 / sqrt(bias2);
-  out->clip = in.clip != nullptr ? *in.clip : 1.0;
-  out->step = static_cast<uint64_t>(t);
-}
-
-// A gradient element in the compute type, clipped first when clip != 1 (rounded to G as
-// clip_grad_norm's scaling stores it).
-template <typename G, typename C>
-__device__ __forceinline__ C clipped_grad(G g, double clip) {
-  if (clip == 1.0) return convert_to<C>(g);
-  return convert_to<C>(convert_to<G>(convert_to<double>(g) * clip));
 }
 
 template <typename C>
@@ -108,52 +99,23 @@ __device__ __forceinline__ C adamw_element(C x, C g, C& m, C& v, C decay, const 
   return x * decay - c.step_size * m / (::sqrt(v) * c.inv_sqrt_bias2 + c.eps);
 }
 
-// bf16 bits of x rounded stochastically: add 16 random bits below the kept half and
-// truncate (optim/low_precision.h's bf16_bits_stochastic); inf and NaN are kept.
-__device__ __forceinline__ __nv_bfloat16 bf16_stochastic(float x, uint32_t random16) {
-  const uint32_t bits = __float_as_uint(x);
-  __nv_bfloat16_raw raw;
-  if (!isfinite(x))
-    raw.x = static_cast<uint16_t>((bits >> 16) | (isnan(x) ? 0x40u : 0u));
-  else
-    raw.x = static_cast<uint16_t>((bits + random16) >> 16);
-  return raw;
-}
-
-// The 4 stochastic-rounding words of elements 4q .. 4q + 3 of a parameter.
-__device__ __forceinline__ Philox4 rounding_bits(uint64_t q, uint32_t index, uint64_t step, uint64_t seed) {
-  return philox4x32(q, (step << 32) | index, seed);
-}
-
-template <typename P, typename C>
-__device__ __forceinline__ P store_param(C x, bool stochastic, uint32_t random_word) {
-  if constexpr (std::is_same_v<P, __nv_bfloat16>) {
-    if (stochastic) return bf16_stochastic(x, random_word >> 16);
-  }
-  return convert_to<P>(x);
-}
-
-// Block b updates elements [chunk * kChunk, + kChunk) of its tensor, kVec at a time.
-// `device` (the sync-free step) overrides the step's numbers in `host`, or null.
+// Block b updates elements [chunk * kChunk, + kChunk) of its tensor, kVec at a time, with
+// the step's numbers from `device` (the constants in `host` fill in the rest).
 template <typename P, typename G, typename C>
-__global__ void __launch_bounds__(kThreads)
-    adamw_kernel(const __grid_constant__ AdamWBatch<P, G, C> batch, const AdamWConstants<C> host,
-                 const AdamWDeviceStep* device) {
+__global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__ AdamWBatch<P, G, C> batch,
+                                                         const AdamWConstants<C> host, const AdamWDeviceStep* device) {
   precis::cuda::wait_for_previous_grid();
   precis::cuda::allow_next_grid_to_start();
+  if (device->base.skip) return;
   const int s = tensor_of_block(batch.first_block, batch.count, blockIdx.x);
   const AdamWSlot<P, G, C>& t = batch.slot[s];
   AdamWConstants<C> c = host;
-  C decay = t.decay;
-  double clip = 1.0;
-  if (device != nullptr) {
-    if (device->skip) return;
-    c.step_size = static_cast<C>(device->step_size);
-    c.inv_sqrt_bias2 = static_cast<C>(device->inv_sqrt_bias2);
-    c.step = device->step;
-    clip = device->clip;
-    decay = static_cast<C>(__dsub_rn(1.0, __dmul_rn(device->lr, t.weight_decay)));  // no fused multiply-add: as the host
-  }
+  c.step_size = static_cast<C>(device->step_size);
+  c.inv_sqrt_bias2 = static_cast<C>(device->inv_sqrt_bias2);
+  c.step = device->base.step;
+  const double factor = device->base.grad_factor;
+  const C decay =
+      static_cast<C>(__dsub_rn(1.0, __dmul_rn(device->base.lr, t.weight_decay)));  // no fused multiply-add: as the host
   const int64_t start = (blockIdx.x - batch.first_block[s]) * kChunk;
   const int64_t end = start + kChunk < t.n ? start + kChunk : t.n;
   for (int64_t i = start + threadIdx.x * kVec; i < end; i += int64_t{kThreads} * kVec) {
@@ -169,7 +131,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
         const C x = t.master ? C(master.v[k]) : convert_to<C>(p.v[k]);
-        const C updated = adamw_element(x, clipped_grad<G, C>(g.v[k], clip), m.v[k], v.v[k], decay, c);
+        const C updated = adamw_element(x, scaled_gradient<C>(g.v[k], factor), m.v[k], v.v[k], decay, c);
         if (t.master) master.v[k] = static_cast<float>(updated);
         p.v[k] = store_param<P>(updated, stochastic, bits.x[k]);
       }
@@ -180,7 +142,7 @@ __global__ void __launch_bounds__(kThreads)
     } else {
       for (int64_t j = i; j < i + kVec && j < end; ++j) {
         const C x = t.master ? C(t.master[j]) : convert_to<C>(t.param[j]);
-        const C updated = adamw_element(x, clipped_grad<G, C>(t.grad[j], clip), t.m[j], t.v[j], decay, c);
+        const C updated = adamw_element(x, scaled_gradient<C>(t.grad[j], factor), t.m[j], t.v[j], decay, c);
         if (t.master) t.master[j] = static_cast<float>(updated);
         t.param[j] = store_param<P>(updated, stochastic, bits.x[j % 4]);
       }
@@ -193,23 +155,20 @@ bool vec_aligned(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % (sizeof(T) * kVec) == 0;
 }
 
-// Updates `params` (one device; parameter type P, gradient type G) kAdamWBatch at a time;
-// `device`: the sync-free step's numbers on the device, or null.
+// Updates `params` (one device; parameter type P, gradient type G) kAdamWBatch at a time,
+// with the step's numbers at `device` (made by adamw_prepare_kernel).
 template <typename P, typename G>
-void adamw_launch(const std::vector<const AdamWTensors*>& params, const AdamWStep& step,
+void adamw_launch(const std::vector<const AdamWTensors*>& params, const AdamWHyper& hyper,
                   const AdamWDeviceStep* device) {
   using C = compute_t<P>;
   const char* op = "AdamW";
   cudaStream_t stream = stream_for(params.front()->param);
-  AdamWConstants<C> c;
-  c.step_size = static_cast<C>(step.lr / step.bias1);
-  c.inv_sqrt_bias2 = static_cast<C>(1.0 / std::sqrt(step.bias2));
-  c.b1 = static_cast<C>(step.beta1);
-  c.b2 = static_cast<C>(step.beta2);
-  c.eps = static_cast<C>(step.eps);
-  c.stochastic = step.stochastic_rounding;
-  c.seed = step.seed;
-  c.step = step.step;
+  AdamWConstants<C> c{};  // step_size, inv_sqrt_bias2 and step come from `device`
+  c.b1 = static_cast<C>(hyper.beta1);
+  c.b2 = static_cast<C>(hyper.beta2);
+  c.eps = static_cast<C>(hyper.eps);
+  c.stochastic = hyper.stochastic_rounding;
+  c.seed = hyper.seed;
   for (size_t first = 0; first < params.size(); first += kAdamWBatch) {
     AdamWBatch<P, G, C> batch{};
     batch.count = static_cast<int>(std::min<size_t>(kAdamWBatch, params.size() - first));
@@ -222,7 +181,6 @@ void adamw_launch(const std::vector<const AdamWTensors*>& params, const AdamWSte
       slot.v = static_cast<C*>(a.exp_avg_sq.raw_data());
       slot.master = a.master.defined() ? static_cast<float*>(a.master.raw_data()) : nullptr;
       slot.n = a.param.numel();
-      slot.decay = static_cast<C>(1.0 - step.lr * a.weight_decay);
       slot.weight_decay = a.weight_decay;
       slot.index = static_cast<uint32_t>(a.index);
       slot.vectorized = vec_aligned<P>(slot.param) && vec_aligned<G>(slot.grad) && vec_aligned<C>(slot.m) &&
@@ -238,7 +196,7 @@ void adamw_launch(const std::vector<const AdamWTensors*>& params, const AdamWSte
 }
 
 // One launch sequence per (device, parameter dtype, gradient dtype), in parameter order.
-void launch_all(const std::vector<AdamWTensors>& params, const AdamWStep& step, const AdamWDeviceStep* device_step) {
+void launch_all(const std::vector<AdamWTensors>& params, const AdamWHyper& step, const AdamWDeviceStep* device_step) {
   std::map<std::tuple<int, DType, DType>, std::vector<const AdamWTensors*>> groups;
   for (const AdamWTensors& a : params) groups[{a.param.device().index, a.param.dtype(), a.grad.dtype()}].push_back(&a);
   for (const auto& [key, group] : groups) {
@@ -262,25 +220,22 @@ void launch_all(const std::vector<AdamWTensors>& params, const AdamWStep& step, 
 
 }  // namespace
 
-void adamw_step(const std::vector<AdamWTensors>& params, const AdamWStep& step) { launch_all(params, step, nullptr); }
-
-void adamw_step_on_device(const std::vector<AdamWTensors>& params, const AdamWStep& step,
-                          const AdamWDeviceInputs& inputs) {
+void adamw_step(const std::vector<AdamWTensors>& params, const AdamWHyper& hyper, const DeviceStepInputs& inputs) {
   const char* op = "AdamW";
   if (params.empty()) return;
-  PRECIS_CHECK(inputs.lr != nullptr && inputs.step != nullptr, op, ": the sync-free step needs lr and step on the device");
+  PRECIS_CHECK(inputs.lr != nullptr && inputs.step != nullptr, op, ": the step needs lr and step on the device");
   const Device device = params.front().param.device();
   for (const AdamWTensors& a : params)
-    PRECIS_CHECK(a.param.device() == device, op, ": the sync-free step updates parameters of one GPU, got ", device,
-                 " and ", a.param.device());
+    PRECIS_CHECK(a.param.device() == device, op, ": one step updates parameters of one GPU, got ", device, " and ",
+                 a.param.device());
   // The step's numbers: made on the device, read by every launch, freed once they are queued
   // (a later request on the compute stream runs after them).
   Tensor numbers = empty({static_cast<int64_t>((sizeof(AdamWDeviceStep) + 7) / 8)}, DType::f64, device);
   AdamWDeviceStep* device_step = static_cast<AdamWDeviceStep*>(numbers.raw_data());
-  precis::cuda::launch(adamw_prepare_kernel, 1, 1, 0, stream_for(params.front().param), inputs, step.beta1, step.beta2,
-                       device_step);
+  precis::cuda::launch(adamw_prepare_kernel, 1, 1, 0, stream_for(params.front().param), inputs, hyper.beta1,
+                       hyper.beta2, device_step);
   PRECIS_CUDA_CHECK_LAUNCH(op);
-  launch_all(params, step, device_step);
+  launch_all(params, hyper, device_step);
 }
 
-}  // namespace precis::ops::cuda
+}  // namespace precis::optim::cuda

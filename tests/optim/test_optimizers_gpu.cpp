@@ -1,27 +1,30 @@
-// The fused GPU AdamW and the GPU global grad norm / clipping against the CPU:
-// several steps over many parameters (more than one launch's batch) of odd sizes,
-// misaligned ones among them, two weight-decay groups, f32 and f64, and f16/bf16
-// parameters with f32 master weights (nearest and stochastic rounding). Tolerances:
-// f32 1e-5 relative, f16/bf16 1e-2, f64 1e-12. Skipped, with the reason, where no
-// GPU is usable.
+// The optimizers on the GPU: the device-parameterised cases (optim/optimizer_cases.h,
+// the same assertions as on the CPU), and the fused GPU AdamW, the GPU SGD and the GPU
+// global grad norm against the CPU: several steps over many parameters (more than one
+// launch's batch) of odd sizes, misaligned ones among them, two weight-decay groups,
+// f32 and f64, and f16/bf16 parameters with f32 master weights (nearest and stochastic
+// rounding). Tolerances: f32 1e-5 relative, f16/bf16 1e-2, f64 1e-12. Skipped, with
+// the reason, where no GPU is usable.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "core/copy.h"
 #include "ops/elementwise.h"
-#include "optim/adamw.h"
-#include "optim/clip_grad.h"
+#include "optim/optimizer_cases.h"
 #include "support/gpu.h"
-#include "support/gradcheck.h"
 
 using namespace precis;
 using precis::testing::expect_close;
 using precis::testing::random_f64;
+
+namespace optimizer_cases {
+INSTANTIATE_TEST_SUITE_P(Cuda, OptimizerOn, ::testing::Values(Device::cuda(0)), precis::testing::device_name);
+}  // namespace optimizer_cases
 
 namespace {
 
@@ -92,6 +95,24 @@ std::vector<optim::ParamGroup> groups_of(const std::vector<Tensor>& params) {
 // Parameter i of groups_of(params) has optimizer index index_in_groups(i, n).
 size_t index_in_groups(size_t i, size_t n) { return i % 2 == 0 ? i / 2 : (n + 1) / 2 + i / 2; }
 
+// Four steps of both optimizers on the same random gradients (of `grad`), then the GPU
+// parameters, master copies (when `master`) and step count against the CPU's.
+void step_both_and_compare(optim::Optimizer& cpu, optim::Optimizer& gpu, Twins& t, DType grad, bool master) {
+  for (int step = 1; step <= 4; ++step) {
+    set_grads(t, grad, step);
+    cpu.step();
+    gpu.step();
+  }
+  EXPECT_EQ(gpu.step_count(), 4);
+  for (size_t i = 0; i < t.cpu.size(); ++i) {
+    SCOPED_TRACE("parameter " + std::to_string(i));
+    expect_near(t.gpu[i], t.cpu[i]);
+    const size_t index = index_in_groups(i, t.cpu.size());
+    ASSERT_EQ(gpu.master(index).defined(), master);
+    if (master) expect_near(gpu.master(index), cpu.master(index));
+  }
+}
+
 }  // namespace
 
 TEST(AdamWGpu, MatchesTheCpuOverSeveralSteps) {
@@ -135,17 +156,41 @@ TEST(AdamWGpu, LowPrecisionParametersMatchTheCpu) {
     options.stochastic_rounding = c.stochastic;
     options.seed = 1234;
     optim::AdamW cpu(groups_of(t.cpu), options), gpu(groups_of(t.gpu), options);
-    for (int step = 1; step <= 4; ++step) {
-      set_grads(t, c.grad, step);
-      cpu.step();
-      gpu.step();
-    }
+    step_both_and_compare(cpu, gpu, t, c.grad, c.master);
+  }
+}
+
+TEST(SGDGpu, MatchesTheCpuOverSeveralSteps) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  struct Case {
+    DType param, grad;
+    bool master, stochastic;
+    double momentum;
+    bool nesterov;
+  };
+  const Case cases[] = {
+      {DType::f32, DType::f32, false, false, 0.9, false}, {DType::f64, DType::f64, false, false, 0.9, true},
+      {DType::f32, DType::f32, false, false, 0.0, false}, {DType::bf16, DType::f32, true, false, 0.9, false},
+      {DType::bf16, DType::f32, true, true, 0.9, true},   {DType::bf16, DType::bf16, false, false, 0.0, false},
+      {DType::f16, DType::f32, true, false, 0.5, false},  {DType::f16, DType::f16, false, false, 0.9, false}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(dtype_name(c.param)) + " params, " + dtype_name(c.grad) + " grads" +
+                 (c.master ? ", master weights" : "") + (c.stochastic ? ", stochastic rounding" : "") + ", momentum " +
+                 std::to_string(c.momentum) + (c.nesterov ? " nesterov" : ""));
+    Twins t = make_params(c.param, 25);
+    optim::SGDOptions options{.lr = 0.05, .momentum = c.momentum, .nesterov = c.nesterov};
+    options.master_weights = c.master;
+    options.stochastic_rounding = c.stochastic;
+    options.seed = 77;
+    optim::SGD cpu(groups_of(t.cpu), options), gpu(groups_of(t.gpu), options);
+    step_both_and_compare(cpu, gpu, t, c.grad, c.master);
+    const auto cpu_state = cpu.state_dict(), gpu_state = gpu.state_dict();
     for (size_t i = 0; i < t.cpu.size(); ++i) {
       SCOPED_TRACE("parameter " + std::to_string(i));
-      expect_near(t.gpu[i], t.cpu[i]);
       const size_t index = index_in_groups(i, t.cpu.size());
-      ASSERT_EQ(gpu.master(index).defined(), c.master);
-      if (c.master) expect_near(gpu.master(index), cpu.master(index));
+      const std::string key = "state." + std::to_string(index) + ".momentum_buffer";
+      ASSERT_EQ(gpu_state.count(key), cpu_state.count(key));
+      if (cpu_state.count(key)) expect_near(gpu_state.at(key), cpu_state.at(key));
     }
   }
 }
@@ -164,53 +209,66 @@ TEST(ClipGradNormGpu, MatchesTheCpu) {
     t.cpu[i].set_grad(g);
     t.gpu[i].set_grad(g.to(kGpu));
   }
-  // Under the limit: the norm, and no change.
-  const double norm_cpu = optim::clip_grad_norm(t.cpu, 1e9), norm_gpu = optim::clip_grad_norm(t.gpu, 1e9);
+  // Under the limit: the norm, factor 1, and no change.
+  const std::vector<double> cpu_under = optim::clip_grad_norm(t.cpu, 1e9).to_vector<double>();
+  const Tensor gpu_under = optim::clip_grad_norm(t.gpu, 1e9);
+  ASSERT_TRUE(gpu_under.is_cuda());
+  const double norm_cpu = cpu_under[0], norm_gpu = gpu_under.to_vector<double>()[0];
   EXPECT_NEAR(norm_gpu, norm_cpu, 1e-12 * norm_cpu);
-  EXPECT_EQ(optim::clip_grad_norm(t.gpu, 0.0), norm_gpu);  // the same bits on every run
+  EXPECT_EQ(gpu_under.to_vector<double>()[1], 1.0);
+  EXPECT_EQ(optim::clip_grad_norm(t.gpu, 0.0).to_vector<double>()[0], norm_gpu);  // the same bits on every run
+  // Over the limit: the factor that takes the norm to max_norm; the gradients are left as they are.
+  const std::vector<double> over = optim::clip_grad_norm(t.gpu, 1.0).to_vector<double>();
+  EXPECT_NEAR(over[0], norm_cpu, 1e-12 * norm_cpu);
+  EXPECT_NEAR(over[1], 1.0 / (norm_cpu + 1e-6), 1e-12 / norm_cpu);
+  EXPECT_NEAR(over[1], optim::clip_grad_norm(t.cpu, 1.0).to_vector<double>()[1], 1e-12 / norm_cpu);
   for (size_t i = 0; i < t.cpu.size(); ++i) expect_close(t.gpu[i].grad(), t.cpu[i].grad(), 0, 0);
-  // Over the limit: scaled to max_norm.
-  EXPECT_NEAR(optim::clip_grad_norm(t.gpu, 1.0), norm_cpu, 1e-12 * norm_cpu);
-  optim::clip_grad_norm(t.cpu, 1.0);
-  for (size_t i = 0; i < t.cpu.size(); ++i) {
-    SCOPED_TRACE("parameter " + std::to_string(i));
-    expect_near(t.gpu[i].grad(), t.cpu[i].grad());
-  }
-  // The norm after clipping: 1, up to the bf16 roundings of the scaled gradients.
-  // Each scaled bf16 gradient is rounded again (relative error up to 2^-9), so the norm is 1 only to ~1e-3.
-  EXPECT_NEAR(optim::clip_grad_norm(t.gpu, 0.0), 1.0, 1e-3);
 }
 
-TEST(ClipGradNormGpu, NonFiniteNormsScaleNothing) {
+TEST(ClipGradNormGpu, NonFiniteNormsClipNothing) {
   PRECIS_SKIP_WITHOUT_GPU();
   Tensor p = values({1000}, 60, DType::f32).to(kGpu).set_requires_grad();
   Tensor g = values({1000}, 61, DType::f32);
   std::vector<float> v = g.to_vector<float>();
   v[517] = std::numeric_limits<float>::infinity();
   p.set_grad(from_vector(v, {1000}).to(kGpu));
-  EXPECT_TRUE(std::isinf(optim::clip_grad_norm({p}, 1.0)));
+  const std::vector<double> r = optim::clip_grad_norm({p}, 1.0).to_vector<double>();
+  EXPECT_TRUE(std::isinf(r[0]));
+  EXPECT_EQ(r[1], 1.0);
   expect_close(p.grad(), from_vector(v, {1000}), 0, 0);
 }
 
-// The sync-free step (learning rate and step count on the device, clip factor and skip flag
-// read there) against the host step on the CPU with clip_grad_norm: a new learning rate every
+// The step as the trainer ends it, on the GPU against the CPU: a new learning rate every
 // step, clipping on every step, and a skipped step that must change nothing, count included.
-// The GPU gradients carry a loss scale of 1024 that clip_grad_norm_on_device takes out (the
-// norm, and the factor AdamW applies), and an inf in one of them is what skips the step.
-TEST(AdamWGpu, StepOnDeviceMatchesTheHostStepWithClippingAndASkip) {
+// The GPU gradients carry a loss scale of 1024 that clip_grad_norm takes out (the norm, and
+// the factor the optimizer applies), and an inf in one of them is what skips the step; the
+// CPU twins have unscaled gradients and no skip.
+TEST(OptimizersGpu, LossScaledClippedStepWithASkipMatchesTheCpu) {
   PRECIS_SKIP_WITHOUT_GPU();
   struct Case {
+    bool sgd;
     DType param, grad;
     bool stochastic;
   };
-  for (const Case& c : {Case{DType::f32, DType::f32, false}, Case{DType::bf16, DType::f32, true}}) {
-    SCOPED_TRACE(std::string(dtype_name(c.param)) + (c.stochastic ? ", stochastic rounding" : ""));
+  for (const Case& c : {Case{false, DType::f32, DType::f32, false}, Case{false, DType::bf16, DType::f32, true},
+                        Case{true, DType::f32, DType::f32, false}, Case{true, DType::bf16, DType::f32, true}}) {
+    SCOPED_TRACE(std::string(c.sgd ? "SGD " : "AdamW ") + dtype_name(c.param) +
+                 (c.stochastic ? ", stochastic rounding" : ""));
     Twins t = make_params(c.param, 70);
-    optim::AdamWOptions options{.lr = 0.01, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
-    options.stochastic_rounding = c.stochastic;
-    options.seed = 99;
-    optim::AdamW cpu(groups_of(t.cpu), options), gpu(groups_of(t.gpu), options);
-    gpu.keep_state_on_device(kGpu);
+    std::unique_ptr<optim::Optimizer> cpu, gpu;
+    if (c.sgd) {
+      optim::SGDOptions options{.lr = 0.01, .momentum = 0.9};
+      options.stochastic_rounding = c.stochastic;
+      options.seed = 99;
+      cpu = std::make_unique<optim::SGD>(groups_of(t.cpu), options);
+      gpu = std::make_unique<optim::SGD>(groups_of(t.gpu), options);
+    } else {
+      optim::AdamWOptions options{.lr = 0.01, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
+      options.stochastic_rounding = c.stochastic;
+      options.seed = 99;
+      cpu = std::make_unique<optim::AdamW>(groups_of(t.cpu), options);
+      gpu = std::make_unique<optim::AdamW>(groups_of(t.gpu), options);
+    }
     const double loss_scale = 1024;
     Tensor clip = empty({2}, DType::f64, kGpu), skip = full({}, -1.0, DType::f64, kGpu);
     const Tensor scale = full({}, loss_scale, DType::f64, kGpu);
@@ -224,9 +282,9 @@ TEST(AdamWGpu, StepOnDeviceMatchesTheHostStepWithClippingAndASkip) {
       if (skipped) fill_(t.gpu[2].grad().slice(0, 100, 101), INFINITY);
       std::vector<Tensor> before;
       for (const Tensor& p : t.gpu) before.push_back(p.detach().clone());
-      gpu.set_lr(lr);
-      optim::clip_grad_norm_on_device(t.gpu, max_norm, clip, scale, skip);
-      gpu.step_on_device(clip, skip);
+      gpu->set_lr(lr);
+      optim::clip_grad_norm(t.gpu, max_norm, scale, skip, clip);
+      gpu->step({.grad_factor = clip.select(0, 1), .skip_if = skip});
       const std::vector<double> norm_and_factor = clip.to_vector<double>();
       EXPECT_EQ(skip.item<double>(), skipped ? 1.0 : 0.0) << "the inf/NaN flag is written every step";
       if (skipped) {
@@ -235,14 +293,15 @@ TEST(AdamWGpu, StepOnDeviceMatchesTheHostStepWithClippingAndASkip) {
         for (size_t i = 0; i < t.gpu.size(); ++i) expect_close(t.gpu[i], before[i], 0, 0);
         continue;
       }
-      const double norm = optim::clip_grad_norm(t.cpu, max_norm);
+      const Tensor cpu_clip = optim::clip_grad_norm(t.cpu, max_norm);
+      const double norm = cpu_clip.to_vector<double>()[0];
       EXPECT_NEAR(norm_and_factor[0], norm, 1e-12 * norm);
       EXPECT_NEAR(norm_and_factor[1], max_norm / (norm + 1e-6) / loss_scale, 1e-12 / loss_scale);
-      cpu.set_lr(lr);
-      cpu.step();
+      cpu->set_lr(lr);
+      cpu->step({.grad_factor = cpu_clip.select(0, 1)});
     }
-    EXPECT_EQ(gpu.step_count(), 5) << "the skipped step does not count";
-    EXPECT_EQ(gpu.state_dict().at("step").item<int64_t>(), 5);
+    EXPECT_EQ(gpu->step_count(), 5) << "the skipped step does not count";
+    EXPECT_EQ(gpu->state_dict().at("step").item<int64_t>(), 5);
     for (size_t i = 0; i < t.cpu.size(); ++i) {
       SCOPED_TRACE("parameter " + std::to_string(i));
       expect_near(t.gpu[i], t.cpu[i]);
@@ -250,14 +309,14 @@ TEST(AdamWGpu, StepOnDeviceMatchesTheHostStepWithClippingAndASkip) {
   }
 }
 
-// After keep_state_on_device, the plain step() reads the device state too; loading a state
-// dict sets the device step count.
-TEST(AdamWGpu, PlainStepAndLoadingUseTheDeviceState) {
+// The learning rate and step count live on the parameters' GPU from construction; set_lr
+// reaches the step, and loading a state dict sets the step count there.
+TEST(AdamWGpu, LearningRateAndStepCountLiveOnTheGpu) {
   PRECIS_SKIP_WITHOUT_GPU();
   Twins t = make_params(DType::f32, 80);
   const optim::AdamWOptions options{.lr = 0.01, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
   optim::AdamW cpu(groups_of(t.cpu), options), gpu(groups_of(t.gpu), options);
-  gpu.keep_state_on_device(kGpu);
+  EXPECT_EQ(gpu.device(), kGpu);
   for (int step = 1; step <= 3; ++step) {
     set_grads(t, DType::f32, step);
     cpu.set_lr(0.01 / step);
@@ -268,7 +327,6 @@ TEST(AdamWGpu, PlainStepAndLoadingUseTheDeviceState) {
   EXPECT_EQ(gpu.step_count(), 3);
   for (size_t i = 0; i < t.cpu.size(); ++i) expect_near(t.gpu[i], t.cpu[i]);
   optim::AdamW loaded(groups_of(t.gpu), options);
-  loaded.keep_state_on_device(kGpu);
   loaded.load_state_dict(cpu.state_dict());
   EXPECT_EQ(loaded.step_count(), 3);
 }

@@ -1,0 +1,33 @@
+// SGD on the GPU (optim/sgd.cpp calls it for CUDA parameters; plain C++ declarations):
+// one launch per parameter of optim/sgd_rule.h's update, after a one-thread kernel that
+// reads the step's numbers from device memory.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+#include "optim/cuda/step_inputs.h"
+#include "optim/sgd_rule.h"
+
+namespace precis::optim::cuda {
+
+// One parameter, dense, all on one device: param f32/f64 with a gradient and momentum
+// buffer of its dtype, or f16/bf16 with an f32 or same-dtype gradient, an f32 momentum
+// buffer and an optional f32 master copy (updated in its place; the parameter gets it
+// rounded). momentum_buffer is undefined without momentum.
+struct SGDTensors {
+  Tensor param, grad, momentum_buffer, master;
+  double weight_decay = 0.0;
+  uint64_t index = 0;  // the parameter's index in the optimizer (stochastic rounding's counter)
+};
+
+struct SGDHyper {
+  SGDRule rule;
+  bool stochastic_rounding = false;  // bf16 parameters: optim/low_precision.h's rounding
+  uint64_t seed = 0;
+};
+
+void sgd_step(const std::vector<SGDTensors>& params, const SGDHyper& hyper, const DeviceStepInputs& inputs);
+
+}  // namespace precis::optim::cuda

@@ -1,0 +1,67 @@
+// Device helpers the optimizer kernels share (optim/cuda/adamw.cu, sgd.cu): the step's
+// numbers from device memory, the gradient factor, and the rounding of an f32 result
+// into a low-precision parameter (optim/low_precision.h's rules, on the device).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "core/philox.h"
+#include "core/cuda/convert.cuh"
+#include "optim/cuda/step_inputs.h"
+
+namespace precis::optim::cuda {
+
+using precis::cuda::convert_to;
+
+// The step's numbers, read once by a one-thread kernel before the update kernels.
+struct DeviceStep {
+  double lr, grad_factor;
+  uint64_t step;
+  int skip;
+};
+
+// t <- t + 1 unless the step is skipped (Optimizer::begin_cpu_step on the CPU); the rest of
+// `out` is set only for a step that is not skipped.
+__device__ __forceinline__ void begin_device_step(const DeviceStepInputs& in, DeviceStep& out) {
+  out.skip = in.skip != nullptr && *in.skip != 0;
+  if (out.skip) return;
+  out.step = static_cast<uint64_t>(++*in.step);
+  out.lr = *in.lr;
+  out.grad_factor = in.grad_factor != nullptr ? *in.grad_factor : 1.0;
+}
+
+// A gradient element in the compute type C, times the factor first when it is not 1 (rounded
+// to G as an in-place scaling would store it: optim/low_precision.h's scaled_gradient).
+template <typename C, typename G>
+__device__ __forceinline__ C scaled_gradient(G g, double factor) {
+  if (factor == 1.0) return convert_to<C>(g);
+  return convert_to<C>(convert_to<G>(convert_to<double>(g) * factor));
+}
+
+// bf16 bits of x rounded stochastically: add 16 random bits below the kept half and
+// truncate (optim/low_precision.h's bf16_bits_stochastic); inf and NaN are kept.
+__device__ __forceinline__ __nv_bfloat16 bf16_stochastic(float x, uint32_t random16) {
+  const uint32_t bits = __float_as_uint(x);
+  __nv_bfloat16_raw raw;
+  if (!isfinite(x))
+    raw.x = static_cast<uint16_t>((bits >> 16) | (isnan(x) ? 0x40u : 0u));
+  else
+    raw.x = static_cast<uint16_t>((bits + random16) >> 16);
+  return raw;
+}
+
+// The 4 stochastic-rounding words of elements 4q .. 4q + 3 of a parameter.
+__device__ __forceinline__ Philox4 rounding_bits(uint64_t q, uint32_t index, uint64_t step, uint64_t seed) {
+  return philox4x32(q, (step << 32) | index, seed);
+}
+
+// x stored as P: nearest-even, or for bf16 with `stochastic` the top half of random_word.
+template <typename P, typename C>
+__device__ __forceinline__ P store_param(C x, bool stochastic, uint32_t random_word) {
+  if constexpr (std::is_same_v<P, __nv_bfloat16>) {
+    if (stochastic) return bf16_stochastic(x, random_word >> 16);
+  }
+  return convert_to<P>(x);
+}
+
+}  // namespace precis::optim::cuda

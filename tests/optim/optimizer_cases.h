@@ -1,0 +1,228 @@
+// The optimizers' and clip_grad_norm's cases, parameterised over the device
+// (tests/support/devices.h): AdamW and SGD against a plain f64 reference of their
+// formulas written here (with the gradient factor and a skipped step), the saved state,
+// and clip_grad_norm against a direct f64 norm. Instantiated for the CPU by
+// test_optimizers.cpp and for the GPU by test_optimizers_gpu.cpp.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/copy.h"
+#include "optim/adamw.h"
+#include "optim/clip_grad.h"
+#include "optim/sgd.h"
+#include "support/devices.h"
+#include "support/gradcheck.h"
+
+namespace optimizer_cases {
+
+using namespace precis;
+using precis::testing::expect_close;
+
+class OptimizerOn : public precis::testing::OnDevice {
+ protected:
+  Tensor param(std::initializer_list<double> v) const { return tensor(v, DType::f64).to(device()).set_requires_grad(); }
+  void set_grad(Tensor& p, const std::vector<double>& g) const {
+    p.set_grad(from_vector(g, {static_cast<int64_t>(g.size())}).to(device()));
+  }
+  Tensor scalar(double v) const { return scalar_tensor(v, DType::f64, device()); }
+};
+
+// AdamW for one f64 element, the formula of optim/adamw.h.
+struct AdamWReference {
+  double lr, b1, b2, eps, wd;
+  double x, m = 0, v = 0;
+  int t = 0;
+  void step(double g) {
+    ++t;
+    x *= 1 - lr * wd;
+    m = b1 * m + (1 - b1) * g;
+    v = b2 * v + (1 - b2) * g * g;
+    const double mhat = m / (1 - std::pow(b1, t)), vhat = v / (1 - std::pow(b2, t));
+    x -= lr * mhat / (std::sqrt(vhat) + eps);
+  }
+};
+
+// SGD for one f64 element, the formula of optim/sgd.h.
+struct SGDReference {
+  double lr, momentum, dampening, wd;
+  bool nesterov;
+  double x, buf = 0;
+  int t = 0;
+  void step(double g) {
+    ++t;
+    double d = g + wd * x;
+    if (momentum > 0) {
+      buf = t == 1 ? d : momentum * buf + (1 - dampening) * d;
+      d = nesterov ? d + momentum * buf : buf;
+    }
+    x -= lr * d;
+  }
+};
+
+TEST_P(OptimizerOn, AdamWMatchesTheFormulaOverThreeSteps) {
+  const double lr = 0.1, b1 = 0.9, b2 = 0.99, eps = 1e-8, wd = 0.1;
+  Tensor p = param({1.0, -2.0, 0.5});
+  optim::AdamW opt({{{p}, wd}}, {lr, b1, b2, eps});
+  EXPECT_EQ(opt.device(), device());
+  std::vector<AdamWReference> ref;
+  for (double x : {1.0, -2.0, 0.5}) ref.push_back({lr, b1, b2, eps, wd, x});
+  std::vector<std::vector<double>> grads = {{0.1, -0.2, 0.3}, {0.5, 0.0, -1.0}, {-0.3, 0.2, 0.1}};
+  for (int t = 1; t <= 3; ++t) {
+    set_grad(p, grads[t - 1]);
+    opt.step();
+    for (int i = 0; i < 3; ++i) ref[i].step(grads[t - 1][i]);
+  }
+  expect_close(p.to(Device::cpu()), from_vector(std::vector<double>{ref[0].x, ref[1].x, ref[2].x}, {3}), 1e-12, 1e-12);
+  EXPECT_EQ(opt.step_count(), 3);
+}
+
+// The gradient factor multiplies each gradient as it is read (the gradient itself stays);
+// a skipped step changes nothing, the step count included; the learning rate changes per step.
+TEST_P(OptimizerOn, AdamWAppliesTheGradientFactorAndSkipsFlaggedSteps) {
+  const double b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
+  Tensor p = param({1.0, -2.0, 0.5});
+  optim::AdamW opt({{{p}, wd}}, {0.01, b1, b2, eps});
+  std::vector<AdamWReference> ref;
+  for (double x : {1.0, -2.0, 0.5}) ref.push_back({0.01, b1, b2, eps, wd, x});
+  const std::vector<double> factors = {0.5, 1.0, 0.25, 2.0, 0.125};
+  for (int step = 0; step < 5; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const bool skipped = step == 2;
+    const double lr = 0.01 * (step + 1);
+    const std::vector<double> g = {0.3 - step, 0.1 * step, -0.7};
+    set_grad(p, g);
+    opt.set_lr(lr);
+    const Tensor before = p.to(Device::cpu()).clone();
+    opt.step({.grad_factor = scalar(factors[step]), .skip_if = scalar(skipped ? 1.0 : 0.0)});
+    expect_close(p.grad().to(Device::cpu()), from_vector(g, {3}), 0, 0);
+    if (skipped) {
+      expect_close(p.to(Device::cpu()), before, 0, 0);
+      continue;
+    }
+    for (int i = 0; i < 3; ++i) {
+      ref[i].lr = lr;
+      ref[i].step(g[i] * factors[step]);
+    }
+  }
+  expect_close(p.to(Device::cpu()), from_vector(std::vector<double>{ref[0].x, ref[1].x, ref[2].x}, {3}), 1e-12, 1e-12);
+  EXPECT_EQ(opt.step_count(), 4) << "the skipped step does not count";
+  EXPECT_EQ(opt.state_dict().at("step").item<int64_t>(), 4);
+}
+
+TEST_P(OptimizerOn, AdamWStateRoundTripContinuesIdentically) {
+  Tensor a = param({1.0, 2.0}), b = param({1.0, 2.0});
+  optim::AdamW oa({{{a}, 0.0}}, {0.01}), ob({{{b}, 0.0}}, {0.01});
+  set_grad(a, {0.3, -0.1});
+  oa.step();
+  ob.load_state_dict(oa.state_dict());
+  EXPECT_EQ(ob.step_count(), 1);
+  copy_(b, a);
+  set_grad(a, {0.2, 0.4});
+  set_grad(b, {0.2, 0.4});
+  oa.step();
+  ob.step();
+  expect_close(b.to(Device::cpu()), a.to(Device::cpu()), 0, 0);
+  EXPECT_THROW(ob.load_state_dict({}), Error);
+}
+
+TEST_P(OptimizerOn, SGDMomentumAndNesterovMatchTorchFormulas) {
+  Tensor p = param({1.0}), q = param({1.0});
+  optim::SGD plain({{{p}, 0.5}}, {.lr = 0.1, .momentum = 0.9});
+  optim::SGD nesterov({{{q}, 0.0}}, {.lr = 0.1, .momentum = 0.9, .nesterov = true});
+  // plain, wd 0.5: d1 = 1 + 0.5 = 1.5, buf = 1.5, p = 1 - 0.15 = 0.85
+  set_grad(p, {1.0});
+  plain.step();
+  EXPECT_NEAR(p.item(), 0.85, 1e-12);
+  // d2 = 1 + 0.425 = 1.425, buf = 0.9*1.5 + 1.425 = 2.775, p = 0.85 - 0.2775
+  set_grad(p, {1.0});
+  plain.step();
+  EXPECT_NEAR(p.item(), 0.85 - 0.2775, 1e-12);
+  // nesterov: buf = 1, d = 1 + 0.9 = 1.9, q = 1 - 0.19
+  set_grad(q, {1.0});
+  nesterov.step();
+  EXPECT_NEAR(q.item(), 0.81, 1e-12);
+  EXPECT_THROW(optim::SGD({{{param({1.0})}, 0.0}}, {.lr = 0.1, .nesterov = true}), Error);
+}
+
+// SGD with momentum (plain, dampened, Nesterov) and weight decay, a gradient factor, a
+// changing learning rate and a skipped first step (the next one is then the first: the
+// momentum buffer starts from it), against the f64 reference.
+TEST_P(OptimizerOn, SGDAppliesTheGradientFactorAndSkipsFlaggedSteps) {
+  struct Case {
+    double momentum, dampening;
+    bool nesterov;
+  };
+  for (const Case& c : {Case{0.0, 0.0, false}, Case{0.9, 0.0, false}, Case{0.9, 0.3, false}, Case{0.8, 0.0, true}}) {
+    SCOPED_TRACE("momentum " + std::to_string(c.momentum) + " dampening " + std::to_string(c.dampening) +
+                 (c.nesterov ? " nesterov" : ""));
+    const double wd = 0.05;
+    Tensor p = param({1.0, -2.0, 0.5});
+    optim::SGD opt({{{p}, wd}}, {.lr = 0.1, .momentum = c.momentum, .dampening = c.dampening, .nesterov = c.nesterov});
+    std::vector<SGDReference> ref;
+    for (double x : {1.0, -2.0, 0.5}) ref.push_back({0.1, c.momentum, c.dampening, wd, c.nesterov, x});
+    const std::vector<double> factors = {0.5, 0.25, 1.0, 2.0, 0.125};
+    for (int step = 0; step < 5; ++step) {
+      const bool skipped = step == 0;
+      const double lr = 0.05 * (step + 1);
+      const std::vector<double> g = {0.3 - step, 0.1 * step, -0.7};
+      set_grad(p, g);
+      opt.set_lr(lr);
+      opt.step({.grad_factor = scalar(factors[step]), .skip_if = scalar(skipped ? 1.0 : 0.0)});
+      if (skipped) continue;
+      for (int i = 0; i < 3; ++i) {
+        ref[i].lr = lr;
+        ref[i].step(g[i] * factors[step]);
+      }
+    }
+    expect_close(p.to(Device::cpu()), from_vector(std::vector<double>{ref[0].x, ref[1].x, ref[2].x}, {3}), 1e-12,
+                 1e-12);
+    EXPECT_EQ(opt.step_count(), 4);
+  }
+}
+
+// {norm, factor} against a direct f64 norm: under and over the limit, with a loss scale the
+// gradients carry (the norm and factor take it out) and the overflow flag it sets.
+TEST_P(OptimizerOn, ClipGradNormReturnsTheNormAndTheFactor) {
+  Tensor a = param({3.0}), b = param({0.0, 4.0});
+  set_grad(a, {3.0});
+  set_grad(b, {0.0, 4.0});
+  const double norm = std::sqrt(3.0 * 3.0 + 4.0 * 4.0);
+  Tensor r = optim::clip_grad_norm({a, b}, 1.0);
+  ASSERT_EQ(r.device(), device());
+  std::vector<double> v = r.to_vector<double>();
+  EXPECT_DOUBLE_EQ(v[0], norm);
+  EXPECT_DOUBLE_EQ(v[1], 1.0 / (norm + 1e-6));
+  EXPECT_EQ(a.grad().item(), 3.0) << "the gradients are not changed: the optimizer applies the factor";
+  v = optim::clip_grad_norm({a, b}, 10.0).to_vector<double>();  // under the limit: factor 1
+  EXPECT_DOUBLE_EQ(v[0], norm);
+  EXPECT_EQ(v[1], 1.0);
+  v = optim::clip_grad_norm({a, b}, 0.0).to_vector<double>();  // only measures
+  EXPECT_EQ(v[1], 1.0);
+
+  // Gradients that carry a loss scale of 1024, written into a given buffer.
+  set_grad(a, {3.0 * 1024});
+  set_grad(b, {0.0, 4.0 * 1024});
+  Tensor out = full({2}, std::nan(""), DType::f64, device()), found_inf = scalar(-1.0);  // poisoned
+  Tensor same = optim::clip_grad_norm({a, b}, 1.0, scalar(1024.0), found_inf, out);
+  EXPECT_TRUE(same.same(out));
+  v = out.to_vector<double>();
+  EXPECT_DOUBLE_EQ(v[0], norm);
+  EXPECT_DOUBLE_EQ(v[1], 1.0 / (norm + 1e-6) / 1024);
+  EXPECT_EQ(found_inf.item<double>(), 0.0);
+
+  // A non-finite gradient: norm +inf, nothing clipped (factor 1 / scale), the flag raised.
+  for (double bad : {std::numeric_limits<double>::infinity(), std::nan("")}) {
+    set_grad(b, {bad, 4.0});
+    v = optim::clip_grad_norm({a, b}, 1.0, scalar(1024.0), found_inf, out).to_vector<double>();
+    EXPECT_TRUE(std::isinf(v[0]) && v[0] > 0);
+    EXPECT_EQ(v[1], 1.0 / 1024);
+    EXPECT_EQ(found_inf.item<double>(), 1.0);
+  }
+}
+
+}  // namespace optimizer_cases
