@@ -1,0 +1,22 @@
+// The `make demo` configuration (examples/configs/shakespeare-char.yaml) on the CPU, for the
+// end-to-end precision tests: its own out_dir under the temp folder (emptied first), no sample.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "train/config.h"
+
+namespace precis::test {
+
+inline train::TrainConfig demo_config(const std::string& name, std::vector<std::string> overrides) {
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / ("precis_precision_" + name);
+  std::filesystem::remove_all(dir);
+  overrides.push_back("out_dir=" + dir.string());
+  overrides.push_back("sample.tokens=0");
+  overrides.push_back("device=cpu");
+  return train::load_config("examples/configs/shakespeare-char.yaml", overrides);
+}
+
+}  // namespace precis::test
