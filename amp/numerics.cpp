@@ -6,16 +6,20 @@
 namespace precis::amp {
 
 namespace {
-constexpr double kFp16MinNormal = 6.103515625e-05;        // 2^-14
+constexpr double kFp16MinNormal = 6.103515625e-05;                 // 2^-14
 constexpr double kFp16HalfMinSubnormal = 2.98023223876953125e-08;  // 2^-25: rounds to zero below
 }  // namespace
 
 const char* numerics_kind_name(NumericsKind kind) {
   switch (kind) {
-    case NumericsKind::activation: return "activation";
-    case NumericsKind::activation_grad: return "act grad";
-    case NumericsKind::gradient: return "gradient";
-    case NumericsKind::update: return "update";
+    case NumericsKind::activation:
+      return "activation";
+    case NumericsKind::activation_grad:
+      return "act grad";
+    case NumericsKind::gradient:
+      return "gradient";
+    case NumericsKind::update:
+      return "update";
   }
   return "?";
 }
@@ -34,7 +38,8 @@ void TensorNumerics::add_values(const Tensor& t) {
     }
     double a = std::abs(x);
     max_abs = std::max(max_abs, a);
-    if (a == 0) ++zero;
+    if (a == 0)
+      ++zero;
     else if (a < kFp16MinNormal) {
       ++fp16_subnormal;
       if (a < kFp16HalfMinSubnormal) ++fp16_underflow;

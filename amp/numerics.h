@@ -32,8 +32,8 @@ struct TensorNumerics {
   int64_t fp16_underflow = 0;
   int64_t inf = 0;
   int64_t nan = 0;
-  int64_t lost = 0;       // updates only
-  int64_t eligible = 0;   // updates only: elements whose gradient was nonzero
+  int64_t lost = 0;      // updates only
+  int64_t eligible = 0;  // updates only: elements whose gradient was nonzero
 
   void add_values(const Tensor& t);
   // Compares a parameter before and after an update, given its gradient.

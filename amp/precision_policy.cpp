@@ -8,9 +8,12 @@ namespace precis::amp {
 
 const char* loss_scaling_name(LossScaling scaling) {
   switch (scaling) {
-    case LossScaling::none: return "none";
-    case LossScaling::fixed: return "static";
-    case LossScaling::dynamic: return "dynamic";
+    case LossScaling::none:
+      return "none";
+    case LossScaling::fixed:
+      return "static";
+    case LossScaling::dynamic:
+      return "dynamic";
   }
   return "?";
 }
@@ -75,15 +78,16 @@ PrecisionPolicy PrecisionPolicy::parse(const std::string& text) {
 
 std::vector<std::string> PrecisionPolicy::validate(int compute_capability) const {
   std::vector<std::string> warnings;
-  PRECIS_CHECK(param_dtype != DType::f64 && compute_dtype != DType::f64,
-               "precision '", name, "': float64 is for gradient checks, not training policies");
+  PRECIS_CHECK(param_dtype != DType::f64 && compute_dtype != DType::f64, "precision '", name,
+               "': float64 is for gradient checks, not training policies");
   bool uses_bf16 = param_dtype == DType::bf16 || compute_dtype == DType::bf16 || output_dtype == DType::bf16;
   PRECIS_CHECK(!(uses_bf16 && compute_capability > 0 && compute_capability < 80), "precision '", name,
                "': bfloat16 needs a GPU of compute capability 8.0 or newer (Ampere); this GPU is ",
                compute_capability / 10, ".", compute_capability % 10, ". Use fp16 with dynamic loss scaling");
   bool f16 = compute_dtype == DType::f16 || param_dtype == DType::f16;
   if (f16 && loss_scaling == LossScaling::none)
-    warnings.push_back("precision '" + name + "': float16 without loss scaling: gradients smaller than 6e-8 "
+    warnings.push_back("precision '" + name +
+                       "': float16 without loss scaling: gradients smaller than 6e-8 "
                        "(float16's smallest subnormal) round to zero, so small gradients are lost. Use the fp16 "
                        "preset (dynamic loss scaling) unless you are demonstrating exactly that");
   if (allow_tf32 && compute_capability == 0)

@@ -12,8 +12,8 @@ void* CpuAllocator::allocate(size_t nbytes) {
   size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
   if (rounded == 0) rounded = kAlignment;
   void* ptr = std::aligned_alloc(kAlignment, rounded);
-  PRECIS_CHECK(ptr != nullptr, "out of host memory: could not allocate ", nbytes, " bytes (",
-               allocated_.load(), " bytes already in use)");
+  PRECIS_CHECK(ptr != nullptr, "out of host memory: could not allocate ", nbytes, " bytes (", allocated_.load(),
+               " bytes already in use)");
   size_t now = allocated_.fetch_add(nbytes) + nbytes;
   size_t peak = peak_.load();
   while (now > peak && !peak_.compare_exchange_weak(peak, now)) {

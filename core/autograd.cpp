@@ -103,8 +103,8 @@ bool any_requires_grad(const std::vector<Tensor>& inputs) {
   return false;
 }
 
-void record(const char* op, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
-            BackwardFn backward, bool saves_tensors) {
+void record(const char* op, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, BackwardFn backward,
+            bool saves_tensors) {
   if (!any_requires_grad(inputs)) return;
   auto node =
       std::make_shared<FunctionNode>(op, static_cast<uint32_t>(outputs.size()), std::move(backward), saves_tensors);
@@ -141,7 +141,7 @@ class GraphTask {
   std::unordered_map<Node*, int> dependencies;
 
   struct Pending {
-    std::vector<Tensor> grads;   // one slot per output of the node
+    std::vector<Tensor> grads;    // one slot per output of the node
     std::vector<bool> delivered;  // per slot: written into the leaf's .grad by a producer
   };
   std::unordered_map<Node*, Pending> pending;
@@ -263,8 +263,8 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
         PRECIS_CHECK(input_grads[i].shape() == node->input_shapes()[i], "backward of ", node->name(),
                      " returned a gradient of shape ", input_grads[i].shape(), " for input ", i, " of shape ",
                      node->input_shapes()[i], " (a bug in that op's backward)");
-        PRECIS_CHECK(i >= task.taken.size() || !task.taken[i], "backward of ", node->name(),
-                     " both wrote input ", i, "'s gradient into its .grad and returned it (a bug in that op's backward)");
+        PRECIS_CHECK(i >= task.taken.size() || !task.taken[i], "backward of ", node->name(), " both wrote input ", i,
+                     "'s gradient into its .grad and returned it (a bug in that op's backward)");
         task.add_grad(e.node.get(), e.input_nr, input_grads[i]);
       }
       if (--dependencies[e.node.get()] == 0) ready.push(e.node.get());

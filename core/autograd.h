@@ -142,8 +142,8 @@ bool any_requires_grad(const std::vector<Tensor>& inputs);
 // Records the op that made `outputs` from `inputs`, if any input requires grad:
 // the outputs get requires_grad and a grad_fn running `backward`.
 // `saves_tensors`: false when `backward` captured no tensors (see FunctionNode::release).
-void record(const char* op, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
-            BackwardFn backward, bool saves_tensors = true);
+void record(const char* op, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, BackwardFn backward,
+            bool saves_tensors = true);
 
 // Records `output` as `input` itself to autograd: a cast or view of the same shape whose
 // gradient is the incoming one unchanged (autocast's weight casts, whose gradient reaches

@@ -6,24 +6,40 @@ namespace precis {
 
 size_t element_size(DType dtype) {
   switch (dtype) {
-    case DType::f64: case DType::i64: return 8;
-    case DType::f32: case DType::i32: return 4;
-    case DType::f16: case DType::bf16: return 2;
-    case DType::u8: case DType::boolean: return 1;
+    case DType::f64:
+    case DType::i64:
+      return 8;
+    case DType::f32:
+    case DType::i32:
+      return 4;
+    case DType::f16:
+    case DType::bf16:
+      return 2;
+    case DType::u8:
+    case DType::boolean:
+      return 1;
   }
   return 0;
 }
 
 const char* dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::f32: return "float32";
-    case DType::f64: return "float64";
-    case DType::f16: return "float16";
-    case DType::bf16: return "bfloat16";
-    case DType::i32: return "int32";
-    case DType::i64: return "int64";
-    case DType::u8: return "uint8";
-    case DType::boolean: return "bool";
+    case DType::f32:
+      return "float32";
+    case DType::f64:
+      return "float64";
+    case DType::f16:
+      return "float16";
+    case DType::bf16:
+      return "bfloat16";
+    case DType::i32:
+      return "int32";
+    case DType::i64:
+      return "int64";
+    case DType::u8:
+      return "uint8";
+    case DType::boolean:
+      return "bool";
   }
   return "?";
 }
@@ -50,19 +66,29 @@ namespace {
 // Rank within a category: larger holds more.
 int float_rank(DType d) {
   switch (d) {
-    case DType::f16: case DType::bf16: return 1;
-    case DType::f32: return 2;
-    case DType::f64: return 3;
-    default: return 0;
+    case DType::f16:
+    case DType::bf16:
+      return 1;
+    case DType::f32:
+      return 2;
+    case DType::f64:
+      return 3;
+    default:
+      return 0;
   }
 }
 int int_rank(DType d) {
   switch (d) {
-    case DType::boolean: return 0;
-    case DType::u8: return 1;
-    case DType::i32: return 2;
-    case DType::i64: return 3;
-    default: return -1;
+    case DType::boolean:
+      return 0;
+    case DType::u8:
+      return 1;
+    case DType::i32:
+      return 2;
+    case DType::i64:
+      return 3;
+    default:
+      return -1;
   }
 }
 }  // namespace

@@ -28,14 +28,38 @@ inline std::ostream& operator<<(std::ostream& out, DType dtype) { return out << 
 
 template <typename T>
 struct dtype_of;
-template <> struct dtype_of<float> { static constexpr DType value = DType::f32; };
-template <> struct dtype_of<double> { static constexpr DType value = DType::f64; };
-template <> struct dtype_of<half> { static constexpr DType value = DType::f16; };
-template <> struct dtype_of<bfloat16> { static constexpr DType value = DType::bf16; };
-template <> struct dtype_of<int32_t> { static constexpr DType value = DType::i32; };
-template <> struct dtype_of<int64_t> { static constexpr DType value = DType::i64; };
-template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::u8; };
-template <> struct dtype_of<bool> { static constexpr DType value = DType::boolean; };
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::f32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::f64;
+};
+template <>
+struct dtype_of<half> {
+  static constexpr DType value = DType::f16;
+};
+template <>
+struct dtype_of<bfloat16> {
+  static constexpr DType value = DType::bf16;
+};
+template <>
+struct dtype_of<int32_t> {
+  static constexpr DType value = DType::i32;
+};
+template <>
+struct dtype_of<int64_t> {
+  static constexpr DType value = DType::i64;
+};
+template <>
+struct dtype_of<uint8_t> {
+  static constexpr DType value = DType::u8;
+};
+template <>
+struct dtype_of<bool> {
+  static constexpr DType value = DType::boolean;
+};
 
 template <typename T>
 struct TypeTag {
@@ -47,14 +71,22 @@ struct TypeTag {
 template <typename Fn>
 decltype(auto) dispatch_all(DType dtype, const char* op, Fn&& fn) {
   switch (dtype) {
-    case DType::f32: return fn(TypeTag<float>{});
-    case DType::f64: return fn(TypeTag<double>{});
-    case DType::f16: return fn(TypeTag<half>{});
-    case DType::bf16: return fn(TypeTag<bfloat16>{});
-    case DType::i32: return fn(TypeTag<int32_t>{});
-    case DType::i64: return fn(TypeTag<int64_t>{});
-    case DType::u8: return fn(TypeTag<uint8_t>{});
-    case DType::boolean: return fn(TypeTag<bool>{});
+    case DType::f32:
+      return fn(TypeTag<float>{});
+    case DType::f64:
+      return fn(TypeTag<double>{});
+    case DType::f16:
+      return fn(TypeTag<half>{});
+    case DType::bf16:
+      return fn(TypeTag<bfloat16>{});
+    case DType::i32:
+      return fn(TypeTag<int32_t>{});
+    case DType::i64:
+      return fn(TypeTag<int64_t>{});
+    case DType::u8:
+      return fn(TypeTag<uint8_t>{});
+    case DType::boolean:
+      return fn(TypeTag<bool>{});
   }
   PRECIS_FAIL(op, ": unknown dtype");
 }
@@ -63,9 +95,12 @@ decltype(auto) dispatch_all(DType dtype, const char* op, Fn&& fn) {
 template <typename Fn>
 decltype(auto) dispatch_f32_f64(DType dtype, const char* op, Fn&& fn) {
   switch (dtype) {
-    case DType::f32: return fn(TypeTag<float>{});
-    case DType::f64: return fn(TypeTag<double>{});
-    default: PRECIS_FAIL(op, ": expected a float32 or float64 tensor, got ", dtype_name(dtype));
+    case DType::f32:
+      return fn(TypeTag<float>{});
+    case DType::f64:
+      return fn(TypeTag<double>{});
+    default:
+      PRECIS_FAIL(op, ": expected a float32 or float64 tensor, got ", dtype_name(dtype));
   }
 }
 

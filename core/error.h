@@ -2,11 +2,11 @@
 // that says what was wrong, where, and what to do.
 #pragma once
 
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
-#include <cstdint>
 
 namespace precis {
 
@@ -38,8 +38,8 @@ std::string concat(const Parts&... parts) {
 
 // PRECIS_CHECK(cond, parts...): throws precis::Error whose message is the parts
 // streamed one after another (anything with operator<<, shapes and dtypes included).
-#define PRECIS_CHECK(cond, ...)                                               \
-  do {                                                                        \
+#define PRECIS_CHECK(cond, ...)                                                \
+  do {                                                                         \
     if (!(cond)) throw ::precis::Error(::precis::detail::concat(__VA_ARGS__)); \
   } while (0)
 

@@ -8,7 +8,7 @@ namespace precis {
 
 #if PRECIS_WITH_CUDA
 namespace cuda {
-int device_count();          // core/cuda/device_query.cu
+int device_count();  // core/cuda/device_query.cu
 int compute_capability(int index);
 std::string device_name(int index);
 std::string device_summary(int index);
@@ -57,7 +57,9 @@ double peak_tflops(int index, DType compute, bool tf32) {
   };
   // Dense (no sparsity) datasheet figures.
   static const Peak table[] = {
-      {"H200", 989.4, 494.7, 66.9},      {"H100 PCIe", 756.5, 378.0, 51.2}, {"H100", 989.4, 494.7, 66.9},
+      {"H200", 989.4, 494.7, 66.9},
+      {"H100 PCIe", 756.5, 378.0, 51.2},
+      {"H100", 989.4, 494.7, 66.9},
       {"A100", 312.0, 156.0, 19.5},
   };
   std::string name = cuda_device_name(index);

@@ -1,5 +1,4 @@
 #include "core/json.h"
-#include "core/utf8.h"
 
 #include <charconv>
 #include <cmath>
@@ -9,18 +8,26 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/utf8.h"
 
 namespace precis {
 
 const char* json_type_name(Json::Type type) {
   switch (type) {
-    case Json::Type::null: return "null";
-    case Json::Type::boolean: return "bool";
-    case Json::Type::integer: return "integer";
-    case Json::Type::real: return "number";
-    case Json::Type::string: return "string";
-    case Json::Type::array: return "array";
-    case Json::Type::object: return "object";
+    case Json::Type::null:
+      return "null";
+    case Json::Type::boolean:
+      return "bool";
+    case Json::Type::integer:
+      return "integer";
+    case Json::Type::real:
+      return "number";
+    case Json::Type::string:
+      return "string";
+    case Json::Type::array:
+      return "array";
+    case Json::Type::object:
+      return "object";
   }
   return "unknown";
 }
@@ -130,13 +137,27 @@ void dump_string(std::string& out, const std::string& text) {
   out += '"';
   for (char c : text) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           out += "\\u00";
@@ -170,11 +191,21 @@ void dump_real(std::string& out, double value) {
 
 void Json::dump_to(std::string& out) const {
   switch (type()) {
-    case Type::null: out += "null"; break;
-    case Type::boolean: out += std::get<bool>(value_) ? "true" : "false"; break;
-    case Type::integer: out += std::to_string(std::get<int64_t>(value_)); break;
-    case Type::real: dump_real(out, std::get<double>(value_)); break;
-    case Type::string: dump_string(out, std::get<std::string>(value_)); break;
+    case Type::null:
+      out += "null";
+      break;
+    case Type::boolean:
+      out += std::get<bool>(value_) ? "true" : "false";
+      break;
+    case Type::integer:
+      out += std::to_string(std::get<int64_t>(value_));
+      break;
+    case Type::real:
+      dump_real(out, std::get<double>(value_));
+      break;
+    case Type::string:
+      dump_string(out, std::get<std::string>(value_));
+      break;
     case Type::array: {
       out += '[';
       bool first = true;
@@ -268,14 +299,27 @@ class Parser {
   Json parse_value(int depth) {
     if (depth > kMaxDepth) fail("nesting deeper than 512 levels");
     switch (peek()) {
-      case '{': return parse_object(depth);
-      case '[': return parse_array(depth);
-      case '"': return Json(parse_string());
-      case 't': if (consume_word("true")) return Json(true); break;
-      case 'f': if (consume_word("false")) return Json(false); break;
-      case 'n': if (consume_word("null")) return Json(); break;
-      case 'N': if (consume_word("NaN")) return Json(std::numeric_limits<double>::quiet_NaN()); break;
-      case 'I': if (consume_word("Infinity")) return Json(std::numeric_limits<double>::infinity()); break;
+      case '{':
+        return parse_object(depth);
+      case '[':
+        return parse_array(depth);
+      case '"':
+        return Json(parse_string());
+      case 't':
+        if (consume_word("true")) return Json(true);
+        break;
+      case 'f':
+        if (consume_word("false")) return Json(false);
+        break;
+      case 'n':
+        if (consume_word("null")) return Json();
+        break;
+      case 'N':
+        if (consume_word("NaN")) return Json(std::numeric_limits<double>::quiet_NaN());
+        break;
+      case 'I':
+        if (consume_word("Infinity")) return Json(std::numeric_limits<double>::infinity());
+        break;
       default:
         if (peek() == '-' || (peek() >= '0' && peek() <= '9')) return parse_number();
     }
@@ -383,10 +427,14 @@ class Parser {
     for (int i = 0; i < 4; ++i) {
       char c = peek();
       uint32_t digit;
-      if (c >= '0' && c <= '9') digit = c - '0';
-      else if (c >= 'a' && c <= 'f') digit = c - 'a' + 10;
-      else if (c >= 'A' && c <= 'F') digit = c - 'A' + 10;
-      else fail("expected 4 hex digits after \\u" + describe_next());
+      if (c >= '0' && c <= '9')
+        digit = c - '0';
+      else if (c >= 'a' && c <= 'f')
+        digit = c - 'a' + 10;
+      else if (c >= 'A' && c <= 'F')
+        digit = c - 'A' + 10;
+      else
+        fail("expected 4 hex digits after \\u" + describe_next());
       value = value * 16 + digit;
       ++pos_;
     }
@@ -432,15 +480,33 @@ class Parser {
       char escape = text_[pos_];
       ++pos_;
       switch (escape) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': append_utf8(out, parse_unicode_escape()); break;
+        case '"':
+          out += '"';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '/':
+          out += '/';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'u':
+          append_utf8(out, parse_unicode_escape());
+          break;
         default:
           --pos_;
           fail("unknown escape '\\" + std::string(1, escape) + "' in a string");

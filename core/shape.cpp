@@ -33,8 +33,8 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   for (size_t i = 0; i < n; ++i) {
     int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
     int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
-    PRECIS_CHECK(da == db || da == 1 || db == 1, op, ": shapes ", a, " and ", b,
-                 " cannot be broadcast together (dim ", i, ": ", da, " vs ", db, ")");
+    PRECIS_CHECK(da == db || da == 1 || db == 1, op, ": shapes ", a, " and ", b, " cannot be broadcast together (dim ",
+                 i, ": ", da, " vs ", db, ")");
     out[i] = da == 1 ? db : da;
   }
   return out;

@@ -42,9 +42,9 @@ T Tensor::item() const {
   return to_vector<T>()[0];
 }
 
-#define PRECIS_INSTANTIATE(T)                         \
-  template std::vector<T> Tensor::to_vector() const;  \
-  template T Tensor::item() const;                    \
+#define PRECIS_INSTANTIATE(T)                        \
+  template std::vector<T> Tensor::to_vector() const; \
+  template T Tensor::item() const;                   \
   template Tensor from_vector<T>(const std::vector<T>&, const Shape&);
 
 Tensor Tensor::as_strided(const Shape& shape, const Shape& strides, int64_t offset) const {
@@ -158,8 +158,10 @@ void print_values(std::ostream& out, const std::vector<double>& v, const Shape& 
   if (dim == shape.size()) {
     double x = v[at++];
     if (floating) {
-      if (std::isfinite(x)) out << std::fixed << std::setprecision(4) << x;
-      else out << (std::isnan(x) ? "nan" : (x > 0 ? "inf" : "-inf"));
+      if (std::isfinite(x))
+        out << std::fixed << std::setprecision(4) << x;
+      else
+        out << (std::isnan(x) ? "nan" : (x > 0 ? "inf" : "-inf"));
     } else {
       out << static_cast<int64_t>(x);
     }

@@ -35,7 +35,7 @@ struct TensorImpl {
   // autograd
   bool requires_grad = false;
   std::shared_ptr<TensorImpl> grad;
-  bool grad_is_stale = false;  // leaves: .grad holds no gradient yet; the next one is written, not added
+  bool grad_is_stale = false;            // leaves: .grad holds no gradient yet; the next one is written, not added
   std::shared_ptr<Node> grad_fn;         // the op that produced this tensor (null for leaves)
   uint32_t output_nr = 0;                // which output of grad_fn this is
   std::weak_ptr<Node> grad_accumulator;  // leaves: the node that accumulates into .grad

@@ -12,8 +12,10 @@ namespace {
 // 'a' for printable ASCII, else the byte in hex, for error messages.
 std::string describe_byte(unsigned char byte) {
   char buffer[16];
-  if (byte >= 0x20 && byte < 0x7F) std::snprintf(buffer, sizeof(buffer), "'%c'", byte);
-  else std::snprintf(buffer, sizeof(buffer), "byte 0x%02X", byte);
+  if (byte >= 0x20 && byte < 0x7F)
+    std::snprintf(buffer, sizeof(buffer), "'%c'", byte);
+  else
+    std::snprintf(buffer, sizeof(buffer), "byte 0x%02X", byte);
   return buffer;
 }
 
@@ -85,9 +87,10 @@ CharTokenizer CharTokenizer::from_json(const Json& json, const std::string& sour
     chars += static_cast<char>(value.as_int());
   }
   if (json.contains("vocab_size"))
-    PRECIS_CHECK(json.at("vocab_size").is_integer() && json.at("vocab_size").as_int() == static_cast<int64_t>(chars.size()),
-                 "CharTokenizer: ", source, " says vocab_size ", json.at("vocab_size").dump(), " but lists ",
-                 chars.size(), " bytes; the file is damaged, write it again");
+    PRECIS_CHECK(
+        json.at("vocab_size").is_integer() && json.at("vocab_size").as_int() == static_cast<int64_t>(chars.size()),
+        "CharTokenizer: ", source, " says vocab_size ", json.at("vocab_size").dump(), " but lists ", chars.size(),
+        " bytes; the file is damaged, write it again");
   return CharTokenizer(std::move(chars));
 }
 

@@ -90,8 +90,8 @@ GPT2Tokenizer::GPT2Tokenizer(const std::string& encoder_json_path, const std::st
     ++line_number;
     if (line.empty() || (line_number == 1 && line.rfind("#version", 0) == 0)) continue;
     size_t space = line.find(' ');
-    PRECIS_CHECK(space != std::string::npos && line.find(' ', space + 1) == std::string::npos, "GPT2Tokenizer: ",
-                 vocab_bpe_path, " line ", line_number, " is \"", line,
+    PRECIS_CHECK(space != std::string::npos && line.find(' ', space + 1) == std::string::npos,
+                 "GPT2Tokenizer: ", vocab_bpe_path, " line ", line_number, " is \"", line,
                  "\", not a merge \"left right\"; is it GPT-2's vocab.bpe?");
     std::string left = line.substr(0, space), right = line.substr(space + 1);
     auto left_id = id_of_text.find(left), right_id = id_of_text.find(right), result = id_of_text.find(left + right);

@@ -48,9 +48,9 @@ class GPT2Tokenizer : public Tokenizer {
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
   std::vector<int32_t> byte_pair_merge(std::string_view piece) const;
 
-  std::vector<std::string> token_bytes_;          // id -> bytes
-  std::array<int32_t, 256> byte_token_{};         // byte -> the id of its one-byte token
-  std::unordered_map<uint64_t, Merge> merges_;    // (left id, right id) -> merge
+  std::vector<std::string> token_bytes_;        // id -> bytes
+  std::array<int32_t, 256> byte_token_{};       // byte -> the id of its one-byte token
+  std::unordered_map<uint64_t, Merge> merges_;  // (left id, right id) -> merge
   int32_t eot_token_ = -1;
 
   // Pieces repeat (" the", "\n"), so their ids are cached, as encoder.py does.

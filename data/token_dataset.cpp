@@ -34,12 +34,12 @@ TokenDatasetPosition TokenDatasetPosition::from_json(const Json& json) {
 namespace {
 
 const TokenDatasetOptions& checked(const TokenDatasetOptions& options) {
-  PRECIS_CHECK(options.batch_size >= 1 && options.seq_len >= 1, "TokenDataset: batch_size and seq_len must be >= 1, got ",
-               options.batch_size, " and ", options.seq_len);
-  PRECIS_CHECK(options.world_size >= 1 && options.rank >= 0 && options.rank < options.world_size,
-               "TokenDataset: rank ", options.rank, " is not in [0, world_size = ", options.world_size, ")");
-  PRECIS_CHECK(options.prefetch_depth >= 1, "TokenDataset: prefetch_depth must be >= 1, got ",
-               options.prefetch_depth, "; turn prefetching off with prefetch = false instead");
+  PRECIS_CHECK(options.batch_size >= 1 && options.seq_len >= 1,
+               "TokenDataset: batch_size and seq_len must be >= 1, got ", options.batch_size, " and ", options.seq_len);
+  PRECIS_CHECK(options.world_size >= 1 && options.rank >= 0 && options.rank < options.world_size, "TokenDataset: rank ",
+               options.rank, " is not in [0, world_size = ", options.world_size, ")");
+  PRECIS_CHECK(options.prefetch_depth >= 1, "TokenDataset: prefetch_depth must be >= 1, got ", options.prefetch_depth,
+               "; turn prefetching off with prefetch = false instead");
   return options;
 }
 
@@ -128,8 +128,9 @@ void TokenDataset::restore(const TokenDatasetPosition& position) {
                "; resume with the same token files and seq_len");
   PRECIS_CHECK(position.shuffle == options_.shuffle && (!position.shuffle || position.seed == options_.seed),
                "TokenDataset: the data position was saved for ", position.shuffle ? "shuffled" : "sequential",
-               " order with seed ", position.seed, ", but this dataset uses ", options_.shuffle ? "shuffled" : "sequential",
-               " order with seed ", options_.seed, "; resume with the same data order and seed");
+               " order with seed ", position.seed, ", but this dataset uses ",
+               options_.shuffle ? "shuffled" : "sequential", " order with seed ", options_.seed,
+               "; resume with the same data order and seed");
   const WindowCursor& cursor = position.cursor;
   PRECIS_CHECK(cursor.epoch >= 0 && cursor.shard >= 0 && cursor.shard <= static_cast<int64_t>(shards_.size()) &&
                    cursor.window >= 0,

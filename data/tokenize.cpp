@@ -3,8 +3,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 #include <span>
+#include <sstream>
 
 #include "core/error.h"
 #include "data/char_tokenizer.h"

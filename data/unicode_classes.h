@@ -2,12 +2,12 @@
 // code point is a letter (\p{L}), a number (\p{N}), whitespace (\s) or other.
 #pragma once
 
-#include "core/utf8.h"  // append_utf8, used with these classes
-
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
+
+#include "core/utf8.h"  // append_utf8, used with these classes
 
 namespace precis {
 

@@ -39,7 +39,8 @@ WindowOrder::WindowOrder(std::vector<int64_t> windows_per_shard, bool shuffle, u
 int64_t WindowOrder::shard_in_order(int64_t epoch, int64_t k) {
   if (!shuffle_) return k;
   if (shard_order_epoch_ != epoch) {
-    shard_order_ = seeded_permutation(static_cast<int64_t>(windows_per_shard_.size()), seed_, shard_order_stream(epoch));
+    shard_order_ =
+        seeded_permutation(static_cast<int64_t>(windows_per_shard_.size()), seed_, shard_order_stream(epoch));
     shard_order_epoch_ = epoch;
   }
   return shard_order_[k];
@@ -58,7 +59,8 @@ int64_t WindowOrder::window_in_order(int64_t epoch, int64_t shard, int64_t k) {
 void WindowOrder::skip_finished_shards(WindowCursor& cursor) {
   const int64_t num_shards = static_cast<int64_t>(windows_per_shard_.size());
   // Ends because some shard has windows (checked in the constructor).
-  while (cursor.shard == num_shards || cursor.window >= windows_per_shard_[shard_in_order(cursor.epoch, cursor.shard)]) {
+  while (cursor.shard == num_shards ||
+         cursor.window >= windows_per_shard_[shard_in_order(cursor.epoch, cursor.shard)]) {
     cursor.window = 0;
     if (++cursor.shard >= num_shards) {
       cursor.shard = 0;

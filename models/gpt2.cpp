@@ -96,7 +96,8 @@ Tensor GPT2::hidden_states(const Tensor& idx) {
 }
 
 void GPT2Output::backward() const {
-  PRECIS_CHECK(fused_classifier(), "GPT2Output::backward: only for a forward given a loss gradient (the fused "
+  PRECIS_CHECK(fused_classifier(),
+               "GPT2Output::backward: only for a forward given a loss gradient (the fused "
                "classifier); otherwise call loss.backward()");
   autograd::backward(classifier_output, classifier_grad, false);
 }

@@ -55,8 +55,8 @@ DType flat_grad_dtype(DType param_dtype) {
 }
 
 std::shared_ptr<FlatParameters> flatten_parameters(Module& model, Device device, std::optional<DType> param_dtype) {
-  PRECIS_CHECK(!param_dtype || is_floating(*param_dtype), "flatten_parameters: param_dtype must be a floating dtype, got ",
-               *param_dtype);
+  PRECIS_CHECK(!param_dtype || is_floating(*param_dtype),
+               "flatten_parameters: param_dtype must be a floating dtype, got ", *param_dtype);
   auto flat = std::make_shared<FlatParameters>();
   flat->device_ = device;
   NoGradGuard no_grad;

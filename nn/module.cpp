@@ -22,8 +22,7 @@ void Module::check_new_name(const std::string& name) const {
   };
   bool child = false;
   for (const auto& [child_name, module] : children_) child |= child_name == name;
-  PRECIS_CHECK(!taken(parameters_) && !taken(buffers_) && !child, type_name_, ": '", name,
-               "' is registered twice");
+  PRECIS_CHECK(!taken(parameters_) && !taken(buffers_) && !child, type_name_, ": '", name, "' is registered twice");
 }
 
 Tensor& Module::register_parameter(const std::string& name, Tensor tensor, bool weight_decay) {

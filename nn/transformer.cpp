@@ -60,9 +60,7 @@ Tensor CausalSelfAttention::attend(const Tensor& x) {
 Tensor CausalSelfAttention::forward(const Tensor& x) { return resid_dropout_->forward(c_proj->forward(attend(x))); }
 
 // Whether `dropout` passes its input through unchanged (eval mode, or p = 0).
-static bool passes_through(const Dropout& dropout) {
-  return !dropout.is_training() || dropout.p == 0.0;
-}
+static bool passes_through(const Dropout& dropout) { return !dropout.is_training() || dropout.p == 0.0; }
 
 Branch CausalSelfAttention::forward_branch(const Tensor& x) {
   if (!passes_through(*resid_dropout_)) return {forward(x), Tensor()};

@@ -64,8 +64,7 @@ Tensor top_left_causal_mask(int64_t Tq, int64_t Tk, Device device) {
 }  // namespace
 
 Tensor scaled_dot_product_attention(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_arg, bool causal,
-                                    double dropout_p, std::optional<double> scale, Generator* gen,
-                                    AttentionImpl impl) {
+                                    double dropout_p, std::optional<double> scale, Generator* gen, AttentionImpl impl) {
   // autocast: attention's products run in the compute dtype (its softmax in f32).
   const Tensor q = autocast::to_compute(q_arg), k = autocast::to_compute(k_arg), v = autocast::to_compute(v_arg);
   check_arguments(q, k, v, dropout_p);

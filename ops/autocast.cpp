@@ -64,8 +64,8 @@ void precache(const Tensor& buffer, const std::vector<Tensor>& leaves, DType dty
   }
   std::lock_guard<std::mutex> lock(g_cache_mutex);
   for (const Tensor& leaf : leaves) {
-    PRECIS_CHECK(leaf.is_leaf() && leaf.requires_grad() && leaf.is_contiguous() &&
-                     leaf.storage() == buffer.storage() && leaf.dtype() == buffer.dtype(),
+    PRECIS_CHECK(leaf.is_leaf() && leaf.requires_grad() && leaf.is_contiguous() && leaf.storage() == buffer.storage() &&
+                     leaf.dtype() == buffer.dtype(),
                  "autocast::precache: every leaf must be a dense view of the buffer that requires grad, got ",
                  describe(leaf));
     Tensor cast = whole.as_strided(leaf.shape(), leaf.strides(), leaf.offset() - buffer.offset());

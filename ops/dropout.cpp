@@ -5,11 +5,12 @@
 // uniform(word i) >= p; kept elements are scaled by 1/(1-p), so the expected
 // output equals x. Backward: y = x * m / (1-p) with m fixed, so dx = g * m / (1-p),
 // the same mask and scale (the mask is saved as a bool tensor).
+#include "ops/cuda/dropout.h"
+
 #include "core/autograd.h"
 #include "core/philox.h"
 #include "ops/checks.h"
 #include "ops/cpu/loops.h"
-#include "ops/cuda/dropout.h"
 #include "ops/elementwise.h"
 
 namespace precis::ops {

@@ -67,8 +67,7 @@ std::optional<std::string> flash_attention_unsupported(const Tensor& q, const Te
   if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4 || k.size(0) != q.size(0) || k.size(1) != q.size(1) ||
       k.size(3) != q.size(3) || v.shape() != k.shape())
     return std::string("it takes q [B, H, Tq, D] and k, v [B, H, Tk, D], with one B, H and D");
-  if (q.size(3) != 64 && q.size(3) != 128)
-    return "its head size is 64 or 128, not " + std::to_string(q.size(3));
+  if (q.size(3) != 64 && q.size(3) != 128) return "its head size is 64 or 128, not " + std::to_string(q.size(3));
   if (q.size(2) == 0 || k.size(2) == 0) return std::string("a sequence is empty");
   if (q.size(0) * q.size(1) > INT32_MAX || q.size(2) > INT32_MAX / 2 || k.size(2) > INT32_MAX / 2)
     return std::string("the problem is too large for its 32-bit indices");

@@ -61,16 +61,14 @@ Shape infer_shape(const Shape& shape, int64_t numel, const char* op) {
     PRECIS_CHECK(known != 0 && numel % known == 0, op, ": shape ", shape, " is invalid for ", numel, " elements");
     out[infer_at] = numel / known;
   }
-  PRECIS_CHECK(shape_numel(out) == numel, op, ": shape ", shape, " is invalid for a tensor of ", numel,
-               " elements");
+  PRECIS_CHECK(shape_numel(out) == numel, op, ": shape ", shape, " is invalid for a tensor of ", numel, " elements");
   return out;
 }
 
 // Records a view: the gradient of the input is `back(grad_of_view)`.
 Tensor record_view(const char* op, const Tensor& input, Tensor view, std::function<Tensor(const Tensor&)> back) {
-  autograd::record(op, {input}, {view}, [back = std::move(back)](const BackwardArgs& g) {
-    return std::vector<Tensor>{back(g.grad())};
-  });
+  autograd::record(op, {input}, {view},
+                   [back = std::move(back)](const BackwardArgs& g) { return std::vector<Tensor>{back(g.grad())}; });
   return view;
 }
 
@@ -245,9 +243,8 @@ Tensor Tensor::to(Device target) const {
   Tensor out = empty(shape(), dtype(), target);
   copy_(out, contiguous());
   Device source = device();
-  autograd::record("to", {*this}, {out}, [source](const BackwardArgs& g) {
-    return std::vector<Tensor>{g.grad().to(source)};
-  });
+  autograd::record("to", {*this}, {out},
+                   [source](const BackwardArgs& g) { return std::vector<Tensor>{g.grad().to(source)}; });
   return out;
 }
 

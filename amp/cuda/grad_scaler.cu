@@ -39,8 +39,8 @@ template <typename T>
 void launch(const Tensor& grad, double* state, cudaStream_t stream) {
   int64_t n = grad.numel();
   unsigned blocks = std::min<unsigned>(precis::cuda::grid_for(n), 132 * 8);
-  precis::cuda::launch(unscale_kernel<T>, blocks, precis::cuda::kBlockSize, 0, stream,
-                       static_cast<T*>(grad.raw_data()), n, state + kScale, state + kFoundInf);
+  precis::cuda::launch(unscale_kernel<T>, blocks, precis::cuda::kBlockSize, 0, stream, static_cast<T*>(grad.raw_data()),
+                       n, state + kScale, state + kFoundInf);
 }
 
 __global__ void update_kernel(double* s, float* scale_f32, ScalerRule rule) {
@@ -62,9 +62,8 @@ void unscale_(const Tensor& grad, const Tensor& state) {
   precis::cuda::DeviceGuard guard(grad.device());
   cudaStream_t stream = precis::cuda::compute_stream(grad.device());
   double* s = state.data<double>();
-  precis::cuda::dispatch_floating(grad.dtype(), "GradScaler: gradients", [&](auto tag) {
-    launch<typename decltype(tag)::type>(grad, s, stream);
-  });
+  precis::cuda::dispatch_floating(grad.dtype(), "GradScaler: gradients",
+                                  [&](auto tag) { launch<typename decltype(tag)::type>(grad, s, stream); });
   PRECIS_CUDA_CHECK_LAUNCH("GradScaler unscale");
 }
 

@@ -6,10 +6,10 @@
 
 #include "core/error.h"
 
-#define PRECIS_CUDA_CHECK(call, op)                                                                        \
-  do {                                                                                                     \
-    cudaError_t precis_status_ = (call);                                                                   \
-    if (precis_status_ != cudaSuccess)                                                                     \
+#define PRECIS_CUDA_CHECK(call, op)                                                                                \
+  do {                                                                                                             \
+    cudaError_t precis_status_ = (call);                                                                           \
+    if (precis_status_ != cudaSuccess)                                                                             \
       PRECIS_FAIL(op, ": CUDA error ", cudaGetErrorName(precis_status_), " (", cudaGetErrorString(precis_status_), \
-                  ") in ", #call);                                                                         \
+                  ") in ", #call);                                                                                 \
   } while (0)

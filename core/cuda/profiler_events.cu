@@ -52,9 +52,8 @@ std::vector<std::pair<std::string, double>> PhaseEvents::resolve() {
   PRECIS_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(done.back().stop)), "profiler resolve");
   for (auto& p : done) {
     float ms = 0;
-    PRECIS_CUDA_CHECK(
-        cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(p.start), static_cast<cudaEvent_t>(p.stop)),
-        "profiler resolve");
+    PRECIS_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(p.start), static_cast<cudaEvent_t>(p.stop)),
+                      "profiler resolve");
     out.emplace_back(p.name, static_cast<double>(ms));
     free_.push_back(p.start);
     free_.push_back(p.stop);

@@ -35,8 +35,8 @@ class PhaseEvents {
 
   Device device_;
   std::vector<Pending> pending_;
-  std::vector<size_t> open_;    // indices into pending_ of phases not yet ended
-  std::vector<void*> free_;     // events ready for reuse
+  std::vector<size_t> open_;  // indices into pending_ of phases not yet ended
+  std::vector<void*> free_;   // events ready for reuse
 };
 
 }  // namespace precis::cuda

@@ -14,11 +14,11 @@
 namespace precis::ops::cpu {
 
 struct ReductionRows {
-  Tensor rows;          // contiguous [outer, inner]
-  int64_t outer = 1;    // number of output elements
-  int64_t inner = 1;    // values reduced into each
-  Shape out_shape;      // result shape without keepdim
-  Shape keepdim_shape;  // result shape with the reduced dims kept as size 1
+  Tensor rows;                // contiguous [outer, inner]
+  int64_t outer = 1;          // number of output elements
+  int64_t inner = 1;          // values reduced into each
+  Shape out_shape;            // result shape without keepdim
+  Shape keepdim_shape;        // result shape with the reduced dims kept as size 1
   std::vector<bool> reduced;  // per input dim
 };
 

@@ -20,8 +20,8 @@ void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
 
 // dq, dk, dv (the shapes of q, k, v; any strides with unit last-dim stride) from the
 // forward's out and lse and the output gradient dout (out's shape, 16-byte aligned rows).
-void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                              const Tensor& lse, const Tensor& dout, bool causal, double scale, const Tensor& dq,
-                              const Tensor& dk, const Tensor& dv);
+void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                              const Tensor& dout, bool causal, double scale, const Tensor& dq, const Tensor& dk,
+                              const Tensor& dv);
 
 }  // namespace precis::ops::cuda

@@ -9,10 +9,10 @@
 #include <algorithm>
 #include <map>
 
-#include "core/cuda/launch.cuh"
 #include "core/cuda/block_reduce.cuh"
 #include "core/cuda/convert.cuh"
 #include "core/cuda/dispatch.cuh"
+#include "core/cuda/launch.cuh"
 #include "core/cuda/pack.cuh"
 #include "core/cuda/tensor_batch.cuh"
 #include "optim/cuda/grad_norm.h"

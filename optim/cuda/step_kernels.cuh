@@ -5,8 +5,8 @@
 
 #include <cuda_bf16.h>
 
-#include "core/philox.h"
 #include "core/cuda/convert.cuh"
+#include "core/philox.h"
 #include "optim/cuda/step_inputs.h"
 
 namespace precis::optim::cuda {

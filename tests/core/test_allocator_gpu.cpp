@@ -311,8 +311,8 @@ TEST(AllocatorGpu, GraphCaptureOutOfMemoryIsAClearError) {
     Tensor huge = empty({int64_t(1) << 40}, DType::f32, gpu);  // 4 TiB
     FAIL() << "allocated 4 TiB during a capture";
   } catch (const Error& e) {
-    expect_contains(e.what(), {"CUDA graph capture", "4.00 TiB", "cannot be served from the cache",
-                               "no memory for a new segment"});
+    expect_contains(
+        e.what(), {"CUDA graph capture", "4.00 TiB", "cannot be served from the cache", "no memory for a new segment"});
   }
   fill_(small, 1.0);
   EXPECT_EQ(capture.end(), cudaSuccess);

@@ -37,8 +37,7 @@ Tensor product(const Tensor& x, const Tensor& w, bool direct, Counts* counts) {
                      if (g.needs(0)) dx = ops::mul(g.grad(), w);
                      if (g.needs(1)) {
                        const Tensor values = ops::mul(g.grad(), x);
-                       const GradDestination to =
-                           direct ? g.take_grad_destination(1, DType::f32) : GradDestination{};
+                       const GradDestination to = direct ? g.take_grad_destination(1, DType::f32) : GradDestination{};
                        if (to) {
                          if (to.accumulate)
                            accumulate_(to.grad, values);

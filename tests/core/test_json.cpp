@@ -76,9 +76,9 @@ TEST(Json, StringEscapes) {
 
 TEST(Json, UnicodeEscapesBecomeUtf8) {
   EXPECT_EQ(Json::parse(R"("\u0041")").as_string(), "A");
-  EXPECT_EQ(Json::parse(R"("\u00e9")").as_string(), "\xC3\xA9");          // é, 2 bytes
-  EXPECT_EQ(Json::parse(R"("\u0120")").as_string(), "\xC4\xA0");          // Ġ, GPT-2's space
-  EXPECT_EQ(Json::parse(R"("\u4E2D")").as_string(), "\xE4\xB8\xAD");      // 中, 3 bytes
+  EXPECT_EQ(Json::parse(R"("\u00e9")").as_string(), "\xC3\xA9");                // é, 2 bytes
+  EXPECT_EQ(Json::parse(R"("\u0120")").as_string(), "\xC4\xA0");                // Ġ, GPT-2's space
+  EXPECT_EQ(Json::parse(R"("\u4E2D")").as_string(), "\xE4\xB8\xAD");            // 中, 3 bytes
   EXPECT_EQ(Json::parse(R"("\uD83D\uDE00")").as_string(), "\xF0\x9F\x98\x80");  // 😀, a surrogate pair
   EXPECT_EQ(Json::parse(R"("\u0000")").as_string(), std::string(1, '\0'));
   // Raw UTF-8 passes through both ways.
@@ -118,7 +118,9 @@ TEST(Json, ParseErrorsGiveLineAndColumn) {
   EXPECT_NE(message.find("config.json: invalid JSON at line 3, column 7: expected ':' but found '2'"),
             std::string::npos)
       << message;
-  EXPECT_NE(error_of([] { Json::parse("[1, 2"); }).find("line 1, column 6: expected ',' or ']' in an array but the text ended"),
+  EXPECT_NE(error_of([] {
+              Json::parse("[1, 2");
+            }).find("line 1, column 6: expected ',' or ']' in an array but the text ended"),
             std::string::npos);
   EXPECT_NE(error_of([] { Json::parse("[1] x"); }).find("unexpected text after the JSON value"), std::string::npos);
   EXPECT_NE(error_of([] { Json::parse("01"); }).find("unexpected text"), std::string::npos);  // no leading zeros
@@ -142,7 +144,8 @@ TEST(Json, WrongTypeAccessNamesBothTypes) {
   EXPECT_NE(error_of([&] { v.at("b").as_int(); }).find("expected an integer but the value is 1.5"), std::string::npos);
   EXPECT_NE(error_of([&] { v.at("missing"); }).find("no key \"missing\""), std::string::npos);
   EXPECT_NE(error_of([&] { v.at(0); }).find("expected array but the value is object"), std::string::npos);
-  EXPECT_NE(error_of([] { Json(std::numeric_limits<uint64_t>::max()); }).find("does not fit in int64"), std::string::npos);
+  EXPECT_NE(error_of([] { Json(std::numeric_limits<uint64_t>::max()); }).find("does not fit in int64"),
+            std::string::npos);
 }
 
 TEST(Json, ReadsFilesAndNamesMissingOnes) {

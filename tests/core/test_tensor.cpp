@@ -91,7 +91,7 @@ TEST(Tensor, DtypeConversionRounds) {
   EXPECT_EQ(h[0], 1.0);
   EXPECT_NEAR(h[1], 1.0 / 3, 1e-3);
   EXPECT_NE(h[1], static_cast<double>(1.0f / 3));
-  EXPECT_EQ(h[2], 65504.0);     // largest f16
+  EXPECT_EQ(h[2], 65504.0);       // largest f16
   EXPECT_TRUE(std::isinf(h[3]));  // overflow
   auto b = x.to(DType::bf16).to_vector<double>();
   EXPECT_EQ(b[3], 70144.0);  // bf16 keeps range, loses digits (8 bits of mantissa)

@@ -68,15 +68,19 @@ TEST(CharTokenizer, ClearErrors) {
   EXPECT_NE(error_of([&] { tok.encode("abz"); }).find("'z' at byte 2 of the text is not in the vocabulary of 3"),
             std::string::npos);
   EXPECT_NE(error_of([&] { tok.encode("\x01"); }).find("byte 0x01 at byte 0"), std::string::npos);
-  EXPECT_NE(error_of([&] { tok.decode({0, 3}); }).find("token id 3 is outside the vocabulary [0, 3)"),
+  EXPECT_NE(error_of([&] {
+              tok.decode({0, 3});
+            }).find("token id 3 is outside the vocabulary [0, 3)"),
             std::string::npos);
   EXPECT_NE(error_of([] { CharTokenizer(""); }).find("vocabulary is empty"), std::string::npos);
   EXPECT_NE(error_of([] { CharTokenizer("aba"); }).find("'a' appears twice"), std::string::npos);
-  EXPECT_NE(error_of([] { CharTokenizer::from_json(Json::parse(R"({"tokenizer":"gpt2"})"), "v.json"); })
-                .find("v.json is not a char vocabulary"),
+  EXPECT_NE(error_of([] {
+              CharTokenizer::from_json(Json::parse(R"({"tokenizer":"gpt2"})"), "v.json");
+            }).find("v.json is not a char vocabulary"),
             std::string::npos);
-  EXPECT_NE(error_of([] { CharTokenizer::from_json(Json::parse(R"({"tokenizer":"char","bytes":[97,300]})"), "v.json"); })
-                .find("v.json: \"bytes\" must hold integers 0..255, found 300"),
+  EXPECT_NE(error_of([] {
+              CharTokenizer::from_json(Json::parse(R"({"tokenizer":"char","bytes":[97,300]})"), "v.json");
+            }).find("v.json: \"bytes\" must hold integers 0..255, found 300"),
             std::string::npos);
   EXPECT_NE(error_of([] {
               CharTokenizer::from_json(Json::parse(R"({"tokenizer":"char","vocab_size":3,"bytes":[97]})"), "v.json");

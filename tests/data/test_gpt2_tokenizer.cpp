@@ -41,26 +41,44 @@ struct Case {
 // each case also checked equal to tiktoken's gpt2 encoding (tiktoken 0.14.0).
 const std::vector<Case>& reference_cases() {
   static const std::vector<Case> cases = {
-    {"hello_world", "Hello world", false,
-     {15496, 995}},
-    {"contractions", "I'm sure you'll say it's what we've done, they're here and I'd go. DON'T 'tis' x's", false,
-     {40, 1101, 1654, 345, 1183, 910, 340, 338, 644, 356, 1053, 1760, 11, 484, 821, 994, 290, 314, 1549, 467, 13, 23917, 6, 51, 705, 48010, 6, 2124, 338}},
-    {"whitespace_runs", "a  b   c\n\nd \n e\t\tf   \n   x\r\n\r\ny   ", false,
-     {64, 220, 275, 220, 220, 269, 198, 198, 67, 220, 198, 304, 197, 197, 69, 220, 220, 220, 198, 220, 220, 2124, 201, 198, 201, 198, 88, 220, 220, 220}},
-    {"leading_and_trailing_spaces", "   indented\n\n\n    code()  ", false,
-     {220, 220, 773, 4714, 628, 198, 220, 220, 220, 2438, 3419, 220, 220}},
-    {"numbers_and_punctuation", "In 1999, pi=3.14159... costs $100!!! (test) -- ok?! [a]{b}<c> #42 @home", false,
-     {818, 7358, 11, 31028, 28, 18, 13, 1415, 19707, 986, 3484, 720, 3064, 10185, 357, 9288, 8, 1377, 12876, 12248, 685, 64, 60, 90, 65, 92, 27, 66, 29, 1303, 3682, 2488, 11195}},
-    {"latin_greek_cyrillic", "h\xC3\xA9llo w\xC3\xB6rld na\xC3\xAFve caf\xC3\xA9 \xCE\x93\xCE\xB5\xCE\xB9\xCE\xAC \xCF\x83\xCE\xBF\xCF\x85 \xD0\x9F\xD1\x80\xD0\xB8\xD0\xB2\xD0\xB5\xD1\x82, \xD0\xBC\xD0\xB8\xD1\x80!", false,
-     {71, 2634, 18798, 266, 30570, 335, 41492, 40304, 7377, 241, 30950, 29945, 138, 105, 18074, 225, 26517, 139, 227, 12466, 253, 21169, 18849, 38857, 16843, 20375, 11, 12466, 120, 18849, 21169, 0}},
-    {"cjk_and_emoji", "\xE4\xBD\xA0\xE5\xA5\xBD\xE4\xB8\x96\xE7\x95\x8C \xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E\xE3\x81\xA7\xE3\x81\x99\xE3\x80\x82 \xF0\x9F\x98\x80\xF0\x9F\x91\x8D ok", false,
-     {19526, 254, 25001, 121, 10310, 244, 45911, 234, 10545, 245, 98, 17312, 105, 45739, 252, 30640, 33623, 16764, 30325, 222, 41840, 235, 12876}},
-    {"unicode_numbers_and_spaces", "\xD9\xA1\xD9\xA2\xD9\xA3 \xC2\xBD x\xC2\xA0y z\xE3\x80\x80w \xE2\x85\xA3 \xC2\xB2", false,
-     {149, 94, 149, 95, 149, 96, 25208, 2124, 1849, 88, 1976, 5099, 222, 86, 2343, 227, 96, 1587, 110}},
-    {"special_token", "Hello<|endoftext|> world<|endoftext|>", true,
-     {15496, 50256, 995, 50256}},
-    {"special_token_as_text", "Hello<|endoftext|> world", false,
-     {15496, 27, 91, 437, 1659, 5239, 91, 29, 995}},
+      {"hello_world", "Hello world", false, {15496, 995}},
+      {"contractions",
+       "I'm sure you'll say it's what we've done, they're here and I'd go. DON'T 'tis' x's",
+       false,
+       {40,  1101, 1654, 345,  1183, 910, 340,   338, 644, 356, 1053,  1760, 11,   484, 821,
+        994, 290,  314,  1549, 467,  13,  23917, 6,   51,  705, 48010, 6,    2124, 338}},
+      {"whitespace_runs",
+       "a  b   c\n\nd \n e\t\tf   \n   x\r\n\r\ny   ",
+       false,
+       {64,  220, 275, 220, 220, 269, 198,  198, 67,  220, 198, 304, 197, 197, 69,
+        220, 220, 220, 198, 220, 220, 2124, 201, 198, 201, 198, 88,  220, 220, 220}},
+      {"leading_and_trailing_spaces",
+       "   indented\n\n\n    code()  ",
+       false,
+       {220, 220, 773, 4714, 628, 198, 220, 220, 220, 2438, 3419, 220, 220}},
+      {"numbers_and_punctuation",
+       "In 1999, pi=3.14159... costs $100!!! (test) -- ok?! [a]{b}<c> #42 @home",
+       false,
+       {818,  7358,  11,    31028, 28, 18, 13, 1415, 19707, 986, 3484, 720, 3064, 10185, 357,  9288, 8,
+        1377, 12876, 12248, 685,   64, 60, 90, 65,   92,    27,  66,   29,  1303, 3682,  2488, 11195}},
+      {"latin_greek_cyrillic",
+       "h\xC3\xA9llo w\xC3\xB6rld na\xC3\xAFve caf\xC3\xA9 \xCE\x93\xCE\xB5\xCE\xB9\xCE\xAC \xCF\x83\xCE\xBF\xCF\x85 "
+       "\xD0\x9F\xD1\x80\xD0\xB8\xD0\xB2\xD0\xB5\xD1\x82, \xD0\xBC\xD0\xB8\xD1\x80!",
+       false,
+       {71,    2634, 18798, 266,   30570, 335,   41492, 40304, 7377,  241,   30950, 29945, 138, 105,   18074, 225,
+        26517, 139,  227,   12466, 253,   21169, 18849, 38857, 16843, 20375, 11,    12466, 120, 18849, 21169, 0}},
+      {"cjk_and_emoji",
+       "\xE4\xBD\xA0\xE5\xA5\xBD\xE4\xB8\x96\xE7\x95\x8C "
+       "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E\xE3\x81\xA7\xE3\x81\x99\xE3\x80\x82 \xF0\x9F\x98\x80\xF0\x9F\x91\x8D ok",
+       false,
+       {19526, 254,   25001, 121,   10310, 244,   45911, 234, 10545, 245, 98,   17312,
+        105,   45739, 252,   30640, 33623, 16764, 30325, 222, 41840, 235, 12876}},
+      {"unicode_numbers_and_spaces",
+       "\xD9\xA1\xD9\xA2\xD9\xA3 \xC2\xBD x\xC2\xA0y z\xE3\x80\x80w \xE2\x85\xA3 \xC2\xB2",
+       false,
+       {149, 94, 149, 95, 149, 96, 25208, 2124, 1849, 88, 1976, 5099, 222, 86, 2343, 227, 96, 1587, 110}},
+      {"special_token", "Hello<|endoftext|> world<|endoftext|>", true, {15496, 50256, 995, 50256}},
+      {"special_token_as_text", "Hello<|endoftext|> world", false, {15496, 27, 91, 437, 1659, 5239, 91, 29, 995}},
   };
   return cases;
 }
@@ -139,7 +157,9 @@ TEST(Gpt2Tokenizer, SameIdsFromSeveralThreads) {
 }
 
 TEST(Gpt2Tokenizer, DecodeRejectsIdsOutsideTheVocabulary) {
-  EXPECT_NE(error_of([] { gpt2().decode({15496, 50257}); }).find("token id 50257 is outside the vocabulary [0, 50257)"),
+  EXPECT_NE(error_of([] {
+              gpt2().decode({15496, 50257});
+            }).find("token id 50257 is outside the vocabulary [0, 50257)"),
             std::string::npos);
   EXPECT_NE(error_of([] { gpt2().decode({-1}); }).find("token id -1"), std::string::npos);
 }
@@ -181,20 +201,20 @@ TEST(UnicodeClasses, LettersNumbersSpaces) {
   EXPECT_EQ(char_class(U' '), CharClass::space);
   EXPECT_EQ(char_class(U'\n'), CharClass::space);
   EXPECT_EQ(char_class(U'_'), CharClass::other);
-  EXPECT_EQ(char_class(0x00E9), CharClass::letter);   // é
-  EXPECT_EQ(char_class(0x03A9), CharClass::letter);   // Ω
-  EXPECT_EQ(char_class(0x0436), CharClass::letter);   // ж
-  EXPECT_EQ(char_class(0x4E2D), CharClass::letter);   // 中
-  EXPECT_EQ(char_class(0x3042), CharClass::letter);   // あ
-  EXPECT_EQ(char_class(0xAC00), CharClass::letter);   // 가
-  EXPECT_EQ(char_class(0x0663), CharClass::number);   // Arabic-Indic 3
-  EXPECT_EQ(char_class(0x00BD), CharClass::number);   // ½
-  EXPECT_EQ(char_class(0x2163), CharClass::number);   // Roman numeral four
-  EXPECT_EQ(char_class(0x00A0), CharClass::space);    // no-break space
-  EXPECT_EQ(char_class(0x3000), CharClass::space);    // ideographic space
-  EXPECT_EQ(char_class(0x3002), CharClass::other);    // 。
-  EXPECT_EQ(char_class(0x1F600), CharClass::other);   // 😀
-  EXPECT_EQ(char_class(0x0301), CharClass::other);    // combining acute accent is \p{M}, not \p{L}
+  EXPECT_EQ(char_class(0x00E9), CharClass::letter);  // é
+  EXPECT_EQ(char_class(0x03A9), CharClass::letter);  // Ω
+  EXPECT_EQ(char_class(0x0436), CharClass::letter);  // ж
+  EXPECT_EQ(char_class(0x4E2D), CharClass::letter);  // 中
+  EXPECT_EQ(char_class(0x3042), CharClass::letter);  // あ
+  EXPECT_EQ(char_class(0xAC00), CharClass::letter);  // 가
+  EXPECT_EQ(char_class(0x0663), CharClass::number);  // Arabic-Indic 3
+  EXPECT_EQ(char_class(0x00BD), CharClass::number);  // ½
+  EXPECT_EQ(char_class(0x2163), CharClass::number);  // Roman numeral four
+  EXPECT_EQ(char_class(0x00A0), CharClass::space);   // no-break space
+  EXPECT_EQ(char_class(0x3000), CharClass::space);   // ideographic space
+  EXPECT_EQ(char_class(0x3002), CharClass::other);   // 。
+  EXPECT_EQ(char_class(0x1F600), CharClass::other);  // 😀
+  EXPECT_EQ(char_class(0x0301), CharClass::other);   // combining acute accent is \p{M}, not \p{L}
   EXPECT_EQ(char_class(0x10FFFF), CharClass::other);
 }
 

@@ -31,8 +31,8 @@ Rows rows_of(const Tensor& t) {
 class TokenDatasetTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("precis_test_token_dataset_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    dir_ = fs::temp_directory_path() / ("precis_test_token_dataset_" +
+                                        std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -238,11 +238,13 @@ TEST_F(TokenDatasetTest, ClearErrorsForBadSetups) {
   EXPECT_NE(message.find("hold 8 tokens in all, and no shard has the 9 tokens of one window of seq_len 8"),
             std::string::npos)
       << message;
-  EXPECT_NE(error_of([&] { TokenDataset({(dir_ / "nope.bin").string()}, options(1, 2, false, true)); })
-                .find("nope.bin does not exist"),
+  EXPECT_NE(error_of([&] {
+              TokenDataset({(dir_ / "nope.bin").string()}, options(1, 2, false, true));
+            }).find("nope.bin does not exist"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { TokenDataset(files, options(0, 2, false, true)); }).find("batch_size and seq_len must be >= 1"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { TokenDataset(files, options(0, 2, false, true)); }).find("batch_size and seq_len must be >= 1"),
+      std::string::npos);
   TokenDatasetOptions bad_rank = options(1, 2, false, true);
   bad_rank.rank = 2;
   bad_rank.world_size = 2;

@@ -103,9 +103,7 @@ TEST_F(TokenFileTest, WrongVersion) {
 }
 
 TEST_F(TokenFileTest, ShorterThanTheHeader) {
-  {
-    std::ofstream(path("short.bin"), std::ios::binary) << "tiny";
-  }
+  { std::ofstream(path("short.bin"), std::ios::binary) << "tiny"; }
   std::string message = error_of([&] { read_token_file(path("short.bin")); });
   EXPECT_NE(message.find(path("short.bin") + " is 4 bytes, shorter than the 1024-byte header"), std::string::npos)
       << message;
@@ -114,8 +112,9 @@ TEST_F(TokenFileTest, ShorterThanTheHeader) {
 TEST_F(TokenFileTest, TruncatedTokens) {
   std::string file = write_raw("truncated.bin", 20240520, 1, 10, 7);
   std::string message = error_of([&] { read_token_file(file); });
-  EXPECT_NE(message.find(file + " is truncated: its header promises 10 tokens (1044 bytes) but the file has 1031 bytes"),
-            std::string::npos)
+  EXPECT_NE(
+      message.find(file + " is truncated: its header promises 10 tokens (1044 bytes) but the file has 1031 bytes"),
+      std::string::npos)
       << message;
 }
 

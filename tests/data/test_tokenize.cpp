@@ -84,12 +84,15 @@ TEST_F(TokenizeTest, Gpt2SplitIsTheLastTenthOfTheTokens) {
 
 TEST_F(TokenizeTest, ClearErrors) {
   std::string prefix = (dir_ / "x").string();
-  EXPECT_NE(error_of([&] { tokenize_file(kShakespeare, prefix, "bpe", 0.1); }).find("unknown tokenizer \"bpe\"; use gpt2 or char"),
+  EXPECT_NE(error_of([&] {
+              tokenize_file(kShakespeare, prefix, "bpe", 0.1);
+            }).find("unknown tokenizer \"bpe\"; use gpt2 or char"),
             std::string::npos);
   EXPECT_NE(error_of([&] { tokenize_file(kShakespeare, prefix, "char", 1.0); }).find("val_fraction must be in [0, 1)"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { tokenize_file("/nonexistent/input.txt", prefix, "char", 0.1); })
-                .find("cannot open the text file /nonexistent/input.txt"),
+  EXPECT_NE(error_of([&] {
+              tokenize_file("/nonexistent/input.txt", prefix, "char", 0.1);
+            }).find("cannot open the text file /nonexistent/input.txt"),
             std::string::npos);
   fs::create_directories(dir_);
   std::ofstream(dir_ / "empty.txt").close();

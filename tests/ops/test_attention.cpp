@@ -239,8 +239,8 @@ TEST(Attention, FlashRunsOnlyOnCudaAndTheDispatchFallsBackToTheReference) {
   EXPECT_TRUE(why->find("CUDA") != std::string::npos) << *why;
   precis::testing::expect_error([&] { ops::flash_attention(q, k, v, true); }, "model.attention: reference");
   // AttentionImpl::flash (the default) on inputs flash cannot take is the reference itself.
-  expect_close(ops::scaled_dot_product_attention(q, k, v, true),
-               ops::scaled_dot_product_attention(q, k, v, true, 0.0, std::nullopt, nullptr,
-                                                 ops::AttentionImpl::reference),
-               0.0, 0.0);
+  expect_close(
+      ops::scaled_dot_product_attention(q, k, v, true),
+      ops::scaled_dot_product_attention(q, k, v, true, 0.0, std::nullopt, nullptr, ops::AttentionImpl::reference), 0.0,
+      0.0);
 }

@@ -54,8 +54,8 @@ TEST(Binary, StridedAndTransposedOperands) {
 }
 
 TEST(Binary, GradientsMatchFiniteDifferences) {
-  for (auto shapes : std::vector<std::pair<Shape, Shape>>{{{3, 5}, {3, 5}}, {{2, 3, 7}, {7}}, {{4, 1}, {1, 3}},
-                                                          {{1}, {2, 3}}}) {
+  for (auto shapes :
+       std::vector<std::pair<Shape, Shape>>{{{3, 5}, {3, 5}}, {{2, 3, 7}, {7}}, {{4, 1}, {1, 3}}, {{1}, {2, 3}}}) {
     Tensor a = random_f64(shapes.first, 10, 0.5, 2.0), b = random_f64(shapes.second, 11, 0.5, 2.0);
     expect_gradients_match([](const std::vector<Tensor>& in) { return in[0] + in[1]; }, {a, b});
     expect_gradients_match([](const std::vector<Tensor>& in) { return in[0] - in[1]; }, {a, b});

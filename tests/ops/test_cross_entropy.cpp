@@ -280,8 +280,8 @@ TEST(CrossEntropyWithGrad, GivesTheLossAndTheGradientTheBackwardWould) {
     expect_close(fused.grad, p.grad(), 0, 0);
     const double tolerance = dtype == DType::bf16 ? 1e-2 : 1e-6;
     EXPECT_NEAR(fused.loss.item(), reference_cross_entropy(logits.narrow(2, 0, 5).contiguous(), targets), tolerance);
-    expect_close(fused.grad, from_vector(reference_gradient(logits, t, 5, factor), logits.shape()).to(dtype),
-                 tolerance, tolerance * 1e-2);
+    expect_close(fused.grad, from_vector(reference_gradient(logits, t, 5, factor), logits.shape()).to(dtype), tolerance,
+                 tolerance * 1e-2);
   }
 }
 
@@ -310,13 +310,20 @@ TEST(CrossEntropyWithGrad, Errors) {
                "cross_entropy_with_grad: grad_factor");
   expect_error([&] { ops::cross_entropy_with_grad(logits, targets, zeros({2})); },
                "cross_entropy_with_grad: grad_factor must be a scalar on the logits' device (cpu)");
-  expect_error([&] { ops::cross_entropy_with_grad(logits.slice(1, 0, 6, 2), targets, scalar_tensor(1.0), -100, -1, true); },
-               "cross_entropy_with_grad: overwrite_logits needs dense logits to write the gradient over");
-  expect_error([&] { ops::cross_entropy_with_grad(logits, targets_of({1, 2, 6, 0}, {4}), scalar_tensor(1.0)); },
-               "cross_entropy: target 6 (at flat index 2) is out of range for 6 classes");
+  expect_error(
+      [&] { ops::cross_entropy_with_grad(logits.slice(1, 0, 6, 2), targets, scalar_tensor(1.0), -100, -1, true); },
+      "cross_entropy_with_grad: overwrite_logits needs dense logits to write the gradient over");
+  expect_error(
+      [&] {
+        ops::cross_entropy_with_grad(logits, targets_of({1, 2, 6, 0}, {4}), scalar_tensor(1.0));
+      },
+      "cross_entropy: target 6 (at flat index 2) is out of range for 6 classes");
   // A failed call writes nothing over the logits.
   const Tensor before = logits.clone();
-  expect_error([&] { ops::cross_entropy_with_grad(logits, targets_of({1, 7, 0, 0}, {4}), scalar_tensor(1.0), -100, -1, true); },
-               "out of range");
+  expect_error(
+      [&] {
+        ops::cross_entropy_with_grad(logits, targets_of({1, 7, 0, 0}, {4}), scalar_tensor(1.0), -100, -1, true);
+      },
+      "out of range");
   expect_close(logits, before, 0, 0);
 }

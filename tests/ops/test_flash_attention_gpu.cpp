@@ -57,8 +57,7 @@ struct Case {
 
 std::string name(const Case& c, DType dtype) {
   return std::string(dtype_name(dtype)) + " B" + std::to_string(c.B) + " H" + std::to_string(c.H) + " Tq" +
-         std::to_string(c.Tq) + " Tk" + std::to_string(c.Tk) + " D" + std::to_string(c.D) +
-         (c.causal ? " causal" : "");
+         std::to_string(c.Tq) + " Tk" + std::to_string(c.Tk) + " D" + std::to_string(c.D) + (c.causal ? " causal" : "");
 }
 
 std::vector<Case> cases() {
@@ -181,8 +180,7 @@ TEST(FlashAttentionGpu, BackwardOverManyQueryBlocksIsRightAndReproducible) {
       ops::cuda::flash_attention_forward(q, k, v, causal, scale, out, lse);
       auto backward = [&] {
         auto poisoned = [&](const Tensor& like) {
-          return full({like.size(0), like.size(2), like.size(1), like.size(3)}, NAN, DType::bf16, kGpu)
-              .transpose(1, 2);
+          return full({like.size(0), like.size(2), like.size(1), like.size(3)}, NAN, DType::bf16, kGpu).transpose(1, 2);
         };
         std::vector<Tensor> grads{poisoned(q), poisoned(k), poisoned(v)};
         ops::cuda::flash_attention_backward(q, k, v, out, lse, dout, causal, scale, grads[0], grads[1], grads[2]);

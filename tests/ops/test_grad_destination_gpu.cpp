@@ -304,7 +304,9 @@ TEST(GradDestinationGpu, LayerNormWritesItsParameterGradientsIntoTheF32Buffer) {
       const std::vector<Tensor> leaves = fresh_leaves(values, param_dtype);
       step(leaves);
       for (size_t i = 0; i < values.size(); ++i) {
-        const std::string which = i == 0 ? ": weight gradient" : i == 1 ? ": bias gradient" : ": residual bias gradient";
+        const std::string which = i == 0   ? ": weight gradient"
+                                  : i == 1 ? ": bias gradient"
+                                           : ": residual bias gradient";
         EXPECT_EQ(leaves[i].grad().dtype(), param_dtype);
         expect_near_magnitude(first[i], leaves[i].grad(), param_dtype == DType::f32 ? 0 : 1e-2,
                               what + which + " against the copy path");

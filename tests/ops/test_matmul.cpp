@@ -25,8 +25,8 @@ TEST(Matmul, HandComputed) {
   Tensor a = tensor({1, 2, 3, 4, 5, 6}).reshape({2, 3});
   Tensor b = tensor({1, 0, 0, 1, 1, 1}).reshape({3, 2});
   expect_close(ops::matmul(a, b), tensor({4, 5, 10, 11}).reshape({2, 2}));
-  expect_close(ops::matmul(tensor({1, 2, 3}), b), tensor({4, 5}));      // vector @ matrix
-  expect_close(ops::matmul(a, tensor({1, 1, 1})), tensor({6, 15}));     // matrix @ vector
+  expect_close(ops::matmul(tensor({1, 2, 3}), b), tensor({4, 5}));   // vector @ matrix
+  expect_close(ops::matmul(a, tensor({1, 1, 1})), tensor({6, 15}));  // matrix @ vector
 }
 
 TEST(Matmul, AgreesWithReferenceOnOddShapesAndTransposedOperands) {

@@ -133,10 +133,10 @@ TEST(StochasticRounding, GivesOneOfTheTwoNeighbours) {
     float truncated = static_cast<float>(Eigen::numext::bit_cast<bfloat16>(optim::bf16_bits_stochastic(x, 0)));
     ASSERT_EQ(std::abs(truncated), std::abs(x) > 0 ? std::min(std::abs(low), std::abs(high)) : 0.0f) << x;
   }
-  EXPECT_TRUE(std::isinf(static_cast<float>(Eigen::numext::bit_cast<bfloat16>(
-      optim::bf16_bits_stochastic(std::numeric_limits<float>::infinity(), 0xFFFF)))));
-  EXPECT_TRUE(std::isnan(static_cast<float>(Eigen::numext::bit_cast<bfloat16>(
-      optim::bf16_bits_stochastic(std::numeric_limits<float>::quiet_NaN(), 0)))));
+  EXPECT_TRUE(std::isinf(static_cast<float>(
+      Eigen::numext::bit_cast<bfloat16>(optim::bf16_bits_stochastic(std::numeric_limits<float>::infinity(), 0xFFFF)))));
+  EXPECT_TRUE(std::isnan(static_cast<float>(
+      Eigen::numext::bit_cast<bfloat16>(optim::bf16_bits_stochastic(std::numeric_limits<float>::quiet_NaN(), 0)))));
 }
 
 TEST(StochasticRounding, IsUnbiasedOnAverage) {

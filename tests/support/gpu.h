@@ -6,7 +6,7 @@
 
 #include "core/gpu.h"
 
-#define PRECIS_SKIP_WITHOUT_GPU()                                                        \
-  do {                                                                                   \
+#define PRECIS_SKIP_WITHOUT_GPU()                                                                  \
+  do {                                                                                             \
     if (::precis::cuda_device_count() == 0) GTEST_SKIP() << "no GPU: " << ::precis::cuda_status(); \
   } while (0)
