@@ -1,4 +1,4 @@
-// GradScaler: loss scaling for f16 training (DESIGN.md section 6), as
+// GradScaler: loss scaling for f16 training (docs/architecture.md, "Precision policies"), as
 // torch.amp.GradScaler, plus a floor, a ceiling and Megatron-style hysteresis.
 //
 // The state (scale, growth tracker, consecutive overflows, skipped steps, found_inf)

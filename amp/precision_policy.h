@@ -1,5 +1,5 @@
 // PrecisionPolicy: which dtype each kind of tensor has during training
-// (DESIGN.md section 6), as one value object.
+// (docs/architecture.md, "Precision policies"), as one value object.
 //
 //   param_dtype        the model's parameters (what the optimizer updates, unless master weights)
 //   compute_dtype      matmuls, linear layers and attention (autocast's lower-precision list)

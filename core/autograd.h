@@ -1,4 +1,4 @@
-// Define-by-run autograd (DESIGN.md section 2).
+// Define-by-run autograd (docs/architecture.md, "Tensors and autograd").
 //
 // Each differentiable op calls autograd::record(...) with its inputs, outputs
 // and a backward function. record() creates a Node holding that function (and,

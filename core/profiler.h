@@ -4,7 +4,7 @@
 // On the CPU a phase is wall-clock time (steady_clock). On the GPU a phase is
 // bracketed by CUDA events recorded on the compute stream and resolved only
 // when the interval is read, so measuring never adds a device sync per phase
-// (DESIGN.md section 7). In CUDA builds each GPU phase is also an NVTX range.
+// (docs/architecture.md, "How a step flows"). In CUDA builds each GPU phase is also an NVTX range.
 //
 // For a trace (train/step_trace.h) it can also keep the CPU-side start and end
 // of every phase: the time the host spent issuing that phase's work.

@@ -1,5 +1,5 @@
 // Tensor: a strided view (shape, strides, offset) into a Storage, with a dtype,
-// a device and the autograd fields of DESIGN.md section 2.
+// a device and the autograd fields of docs/architecture.md, "Tensors and autograd".
 //
 // A Tensor is a cheap handle (a shared pointer): copying it aliases the same
 // data, as in PyTorch. Views share storage; `contiguous()` copies only when needed.

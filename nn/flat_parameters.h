@@ -1,4 +1,4 @@
-// Flat parameter and gradient buffers (DESIGN.md section 4).
+// Flat parameter and gradient buffers (docs/architecture.md, "Modules and flat buffers").
 //
 // flatten_parameters(model, device, param_dtype) packs every parameter of
 // `model` into one contiguous buffer per dtype on `device` and rebinds each

@@ -3,7 +3,7 @@
 // A module owns named parameters, named buffers and named child modules, all
 // reachable by dotted names ("h.0.attn.c_attn.weight"). Parameters are plain
 // tensors with requires_grad; after a model is built, nn::flatten_parameters
-// packs them into one buffer per dtype (DESIGN.md section 4).
+// packs them into one buffer per dtype (docs/architecture.md, "Modules and flat buffers").
 #pragma once
 
 #include <functional>

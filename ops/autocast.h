@@ -1,4 +1,4 @@
-// Autocast: the op-entry half of a precision policy (DESIGN.md section 6).
+// Autocast: the op-entry half of a precision policy (docs/architecture.md, "Precision policies").
 //
 // While an autocast scope is active, ops cast their inputs as PyTorch's autocast
 // lists say: matmul, linear and attention run in the compute dtype (f16/bf16);
@@ -52,8 +52,8 @@ void clear_cache();
 // Fills the cache for every leaf of `leaves` at once: `leaves` are views of the dense 1-D
 // `buffer` (a flat parameter buffer, nn/flat_parameters.h) that require grad, and each
 // one's cast to `dtype` becomes a view of one cast of the whole buffer, with its own
-// autograd node. One kernel instead of one per weight (GPT-2: 1 launch instead of ~110,
-// 0.7 ms -> ~0.25 ms on an H100). A buffer already of `dtype` needs nothing.
+// autograd node. One kernel instead of one per weight (GPT-2: 1 launch instead of ~110).
+// A buffer already of `dtype` needs nothing.
 void precache(const Tensor& buffer, const std::vector<Tensor>& leaves, DType dtype);
 size_t cache_size();
 

@@ -1,4 +1,4 @@
-// Checkpoints (DESIGN.md section 10).
+// Checkpoints (docs/architecture.md, "Errors, checkpoints").
 //
 // A checkpoint directory holds one folder per saved step and a pointer to the newest:
 //

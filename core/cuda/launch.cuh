@@ -4,8 +4,8 @@
 // Why: normally a kernel starts only after the previous kernel on its stream has
 // completely finished: its last block has exited and its writes are flushed; only
 // then are the next kernel's blocks scheduled. That hand-over leaves the GPU idle
-// for a few microseconds per kernel, and a GPT-2 training step (about 420 kernels,
-// replayed from a CUDA graph) spends about 1 ms a step in such gaps.
+// for a few microseconds per kernel, and a training step of hundreds of kernels adds
+// those gaps up (bench/NOTES.md has GPT-2's measured figure).
 //
 // How: on sm_90 and newer, a kernel launched with the attribute
 // cudaLaunchAttributeProgrammaticStreamSerialization may be scheduled before its

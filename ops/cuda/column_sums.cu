@@ -29,7 +29,7 @@
 //   out = 768:  25.2 MB read,  3 strips x 171 chunks of 96 rows (12 a thread), 0.53 MB of partials (2.1%)
 //   out = 2304: 75.5 MB read,  9 strips x 57 chunks of 288 rows (36 a thread), 0.53 MB (0.7%)
 //   out = 3072: 100.7 MB read, 12 strips x 44 chunks of 376 rows (47 a thread), 0.54 MB (0.5%)
-// A layer's four sums (2304, 768, 3072, 768) read 226 MB, twelve layers 2.72 GB: ~0.9 ms at 3 TB/s.
+// A layer's four sums (2304, 768, 3072, 768) read 226 MB, twelve layers 2.72 GB.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>

@@ -389,11 +389,11 @@ __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
 // The fused kernel with the row staged in shared memory: pass 1 reads the row from memory once,
 // keeps it in shared memory and folds its first C values into (m, s); pass 2 takes the row from
 // shared memory and writes the gradient. Why: GPT-2's rows (50304 bf16 values, 98 KiB) at 2-4
-// rows in flight per SM are ~50 MB across an H100, L2's size, so the other kernel's pass 2 read
-// much of its row from memory again: 1.49 ms for GPT-2's 16384 rows against 1.1 ms for the bytes
-// (3.3 GB: logits read once, gradient written once). Measured on an H100: 1.44 ms, so the
-// re-read was a small part of the gap (the two exponentials per value, ~1.6G MUFU operations
-// a step, ~0.45 ms at the SFUs' rate, are the next suspect). Rows of width * sizeof(T) <=
+// rows in flight per SM are ~50 MB across an H100, L2's size, so the other kernel's pass 2 reads
+// much of its row from memory again (GPT-2's bytes: 3.3 GB, the logits read once and the
+// gradient written once; bench/NOTES.md has the measured times: the re-read was a small part
+// of the gap, and the two exponentials per value, ~1.6G MUFU operations a step, are the next
+// suspect). Rows of width * sizeof(T) <=
 // kMaxStagedRowBytes, 2 blocks (rows) an SM. Each thread reads back only the packs it staged,
 // so pass 2 needs no barrier beyond the reduction's. x_t comes from the staged row: dlogits may
 // be the logits' own memory, and pass 2 overwrites it.

@@ -42,17 +42,11 @@
 // The blocks start heads in groups (flash_backward_key_blocks_sm90): the key blocks of a
 // few heads together, so that their Q, dO and dQ sums stay in L2.
 //
-// Registers: 237 a thread, no spills (one block per SM). H100, bf16, causal, D = 64, 16384
-// tokens, forward and backward ms (the backward: this kernel, the delta and dQ-rounding
-// kernels; the forward 0.1 ms at T = 1024, 1.0 at 16384) against the previous version of
-// this kernel (each query block's products in sequence, dQ atomics, heads fastest in the
-// grid) in the same run: T = 512 0.345 -> 0.304, 1024 0.484 -> 0.406, 2048 0.717 -> 0.616,
-// 4096 1.230 -> 1.069, 8192 2.263 -> 1.956, 16384 4.324 -> 3.74; the backward alone 0.385 ->
-// 0.308 ms at T = 1024, 3.30 -> 2.73 at 16384. At T = 16384 the pipeline and the bulk
-// reductions make 4.32 -> 3.77 (an earlier run: 3.95 with atomics for dQ, 3.78 with the
-// bulk reductions), the head groups the rest; at
-// T = 1024 the head groups nearly all (0.48 with heads fastest: 192 heads' Q, dO and dQ sums,
-// 100 MB, do not stay in L2 while each head's 8 key blocks walk them at different times).
+// Registers: 237 a thread, no spills (one block per SM). The pipeline and the bulk dQ
+// reductions pay at long sequences; the head groups pay at short ones, where with heads
+// fastest in the grid 192 heads' Q, dO and dQ sums (100 MB at T = 1024) do not stay in L2
+// while each head's key blocks walk them at different times. bench/NOTES.md and
+// docs/flash-attention.md have the measured times against the previous version.
 //
 // Memory traffic per (b, h): K, V, dK, dV once; Q, dO, lse, delta once per key block; the
 // f32 dQ sums read-modify-written once per key block (bulk reductions in L2). Arithmetic:

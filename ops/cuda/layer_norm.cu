@@ -263,8 +263,8 @@ inline constexpr bool kHoldsRow = (2 * sizeof(compute_t<T>) + 2 * sizeof(T) + si
 // kAhead with kResidualBias takes ~94 registers for bf16 rows (78 without the third sum), so
 // GPT-2's blocks (rows of 768 bf16: 96 threads x 2 slices) fit 3 to an SM, not 4; the grid is
 // sized to what is resident (backward_blocks), so that costs no second wave. Holding it to 80
-// registers (__launch_bounds__(256, 3)) made ptxas spill 24 bytes a thread, and the kernel took
-// 1.68 ms for GPT-2's 24 calls against 1.36 without the bias (H100, measured).
+// registers (__launch_bounds__(256, 3)) made ptxas spill 24 bytes a thread, and the spilling
+// kernel was slower than the one without the bias (bench/NOTES.md).
 // Bytes: x, g and g_sum read once from memory (other rows read x and g again, mostly from L1),
 // dx and dr written once (the fused add: apart, the gradients' sum and r's cast would each be a
 // pass of their own; and the residual bias's gradient, a pass over ds of the product's own);

@@ -1,4 +1,4 @@
-// Matrix products on the GPU through cuBLASLt (DESIGN.md section 5). Plain C++
+// Matrix products on the GPU through cuBLASLt (docs/architecture.md, "The CUDA runtime"). Plain C++
 // declarations: ops/matmul.cpp calls them behind PRECIS_WITH_CUDA, and every
 // CUDA type stays in the .cu files (matmul.cu, cublaslt.cu, matmul_autotune.cu).
 //

@@ -4,7 +4,7 @@
 // Choosing the algorithm. cuBLASLt's heuristic ranks algorithms by a model of the
 // GPU, and its first choice is not always the fastest: on an H100 it gave GPT-2's
 // f16 products (the same shapes as bf16) older xmma kernels that ran the f16 step
-// ~1.3 ms slower than bf16's. So, with ops::matmul_autotune() on, a problem large
+// measurably slower than bf16's (bench/NOTES.md). So, with ops::matmul_autotune() on, a problem large
 // enough to matter is timed once: its first kAutotuneCandidates heuristic answers
 // each run kAutotuneRuns times on the real operands (a product with beta = 0 writes
 // only D and the epilogue's outputs, so a run repeats nothing; the real run follows;
@@ -38,9 +38,8 @@ cublasLtMatmulAlgo_t fastest(const Gemm& g, const Problem& p, const cublasLtMatm
 // product and a separate pass: for BGRADB, our column-sum kernel over g, column_sums.cu).
 // Autotuning times both once per problem, as it times algorithms: cuBLASLt's fastest fused
 // candidate is not always faster than its plain product plus one more pass (on an H100,
-// GPT-2's f16 weight gradients with BGRADB got xmma kernels ~0.6 ms/step slower than the
-// plain product's nvjet kernels and a bias sum, measured when that sum was still
-// cuBLASLt's g^T 1 product). Without autotuning, for small problems, or in a capture that
+// GPT-2's f16 weight gradients with BGRADB got xmma kernels slower than the plain
+// product's nvjet kernels and a bias sum: bench/NOTES.md). Without autotuning, for small problems, or in a capture that
 // finds no choice made by the eager steps before it: fused.
 // Neither may add into its outputs (each runs several times).
 bool prefer_fused(const Gemm& fused, const std::function<void()>& split);
