@@ -84,15 +84,18 @@ int mpi_count(int64_t numel, const char* op) {
 
 class MpiWork final : public Work {
  public:
-  MpiWork(MPI_Request request, std::vector<Tensor> tensors, const char* op)
-      : request_(request), tensors_(std::move(tensors)), op_(op) {}
+  MpiWork(MPI_Request request, std::vector<Tensor> tensors, const char* op, Profiler* profiler = nullptr)
+      : request_(request), tensors_(std::move(tensors)), op_(op), profiler_(profiler) {}
   ~MpiWork() override {
     // A request must complete before its buffers go; errors here have nowhere to go.
     if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
   }
   void wait() override {
     if (request_ == MPI_REQUEST_NULL) return;
-    PRECIS_MPI_CHECK(MPI_Wait(&request_, MPI_STATUS_IGNORE), op_);
+    if (profiler_) profiler_->begin("comm");
+    const int result = MPI_Wait(&request_, MPI_STATUS_IGNORE);
+    if (profiler_) profiler_->end();
+    PRECIS_MPI_CHECK(result, op_);
     tensors_.clear();
   }
 
@@ -100,6 +103,7 @@ class MpiWork final : public Work {
   MPI_Request request_;
   std::vector<Tensor> tensors_;  // alive until the collective is done
   const char* op_;
+  Profiler* profiler_;  // times wait() as "comm", or null
 };
 
 class MpiProcessGroup final : public ProcessGroup {
@@ -122,15 +126,17 @@ class MpiProcessGroup final : public ProcessGroup {
   Device device() const override { return Device::cpu(); }
   std::string backend_name() const override { return "mpi"; }
 
-  std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op) override {
+  std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op, Profiler* profiler) override {
     check_collective_tensor(*this, tensor, "all_reduce");
     check_reduce_op(tensor, op, "all_reduce");
+    if (profiler) profiler->begin("comm");
     if (op == ReduceOp::avg) divide_by_world_size(tensor);
     MPI_Request request;
-    PRECIS_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, tensor.raw_data(), mpi_count(tensor.numel(), "all_reduce"),
-                                    mpi_type(tensor.dtype()), mpi_sum(tensor.dtype()), comm_, &request),
-                     "all_reduce");
-    return std::make_shared<MpiWork>(request, std::vector<Tensor>{tensor}, "all_reduce");
+    const int result = MPI_Iallreduce(MPI_IN_PLACE, tensor.raw_data(), mpi_count(tensor.numel(), "all_reduce"),
+                                      mpi_type(tensor.dtype()), mpi_sum(tensor.dtype()), comm_, &request);
+    if (profiler) profiler->end();
+    PRECIS_MPI_CHECK(result, "all_reduce");
+    return std::make_shared<MpiWork>(request, std::vector<Tensor>{tensor}, "all_reduce", profiler);
   }
 
   std::shared_ptr<Work> broadcast(const Tensor& tensor, int root) override {

@@ -90,14 +90,17 @@ class NcclProcessGroup final : public ProcessGroup {
   Device device() const override { return device_; }
   std::string backend_name() const override { return "nccl"; }
 
-  std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op) override {
+  std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op, Profiler* profiler) override {
     check_collective_tensor(*this, tensor, "all_reduce");
     check_reduce_op(tensor, op, "all_reduce");
-    return enqueue("all_reduce", {tensor}, [&](ncclComm_t comm, cudaStream_t stream) {
-      PRECIS_NCCL_CHECK(ncclAllReduce(tensor.raw_data(), tensor.raw_data(), tensor.numel(), nccl_type(tensor.dtype()),
-                                      nccl_op(op), comm, stream),
-                        "all_reduce");
-    });
+    return enqueue(
+        "all_reduce", {tensor},
+        [&](ncclComm_t comm, cudaStream_t stream) {
+          PRECIS_NCCL_CHECK(ncclAllReduce(tensor.raw_data(), tensor.raw_data(), tensor.numel(),
+                                          nccl_type(tensor.dtype()), nccl_op(op), comm, stream),
+                            "all_reduce");
+        },
+        profiler);
   }
 
   std::shared_ptr<Work> broadcast(const Tensor& tensor, int root) override {
@@ -137,7 +140,7 @@ class NcclProcessGroup final : public ProcessGroup {
   // An all-reduce of one element every rank must join, then the host waits for it.
   void barrier() override {
     Tensor token = zeros({1}, DType::f32, device_);
-    all_reduce(token, ReduceOp::sum)->wait();
+    all_reduce(token, ReduceOp::sum, nullptr)->wait();
     cuda::synchronize(device_);
   }
 
@@ -169,16 +172,20 @@ class NcclProcessGroup final : public ProcessGroup {
     return comm_;
   }
 
-  // Queues `collective` on the communication stream after what the compute stream holds now.
+  // Queues `collective` on the communication stream after what the compute stream holds now;
+  // with a profiler, its time on the communication stream (not the wait before it) is "comm".
   template <typename Collective>
-  std::shared_ptr<Work> enqueue(const char* op, std::initializer_list<Tensor> tensors, Collective&& collective) {
+  std::shared_ptr<Work> enqueue(const char* op, std::initializer_list<Tensor> tensors, Collective&& collective,
+                                Profiler* profiler = nullptr) {
     ncclComm_t comm = communicator();
     cuda::DeviceGuard guard(device_);
     cudaStream_t compute = cuda::compute_stream(device_);
     cudaStream_t stream = cuda::comm_stream(device_);
     PRECIS_CUDA_CHECK(cudaEventRecord(ready_, compute), op);
     PRECIS_CUDA_CHECK(cudaStreamWaitEvent(stream, ready_, 0), op);
+    if (profiler) profiler->begin("comm", Profiler::Stream::communication);
     collective(comm, stream);
+    if (profiler) profiler->end();
     for (const Tensor& t : tensors)
       if (t.numel() > 0) cuda::record_stream(t.raw_data(), stream);
     cudaEvent_t done = make_event(op);
