@@ -16,8 +16,9 @@ struct CliResult {
   std::string output;  // stdout and stderr
 };
 
-inline CliResult run_cli(const std::string& args) {
-  std::string command = std::string(PRECIS_CLI_PATH) + " " + args + " 2>&1";
+// Runs a shell command line, its stderr with its stdout.
+inline CliResult run_command(const std::string& command_line) {
+  std::string command = command_line + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   EXPECT_NE(pipe, nullptr);
   std::string output;
@@ -26,5 +27,7 @@ inline CliResult run_cli(const std::string& args) {
   int status = pclose(pipe);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
 }
+
+inline CliResult run_cli(const std::string& args) { return run_command(std::string(PRECIS_CLI_PATH) + " " + args); }
 
 }  // namespace precis::testing

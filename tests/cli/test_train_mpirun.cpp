@@ -1,0 +1,63 @@
+// `mpirun -np 2 precis train CONFIG` end to end on the CPU (MPI backend): it trains,
+// rank 0 alone prints the log, and the data-parallel header says so. A torchrun-style
+// launch of a CPU run is a clear error (the MPI backend needs an MPI launcher).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "support/cli.h"
+
+namespace fs = std::filesystem;
+using precis::testing::run_command;
+
+namespace {
+
+fs::path write_config(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("precis_cli_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "tiny.yaml") << "model: {n_layer: 1, n_head: 2, n_embd: 16, block_size: 16}\n"
+                                      "data: {text_file: assets/tinyshakespeare.txt, tokenizer: char}\n"
+                                      "batch: {micro_batch: 2, seq_len: 16}\n"
+                                      "sample: {tokens: 8}\n"
+                                      "max_steps: 4\neval_interval: 2\neval_steps: 1\nlog_interval: 2\n"
+                                      "device: cpu\nthreads: 1\nout_dir: "
+                                   << (dir / "out").string() << "\n";
+  return dir;
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST(TrainMpirun, TwoRanksTrainAndRankZeroAlonePrints) {
+#ifndef PRECIS_MPIEXEC
+  GTEST_SKIP() << "this build has no MPI (cmake found none), so there is no mpirun to launch with";
+#else
+  fs::path dir = write_config("mpirun");
+  auto r = run_command("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 " +
+                       std::string(PRECIS_MPIEXEC) + " -np 2 --oversubscribe " + PRECIS_CLI_PATH + " train " +
+                       (dir / "tiny.yaml").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count(r.output, "data parallel: 2 ranks (mpi)"), 1u) << r.output;
+  EXPECT_EQ(count(r.output, "precis: GPT-2"), 1u) << r.output;
+  EXPECT_EQ(count(r.output, "step 2/4"), 1u) << r.output;
+  EXPECT_EQ(count(r.output, "step 4/4"), 1u) << r.output;
+  EXPECT_EQ(count(r.output, "comm_exposed"), 2u) << r.output;
+  EXPECT_EQ(count(r.output, "---- sample"), 1u) << r.output;
+  EXPECT_TRUE(fs::exists(dir / "out" / "metrics.jsonl"));
+#endif
+}
+
+TEST(TrainMpirun, TorchrunStyleCpuRunNeedsAnMpiLauncher) {
+  fs::path dir = write_config("torchrun_cpu");
+  auto r = run_command("env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 " +
+                       std::string(PRECIS_CLI_PATH) + " train " + (dir / "tiny.yaml").string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("mpi needs an MPI launcher"), std::string::npos) << r.output;
+}
