@@ -81,6 +81,7 @@ void Trainer::setup_distributed(bool detect, std::shared_ptr<distributed::Proces
       distributed::ProcessGroupOptions options;
       options.rendezvous_timeout =
           std::chrono::milliseconds(static_cast<int64_t>(1000.0 * config_.distributed.timeout_s));
+      options.collective_timeout = options.rendezvous_timeout;
       group = distributed::init_process_group(launch, distributed::parse_backend(config_.distributed.backend), device_,
                                               options);
     }
