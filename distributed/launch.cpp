@@ -196,7 +196,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const LaunchInfo& launch, Backe
   } else {
     share = [](std::vector<uint8_t>& bytes) { mpi_broadcast_bytes(bytes.data(), bytes.size(), 0); };
   }
-  return make_nccl_process_group(launch.rank, launch.world_size, device, std::move(share));
+  return make_nccl_process_group(launch.rank, launch.world_size, device, std::move(share), options.collective_timeout);
 }
 
 }  // namespace precis::distributed

@@ -66,7 +66,8 @@ Device rank_device(const LaunchInfo& launch, Device device);
 struct ProcessGroupOptions {
   // How long the TCP rendezvous waits for every rank to arrive.
   std::chrono::milliseconds rendezvous_timeout = std::chrono::minutes(5);
-  // How long a collective may wait for the other ranks (MPI backend) before it fails; zero: forever.
+  // How long a collective may wait for the other ranks before it fails (MPI: its wait();
+  // NCCL: the group's synchronize()); zero: forever.
   std::chrono::milliseconds collective_timeout{0};
 };
 

@@ -68,6 +68,11 @@ class ProcessGroup {
   // Throws a precis::Error if the backend has noticed an asynchronous failure (a peer
   // that died, a network error); the fault watchdog calls it. MPI reports errors per call.
   virtual void check_async_error() {}
+  // The watchdog's wait before the host reads results: returns once the work queued on the
+  // group's device (its collectives included) has completed; the NCCL backend polls for
+  // asynchronous errors meanwhile and, past the group's timeout, aborts the communicator and
+  // throws an error naming this rank. The MPI backend has nothing queued (its waits time out).
+  virtual void synchronize() {}
 };
 
 // A Work that is already complete (nothing to wait for).

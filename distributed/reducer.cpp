@@ -174,6 +174,7 @@ void broadcast_parameters(nn::FlatParameters& flat, ProcessGroup& group, int roo
   Tensor local = from_vector<int64_t>(mine, {n}).to(group.device());
   Tensor gathered = empty({n * group.world_size()}, DType::i64, group.device());
   group.all_gather(gathered, local)->wait();
+  group.synchronize();  // a rank that never joins is an error after the group's timeout, not a hang
   const std::vector<int64_t> all = gathered.to_vector<int64_t>();
   for (int r = 0; r < group.world_size(); ++r) {
     const bool same = std::equal(all.begin() + r * n, all.begin() + (r + 1) * n, all.begin() + root * n);

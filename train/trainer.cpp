@@ -107,6 +107,7 @@ void Trainer::check_same_config_on_every_rank() {
   Tensor local = from_vector<int64_t>(mine, {n}).to(device_);
   Tensor gathered = empty({n * world_size_}, DType::i64, device_);
   group_->all_gather(gathered, local)->wait();
+  group_->synchronize();  // a rank that never joins is an error after distributed.timeout_s
   const std::vector<int64_t> all = gathered.to_vector<int64_t>();
   for (int r = 1; r < world_size_; ++r)
     for (int64_t i = 0; i < n; ++i)
@@ -120,6 +121,7 @@ std::vector<double> Trainer::mean_over_ranks(std::vector<double> values) {
   const int64_t n = static_cast<int64_t>(values.size());
   Tensor t = from_vector<double>(values, {n}).to(device_);
   group_->all_reduce(t, distributed::ReduceOp::avg)->wait();
+  group_->synchronize();
   return t.to_vector<double>();
 }
 
@@ -265,6 +267,8 @@ void Trainer::queue_loss() {
 }
 
 void Trainer::resolve_step_values() {
+  // The watchdog: the steps' collectives must complete within distributed.timeout_s.
+  if (group_) group_->synchronize();
   synchronize(device_);
   std::vector<double> losses;
   for (const auto& [index, landing] : pending_losses_)

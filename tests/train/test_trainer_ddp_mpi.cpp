@@ -106,8 +106,9 @@ void expect_same_training(int64_t rows, int64_t accum, int64_t reference_rows, i
   for (size_t i = 0; i < ddp.losses().size(); ++i)
     EXPECT_NEAR(ddp.losses()[i], reference.losses()[i], 2e-5 * std::abs(reference.losses()[i])) << "step " << i + 1;
   // Validation batches have micro_batch rows (per rank): the same windows only for the same global micro-batch.
-  if (rows * world_size() == reference_rows)
+  if (rows * world_size() == reference_rows) {
     EXPECT_NEAR(ddp.final_val_loss(), reference.final_val_loss(), 2e-5 * reference.final_val_loss());
+  }
   // Four AdamW steps of lr <= 1e-2 move a parameter by at most about 4e-2; f32 round-off in the
   // other summation order stays far below that.
   EXPECT_LT(max_abs_difference(parameters_of(ddp), parameters_of(reference)), 2e-5);
