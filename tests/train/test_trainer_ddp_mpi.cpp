@@ -132,6 +132,35 @@ TEST(TrainerDdp, AccumulationUnderNoSyncEqualsTheBigBatch) {
   expect_same_training(/*rows=*/2, /*accum=*/2, /*reference_rows=*/4 * world_size(), /*reference_accum=*/1);
 }
 
+TEST(TrainerDdp, CheckpointOfNRanksResumesInOneProcessOnTheGlobalBatch) {
+  // N ranks for 4 steps, against N ranks for 2 steps whose checkpoint one process on N*B rows
+  // resumes for the last 2: the data position is global, so the resumed run sees the same windows.
+  train::TrainConfig straight_config = tiny_config(fresh_dir("resume_straight"), 2, 1, 4);
+  straight_config.schedule.decay_steps = 4;
+  train::Trainer straight(straight_config, mpi_world_group());
+  straight.run();
+
+  train::TrainConfig first_config = tiny_config(fresh_dir("resume_first"), 2, 1, 2);
+  first_config.schedule.decay_steps = 4;  // the schedule of the 4-step run
+  train::Trainer first(first_config, mpi_world_group());
+  first.run();
+  mpi_world().barrier();  // rank 0's checkpoint is written
+
+  train::TrainConfig resumed_config =
+      tiny_config(fresh_dir("resume_single", /*per_rank=*/true), 2 * world_size(), 1, 4);
+  resumed_config.schedule.decay_steps = 4;
+  resumed_config.checkpoint.dir = first.config().checkpoint.dir;
+  resumed_config.checkpoint.resume = true;
+  resumed_config.checkpoint.save_final = false;  // every rank reads the directory; none writes it
+  train::Trainer resumed(resumed_config, nullptr);
+  resumed.run();
+  ASSERT_EQ(resumed.losses().size(), 2u) << "steps 3 and 4";
+  for (size_t i = 0; i < 2; ++i)
+    EXPECT_NEAR(resumed.losses()[i], straight.losses()[i + 2], 2e-5 * straight.losses()[i + 2]) << "step " << i + 3;
+  EXPECT_LT(max_abs_difference(parameters_of(resumed), parameters_of(straight)), 2e-5);
+  mpi_world().barrier();
+}
+
 TEST(TrainerDdp, OnlyRankZeroWritesMetricsCheckpointsAndNumerics) {
   // Each rank its own out_dir, so what each wrote can be told apart; the tokenised text that rank
   // 0 writes into its out_dir is put into the others' by the test (the same files).
