@@ -85,7 +85,7 @@ struct DistributedConfig {
   std::string backend = "auto";  // auto (nccl on GPUs, mpi on the CPU) | nccl | mpi
   double bucket_mb = 25;         // gradient bucket size (MiB), after the first
   double first_bucket_mb = 1;    // the first bucket (the last layers' gradients): small, so comm starts early
-  double timeout_s = 300;        // the rendezvous and the collectives' wait before a rank gives up
+  double timeout_s = 300;        // the rendezvous' and every collective's wait before a rank fails (the watchdog)
   int64_t zero = 0;              // 0: plain DDP; 1 (ZeRO-1, sharded optimizer state) is not implemented yet
 };
 
