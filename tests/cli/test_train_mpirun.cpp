@@ -6,28 +6,14 @@
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 
 #include "support/cli.h"
 
 namespace fs = std::filesystem;
 using precis::testing::run_command;
+using precis::testing::write_tiny_config;
 
 namespace {
-
-fs::path write_config(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("precis_cli_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  std::ofstream(dir / "tiny.yaml") << "model: {n_layer: 1, n_head: 2, n_embd: 16, block_size: 16}\n"
-                                      "data: {text_file: assets/tinyshakespeare.txt, tokenizer: char}\n"
-                                      "batch: {micro_batch: 2, seq_len: 16}\n"
-                                      "sample: {tokens: 8}\n"
-                                      "max_steps: 4\neval_interval: 2\neval_steps: 1\nlog_interval: 2\n"
-                                      "device: cpu\nthreads: 1\nout_dir: "
-                                   << (dir / "out").string() << "\n";
-  return dir;
-}
 
 size_t count(const std::string& text, const std::string& what) {
   size_t n = 0;
@@ -41,7 +27,7 @@ TEST(TrainMpirun, TwoRanksTrainAndRankZeroAlonePrints) {
 #ifndef PRECIS_MPIEXEC
   GTEST_SKIP() << "this build has no MPI (cmake found none), so there is no mpirun to launch with";
 #else
-  fs::path dir = write_config("mpirun");
+  fs::path dir = write_tiny_config("mpirun");
   auto r = run_command("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 " +
                        std::string(PRECIS_MPIEXEC) + " -np 2 --oversubscribe " + PRECIS_CLI_PATH + " train " +
                        (dir / "tiny.yaml").string());
@@ -60,7 +46,7 @@ TEST(TrainMpirun, ARankThatDiesMakesTheOtherExitWithinTheTimeout) {
 #ifndef PRECIS_MPIEXEC
   GTEST_SKIP() << "this build has no MPI (cmake found none), so there is no mpirun to launch with";
 #else
-  fs::path dir = write_config("mpirun_fault");
+  fs::path dir = write_tiny_config("mpirun_fault");
   const std::string train =
       std::string(PRECIS_CLI_PATH) + " train " + (dir / "tiny.yaml").string() + " distributed.timeout_s=2";
   // Rank 1 (the second program of the MPMD launch) dies at the start: its out_dir cannot be made.
@@ -77,7 +63,7 @@ TEST(TrainMpirun, ARankThatDiesMakesTheOtherExitWithinTheTimeout) {
 }
 
 TEST(TrainMpirun, TorchrunStyleCpuRunNeedsAnMpiLauncher) {
-  fs::path dir = write_config("torchrun_cpu");
+  fs::path dir = write_tiny_config("torchrun_cpu");
   auto r = run_command("env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 " +
                        std::string(PRECIS_CLI_PATH) + " train " + (dir / "tiny.yaml").string());
   EXPECT_EQ(r.exit_code, 1) << r.output;

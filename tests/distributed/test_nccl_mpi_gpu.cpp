@@ -12,13 +12,13 @@
 #include "ddp_model.h"
 #include "distributed/collective_inputs.h"
 #include "distributed/cuda/nccl_process_group.h"
+#include "distributed/gpu_ranks.h"
 #include "distributed/launch.h"
 #include "distributed/mpi_runtime.h"
 #include "distributed/reducer.h"
 #include "distributed/tcp_rendezvous.h"
 #include "optim/adamw.h"
 #include "support/free_port.h"
-#include "support/gpu.h"
 
 using namespace precis;
 using distributed::ProcessGroup;
@@ -30,34 +30,11 @@ using precis::testing::grads_of;
 using precis::testing::input_tensor;
 using precis::testing::input_values;
 using precis::testing::mse_loss;
+using precis::testing::my_gpu;
+using precis::testing::nccl_world;
 using precis::testing::reduced_values;
 using precis::testing::relative_difference;
 using precis::testing::TinyMlp;
-
-namespace {
-
-// Every rank needs a GPU of its own on this host (the same answer on every rank).
-#define SKIP_WITHOUT_A_GPU_PER_RANK()                                                                     \
-  do {                                                                                                    \
-    PRECIS_SKIP_WITHOUT_GPU();                                                                            \
-    if (cuda_device_count() < distributed::mpi_world_size())                                              \
-      GTEST_SKIP() << distributed::mpi_world_size() << " ranks but " << cuda_device_count() << " GPU(s)"; \
-  } while (0)
-
-const distributed::LaunchInfo& launch() {
-  static const distributed::LaunchInfo info = distributed::detect_launch();
-  return info;
-}
-Device my_gpu() { return distributed::rank_device(launch(), Device::cuda()); }
-
-// The group of the run, its unique id shared through MPI (mpirun sets no MASTER_ADDR).
-const std::shared_ptr<ProcessGroup>& nccl_world() {
-  static const std::shared_ptr<ProcessGroup> group =
-      distributed::init_process_group(launch(), distributed::Backend::nccl, my_gpu());
-  return group;
-}
-
-}  // namespace
 
 TEST(NcclCollectives, AllReduceMatchesTheReductionOfEveryRanksInput) {
   SKIP_WITHOUT_A_GPU_PER_RANK();

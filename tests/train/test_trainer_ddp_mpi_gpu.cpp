@@ -10,34 +10,16 @@
 #include <filesystem>
 #include <fstream>
 
-#include "distributed/launch.h"
-#include "distributed/mpi_runtime.h"
-#include "support/gpu.h"
+#include "distributed/gpu_ranks.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
 using namespace precis;
+using precis::testing::launch;
+using precis::testing::nccl_world;
 namespace fs = std::filesystem;
 
 namespace {
-
-#define SKIP_WITHOUT_A_GPU_PER_RANK()                                                                     \
-  do {                                                                                                    \
-    PRECIS_SKIP_WITHOUT_GPU();                                                                            \
-    if (cuda_device_count() < distributed::mpi_world_size())                                              \
-      GTEST_SKIP() << distributed::mpi_world_size() << " ranks but " << cuda_device_count() << " GPU(s)"; \
-  } while (0)
-
-const distributed::LaunchInfo& launch() {
-  static const distributed::LaunchInfo info = distributed::detect_launch();
-  return info;
-}
-
-const std::shared_ptr<distributed::ProcessGroup>& nccl_world() {
-  static const std::shared_ptr<distributed::ProcessGroup> group = distributed::init_process_group(
-      launch(), distributed::Backend::nccl, distributed::rank_device(launch(), Device::cuda()));
-  return group;
-}
 
 void barrier() {
   int token = 0;
