@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "distributed/gpu_ranks.h"
 #include "train/config.h"
@@ -66,6 +67,12 @@ void expect_same_training(const std::string& precision, double loss_tolerance, d
   train::Trainer ddp(config, nccl_world());
   ASSERT_EQ(ddp.world_size(), world);
   ddp.run();
+  // The reductions are timed on the communication stream (comm) and as the compute stream's wait (comm_exposed).
+  ASSERT_FALSE(ddp.reports().empty());
+  std::map<std::string, double> phases(ddp.reports().back().phase_ms.begin(), ddp.reports().back().phase_ms.end());
+  ASSERT_TRUE(phases.count("comm") && phases.count("comm_exposed")) << "no comm phases";
+  EXPECT_GT(phases["comm"], 0.0);
+  EXPECT_GE(phases["comm_exposed"], 0.0);
   barrier();
   // The one-process reference on this rank's own GPU, on the whole global batch.
   train::TrainConfig single =
