@@ -144,8 +144,8 @@ class MpiProcessGroup final : public ProcessGroup {
   std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op, Profiler* profiler) override {
     check_collective_tensor(*this, tensor, "all_reduce");
     check_reduce_op(tensor, op, "all_reduce");
-    if (profiler) profiler->begin("comm");
     if (op == ReduceOp::avg) divide_by_world_size(tensor);
+    if (profiler) profiler->begin("comm");  // the MPI call only, as NCCL's (the division is compute)
     MPI_Request request;
     const int result = MPI_Iallreduce(MPI_IN_PLACE, tensor.raw_data(), mpi_count(tensor.numel(), "all_reduce"),
                                       mpi_type(tensor.dtype()), mpi_sum(tensor.dtype()), comm_, &request);
