@@ -26,10 +26,10 @@ void Profiler::set_device(Device device) {
 #endif
 }
 
-void Profiler::begin(const char* name) {
+void Profiler::begin(const char* name, Stream stream) {
   open_.push_back({name, Clock::now()});
 #if PRECIS_WITH_CUDA
-  if (gpu_) gpu_->begin(name);
+  if (gpu_) gpu_->begin(name, stream == Stream::communication);
 #endif
 }
 

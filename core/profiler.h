@@ -6,6 +6,9 @@
 // when the interval is read, so measuring never adds a device sync per phase
 // (docs/architecture.md, "How a step flows"). In CUDA builds each GPU phase is also an NVTX range.
 //
+// A phase may be timed on the communication stream instead (Stream::communication:
+// a collective's time on a GPU, distributed/); on the CPU both are the host clock.
+//
 // For a trace (train/step_trace.h) it can also keep the CPU-side start and end
 // of every phase: the time the host spent issuing that phase's work.
 #pragma once
@@ -23,6 +26,8 @@ namespace precis {
 class Profiler {
  public:
   using Clock = std::chrono::steady_clock;
+  // Which of the device's streams a GPU phase's events are recorded on.
+  enum class Stream { compute, communication };
   struct Span {
     std::string name;
     Clock::time_point start, end;
@@ -44,7 +49,7 @@ class Profiler {
   ~Profiler();
   // Phases after this are timed on `device` (CUDA events on its compute stream for a GPU).
   void set_device(Device device);
-  void begin(const char* name);
+  void begin(const char* name, Stream stream = Stream::compute);
   void end();
   // Milliseconds per phase since the last call, in first-seen order; resets the totals.
   std::vector<std::pair<std::string, double>> take_ms();

@@ -176,7 +176,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const LaunchInfo& launch, Backe
                  " launch started the processes; launch with mpirun -np N, or run on GPUs with nccl");
     init_mpi();
     if (launch.launched_by_mpi()) check_mpi_world(launch);
-    return make_mpi_process_group();
+    return make_mpi_process_group(options.collective_timeout);
   }
   // NCCL needs MPI only to share its unique id, and not where MASTER_ADDR/MASTER_PORT are set.
   if (launch.launched_by_mpi() && !launch.has_master_endpoint()) {
@@ -196,7 +196,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const LaunchInfo& launch, Backe
   } else {
     share = [](std::vector<uint8_t>& bytes) { mpi_broadcast_bytes(bytes.data(), bytes.size(), 0); };
   }
-  return make_nccl_process_group(launch.rank, launch.world_size, device, std::move(share));
+  return make_nccl_process_group(launch.rank, launch.world_size, device, std::move(share), options.collective_timeout);
 }
 
 }  // namespace precis::distributed

@@ -66,6 +66,9 @@ Device rank_device(const LaunchInfo& launch, Device device);
 struct ProcessGroupOptions {
   // How long the TCP rendezvous waits for every rank to arrive.
   std::chrono::milliseconds rendezvous_timeout = std::chrono::minutes(5);
+  // How long a collective may wait for the other ranks before it fails (MPI: its wait();
+  // NCCL: the group's synchronize()); zero: forever.
+  std::chrono::milliseconds collective_timeout{0};
 };
 
 // The process group of this run, for tensors on `device` (rank_device's answer).

@@ -5,6 +5,8 @@
 
 #include <mpi.h>
 
+#include <chrono>
+#include <memory>
 #include <string>
 
 #include "core/error.h"
@@ -17,6 +19,13 @@ inline std::string mpi_error_text(int code) {
   if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
   return std::string(text, length);
 }
+
+// MPI_Wait on `request`, giving up after `timeout` (zero: never) with a precis::Error naming
+// `rank`, the collective `op` and the timeout: a peer that died or hangs never joins. A
+// collective cannot be cancelled, so a request given up on is kept (and `keep_alive`, its
+// buffers, with it) until MPI completes it or finalize_mpi aborts the job (mpi_runtime.h).
+void wait_with_timeout(MPI_Request& request, const char* op, int rank, std::chrono::milliseconds timeout,
+                       std::shared_ptr<void> keep_alive);
 
 }  // namespace precis::distributed
 

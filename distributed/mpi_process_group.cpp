@@ -82,29 +82,48 @@ int mpi_count(int64_t numel, const char* op) {
   return static_cast<int>(numel);
 }
 
+// A nonblocking collective; wait() gives up after the group's timeout (mpi_check.h).
 class MpiWork final : public Work {
  public:
-  MpiWork(MPI_Request request, std::vector<Tensor> tensors, const char* op)
-      : request_(request), tensors_(std::move(tensors)), op_(op) {}
+  struct Context {
+    int rank;
+    std::chrono::milliseconds timeout;
+  };
+  MpiWork(MPI_Request request, std::vector<Tensor> tensors, const char* op, Context context,
+          Profiler* profiler = nullptr)
+      : request_(request),
+        tensors_(std::make_shared<std::vector<Tensor>>(std::move(tensors))),
+        op_(op),
+        context_(context),
+        profiler_(profiler) {}
   ~MpiWork() override {
     // A request must complete before its buffers go; errors here have nowhere to go.
     if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
   }
   void wait() override {
     if (request_ == MPI_REQUEST_NULL) return;
-    PRECIS_MPI_CHECK(MPI_Wait(&request_, MPI_STATUS_IGNORE), op_);
-    tensors_.clear();
+    if (profiler_) profiler_->begin("comm");
+    try {
+      wait_with_timeout(request_, op_, context_.rank, context_.timeout, tensors_);
+    } catch (...) {
+      if (profiler_) profiler_->end();
+      throw;
+    }
+    if (profiler_) profiler_->end();
+    tensors_.reset();
   }
 
  private:
   MPI_Request request_;
-  std::vector<Tensor> tensors_;  // alive until the collective is done
+  std::shared_ptr<std::vector<Tensor>> tensors_;  // alive until the collective is done
   const char* op_;
+  Context context_;
+  Profiler* profiler_;  // times wait() as "comm", or null
 };
 
 class MpiProcessGroup final : public ProcessGroup {
  public:
-  MpiProcessGroup() {
+  explicit MpiProcessGroup(std::chrono::milliseconds timeout) : timeout_(timeout) {
     init_mpi();
     PRECIS_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "mpi process group");
     PRECIS_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "mpi process group");
@@ -122,15 +141,17 @@ class MpiProcessGroup final : public ProcessGroup {
   Device device() const override { return Device::cpu(); }
   std::string backend_name() const override { return "mpi"; }
 
-  std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op) override {
+  std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op, Profiler* profiler) override {
     check_collective_tensor(*this, tensor, "all_reduce");
     check_reduce_op(tensor, op, "all_reduce");
     if (op == ReduceOp::avg) divide_by_world_size(tensor);
+    if (profiler) profiler->begin("comm");  // the MPI call only, as NCCL's (the division is compute)
     MPI_Request request;
-    PRECIS_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, tensor.raw_data(), mpi_count(tensor.numel(), "all_reduce"),
-                                    mpi_type(tensor.dtype()), mpi_sum(tensor.dtype()), comm_, &request),
-                     "all_reduce");
-    return std::make_shared<MpiWork>(request, std::vector<Tensor>{tensor}, "all_reduce");
+    const int result = MPI_Iallreduce(MPI_IN_PLACE, tensor.raw_data(), mpi_count(tensor.numel(), "all_reduce"),
+                                      mpi_type(tensor.dtype()), mpi_sum(tensor.dtype()), comm_, &request);
+    if (profiler) profiler->end();
+    PRECIS_MPI_CHECK(result, "all_reduce");
+    return std::make_shared<MpiWork>(request, std::vector<Tensor>{tensor}, "all_reduce", context(), profiler);
   }
 
   std::shared_ptr<Work> broadcast(const Tensor& tensor, int root) override {
@@ -140,7 +161,7 @@ class MpiProcessGroup final : public ProcessGroup {
     PRECIS_MPI_CHECK(MPI_Ibcast(tensor.raw_data(), mpi_count(tensor.numel(), "broadcast"), mpi_type(tensor.dtype()),
                                 root, comm_, &request),
                      "broadcast");
-    return std::make_shared<MpiWork>(request, std::vector<Tensor>{tensor}, "broadcast");
+    return std::make_shared<MpiWork>(request, std::vector<Tensor>{tensor}, "broadcast", context());
   }
 
   std::shared_ptr<Work> all_gather(const Tensor& output, const Tensor& input) override {
@@ -153,7 +174,7 @@ class MpiProcessGroup final : public ProcessGroup {
     MPI_Request request;
     PRECIS_MPI_CHECK(MPI_Iallgather(input.raw_data(), count, type, output.raw_data(), count, type, comm_, &request),
                      "all_gather");
-    return std::make_shared<MpiWork>(request, std::vector<Tensor>{output, input}, "all_gather");
+    return std::make_shared<MpiWork>(request, std::vector<Tensor>{output, input}, "all_gather", context());
   }
 
   std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) override {
@@ -173,10 +194,14 @@ class MpiProcessGroup final : public ProcessGroup {
         MPI_Ireduce_scatter_block(sent.raw_data(), output.raw_data(), mpi_count(output.numel(), "reduce_scatter"),
                                   mpi_type(input.dtype()), mpi_sum(input.dtype()), comm_, &request),
         "reduce_scatter");
-    return std::make_shared<MpiWork>(request, std::vector<Tensor>{output, sent}, "reduce_scatter");
+    return std::make_shared<MpiWork>(request, std::vector<Tensor>{output, sent}, "reduce_scatter", context());
   }
 
-  void barrier() override { PRECIS_MPI_CHECK(MPI_Barrier(comm_), "barrier"); }
+  void barrier() override {
+    MPI_Request request;
+    PRECIS_MPI_CHECK(MPI_Ibarrier(comm_, &request), "barrier");
+    MpiWork(request, {}, "barrier", context()).wait();
+  }
 
  private:
   void check_root(int root) const {
@@ -189,6 +214,9 @@ class MpiProcessGroup final : public ProcessGroup {
     copy_(tensor, ops::mul(tensor, 1.0 / world_size_));
   }
 
+  MpiWork::Context context() const { return {rank_, timeout_}; }
+
+  std::chrono::milliseconds timeout_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int world_size_ = 1;
@@ -196,11 +224,13 @@ class MpiProcessGroup final : public ProcessGroup {
 
 }  // namespace
 
-std::shared_ptr<ProcessGroup> make_mpi_process_group() { return std::make_shared<MpiProcessGroup>(); }
+std::shared_ptr<ProcessGroup> make_mpi_process_group(std::chrono::milliseconds timeout) {
+  return std::make_shared<MpiProcessGroup>(timeout);
+}
 
 #else
 
-std::shared_ptr<ProcessGroup> make_mpi_process_group() {
+std::shared_ptr<ProcessGroup> make_mpi_process_group(std::chrono::milliseconds) {
   init_mpi();  // throws: no MPI in this build
   return nullptr;
 }

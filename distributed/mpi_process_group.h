@@ -11,6 +11,7 @@
 // partial sum is rounded as NCCL rounds it on the GPU, so the two backends agree.
 #pragma once
 
+#include <chrono>
 #include <memory>
 
 #include "distributed/process_group.h"
@@ -18,7 +19,9 @@
 namespace precis::distributed {
 
 // A process group of every process of MPI_COMM_WORLD (calls init_mpi). Collective:
-// every rank must call it. Throws in a build without MPI.
-std::shared_ptr<ProcessGroup> make_mpi_process_group();
+// every rank must call it. Throws in a build without MPI. With a `timeout` (> 0), a
+// collective whose wait() (or barrier()) lasts longer fails with an error naming this
+// rank and the collective: the watchdog for a peer that died or hangs.
+std::shared_ptr<ProcessGroup> make_mpi_process_group(std::chrono::milliseconds timeout = {});
 
 }  // namespace precis::distributed

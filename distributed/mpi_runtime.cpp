@@ -6,6 +6,9 @@
 
 #if PRECIS_WITH_MPI
 #include <climits>
+#include <iostream>
+#include <thread>
+#include <vector>
 
 #include "distributed/mpi_check.h"
 #endif
@@ -16,6 +19,30 @@ namespace precis::distributed {
 
 namespace {
 bool initialized_here = false;
+
+struct Abandoned {
+  MPI_Request request;
+  std::shared_ptr<void> keep_alive;
+};
+// Never destroyed: finalize_mpi runs at exit, after the destructors of statics made later than its registration.
+std::vector<Abandoned>& abandoned() {
+  static auto* requests = new std::vector<Abandoned>;
+  return *requests;
+}
+
+// Whether `request` completed by `deadline` (polling: MPI_Wait cannot time out).
+bool test_until(MPI_Request& request, std::chrono::steady_clock::time_point deadline, const char* op) {
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    int done = 0;
+    PRECIS_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE), op);
+    if (done) return true;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return false;
+    // Spin for the first millisecond (a collective about to complete), then let the core go.
+    if (now - start > std::chrono::milliseconds(1)) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
 
 void check_initialized(const char* op) {
   int initialized = 0;
@@ -37,10 +64,38 @@ void init_mpi() {
   std::atexit(finalize_mpi);
 }
 
+void wait_with_timeout(MPI_Request& request, const char* op, int rank, std::chrono::milliseconds timeout,
+                       std::shared_ptr<void> keep_alive) {
+  if (timeout.count() <= 0) {
+    PRECIS_MPI_CHECK(MPI_Wait(&request, MPI_STATUS_IGNORE), op);
+    return;
+  }
+  if (test_until(request, std::chrono::steady_clock::now() + timeout, op)) return;
+  abandoned().push_back({request, std::move(keep_alive)});
+  request = MPI_REQUEST_NULL;
+  PRECIS_FAIL("mpi: rank ", rank, ": ", op, " did not complete within ", timeout.count() / 1000.0,
+              " s (distributed.timeout_s): another rank died, hangs, or stopped calling the same collectives; "
+              "see that rank's output for its error");
+}
+
 void finalize_mpi() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!initialized_here || finalized) return;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (Abandoned& a : abandoned()) {
+    bool done = false;
+    try {
+      done = test_until(a.request, deadline, "finalize_mpi");
+    } catch (const Error&) {  // at exit: nothing to report it to; the job is aborted below
+    }
+    if (!done) {
+      std::cerr << "error: a collective given up on after its timeout never completed: a peer rank is gone; "
+                   "aborting the job\n";
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+  }
+  abandoned().clear();
   MPI_Finalize();
 }
 

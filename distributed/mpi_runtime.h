@@ -15,7 +15,10 @@ bool built_with_mpi();
 // at exit. Errors on MPI_COMM_WORLD are returned, not fatal, so they become
 // precis::Errors naming the call.
 void init_mpi();
-// MPI_Finalize, if init_mpi() initialized MPI and it is not finalized yet.
+// MPI_Finalize, if init_mpi() initialized MPI and it is not finalized yet. A collective
+// given up on after a timeout (mpi_check.h's wait_with_timeout) that has still not
+// completed after a few seconds means a peer is gone: MPI_Finalize would wait for it
+// forever, so the job is aborted instead (MPI_Abort: mpirun ends every rank).
 void finalize_mpi();
 // This process's rank and the number of processes in MPI_COMM_WORLD (after init_mpi).
 int mpi_world_rank();

@@ -13,6 +13,11 @@
 //     event; the host does not block). Kernels queued after wait() see the result.
 // Until wait() the tensors must not be written (or, on the CPU, read).
 //
+// all_reduce can be timed: given a Profiler, the collective's own time is a phase
+// "comm" (NCCL: CUDA events on the communication stream around the NCCL call, after
+// its wait for the compute stream; MPI: the host time in MPI_Iallreduce and in the
+// MPI_Wait of wait(), where MPI does most of the work of a nonblocking collective).
+//
 // avg is sum / world_size with the division first: each rank's values are
 // multiplied by 1/world_size, then summed (NCCL's ncclAvg does the same for
 // floating dtypes). For bf16/f16 this keeps the sum of N rank's gradients from
@@ -23,6 +28,7 @@
 #include <memory>
 #include <string>
 
+#include "core/profiler.h"
 #include "core/tensor.h"
 
 namespace precis::distributed {
@@ -49,8 +55,8 @@ class ProcessGroup {
   // "mpi" or "nccl".
   virtual std::string backend_name() const = 0;
 
-  // tensor <- op over ranks of tensor (in place).
-  virtual std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op) = 0;
+  // tensor <- op over ranks of tensor (in place); timed as phase "comm" of `profiler` if given.
+  virtual std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op, Profiler* profiler = nullptr) = 0;
   // tensor <- tensor of rank `root` (in place).
   virtual std::shared_ptr<Work> broadcast(const Tensor& tensor, int root) = 0;
   // output (world_size * input.numel() elements) <- the inputs of ranks 0, 1, ... one after another.
@@ -62,6 +68,11 @@ class ProcessGroup {
   // Throws a precis::Error if the backend has noticed an asynchronous failure (a peer
   // that died, a network error); the fault watchdog calls it. MPI reports errors per call.
   virtual void check_async_error() {}
+  // The watchdog's wait before the host reads results: returns once the work queued on the
+  // group's device (its collectives included) has completed; the NCCL backend polls for
+  // asynchronous errors meanwhile and, past the group's timeout, aborts the communicator and
+  // throws an error naming this rank. The MPI backend has nothing queued (its waits time out).
+  virtual void synchronize() {}
 };
 
 // A Work that is already complete (nothing to wait for).

@@ -28,6 +28,7 @@ struct Reducer::State {
   std::vector<BucketRun> runs;
   std::vector<SlotRun> slots;  // every slot of every buffer, buffer after buffer
   size_t next_launch = 0;      // buckets before it are launched
+  Profiler* profiler = nullptr;
   bool sync = true;
 
   void on_ready(size_t slot_id, size_t bucket) {
@@ -47,7 +48,7 @@ struct Reducer::State {
       BucketRun& run = runs[next_launch++];
       if (run.expected == 0) continue;
       if (run.staging.defined()) copy_(run.staging, run.grad);
-      run.work = group->all_reduce(run.staging.defined() ? run.staging : run.grad, ReduceOp::avg);
+      run.work = group->all_reduce(run.staging.defined() ? run.staging : run.grad, ReduceOp::avg, profiler);
     }
   }
 
@@ -75,6 +76,7 @@ Reducer::Reducer(std::shared_ptr<nn::FlatParameters> flat, std::shared_ptr<Proce
   s.flat = std::move(flat);
   s.group = std::move(group);
   s.buckets = assign_buckets(layout_of(*s.flat), options.bucket_sizes);
+  s.profiler = options.profiler;
 
   std::vector<size_t> first_slot;  // per buffer: its first slot's index in s.slots
   for (const nn::FlatBuffer& buffer : s.flat->buffers()) {
@@ -172,6 +174,7 @@ void broadcast_parameters(nn::FlatParameters& flat, ProcessGroup& group, int roo
   Tensor local = from_vector<int64_t>(mine, {n}).to(group.device());
   Tensor gathered = empty({n * group.world_size()}, DType::i64, group.device());
   group.all_gather(gathered, local)->wait();
+  group.synchronize();  // a rank that never joins is an error after the group's timeout, not a hang
   const std::vector<int64_t> all = gathered.to_vector<int64_t>();
   for (int r = 0; r < group.world_size(); ++r) {
     const bool same = std::equal(all.begin() + r * n, all.begin() + (r + 1) * n, all.begin() + root * n);

@@ -36,6 +36,7 @@ namespace precis::distributed {
 struct ReducerOptions {
   BucketSizes bucket_sizes;
   std::optional<DType> reduce_dtype;  // unset: each gradient buffer's own dtype
+  Profiler* profiler = nullptr;       // times each bucket's all-reduce as "comm" (process_group.h)
 };
 
 class Reducer {

@@ -25,7 +25,7 @@ namespace precis::train {
 namespace {
 
 const std::vector<std::string> kSections = {"model",     "data",       "optimizer", "schedule", "batch",
-                                            "precision", "checkpoint", "sample",    "profile"};
+                                            "precision", "checkpoint", "sample",    "profile",  "distributed"};
 
 const std::vector<std::string> kPrecisionPresets = {"fp32", "tf32", "fp16", "bf16", "bf16-pure"};
 const std::vector<std::string> kPolicyKeys = {"params", "compute", "output"};
@@ -281,6 +281,7 @@ std::vector<Field> make_fields(TrainConfig& c) {
   SampleConfig& p = c.sample;
   amp::PrecisionPolicy& policy = c.precision.policy;
   amp::GradScalerOptions& scaler = c.precision.scaler;
+  const IntRule zero_rule{[](int64_t value) { return value == 0 || value == 1; }, "0 or 1"};
   const IntRule decay_rule{[](int64_t value) { return value == -1 || value >= 1; }, ">= 1, or -1 for max_steps"};
   return {
       text("model.preset", c.model_preset, one_of(model_preset_names())),
@@ -355,6 +356,12 @@ std::vector<Field> make_fields(TrainConfig& c) {
       text("profile.trace", c.profile.trace),
       integer("profile.trace_step", c.profile.trace_step, at_least(1)),
 
+      text("distributed.backend", c.distributed.backend, one_of({"auto", "nccl", "mpi"})),
+      number("distributed.bucket_mb", c.distributed.bucket_mb, kPositive),
+      number("distributed.first_bucket_mb", c.distributed.first_bucket_mb, kPositive),
+      number("distributed.timeout_s", c.distributed.timeout_s, kPositive),
+      integer("distributed.zero", c.distributed.zero, zero_rule),
+
       integer("max_steps", c.max_steps, at_least(1)),
       integer("eval_interval", c.eval_interval, at_least(0)),
       integer("eval_steps", c.eval_steps, at_least(0)),
@@ -398,6 +405,7 @@ class ConfigReader {
   void resolve_batch();
   void resolve_schedule();
   void check_profile() const;
+  void check_distributed() const;
 
   TrainConfig& config_;
   std::string source_;
@@ -634,6 +642,13 @@ void ConfigReader::check_profile() const {
            std::to_string(config_.max_steps) + ") so that the traced step runs");
 }
 
+void ConfigReader::check_distributed() const {
+  if (config_.distributed.zero == 0) return;
+  fail(where_set({"distributed.zero"}),
+       "'distributed.zero: 1' (ZeRO-1, the optimizer state sharded across ranks) is not implemented yet; use 0 "
+       "(plain data parallelism: every rank holds the whole optimizer state)");
+}
+
 void ConfigReader::resolve_schedule() {
   if (config_.schedule.decay_steps == -1) config_.schedule.decay_steps = config_.max_steps;
 }
@@ -647,6 +662,7 @@ void ConfigReader::finish() {
   resolve_batch();
   resolve_schedule();
   check_profile();
+  check_distributed();
 }
 
 YAML::Node parse_yaml(const std::string& yaml_text, const std::string& source_name) {

@@ -80,6 +80,15 @@ struct ProfileConfig {
   int64_t trace_step = 3;  // the step traced (1-based, as in the log line; after warm-up)
 };
 
+// Data parallelism (docs/distributed.md); read only when the launch has more than one rank.
+struct DistributedConfig {
+  std::string backend = "auto";  // auto (nccl on GPUs, mpi on the CPU) | nccl | mpi
+  double bucket_mb = 25;         // gradient bucket size (MiB), after the first
+  double first_bucket_mb = 1;    // the first bucket (the last layers' gradients): small, so comm starts early
+  double timeout_s = 300;        // the rendezvous' and every collective's wait before a rank fails (the watchdog)
+  int64_t zero = 0;              // 0: plain DDP; 1 (ZeRO-1, sharded optimizer state) is not implemented yet
+};
+
 struct TrainConfig {
   models::GPT2Config model;             // vocab_size: the trainer sets it from the data's tokenizer
   std::string model_preset = "custom";  // model.preset: gpt2 | gpt2-medium | gpt2-large | gpt2-xl | custom
@@ -91,6 +100,7 @@ struct TrainConfig {
   CheckpointConfig checkpoint;
   SampleConfig sample;
   ProfileConfig profile;
+  DistributedConfig distributed;
   int64_t max_steps = 100;
   int64_t eval_interval = 50;  // 0: no validation during training
   int64_t eval_steps = 10;     // batches per validation

@@ -16,6 +16,7 @@
 #include "data/char_tokenizer.h"
 #include "data/gpt2_tokenizer.h"
 #include "data/tokenize.h"
+#include "distributed/launch.h"
 #include "nn/observer.h"
 #include "ops/autocast.h"
 #include "ops/elementwise.h"
@@ -33,30 +34,95 @@ namespace precis::train {
 namespace fs = std::filesystem;
 
 Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
+  setup_distributed(/*detect=*/true, nullptr);
+  setup();
+}
+
+Trainer::Trainer(TrainConfig config, std::shared_ptr<distributed::ProcessGroup> group) : config_(std::move(config)) {
+  setup_distributed(/*detect=*/false, std::move(group));
+  setup();
+}
+
+void Trainer::setup() {
   if (config_.threads > 0) {
     omp_set_num_threads(static_cast<int>(config_.threads));
     Eigen::setNbThreads(static_cast<int>(config_.threads));
   }
-  device_ = resolve_device(config_.device);
   profiler_.set_device(device_);
-  if (!config_.profile.trace.empty()) step_trace_ = std::make_unique<StepTrace>(config_.profile.trace, device_);
+  if (!config_.profile.trace.empty() && is_main())
+    step_trace_ = std::make_unique<StepTrace>(config_.profile.trace, device_);
   policy_ = config_.precision.policy;
   ops::set_allow_tf32(policy_.allow_tf32);  // nothing enables TF32 behind the user's back
   ops::set_matmul_autotune(config_.matmul_autotune);
   int capability = device_.is_cuda() ? cuda_compute_capability(device_.index) : 0;
-  for (const std::string& warning : policy_.validate(capability)) std::cerr << "warning: " << warning << "\n";
+  for (const std::string& warning : policy_.validate(capability))
+    if (is_main()) std::cerr << "warning: " << warning << "\n";
   scaler_ = std::make_unique<amp::GradScaler>(config_.precision.scaler, device_);
   if (config_.precision.report_interval == 0) config_.precision.report_interval = config_.log_interval;
   fs::create_directories(config_.out_dir);
   if (config_.checkpoint.dir.empty()) config_.checkpoint.dir = (fs::path(config_.out_dir) / "checkpoints").string();
   if (config_.schedule.decay_steps < 0) config_.schedule.decay_steps = config_.max_steps;
+  if (group_) check_same_config_on_every_rank();
   setup_data();
   setup_model();
   setup_step();
-  if (config_.batch.seq_len < config_.model.block_size)
+  if (config_.batch.seq_len < config_.model.block_size && is_main())
     std::cerr << "note: seq_len " << config_.batch.seq_len << " < block_size " << config_.model.block_size
               << ": positions from " << config_.batch.seq_len << " on are never trained, so samples longer than "
               << config_.batch.seq_len << " tokens degrade; set block_size to seq_len for sampling\n";
+}
+
+void Trainer::setup_distributed(bool detect, std::shared_ptr<distributed::ProcessGroup> group) {
+  if (detect) {
+    const distributed::LaunchInfo launch = distributed::detect_launch();
+    device_ = resolve_device(config_.device, /*quiet=*/launch.rank != 0);
+    if (launch.distributed()) {
+      device_ = distributed::rank_device(launch, device_);
+      distributed::ProcessGroupOptions options;
+      options.rendezvous_timeout =
+          std::chrono::milliseconds(static_cast<int64_t>(1000.0 * config_.distributed.timeout_s));
+      options.collective_timeout = options.rendezvous_timeout;
+      group = distributed::init_process_group(launch, distributed::parse_backend(config_.distributed.backend), device_,
+                                              options);
+    }
+  } else {
+    device_ = resolve_device(config_.device, /*quiet=*/group && group->rank() != 0);
+  }
+  if (!group || group->world_size() == 1) return;
+  PRECIS_CHECK(group->device().is_cuda() == device_.is_cuda(), "distributed: the ", group->backend_name(),
+               " process group reduces tensors on ", group->device(), " but this run is on ", device_,
+               "; set distributed.backend to match the device (auto picks it)");
+  device_ = group->device();
+  group_ = std::move(group);
+  rank_ = group_->rank();
+  world_size_ = group_->world_size();
+}
+
+void Trainer::check_same_config_on_every_rank() {
+  const BatchConfig& b = config_.batch;
+  const std::vector<int64_t> mine = {b.micro_batch, b.seq_len, b.grad_accum, config_.max_steps,
+                                     static_cast<int64_t>(config_.seed)};
+  const char* names[] = {"batch.micro_batch", "batch.seq_len", "batch.grad_accum", "max_steps", "seed"};
+  const int64_t n = static_cast<int64_t>(mine.size());
+  Tensor local = from_vector<int64_t>(mine, {n}).to(device_);
+  Tensor gathered = empty({n * world_size_}, DType::i64, device_);
+  group_->all_gather(gathered, local)->wait();
+  group_->synchronize();  // a rank that never joins is an error after distributed.timeout_s
+  const std::vector<int64_t> all = gathered.to_vector<int64_t>();
+  for (int r = 1; r < world_size_; ++r)
+    for (int64_t i = 0; i < n; ++i)
+      PRECIS_CHECK(all[r * n + i] == all[i], "distributed: rank ", r, " runs ", names[i], " ", all[r * n + i],
+                   " but rank 0 runs ", all[i], "; every rank must run the same config (", names[i],
+                   " is per rank: the global batch is world_size times it)");
+}
+
+std::vector<double> Trainer::mean_over_ranks(std::vector<double> values) {
+  if (!group_ || values.empty()) return values;
+  const int64_t n = static_cast<int64_t>(values.size());
+  Tensor t = from_vector<double>(values, {n}).to(device_);
+  group_->all_reduce(t, distributed::ReduceOp::avg)->wait();
+  group_->synchronize();
+  return t.to_vector<double>();
 }
 
 Trainer::~Trainer() = default;
@@ -69,7 +135,9 @@ void Trainer::setup_data() {
     fs::path dir = fs::path(config_.out_dir) / "data";
     fs::create_directories(dir);
     std::string prefix = (dir / (fs::path(d.text_file).stem().string() + "_" + d.tokenizer)).string();
-    tokenize_file(d.text_file, prefix, d.tokenizer, d.val_fraction, /*quiet=*/true);
+    // One rank writes the shards, the others read them once it is done.
+    if (is_main()) tokenize_file(d.text_file, prefix, d.tokenizer, d.val_fraction, /*quiet=*/true);
+    if (group_) group_->barrier();
     train_files_ = {prefix + "_train.bin"};
     val_files_ = {prefix + "_val.bin"};
     if (d.tokenizer == "char") {
@@ -94,11 +162,15 @@ void Trainer::setup_data() {
   train_options.shuffle = d.order == "random";
   train_options.seed = config_.seed;
   train_options.prefetch = d.prefetch;
+  // Rank r takes rows r*B..r*B+B-1 of each global batch of B*world_size windows; the
+  // dataset's position counts global windows, the same on every rank.
+  train_options.rank = rank_;
+  train_options.world_size = world_size_;
   train_data_ = std::make_unique<TokenDataset>(train_files_, train_options);
   if (!val_files_.empty()) {
     TokenDatasetOptions val_options = train_options;
     val_options.shuffle = false;
-    val_options.prefetch = false;
+    val_options.prefetch = false;  // rank and world_size as for training: each rank its own rows
     val_data_ = std::make_unique<TokenDataset>(val_files_, val_options);
     val_start_ = val_data_->position();
   }
@@ -109,6 +181,17 @@ void Trainer::setup_model() {
   std::optional<DType> param_dtype;
   if (policy_.param_dtype != DType::f32) param_dtype = policy_.param_dtype;
   flat_ = nn::flatten_parameters(*model_, device_, param_dtype);
+  if (group_) {
+    // Before the optimizer copies them (master weights): every rank starts from rank 0's parameters.
+    distributed::broadcast_parameters(*flat_, *group_);
+    const DistributedConfig& dist = config_.distributed;
+    distributed::ReducerOptions options;
+    options.bucket_sizes.first_bytes = static_cast<int64_t>(dist.first_bucket_mb * (1 << 20));
+    options.bucket_sizes.bytes = static_cast<int64_t>(dist.bucket_mb * (1 << 20));
+    options.reduce_dtype = policy_.grad_reduce_dtype;
+    options.profiler = &profiler_;
+    reducer_ = std::make_unique<distributed::Reducer>(flat_, group_, options);
+  }
   const OptimizerConfig& o = config_.optimizer;
   auto groups = optim::default_param_groups(*model_, o.weight_decay);
   if (o.name == "adamw") {
@@ -184,15 +267,24 @@ void Trainer::queue_loss() {
 }
 
 void Trainer::resolve_step_values() {
+  // The watchdog: the steps' collectives must complete within distributed.timeout_s.
+  if (group_) group_->synchronize();
   synchronize(device_);
+  std::vector<double> losses;
   for (const auto& [index, landing] : pending_losses_)
-    losses_[index] = landing.data<double>()[0] / static_cast<double>(config_.batch.grad_accum);
+    losses.push_back(landing.data<double>()[0] / static_cast<double>(config_.batch.grad_accum));
+  losses = mean_over_ranks(std::move(losses));  // each rank's mean over its rows -> the global batch's
+  for (size_t i = 0; i < losses.size(); ++i) losses_[pending_losses_[i].first] = losses[i];
   pending_losses_.clear();
   last_grad_norm_ = grad_norm_.to_vector<double>()[0];
 }
 
 std::string Trainer::graph_fallback_reason() const {
   if (!device_.is_cuda()) return "this run is on the CPU, and CUDA graphs need a GPU";
+  if (world_size_ > 1)
+    return "data parallelism over " + std::to_string(world_size_) +
+           " ranks: the gradient all-reduces are launched from the backward's hooks and waited for on the host, "
+           "which a captured step cannot do yet";
   if (config_.model.dropout > 0)
     return "dropout draws its random offset on the host every step (model.dropout is " +
            std::to_string(config_.model.dropout) + "; 0 allows the graph)";
@@ -220,7 +312,7 @@ class MaybePhase {
 }  // namespace
 
 void Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets, Profiler* profiler) {
-  flat_->zero_grad_lazily();  // each first gradient is written, not added to zeros
+  flat_->zero_grad_lazily();     // each first gradient is written, not added to zeros
   ops::autocast::clear_cache();  // the weights changed in the last step
   if (policy_.autocasts()) {
     // This step's weight casts, one kernel per flat buffer instead of one per weight.
@@ -236,9 +328,9 @@ void Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Tens
   // The gradient each micro-batch's loss receives: 1/accum of the step's mean, times the loss
   // scale (read from device memory on the GPU). The fused classifier makes the logits'
   // gradient with it in the loss's own pass; otherwise the backward starts from the loss.
-  const Tensor loss_gradient =
-      config_.fused_classifier ? scaler_->scale(full({}, 1.0 / static_cast<double>(accum), DType::f32, device_))
-                               : Tensor();
+  const Tensor loss_gradient = config_.fused_classifier
+                                   ? scaler_->scale(full({}, 1.0 / static_cast<double>(accum), DType::f32, device_))
+                                   : Tensor();
   for (int64_t micro = 0; micro < accum; ++micro) {
     if (reporting_ && micro == 0) start_numerics();
     models::GPT2Output out;
@@ -254,6 +346,9 @@ void Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Tens
     nn::set_activation_observer(nullptr);
     {
       MaybePhase phase(profiler, "backward");
+      // Only the last micro-step's backward reduces: the gradients summed over the micro-steps.
+      std::optional<distributed::NoSync> no_sync;
+      if (reducer_ && micro + 1 < accum) no_sync.emplace(*reducer_);
       if (out.fused_classifier()) {
         out.backward();
       } else {
@@ -263,11 +358,18 @@ void Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Tens
       }
     }
   }
+  if (reducer_) {
+    // Waits for the buckets' all-reduces still running once the backward is done: the
+    // communication the backward did not hide.
+    MaybePhase phase(profiler, "comm_exposed");
+    reducer_->finish();
+  }
   flat_->settle_grads();  // zeros for the parameters no micro-batch reached
   std::vector<Tensor> params_before;
   if (reporting_) {
     for (const auto& b : flat_->buffers())
-      for (const auto& s : b.slots) numerics_.record(amp::NumericsKind::gradient, amp::layer_of(s.name), s.param.grad());
+      for (const auto& s : b.slots)
+        numerics_.record(amp::NumericsKind::gradient, amp::layer_of(s.name), s.param.grad());
     for (const Tensor& p : model_->parameters()) params_before.push_back(p.detach().clone());
   }
   finish_step(profiler);
@@ -318,9 +420,7 @@ void Trainer::finish_numerics(const std::vector<Tensor>& params_before) {
   for (const Json& row : numerics_.json(step_ + 1, scaler_->scale())) numerics_out_.write(row);
 }
 
-int64_t Trainer::peak_memory_bytes() const {
-  return static_cast<int64_t>(allocator_for(device_).stats().peak_bytes);
-}
+int64_t Trainer::peak_memory_bytes() const { return static_cast<int64_t>(allocator_for(device_).stats().peak_bytes); }
 
 double Trainer::evaluate() {
   if (!val_data_) return std::nan("");
@@ -334,7 +434,8 @@ double Trainer::evaluate() {
     total += model_->forward(batch.inputs.to(device_), batch.targets.to(device_)).loss.item();
   }
   model_->train();
-  return total / static_cast<double>(std::max<int64_t>(config_.eval_steps, 1));
+  // Each rank saw its own rows of the validation batches: their mean is the global batch's.
+  return mean_over_ranks({total / static_cast<double>(std::max<int64_t>(config_.eval_steps, 1))})[0];
 }
 
 std::string Trainer::sample(const std::string& prompt, int64_t tokens) {
@@ -362,6 +463,7 @@ Json Trainer::train_state() const {
 }
 
 void Trainer::save_checkpoint() {
+  if (!is_main()) return;  // every rank holds the same parameters and optimizer state
   train::save_checkpoint(config_.checkpoint.dir, step_, *model_, optimizer_.get(), train_state(),
                          config_.checkpoint.keep_last);
 }
@@ -369,23 +471,26 @@ void Trainer::save_checkpoint() {
 bool Trainer::try_resume() {
   if (!config_.checkpoint.resume) return false;
   if (!fs::exists(fs::path(config_.checkpoint.dir) / "latest")) {
-    std::cerr << "note: resume requested but no checkpoint in '" << config_.checkpoint.dir
-              << "' yet; starting from step 0\n";
+    if (is_main())
+      std::cerr << "note: resume requested but no checkpoint in '" << config_.checkpoint.dir
+                << "' yet; starting from step 0\n";
     return false;
   }
   Json state = load_checkpoint(config_.checkpoint.dir, *model_, optimizer_.get());
   step_ = state.at("step").as_int();
+  // The position is in global windows: a run resumed under another world size (or per-rank
+  // batch) continues the same stream of windows, split over its own ranks from there on.
   train_data_->restore(TokenDatasetPosition::from_json(state.at("data")));
   const Json& rng = state.at("rng");
   model_->dropout_generator().manual_seed(static_cast<uint64_t>(rng.at("dropout_seed").as_int()));
   model_->dropout_generator().set_offset(static_cast<uint64_t>(rng.at("dropout_offset").as_int()));
   if (state.contains("scaler")) scaler_->load_state(state.at("scaler"));
-  std::cout << "resumed from " << config_.checkpoint.dir << " at step " << step_ << "\n";
+  if (is_main()) std::cout << "resumed from " << config_.checkpoint.dir << " at step " << step_ << "\n";
   return true;
 }
 
-void Trainer::log_interval(double loss, double grad_norm, double lr, double interval_seconds,
-                           int64_t steps_in_interval, std::optional<double> val_loss) {
+void Trainer::log_interval(double loss, double grad_norm, double lr, double interval_seconds, int64_t steps_in_interval,
+                           std::optional<double> val_loss) {
   StepReport r;
   r.step = step_;
   r.max_steps = config_.max_steps;
@@ -394,12 +499,14 @@ void Trainer::log_interval(double loss, double grad_norm, double lr, double inte
   r.grad_norm = grad_norm;
   double steps = static_cast<double>(std::max<int64_t>(steps_in_interval, 1));
   r.ms = 1000.0 * interval_seconds / steps;
+  // Every rank's tokens; TFLOP/s and MFU below are per device.
   double tokens_per_step =
-      static_cast<double>(config_.batch.micro_batch * config_.batch.seq_len * config_.batch.grad_accum);
+      static_cast<double>(config_.batch.micro_batch * config_.batch.seq_len * config_.batch.grad_accum * world_size_);
   r.tokens_per_s = tokens_per_step * steps / std::max(interval_seconds, 1e-9);
   for (auto& [name, ms] : profiler_.take_ms()) r.phase_ms.emplace_back(name, ms / steps);
   // Training FLOPs: 3x the forward (backward is twice the forward).
-  r.tflops = 3.0 * model_->config().flops_per_token_forward(config_.batch.seq_len) * r.tokens_per_s / 1e12;
+  r.tflops = 3.0 * model_->config().flops_per_token_forward(config_.batch.seq_len) * r.tokens_per_s /
+             static_cast<double>(world_size_) / 1e12;
   if (device_.is_cuda()) {
     double peak = device_peak_tflops(device_, policy_.compute_dtype, policy_.allow_tf32);
     if (peak > 0) r.mfu = *r.tflops / peak;
@@ -411,23 +518,32 @@ void Trainer::log_interval(double loss, double grad_norm, double lr, double inte
   }
   r.peak_memory_bytes = peak_memory_bytes();
   r.eta_s = r.ms / 1000.0 * static_cast<double>(config_.max_steps - step_);
-  std::cout << r.line() << std::endl;
-  metrics_.write(r.json());
+  if (is_main()) {
+    std::cout << r.line() << std::endl;
+    metrics_.write(r.json());
+  }
   reports_.push_back(r);
 }
 
 void Trainer::run() {
   bool resumed = try_resume();
-  metrics_.open((fs::path(config_.out_dir) / "metrics.jsonl").string(), /*append=*/resumed);
+  if (is_main()) metrics_.open((fs::path(config_.out_dir) / "metrics.jsonl").string(), /*append=*/resumed);
   const auto& c = model_->config();
-  std::cout << "precis: GPT-2 " << c.n_layer << " layers, " << c.n_head << " heads, " << c.n_embd << " wide, vocab "
-            << c.vocab_size << " (" << model_->num_parameters_unpadded() / 1e6 << "M parameters) on " << device_
-            << "; " << config_.batch.micro_batch << " x " << config_.batch.seq_len << " tokens x "
-            << config_.batch.grad_accum << " micro-steps per step; " << train_data_->num_tokens()
-            << " training tokens\n"
-            << "precision " << policy_.describe() << "\n";
-  step_graph_ =
-      std::make_unique<StepGraph>(device_, config_.cuda_graphs, graph_fallback_reason(), config_.precision.report);
+  if (is_main() && group_)
+    std::cout << "data parallel: " << world_size_ << " ranks (" << group_->backend_name() << "), rank 0 on " << device_
+              << "; the batch below is per rank; " << reducer_->buckets().size() << " gradient buckets, reduced in "
+              << dtype_name(policy_.grad_reduce_dtype) << "\n";
+  if (is_main())
+    std::cout << "precis: GPT-2 " << c.n_layer << " layers, " << c.n_head << " heads, " << c.n_embd << " wide, vocab "
+              << c.vocab_size << " (" << model_->num_parameters_unpadded() / 1e6 << "M parameters) on " << device_
+              << "; " << config_.batch.micro_batch << " x " << config_.batch.seq_len << " tokens x "
+              << config_.batch.grad_accum << " micro-steps per step; " << train_data_->num_tokens()
+              << " training tokens\n"
+              << "precision " << policy_.describe() << "\n";
+  // The notes about the graph come from rank 0 (every rank takes the same path).
+  const std::string fallback = graph_fallback_reason();
+  step_graph_ = std::make_unique<StepGraph>(device_, config_.cuda_graphs && (is_main() || fallback.empty()), fallback,
+                                            config_.precision.report && is_main());
   // An unknown GPU's peak is measured now, outside the timed steps and the memory peak.
   device_peak_tflops(device_, policy_.compute_dtype, policy_.allow_tf32);
   using Clock = std::chrono::steady_clock;
@@ -435,15 +551,15 @@ void Trainer::run() {
   int64_t interval_steps = 0;
   allocator_for(device_).reset_peak();
   while (step_ < config_.max_steps) {
-    reporting_ = report_due();
+    reporting_ = report_due() && is_main();  // the report is printed and written by rank 0
     bool tracing = step_trace_ && step_ + 1 == config_.profile.trace_step;
     if (tracing) step_trace_->begin(profiler_);
     train_step();
     if (tracing) step_trace_->end(profiler_, step_ + 1, std::cout);
     ++step_;
     ++interval_steps;
-    bool eval_now = val_data_ && config_.eval_interval > 0 &&
-                    (step_ % config_.eval_interval == 0 || step_ == config_.max_steps);
+    bool eval_now =
+        val_data_ && config_.eval_interval > 0 && (step_ % config_.eval_interval == 0 || step_ == config_.max_steps);
     bool log_now = step_ % config_.log_interval == 0 || step_ == config_.max_steps || eval_now;
     if (log_now) {
       resolve_step_values();  // waits for the queued steps, so the interval's time is theirs
@@ -459,7 +575,7 @@ void Trainer::run() {
   }
   if (!val_data_) final_val_loss_ = std::nan("");
   if (config_.checkpoint.save_final) save_checkpoint();
-  if (config_.sample.tokens > 0) {
+  if (config_.sample.tokens > 0 && is_main()) {
     std::cout << "---- sample (" << config_.sample.tokens << " tokens, temperature " << config_.sample.temperature
               << ", top_k " << config_.sample.top_k << ") ----\n"
               << sample(config_.sample.prompt, config_.sample.tokens) << "\n----\n";

@@ -16,6 +16,16 @@
 // scale, skipped steps) are read back once per log interval. With
 // `cuda_graphs: true` the whole step is captured into a CUDA graph after a few
 // eager warm-up steps and replayed from then on (train/step_graph.h).
+//
+// Data parallelism (docs/distributed.md): under a launch of several ranks (mpirun,
+// srun, torchrun-style variables) each rank takes its own device (cuda:LOCAL_RANK,
+// or the CPU) and its own rows of every global batch; rank 0's parameters are
+// broadcast after the model is built; a Reducer (distributed/reducer.h) averages
+// the gradients during the backward of the last micro-step (the ones before run
+// under no_sync), and finish_step sees the averaged gradients, so every rank takes
+// the same optimizer step. The losses and the validation loss are averaged over the
+// ranks; rank 0 alone prints, writes metrics, numerics, checkpoints and the sample.
+// One rank runs the same code with no process group and no reducer.
 #pragma once
 
 #include <memory>
@@ -30,6 +40,8 @@
 #include "core/profiler.h"
 #include "data/token_dataset.h"
 #include "data/tokenizer.h"
+#include "distributed/process_group.h"
+#include "distributed/reducer.h"
 #include "models/gpt2.h"
 #include "nn/flat_parameters.h"
 #include "optim/lr_schedule.h"
@@ -44,7 +56,10 @@ class StepTrace;
 
 class Trainer {
  public:
+  // The process group comes from the launch (distributed::detect_launch): none for one process.
   explicit Trainer(TrainConfig config);
+  // The given process group (null or of one rank: one process, whatever the launch says).
+  Trainer(TrainConfig config, std::shared_ptr<distributed::ProcessGroup> group);
   ~Trainer();
 
   // Trains to max_steps (from the latest checkpoint when checkpoint.resume is set).
@@ -60,6 +75,8 @@ class Trainer {
   bool replaying_graph() const { return step_graph_ && step_graph_->replaying(); }
   const std::vector<StepReport>& reports() const { return reports_; }
   int64_t step() const { return step_; }
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
   models::GPT2& model() { return *model_; }
   const TrainConfig& config() const { return config_; }
   const amp::PrecisionPolicy& policy() const { return policy_; }
@@ -70,6 +87,14 @@ class Trainer {
   int64_t peak_memory_bytes() const;
 
  private:
+  // The device of this rank and its process group (`detect`: from the launch, else `group`).
+  void setup_distributed(bool detect, std::shared_ptr<distributed::ProcessGroup> group);
+  // Every rank must run the same batch shape, steps and seed: an error on every rank otherwise.
+  void check_same_config_on_every_rank();
+  // Each value averaged over the ranks (itself on one rank).
+  std::vector<double> mean_over_ranks(std::vector<double> values);
+  bool is_main() const { return rank_ == 0; }
+  void setup();
   void setup_data();
   void setup_model();
   void setup_step();  // the step's device tensors (loss sum, grad norm)
@@ -98,6 +123,9 @@ class Trainer {
 
   TrainConfig config_;
   Device device_;
+  std::shared_ptr<distributed::ProcessGroup> group_;  // null for one process
+  std::unique_ptr<distributed::Reducer> reducer_;     // with group_
+  int rank_ = 0, world_size_ = 1;
   std::unique_ptr<Tokenizer> tokenizer_;
   Json tokenizer_json_;  // how to rebuild the tokenizer (saved with checkpoints)
   std::vector<std::string> train_files_, val_files_;

@@ -1,5 +1,5 @@
 // PhaseEvents: the GPU side of core/profiler. Each phase is a pair of CUDA
-// events recorded on the compute stream; resolve() waits once for the last
+// events recorded on the compute stream (or the communication stream); resolve() waits once for the last
 // event and reads every elapsed time, so timing adds no sync per phase. Each
 // phase is also an NVTX range, so Nsight Systems shows the phases by name.
 // Only included behind PRECIS_WITH_CUDA.
@@ -20,7 +20,8 @@ class PhaseEvents {
   PhaseEvents(const PhaseEvents&) = delete;
   PhaseEvents& operator=(const PhaseEvents&) = delete;
 
-  void begin(const std::string& name);
+  // `communication`: the phase's events go on the communication stream.
+  void begin(const std::string& name, bool communication = false);
   void end();
   // Milliseconds of each recorded phase since the last resolve, in record order.
   std::vector<std::pair<std::string, double>> resolve();
@@ -30,6 +31,7 @@ class PhaseEvents {
     std::string name;
     void* start;  // cudaEvent_t
     void* stop;
+    void* stream;  // cudaStream_t both events are recorded on
   };
   void* take_event();
 

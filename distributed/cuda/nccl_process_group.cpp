@@ -6,6 +6,7 @@
 #include <nccl.h>
 
 #include <cstring>
+#include <thread>
 
 #include "core/cuda/caching_allocator.h"
 #include "core/cuda/runtime.h"
@@ -65,8 +66,13 @@ class NcclWork final : public Work {
 
 class NcclProcessGroup final : public ProcessGroup {
  public:
-  NcclProcessGroup(int rank, int world_size, Device device, ShareBytes share_unique_id)
-      : rank_(rank), world_size_(world_size), device_(device), share_unique_id_(std::move(share_unique_id)) {
+  NcclProcessGroup(int rank, int world_size, Device device, ShareBytes share_unique_id,
+                   std::chrono::milliseconds timeout)
+      : rank_(rank),
+        world_size_(world_size),
+        device_(device),
+        share_unique_id_(std::move(share_unique_id)),
+        timeout_(timeout) {
     PRECIS_CHECK(device.is_cuda(), "nccl process group: needs a GPU device, got ", device);
     const int count = cuda_device_count();
     PRECIS_CHECK(device.index < count, "nccl process group: rank ", rank, " takes GPU ", device.index,
@@ -74,15 +80,17 @@ class NcclProcessGroup final : public ProcessGroup {
                  "); start at most as many ranks per host as it has GPUs");
   }
   ~NcclProcessGroup() override {
-    if (!comm_) return;
+    if (!ready_) return;  // made with the communicator: nothing was
     cudaSetDevice(device_.index);
     // A communicator in error may have collectives that never complete: abort it, not wait.
+    // (synchronize() has aborted it already, and cleared comm_, when it timed out.)
     ncclResult_t async = ncclSuccess;
-    if (ncclCommGetAsyncError(comm_, &async) != ncclSuccess || async != ncclSuccess)
+    if (comm_ && (ncclCommGetAsyncError(comm_, &async) != ncclSuccess || async != ncclSuccess))
       ncclCommAbort(comm_);
-    else
+    else if (comm_)
       ncclCommDestroy(comm_);
-    if (ready_) cudaEventDestroy(ready_);
+    cudaEventDestroy(ready_);
+    if (drained_) cudaEventDestroy(drained_);
   }
 
   int rank() const override { return rank_; }
@@ -90,14 +98,17 @@ class NcclProcessGroup final : public ProcessGroup {
   Device device() const override { return device_; }
   std::string backend_name() const override { return "nccl"; }
 
-  std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op) override {
+  std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op, Profiler* profiler) override {
     check_collective_tensor(*this, tensor, "all_reduce");
     check_reduce_op(tensor, op, "all_reduce");
-    return enqueue("all_reduce", {tensor}, [&](ncclComm_t comm, cudaStream_t stream) {
-      PRECIS_NCCL_CHECK(ncclAllReduce(tensor.raw_data(), tensor.raw_data(), tensor.numel(), nccl_type(tensor.dtype()),
-                                      nccl_op(op), comm, stream),
-                        "all_reduce");
-    });
+    return enqueue(
+        "all_reduce", {tensor},
+        [&](ncclComm_t comm, cudaStream_t stream) {
+          PRECIS_NCCL_CHECK(ncclAllReduce(tensor.raw_data(), tensor.raw_data(), tensor.numel(),
+                                          nccl_type(tensor.dtype()), nccl_op(op), comm, stream),
+                            "all_reduce");
+        },
+        profiler);
   }
 
   std::shared_ptr<Work> broadcast(const Tensor& tensor, int root) override {
@@ -137,8 +148,34 @@ class NcclProcessGroup final : public ProcessGroup {
   // An all-reduce of one element every rank must join, then the host waits for it.
   void barrier() override {
     Tensor token = zeros({1}, DType::f32, device_);
-    all_reduce(token, ReduceOp::sum)->wait();
+    all_reduce(token, ReduceOp::sum, nullptr)->wait();
     cuda::synchronize(device_);
+  }
+
+  void synchronize() override {
+    if (!comm_) return;
+    cuda::DeviceGuard guard(device_);
+    if (!drained_) drained_ = make_event("nccl synchronize");
+    PRECIS_CUDA_CHECK(cudaEventRecord(drained_, cuda::compute_stream(device_)), "nccl synchronize");
+    const auto start = std::chrono::steady_clock::now();
+    for (;;) {
+      const cudaError_t state = cudaEventQuery(drained_);
+      if (state == cudaSuccess) return;
+      PRECIS_CHECK(state == cudaErrorNotReady, "nccl synchronize: ", cudaGetErrorString(state));
+      check_async_error();
+      const auto waited = std::chrono::steady_clock::now() - start;
+      if (timeout_.count() > 0 && waited > timeout_) {
+        // The collectives in flight never finish: abort them, or the process could not exit.
+        ncclCommAbort(comm_);
+        comm_ = nullptr;
+        aborted_ = true;
+        PRECIS_FAIL("nccl: rank ", rank_, " of ", world_size_, ": the GPU work queued with its collectives did not ",
+                    "finish within ", timeout_.count() / 1000.0,
+                    " s (distributed.timeout_s): another rank died, hangs, or stopped calling the same "
+                    "collectives; see that rank's output for its error");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(waited < std::chrono::milliseconds(1) ? 10 : 200));
+    }
   }
 
   void check_async_error() override {
@@ -154,6 +191,8 @@ class NcclProcessGroup final : public ProcessGroup {
   // The communicator, made on the first collective with rank 0's unique id.
   ncclComm_t communicator() {
     if (comm_) return comm_;
+    PRECIS_CHECK(!aborted_, "nccl: rank ", rank_, ": the communicator was aborted after a collective timed out; ",
+                 "the run cannot go on");
     ncclUniqueId id;
     std::memset(&id, 0, sizeof id);
     if (rank_ == 0) PRECIS_NCCL_CHECK(ncclGetUniqueId(&id), "nccl unique id");
@@ -169,16 +208,20 @@ class NcclProcessGroup final : public ProcessGroup {
     return comm_;
   }
 
-  // Queues `collective` on the communication stream after what the compute stream holds now.
+  // Queues `collective` on the communication stream after what the compute stream holds now;
+  // with a profiler, its time on the communication stream (not the wait before it) is "comm".
   template <typename Collective>
-  std::shared_ptr<Work> enqueue(const char* op, std::initializer_list<Tensor> tensors, Collective&& collective) {
+  std::shared_ptr<Work> enqueue(const char* op, std::initializer_list<Tensor> tensors, Collective&& collective,
+                                Profiler* profiler = nullptr) {
     ncclComm_t comm = communicator();
     cuda::DeviceGuard guard(device_);
     cudaStream_t compute = cuda::compute_stream(device_);
     cudaStream_t stream = cuda::comm_stream(device_);
     PRECIS_CUDA_CHECK(cudaEventRecord(ready_, compute), op);
     PRECIS_CUDA_CHECK(cudaStreamWaitEvent(stream, ready_, 0), op);
+    if (profiler) profiler->begin("comm", Profiler::Stream::communication);
     collective(comm, stream);
+    if (profiler) profiler->end();
     for (const Tensor& t : tensors)
       if (t.numel() > 0) cuda::record_stream(t.raw_data(), stream);
     cudaEvent_t done = make_event(op);
@@ -190,15 +233,18 @@ class NcclProcessGroup final : public ProcessGroup {
   int world_size_;
   Device device_;
   ShareBytes share_unique_id_;
+  std::chrono::milliseconds timeout_;
   ncclComm_t comm_ = nullptr;
-  cudaEvent_t ready_ = nullptr;  // recorded on the compute stream before each collective
+  bool aborted_ = false;           // by synchronize()'s timeout
+  cudaEvent_t ready_ = nullptr;    // recorded on the compute stream before each collective
+  cudaEvent_t drained_ = nullptr;  // synchronize()'s: recorded on the compute stream, polled
 };
 
 }  // namespace
 
 std::shared_ptr<ProcessGroup> make_nccl_process_group(int rank, int world_size, Device device,
-                                                      ShareBytes share_unique_id) {
-  return std::make_shared<NcclProcessGroup>(rank, world_size, device, std::move(share_unique_id));
+                                                      ShareBytes share_unique_id, std::chrono::milliseconds timeout) {
+  return std::make_shared<NcclProcessGroup>(rank, world_size, device, std::move(share_unique_id), timeout);
 }
 
 }  // namespace precis::distributed
@@ -209,7 +255,7 @@ std::shared_ptr<ProcessGroup> make_nccl_process_group(int rank, int world_size, 
 
 namespace precis::distributed {
 
-std::shared_ptr<ProcessGroup> make_nccl_process_group(int, int, Device, ShareBytes) {
+std::shared_ptr<ProcessGroup> make_nccl_process_group(int, int, Device, ShareBytes, std::chrono::milliseconds) {
   PRECIS_FAIL("distributed.backend: nccl needs a CUDA build (this one has no CUDA; cmake found no nvcc or NCCL)");
 }
 

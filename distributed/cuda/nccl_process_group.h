@@ -9,11 +9,14 @@
 // every rank rank 0's ncclUniqueId: through MPI under mpirun/srun, through the TCP
 // rendezvous under torchrun-style variables (distributed/launch.h picks). Every
 // NCCL call is checked and its error names the collective, NCCL's message and
-// ncclGetLastError's detail; check_async_error() asks ncclCommGetAsyncError.
+// ncclGetLastError's detail; check_async_error() asks ncclCommGetAsyncError, and
+// synchronize() polls it while it waits for the device, aborting the communicator
+// after `timeout` (zero: never) so that a dead or hung peer ends the run with an error.
 //
 // Declared without CUDA headers; in a build without CUDA, making one throws.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -28,6 +31,7 @@ using ShareBytes = std::function<void(std::vector<uint8_t>& bytes)>;
 
 // `device` is this rank's GPU. Nothing is communicated until the first collective.
 std::shared_ptr<ProcessGroup> make_nccl_process_group(int rank, int world_size, Device device,
-                                                      ShareBytes share_unique_id);
+                                                      ShareBytes share_unique_id,
+                                                      std::chrono::milliseconds timeout = {});
 
 }  // namespace precis::distributed

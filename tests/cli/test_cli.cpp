@@ -14,27 +14,13 @@ namespace {
 
 using Result = precis::testing::CliResult;
 Result run(const std::string& args) { return precis::testing::run_cli(args); }
+using precis::testing::write_tiny_config;
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path);
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
-}
-
-// A tiny char-level run: seconds on the CPU.
-fs::path write_tiny_config(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("precis_cli_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  std::ofstream(dir / "tiny.yaml") << "model: {n_layer: 1, n_head: 2, n_embd: 16, block_size: 16}\n"
-                                      "data: {text_file: assets/tinyshakespeare.txt, tokenizer: char}\n"
-                                      "batch: {micro_batch: 2, seq_len: 16}\n"
-                                      "sample: {tokens: 8}\n"
-                                      "max_steps: 4\neval_interval: 2\neval_steps: 1\nlog_interval: 2\n"
-                                      "device: cpu\nout_dir: "
-                                   << (dir / "out").string() << "\n";
-  return dir;
 }
 
 }  // namespace

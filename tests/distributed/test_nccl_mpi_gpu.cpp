@@ -2,19 +2,23 @@
 // `mpirun -np 2` (ctest: distributed_test_nccl_mpi_gpu_np2). Collectives against
 // the values computed from every rank's known inputs; the unique id shared through
 // MPI and through the TCP rendezvous; DDP gradients against one process on the
-// whole batch, in f32 and with bf16 parameters reduced in bf16.
+// whole batch, in f32 and with bf16 parameters reduced in bf16; the watchdog: a hung
+// rank makes the others fail within the timeout.
 #include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
 
 #include "ddp_model.h"
 #include "distributed/collective_inputs.h"
 #include "distributed/cuda/nccl_process_group.h"
+#include "distributed/gpu_ranks.h"
 #include "distributed/launch.h"
 #include "distributed/mpi_runtime.h"
 #include "distributed/reducer.h"
 #include "distributed/tcp_rendezvous.h"
 #include "optim/adamw.h"
 #include "support/free_port.h"
-#include "support/gpu.h"
 
 using namespace precis;
 using distributed::ProcessGroup;
@@ -26,34 +30,11 @@ using precis::testing::grads_of;
 using precis::testing::input_tensor;
 using precis::testing::input_values;
 using precis::testing::mse_loss;
+using precis::testing::my_gpu;
+using precis::testing::nccl_world;
 using precis::testing::reduced_values;
 using precis::testing::relative_difference;
 using precis::testing::TinyMlp;
-
-namespace {
-
-// Every rank needs a GPU of its own on this host (the same answer on every rank).
-#define SKIP_WITHOUT_A_GPU_PER_RANK()                                                                     \
-  do {                                                                                                    \
-    PRECIS_SKIP_WITHOUT_GPU();                                                                            \
-    if (cuda_device_count() < distributed::mpi_world_size())                                              \
-      GTEST_SKIP() << distributed::mpi_world_size() << " ranks but " << cuda_device_count() << " GPU(s)"; \
-  } while (0)
-
-const distributed::LaunchInfo& launch() {
-  static const distributed::LaunchInfo info = distributed::detect_launch();
-  return info;
-}
-Device my_gpu() { return distributed::rank_device(launch(), Device::cuda()); }
-
-// The group of the run, its unique id shared through MPI (mpirun sets no MASTER_ADDR).
-const std::shared_ptr<ProcessGroup>& nccl_world() {
-  static const std::shared_ptr<ProcessGroup> group =
-      distributed::init_process_group(launch(), distributed::Backend::nccl, my_gpu());
-  return group;
-}
-
-}  // namespace
 
 TEST(NcclCollectives, AllReduceMatchesTheReductionOfEveryRanksInput) {
   SKIP_WITHOUT_A_GPU_PER_RANK();
@@ -171,4 +152,36 @@ TEST(NcclDdp, Bf16ParametersReducedInBf16MatchTheF64ReferenceAndStayIdenticalAcr
   for (int r = 1; r < group.world_size(); ++r)
     EXPECT_TRUE(std::equal(values.begin(), values.begin() + mine.numel(), values.begin() + r * mine.numel()))
         << "rank " << r << " holds other parameters than rank 0";
+}
+
+TEST(NcclWatchdog, RankWaitingForAHungPeerFailsWithinTheTimeout) {
+  SKIP_WITHOUT_A_GPU_PER_RANK();
+  const int rank = distributed::mpi_world_rank(), world = distributed::mpi_world_size();
+  auto group = distributed::make_nccl_process_group(
+      rank, world, my_gpu(),
+      [](std::vector<uint8_t>& bytes) { distributed::mpi_broadcast_bytes(bytes.data(), bytes.size(), 0); },
+      std::chrono::milliseconds(1000));
+  Tensor warm = zeros({16}, DType::f32, my_gpu());
+  group->all_reduce(warm, ReduceOp::sum)->wait();  // the communicator is made by every rank
+  group->synchronize();
+  const int late = world - 1;
+  Tensor t = zeros({16}, DType::f32, my_gpu());
+  if (rank == late) std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+  const auto start = std::chrono::steady_clock::now();
+  std::string message;
+  try {
+    group->all_reduce(t, ReduceOp::sum)->wait();
+    group->synchronize();
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // The others give up at 1 s and abort; the late rank then never completes its all_reduce either.
+  EXPECT_NE(message.find("nccl: rank " + std::to_string(rank)), std::string::npos) << message;
+  EXPECT_LT(waited, 2.5) << "rank " << rank;
+  if (rank != late) {
+    EXPECT_GE(waited, 1.0);
+  }
+  int token = 0;
+  distributed::mpi_broadcast_bytes(&token, sizeof token, 0);  // every rank is done before the next test
 }

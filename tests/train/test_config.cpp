@@ -259,6 +259,32 @@ TEST(Config, TokensPerStepSetsGradAccum) {
   EXPECT_EQ(config.batch.grad_accum, 8);
 }
 
+TEST(Config, DistributedSection) {
+  TrainConfig defaults = parse(kData);
+  EXPECT_EQ(defaults.distributed.backend, "auto");
+  EXPECT_DOUBLE_EQ(defaults.distributed.bucket_mb, 25);
+  EXPECT_DOUBLE_EQ(defaults.distributed.first_bucket_mb, 1);
+  EXPECT_EQ(defaults.distributed.zero, 0);
+  TrainConfig config =
+      parse(kData + "distributed: {backend: mpi, bucket_mb: 4, first_bucket_mb: 0.5, timeout_s: 30, zero: 0}\n");
+  EXPECT_EQ(config.distributed.backend, "mpi");
+  EXPECT_DOUBLE_EQ(config.distributed.bucket_mb, 4);
+  EXPECT_DOUBLE_EQ(config.distributed.first_bucket_mb, 0.5);
+  EXPECT_DOUBLE_EQ(config.distributed.timeout_s, 30);
+}
+
+TEST(ConfigErrors, DistributedSection) {
+  EXPECT_EQ(parse_error(kData + "distributed: {backend: gloo}\n"),
+            "config.yaml:3:24: 'distributed.backend' must be one of auto, nccl, mpi, got 'gloo'");
+  EXPECT_EQ(parse_error(kData + "distributed: {zero: 2}\n"),
+            "config.yaml:3:21: 'distributed.zero' must be 0 or 1, got 2");
+  EXPECT_NE(parse_error(kData + "distributed: {zero: 1}\n")
+                .find("ZeRO-1, the optimizer state sharded across ranks) is not implemented yet"),
+            std::string::npos);
+  EXPECT_EQ(parse_error(kData + "distributed: {bucket_mb: 0}\n"),
+            "config.yaml:3:26: 'distributed.bucket_mb' must be > 0, got 0");
+}
+
 TEST(Config, LoadConfigRecordsThePathAndAppliesOverrides) {
   TrainConfig config = load_config("examples/configs/shakespeare-char.yaml", {"max_steps=7"});
   EXPECT_EQ(config.config_path, "examples/configs/shakespeare-char.yaml");
@@ -272,10 +298,11 @@ TEST(ConfigErrors, UnknownKeyNamesTheKeyItsPositionAndTheKnownKeys) {
   EXPECT_EQ(parse_error(kData + "optimizer:\n  lr: 1.0e-3\n  lrr: 2\n"),
             "config.yaml:5:3: unknown key 'optimizer.lrr' (known keys: name, lr, beta1, beta2, eps, weight_decay, "
             "momentum, nesterov, grad_clip)");
-  EXPECT_EQ(parse_error(kData + "max_step: 5\n"),
-            "config.yaml:3:1: unknown key 'max_step' (known keys: model, data, optimizer, schedule, batch, "
-            "precision, checkpoint, sample, profile, max_steps, eval_interval, eval_steps, log_interval, seed, "
-            "device, threads, cuda_graphs, matmul_autotune, fused_classifier, out_dir)");
+  EXPECT_EQ(
+      parse_error(kData + "max_step: 5\n"),
+      "config.yaml:3:1: unknown key 'max_step' (known keys: model, data, optimizer, schedule, batch, "
+      "precision, checkpoint, sample, profile, distributed, max_steps, eval_interval, eval_steps, log_interval, seed, "
+      "device, threads, cuda_graphs, matmul_autotune, fused_classifier, out_dir)");
   EXPECT_EQ(parse_error(kData + "precision: {policy: fp32, loss_scal: 2}\n"),
             "config.yaml:3:27: unknown key 'precision.loss_scal' (known keys: policy, params, compute, output, "
             "master_weights, allow_tf32, loss_scaling, loss_scale, growth_interval, growth_factor, backoff_factor, "
@@ -309,10 +336,11 @@ TEST(ConfigErrors, SectionMustBeAMapping) {
   EXPECT_EQ(parse_error(kData + "model: 12\n"), "config.yaml:3:1: 'model' must be a mapping, got '12'");
   EXPECT_EQ(parse_error(kData + "precision: [bf16]\n"),
             "config.yaml:3:1: 'precision' must be a mapping or a policy name, got a sequence");
-  EXPECT_EQ(parse_error("- a\n- b\n"),
-            "config.yaml:1:1: a config must be a mapping of keys (model, data, optimizer, schedule, batch, "
-            "precision, checkpoint, sample, profile, max_steps, eval_interval, eval_steps, log_interval, seed, "
-            "device, threads, cuda_graphs, matmul_autotune, fused_classifier, out_dir), got a sequence");
+  EXPECT_EQ(
+      parse_error("- a\n- b\n"),
+      "config.yaml:1:1: a config must be a mapping of keys (model, data, optimizer, schedule, batch, "
+      "precision, checkpoint, sample, profile, distributed, max_steps, eval_interval, eval_steps, log_interval, seed, "
+      "device, threads, cuda_graphs, matmul_autotune, fused_classifier, out_dir), got a sequence");
 }
 
 TEST(ConfigErrors, OutOfRange) {
@@ -404,10 +432,11 @@ TEST(ConfigErrors, BadOverride) {
   EXPECT_EQ(parse_error(kData, {"optimizer.lrr=1"}),
             "override 'optimizer.lrr=1': unknown key 'optimizer.lrr' (known keys: name, lr, beta1, beta2, eps, "
             "weight_decay, momentum, nesterov, grad_clip)");
-  EXPECT_EQ(parse_error(kData, {"optimiser.lr=1"}),
-            "override 'optimiser.lr=1': unknown key 'optimiser' (known keys: model, data, optimizer, schedule, "
-            "batch, precision, checkpoint, sample, profile, max_steps, eval_interval, eval_steps, log_interval, "
-            "seed, device, threads, cuda_graphs, matmul_autotune, fused_classifier, out_dir)");
+  EXPECT_EQ(
+      parse_error(kData, {"optimiser.lr=1"}),
+      "override 'optimiser.lr=1': unknown key 'optimiser' (known keys: model, data, optimizer, schedule, "
+      "batch, precision, checkpoint, sample, profile, distributed, max_steps, eval_interval, eval_steps, log_interval, "
+      "seed, device, threads, cuda_graphs, matmul_autotune, fused_classifier, out_dir)");
   EXPECT_EQ(parse_error(kData, {"max_steps"}), "override 'max_steps': expected key=value, e.g. optimizer.lr=1e-3");
   EXPECT_EQ(parse_error(kData, {"checkpoint.resume=sure"}),
             "override 'checkpoint.resume=sure': 'checkpoint.resume' must be true or false, got 'sure'");

@@ -1,0 +1,71 @@
+// `mpirun -np 2 precis train CONFIG` end to end on the CPU (MPI backend): it trains,
+// rank 0 alone prints the log, and the data-parallel header says so; a rank that
+// fails alone makes the other exit with an error within distributed.timeout_s. A torchrun-style
+// launch of a CPU run is a clear error (the MPI backend needs an MPI launcher).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "support/cli.h"
+
+namespace fs = std::filesystem;
+using precis::testing::run_command;
+using precis::testing::write_tiny_config;
+
+namespace {
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST(TrainMpirun, TwoRanksTrainAndRankZeroAlonePrints) {
+#ifndef PRECIS_MPIEXEC
+  GTEST_SKIP() << "this build has no MPI (cmake found none), so there is no mpirun to launch with";
+#else
+  fs::path dir = write_tiny_config("mpirun");
+  auto r = run_command("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 " +
+                       std::string(PRECIS_MPIEXEC) + " -np 2 --oversubscribe " + PRECIS_CLI_PATH + " train " +
+                       (dir / "tiny.yaml").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count(r.output, "data parallel: 2 ranks (mpi)"), 1u) << r.output;
+  EXPECT_EQ(count(r.output, "precis: GPT-2"), 1u) << r.output;
+  EXPECT_EQ(count(r.output, "step 2/4"), 1u) << r.output;
+  EXPECT_EQ(count(r.output, "step 4/4"), 1u) << r.output;
+  EXPECT_EQ(count(r.output, "comm_exposed"), 2u) << r.output;
+  EXPECT_EQ(count(r.output, "---- sample"), 1u) << r.output;
+  EXPECT_TRUE(fs::exists(dir / "out" / "metrics.jsonl"));
+#endif
+}
+
+TEST(TrainMpirun, ARankThatDiesMakesTheOtherExitWithinTheTimeout) {
+#ifndef PRECIS_MPIEXEC
+  GTEST_SKIP() << "this build has no MPI (cmake found none), so there is no mpirun to launch with";
+#else
+  fs::path dir = write_tiny_config("mpirun_fault");
+  const std::string train =
+      std::string(PRECIS_CLI_PATH) + " train " + (dir / "tiny.yaml").string() + " distributed.timeout_s=2";
+  // Rank 1 (the second program of the MPMD launch) dies at the start: its out_dir cannot be made.
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run_command("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 " +
+                       std::string(PRECIS_MPIEXEC) + " --oversubscribe -np 1 " + train + " : -np 1 " + train +
+                       " out_dir=/proc/precis_cannot_write_here");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_LT(seconds, 20.0) << "2 s of timeout, a few of grace, then the job is ended";
+  EXPECT_NE(r.output.find("/proc/precis_cannot_write_here"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("mpi: rank 0: all_gather did not complete within 2 s"), std::string::npos) << r.output;
+#endif
+}
+
+TEST(TrainMpirun, TorchrunStyleCpuRunNeedsAnMpiLauncher) {
+  fs::path dir = write_tiny_config("torchrun_cpu");
+  auto r = run_command("env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 " +
+                       std::string(PRECIS_CLI_PATH) + " train " + (dir / "tiny.yaml").string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("mpi needs an MPI launcher"), std::string::npos) << r.output;
+}
