@@ -1,5 +1,5 @@
 // A process group: the ranks of one data-parallel job and the collectives they
-// run together (DESIGN.md section 8), as torch.distributed's ProcessGroup.
+// run together (docs/architecture.md, "Data parallelism"), as torch.distributed's ProcessGroup.
 //
 // Every rank calls the same collectives in the same order, with tensors of the
 // same shape and dtype (the root's shape for broadcast). Tensors are dense and

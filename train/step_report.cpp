@@ -11,18 +11,22 @@ std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
   int64_t s = static_cast<int64_t>(seconds + 0.5);
   char buf[32];
-  if (s >= 3600) std::snprintf(buf, sizeof buf, "%lldh%02lldm", (long long)(s / 3600), (long long)(s % 3600 / 60));
-  else if (s >= 60) std::snprintf(buf, sizeof buf, "%lldm%02llds", (long long)(s / 60), (long long)(s % 60));
-  else std::snprintf(buf, sizeof buf, "%llds", (long long)s);
+  if (s >= 3600)
+    std::snprintf(buf, sizeof buf, "%lldh%02lldm", (long long)(s / 3600), (long long)(s % 3600 / 60));
+  else if (s >= 60)
+    std::snprintf(buf, sizeof buf, "%lldm%02llds", (long long)(s / 60), (long long)(s % 60));
+  else
+    std::snprintf(buf, sizeof buf, "%llds", (long long)s);
   return buf;
 }
 
 std::string StepReport::line() const {
   char buf[512];
   int width = static_cast<int>(std::to_string(max_steps).size());
-  int n = std::snprintf(buf, sizeof buf, "step %*lld/%lld %5.1f%% | loss %.4f | lr %.2e | norm %6.3f | %7.1f ms | %9.0f tok/s",
-                        width, (long long)step, (long long)max_steps, 100.0 * step / std::max<int64_t>(max_steps, 1),
-                        loss, lr, grad_norm, ms, tokens_per_s);
+  int n = std::snprintf(buf, sizeof buf,
+                        "step %*lld/%lld %5.1f%% | loss %.4f | lr %.2e | norm %6.3f | %7.1f ms | %9.0f tok/s", width,
+                        (long long)step, (long long)max_steps, 100.0 * step / std::max<int64_t>(max_steps, 1), loss, lr,
+                        grad_norm, ms, tokens_per_s);
   std::string out(buf, n);
   if (val_loss) {
     std::snprintf(buf, sizeof buf, " | val %.4f", *val_loss);
@@ -41,8 +45,10 @@ std::string StepReport::line() const {
     out += " ms";
   }
   if (tflops) {
-    if (*tflops >= 1.0) std::snprintf(buf, sizeof buf, " | %.1f TFLOP/s", *tflops);
-    else std::snprintf(buf, sizeof buf, " | %.1f GFLOP/s", *tflops * 1000.0);
+    if (*tflops >= 1.0)
+      std::snprintf(buf, sizeof buf, " | %.1f TFLOP/s", *tflops);
+    else
+      std::snprintf(buf, sizeof buf, " | %.1f GFLOP/s", *tflops * 1000.0);
     out += buf;
   }
   if (mfu) {

@@ -14,17 +14,17 @@
 namespace precis::train {
 
 struct StepReport {
-  int64_t step = 0;       // optimizer steps completed
+  int64_t step = 0;  // optimizer steps completed
   int64_t max_steps = 0;
-  double loss = 0;        // this step's training loss (mean over its micro-batches)
+  double loss = 0;  // this step's training loss (mean over its micro-batches)
   double lr = 0;
   double grad_norm = 0;
-  double ms = 0;          // mean wall time per step over the interval
+  double ms = 0;  // mean wall time per step over the interval
   double tokens_per_s = 0;
   std::vector<std::pair<std::string, double>> phase_ms;  // mean per step
   std::optional<double> val_loss;
-  std::optional<double> tflops;   // achieved, from the model's FLOP count
-  std::optional<double> mfu;      // fraction of the device's peak
+  std::optional<double> tflops;  // achieved, from the model's FLOP count
+  std::optional<double> mfu;     // fraction of the device's peak
   int64_t peak_memory_bytes = 0;
   std::optional<double> loss_scale;  // with loss scaling
   int64_t skipped_steps = 0;         // steps skipped for inf/NaN gradients so far

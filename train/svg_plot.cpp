@@ -19,10 +19,14 @@ const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", 
 std::string escape(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else out += c;
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else
+      out += c;
   }
   return out;
 }
@@ -51,8 +55,8 @@ void write_svg_plot(const std::string& path, const std::string& title, const std
   auto px = [&](double x) { return kLeft + (x - x0) / (x1 - x0) * pw; };
   auto py = [&](double y) { return kTop + (1 - (y - y0) / (y1 - y0)) * ph; };
 
-  std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(kWidth) + "\" height=\"" +
-                    num(kHeight) + "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(kWidth) + "\" height=\"" + num(kHeight) +
+                    "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   svg += "<text x=\"" + num(kWidth / 2) + "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">" + escape(title) +
          "</text>\n";
@@ -62,8 +66,8 @@ void write_svg_plot(const std::string& path, const std::string& title, const std
     double xv = x0 + (x1 - x0) * i / 5, yv = y0 + (y1 - y0) * i / 5;
     svg += "<text x=\"" + num(px(xv)) + "\" y=\"" + num(kTop + ph + 18) + "\" text-anchor=\"middle\">" + num(xv) +
            "</text>\n";
-    svg += "<text x=\"" + num(kLeft - 6) + "\" y=\"" + num(py(yv) + 4) + "\" text-anchor=\"end\">" + num(yv) +
-           "</text>\n";
+    svg +=
+        "<text x=\"" + num(kLeft - 6) + "\" y=\"" + num(py(yv) + 4) + "\" text-anchor=\"end\">" + num(yv) + "</text>\n";
     svg += "<line x1=\"" + num(kLeft) + "\" x2=\"" + num(kLeft + pw) + "\" y1=\"" + num(py(yv)) + "\" y2=\"" +
            num(py(yv)) + "\" stroke=\"#eee\"/>\n";
   }

@@ -1,4 +1,4 @@
-// Trainer: the training loop of `precis train CONFIG` (DESIGN.md section 7).
+// Trainer: the training loop of `precis train CONFIG` (docs/architecture.md, "How a step flows").
 //
 // Builds the data, the GPT-2 model (parameters packed into flat buffers on the
 // device), the optimizer and the schedule from a TrainConfig; then per step:

@@ -4,10 +4,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/json.h"
-#include "train/config.h"
 #include "core/gpu.h"
+#include "core/json.h"
 #include "train/checkpoint.h"
+#include "train/config.h"
 #include "train/safetensors.h"
 #include "train/trainer.h"
 
@@ -66,7 +66,7 @@ TEST(Trainer, LossFallsAndMetricsAreWritten) {
     if (r.contains("val_loss")) ++with_val;
     ++records;
   }
-  EXPECT_EQ(records, 8);  // every 2 steps
+  EXPECT_EQ(records, 8);   // every 2 steps
   EXPECT_EQ(with_val, 4);  // steps 4, 8, 12, 16
   EXPECT_TRUE(fs::exists(fs::path(dir) / "checkpoints" / "latest"));
 }
