@@ -176,10 +176,12 @@ TEST(NcclWatchdog, RankWaitingForAHungPeerFailsWithinTheTimeout) {
     message = e.what();
   }
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  // The others give up at 1 s and abort; the late rank then never completes its all_reduce either.
-  EXPECT_NE(message.find("nccl: rank " + std::to_string(rank)), std::string::npos) << message;
+  // The others give up at 1 s, abort their communicators and say so. The late rank's own
+  // all_reduce then meets peers that have aborted: NCCL may fail it or let it finish (on an
+  // H200 host it finished), so for that rank only "it does not hang" is asserted.
   EXPECT_LT(waited, 2.5) << "rank " << rank;
   if (rank != late) {
+    EXPECT_NE(message.find("nccl: rank " + std::to_string(rank)), std::string::npos) << message;
     EXPECT_GE(waited, 1.0);
   }
   int token = 0;
