@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 
@@ -66,42 +67,33 @@ struct TypeTag {
   using type = T;
 };
 
-// Calls fn(TypeTag<T>{}) with T the host type of `dtype`. `op` names the caller
-// in the error raised for dtypes it does not support.
+// The one dtype dispatch, for host and device code alike: calls fn(TypeTag<T>{}) for the T of
+// Ts whose dtype_of is `dtype`, and raises precis::Error(error...) for any other dtype. Only the
+// listed types are instantiated, so a caller compiles the code it serves and no more. The sets
+// the CPU kernels take are named below (ops/cpu/loops.h adds theirs); core/cuda/dispatch.cuh
+// names the device's, whose 16-bit types are CUDA's __half/__nv_bfloat16.
+template <typename T, typename... Ts, typename Fn, typename... Words>
+decltype(auto) dispatch_types(DType dtype, Fn&& fn, const Words&... error) {
+  if (dtype == dtype_of<T>::value) return fn(TypeTag<T>{});
+  if constexpr (sizeof...(Ts) > 0) {
+    return dispatch_types<Ts...>(dtype, std::forward<Fn>(fn), error...);
+  } else {
+    PRECIS_FAIL(error...);
+  }
+}
+
+// Every dtype, with T the host type. `op` names the caller in the error.
 template <typename Fn>
 decltype(auto) dispatch_all(DType dtype, const char* op, Fn&& fn) {
-  switch (dtype) {
-    case DType::f32:
-      return fn(TypeTag<float>{});
-    case DType::f64:
-      return fn(TypeTag<double>{});
-    case DType::f16:
-      return fn(TypeTag<half>{});
-    case DType::bf16:
-      return fn(TypeTag<bfloat16>{});
-    case DType::i32:
-      return fn(TypeTag<int32_t>{});
-    case DType::i64:
-      return fn(TypeTag<int64_t>{});
-    case DType::u8:
-      return fn(TypeTag<uint8_t>{});
-    case DType::boolean:
-      return fn(TypeTag<bool>{});
-  }
-  PRECIS_FAIL(op, ": unknown dtype");
+  return dispatch_types<float, double, half, bfloat16, int32_t, int64_t, uint8_t, bool>(dtype, std::forward<Fn>(fn), op,
+                                                                                        ": unknown dtype");
 }
 
 // f32 and f64 only: the dtypes CPU kernels compute in (f16/bf16 are widened to f32 first).
 template <typename Fn>
 decltype(auto) dispatch_f32_f64(DType dtype, const char* op, Fn&& fn) {
-  switch (dtype) {
-    case DType::f32:
-      return fn(TypeTag<float>{});
-    case DType::f64:
-      return fn(TypeTag<double>{});
-    default:
-      PRECIS_FAIL(op, ": expected a float32 or float64 tensor, got ", dtype_name(dtype));
-  }
+  return dispatch_types<float, double>(dtype, std::forward<Fn>(fn), op, ": expected a float32 or float64 tensor, got ",
+                                       dtype_name(dtype));
 }
 
 }  // namespace precis

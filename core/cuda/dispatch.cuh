@@ -15,15 +15,10 @@
 
 namespace precis::cuda {
 
-// fn(TypeTag<T>{}) for the T of Ts (device types) whose dtype_of is `dtype`, else PRECIS_FAIL(error...).
-template <typename T, typename... Ts, typename Fn, typename... Words>
+// dispatch_types (core/dtype.h) over device types: the one dispatch, named for kernels' launchers.
+template <typename... Ts, typename Fn, typename... Words>
 decltype(auto) dispatch_device(DType dtype, Fn&& fn, const Words&... error) {
-  if (dtype == dtype_of<T>::value) return fn(TypeTag<T>{});
-  if constexpr (sizeof...(Ts) > 0) {
-    return dispatch_device<Ts...>(dtype, std::forward<Fn>(fn), error...);
-  } else {
-    PRECIS_FAIL(error...);
-  }
+  return dispatch_types<Ts...>(dtype, std::forward<Fn>(fn), error...);
 }
 
 // Every dtype.

@@ -15,34 +15,20 @@
 
 namespace precis::ops::cpu {
 
-// Calls fn(TypeTag<T>) for the floating dtypes f32, f64, f16, bf16.
+// Calls fn(TypeTag<T>) for the floating dtypes f32, f64, f16, bf16 (core/dtype.h's dispatch_types).
 template <typename Fn>
 decltype(auto) dispatch_floating(DType dtype, const char* op, Fn&& fn) {
-  switch (dtype) {
-    case DType::f32:
-      return fn(TypeTag<float>{});
-    case DType::f64:
-      return fn(TypeTag<double>{});
-    case DType::f16:
-      return fn(TypeTag<half>{});
-    case DType::bf16:
-      return fn(TypeTag<bfloat16>{});
-    default:
-      PRECIS_FAIL(op, ": expected a floating tensor (float32, float64, float16, bfloat16), got ", dtype);
-  }
+  return dispatch_types<float, double, half, bfloat16>(
+      dtype, std::forward<Fn>(fn), op, ": expected a floating tensor (float32, float64, float16, bfloat16), got ",
+      dtype);
 }
 
 // Same as dispatch_floating, plus i32 and i64 (for arithmetic on indices).
 template <typename Fn>
 decltype(auto) dispatch_numeric(DType dtype, const char* op, Fn&& fn) {
-  switch (dtype) {
-    case DType::i32:
-      return fn(TypeTag<int32_t>{});
-    case DType::i64:
-      return fn(TypeTag<int64_t>{});
-    default:
-      return dispatch_floating(dtype, op, std::forward<Fn>(fn));
-  }
+  return dispatch_types<int32_t, int64_t, float, double, half, bfloat16>(
+      dtype, std::forward<Fn>(fn), op, ": expected a floating tensor (float32, float64, float16, bfloat16), got ",
+      dtype);
 }
 
 // out[i] = f(x[i]); x and out both of dtype `dtype`.
