@@ -73,7 +73,7 @@ precis_run() {
   done
   local launcher=""
   ((gpus > 1)) && launcher="$MPI -np $gpus"
-  local log="$LOGS/$name.log"
+  local log="$LOGS/$name-${gpus}gpu.log"
   env "${envs[@]}" $launcher $BENCH "${settings[@]}" >"$log" 2>&1
   local fields
   fields=$(grep -E "^result: " "$log" | tail -1)
@@ -92,7 +92,7 @@ llmc_run() {
   out_of_time "$name" "$gpus" && return 0
   local launcher=""
   ((gpus > 1)) && launcher="$MPI -np $gpus"
-  local log="$LOGS/$name.log"
+  local log="$LOGS/$name-${gpus}gpu.log"
   $launcher "$llmc" -i "$OUT/tinyshakespeare_train.bin" -j "$OUT/tinyshakespeare_val.bin" -e d12 -o none \
     -b 16 -t 1024 -d $((16 * 1024 * gpus)) -x $((WARMUP + STEPS)) -v 100000 -s 100000 -pn "$gpus" "$@" >"$log" 2>&1
   local tps
@@ -110,7 +110,12 @@ main_round() {
   llmc_run "llmc-z1-r$1" "$NGPUS" -r 0 -z 1
 }
 main_round 1
+# Eager steps time their phases (forward, backward, comm, comm_exposed, optimizer), and the
+# traced step lists every kernel's time: what the N-GPU step spends beyond the 1-GPU one.
+precis_run "precis-eager" 1
 precis_run "precis-eager" "$NGPUS"
+precis_run "precis-traced" 1 -- profile.trace="$LOGS/trace-1gpu.json" profile.trace_step=$((WARMUP + 1))
+precis_run "precis-traced" "$NGPUS" -- profile.trace="$LOGS/trace-${NGPUS}gpu.json" profile.trace_step=$((WARMUP + 1))
 # mpirun's default for 2 ranks binds each to one core (its host thread, the batch prefetch and
 # NCCL's proxy share it); the runs above use --bind-to none.
 MPI="mpirun --allow-run-as-root" precis_run "precis-graphs-boundcore" "$NGPUS" -- cuda_graphs=true

@@ -21,6 +21,9 @@ sed -i 's/cudaMemAdvise(\*out, bytes, cudaMemAdviseSetPreferredLocation, cudaCpu
   "$out"/llmc/cuda_utils.cuh
 # Its Makefile looks for NCCL with dpkg; ours may come from elsewhere (CMake found it): say it is there.
 sed -i 's/$(shell dpkg -l | grep -q nccl \&\& echo "exists")/exists/' "$out"/Makefile
+# Newer cudnn-frontend headers compile some kernels at run time with NVRTC.
+sed -i 's/^    NVCC_LDFLAGS += -lcudnn$/    NVCC_LDFLAGS += -lcudnn -lnvrtc/' "$out"/Makefile
+grep -q -- "-lcudnn -lnvrtc" "$out"/Makefile || { echo "llmc-build: the -lnvrtc patch did not apply" >&2; exit 1; }
 grep -q cudaMemLocationTypeHost "$out"/llmc/cuda_utils.cuh || { echo "llmc-build: the cudaMemAdvise patch did not apply" >&2; exit 1; }
 make -C "$out" train_gpt2cu USE_CUDNN=1 CUDNN_FRONTEND_PATH="$frontend" GPU_COMPUTE_CAPABILITY=${GPU_COMPUTE_CAPABILITY:-90} \
   -j"$(nproc)" >"$out"/build.log 2>&1 || { tail -30 "$out"/build.log >&2; exit 1; }

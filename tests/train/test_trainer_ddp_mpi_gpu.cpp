@@ -105,13 +105,15 @@ void expect_same_training(const std::string& precision, double loss_tolerance, d
 
 TEST(TrainerNcclDdp, CapturedStepWithItsAllReducesTrainsAsTheEagerStep) {
   SKIP_WITHOUT_A_GPU_PER_RANK();
-  const int rank = distributed::mpi_world_rank();
-  train::TrainConfig config = tiny_config(fresh_dir("graph_eager_rank" + std::to_string(rank)), "fp32", 4);
+  // One run folder for all ranks (rank 0 writes the vocabulary the others read).
+  train::TrainConfig config = tiny_config(fresh_dir("graph_eager"), "fp32", 4);
+  barrier();
   config.device = "cuda";
   train::Trainer eager(config, nccl_world());
   eager.run();
   barrier();
-  config.out_dir = fresh_dir("graph_captured_rank" + std::to_string(rank));
+  config.out_dir = fresh_dir("graph_captured");
+  barrier();
   config.cuda_graphs = true;
   train::Trainer captured(config, nccl_world());
   captured.run();
