@@ -174,7 +174,7 @@ void print_figures(const BenchOptions& b, train::Trainer& trainer, const train::
                     ? " x " + std::to_string(trainer.config().batch.grad_accum) + " micro-steps"
                     : "")
             << (ranks > 1 ? " per rank, " + std::to_string(ranks) + " ranks" : "")
-            << (b.cuda_graphs ? ", CUDA graphs" : "") << "\n"
+            << (trainer.config().cuda_graphs ? ", CUDA graphs" : "") << "\n"
             << "measured     " << s.steps << " steps after " << b.warmup << " warm-up step(s)"
             << (b.trace.empty() ? "" : " and the traced step") << "\n"
             << "tokens/s     " << format("%.0f", tokens_per_s) << "\n"
@@ -202,8 +202,8 @@ void print_figures(const BenchOptions& b, train::Trainer& trainer, const train::
             << "metrics      " << trainer.config().out_dir << "/metrics.jsonl\n";
 
   std::string record =
-      "result: bench=gpt2 preset=" + b.preset + " device=" + device.str() + " precision=" + b.precision +
-      " attention=" + model.attention + " cuda_graphs=" + (b.cuda_graphs ? "true" : "false") +
+      "result: bench=gpt2 preset=" + b.preset + " device=" + device.str() + " precision=" + trainer.policy().name +
+      " attention=" + model.attention + " cuda_graphs=" + (trainer.config().cuda_graphs ? "true" : "false") +
       " ranks=" + std::to_string(ranks) + " batch=" + std::to_string(b.batch) + " seq=" + std::to_string(b.seq) +
       " steps=" + std::to_string(s.steps) + " warmup=" + std::to_string(b.warmup) +
       " tokens_per_s=" + format("%.0f", tokens_per_s) + " ms_per_step=" + format("%.3f", s.ms_per_step) +

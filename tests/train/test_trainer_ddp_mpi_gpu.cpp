@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 
 #include "distributed/gpu_ranks.h"
@@ -109,9 +110,21 @@ TEST(TrainerNcclDdp, CapturedStepWithItsAllReducesTrainsAsTheEagerStep) {
   train::TrainConfig config = tiny_config(fresh_dir("graph_eager"), "fp32", 4);
   barrier();
   config.device = "cuda";
+  // Rank 0 traces step 2: the all-reduces' kernels on a track of the communication stream.
+  const fs::path trace = fs::path(config.out_dir) / "trace.json";
+  config.profile.trace = trace.string();
+  config.profile.trace_step = 2;
   train::Trainer eager(config, nccl_world());
   eager.run();
+  if (distributed::mpi_world_rank() == 0) {
+    std::ifstream in(trace);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("(communication)"), std::string::npos) << "no communication stream track in " << trace;
+    EXPECT_NE(text.find("(compute)"), std::string::npos);
+    EXPECT_NE(text.find("ncclDevKernel"), std::string::npos) << "no NCCL kernel in the trace";
+  }
   barrier();
+  config.profile.trace.clear();
   config.out_dir = fresh_dir("graph_captured");
   barrier();
   config.cuda_graphs = true;
