@@ -3,7 +3,8 @@
 // Cog = Cout/G output channels, output channel co of group g = co / Cog reads input channels
 // [g Cg, (g + 1) Cg):
 //   OH = (H + 2 ph - dh (kH - 1) - 1) / sh + 1   (floor; OW alike)
-//   y[n, co, oh, ow] = b[co] + sum_{c < Cg, kh, kw} w[co, c, kh, kw] x[n, g Cg + c, oh sh - ph + kh dh, ow sw - pw + kw dw]
+//   y[n, co, oh, ow] = b[co] + sum_{c < Cg, kh, kw} w[co, c, kh, kw] x[n, g Cg + c, oh sh - ph + kh dh, ow sw - pw + kw
+//   dw]
 // (x is zero outside [0, H) x [0, W)). As a product: with col_n the im2col matrix of sample n
 // and group g, [Cg kH kW, OH OW], whose row (c, kh, kw) holds the x value each output cell
 // reads at that tap, y[n, group g] = W_g col_n + b, W_g the group's [Cog, Cg kH kW] weights.
@@ -58,19 +59,30 @@ Geometry geometry(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   require_floating(kOp, x);
   PRECIS_CHECK(weight.dtype() == x.dtype(), kOp, ": weight ", describe(weight), " and input ", describe(x),
                " must have one dtype");
-  Geometry g{x.shape()[0],     x.shape()[1], x.shape()[2], x.shape()[3], weight.shape()[0], weight.shape()[2],
-             weight.shape()[3], 0,           0,            o.groups,     o.stride,          o.padding,
+  Geometry g{x.shape()[0],
+             x.shape()[1],
+             x.shape()[2],
+             x.shape()[3],
+             weight.shape()[0],
+             weight.shape()[2],
+             weight.shape()[3],
+             0,
+             0,
+             o.groups,
+             o.stride,
+             o.padding,
              o.dilation};
   for (int i = 0; i < 2; ++i) {
     PRECIS_CHECK(o.stride[i] >= 1 && o.dilation[i] >= 1 && o.padding[i] >= 0, kOp,
                  ": stride and dilation must be >= 1 and padding >= 0, got stride {", o.stride[0], ", ", o.stride[1],
-                 "}, padding {", o.padding[0], ", ", o.padding[1], "}, dilation {", o.dilation[0], ", ",
-                 o.dilation[1], "}");
+                 "}, padding {", o.padding[0], ", ", o.padding[1], "}, dilation {", o.dilation[0], ", ", o.dilation[1],
+                 "}");
   }
   PRECIS_CHECK(g.groups >= 1 && g.Cin % g.groups == 0 && g.Cout % g.groups == 0, kOp, ": groups (", g.groups,
                ") must divide the input channels (", g.Cin, ") and the output channels (", g.Cout, ")");
-  PRECIS_CHECK(weight.shape()[1] == g.Cg(), kOp, ": weight ", describe(weight), " must be [Cout, Cin / groups = ",
-               g.Cg(), ", kH, kW] for input ", describe(x), " and ", g.groups, " groups");
+  PRECIS_CHECK(weight.shape()[1] == g.Cg(), kOp, ": weight ", describe(weight),
+               " must be [Cout, Cin / groups = ", g.Cg(), ", kH, kW] for input ", describe(x), " and ", g.groups,
+               " groups");
   const int64_t extent_h = g.dilation[0] * (g.kH - 1) + 1, extent_w = g.dilation[1] * (g.kW - 1) + 1;
   const int64_t padded_h = g.H + 2 * g.padding[0], padded_w = g.W + 2 * g.padding[1];
   PRECIS_CHECK(padded_h >= extent_h && padded_w >= extent_w, kOp, ": the kernel (", g.kH, "x", g.kW, " dilated to ",
@@ -124,31 +136,31 @@ void for_each_tap_row(const Geometry& g, Fn fn) {
 template <typename A>
 void im2col(const A* x, const Geometry& g, A* col) {
   const int64_t sw = g.stride[1];
-  for_each_tap_row(g, [&](int64_t row, int64_t oh, int64_t c, int64_t ih, int64_t ow_begin, int64_t ow_end,
-                          int64_t iw0) {
-    A* out = col + row * g.L() + oh * g.OW;
-    if (ih < 0 || ih >= g.H) {
-      std::fill(out, out + g.OW, A(0));
-      return;
-    }
-    const A* in = x + (c * g.H + ih) * g.W;
-    std::fill(out, out + ow_begin, A(0));
-    for (int64_t ow = ow_begin; ow < ow_end; ++ow) out[ow] = in[iw0 + ow * sw];
-    std::fill(out + ow_end, out + g.OW, A(0));
-  });
+  for_each_tap_row(g,
+                   [&](int64_t row, int64_t oh, int64_t c, int64_t ih, int64_t ow_begin, int64_t ow_end, int64_t iw0) {
+                     A* out = col + row * g.L() + oh * g.OW;
+                     if (ih < 0 || ih >= g.H) {
+                       std::fill(out, out + g.OW, A(0));
+                       return;
+                     }
+                     const A* in = x + (c * g.H + ih) * g.W;
+                     std::fill(out, out + ow_begin, A(0));
+                     for (int64_t ow = ow_begin; ow < ow_end; ++ow) out[ow] = in[iw0 + ow * sw];
+                     std::fill(out + ow_end, out + g.OW, A(0));
+                   });
 }
 
 // dx [Cg, H, W] += col2im(dcol [K, L]).
 template <typename A>
 void col2im_add(const A* dcol, const Geometry& g, A* dx) {
   const int64_t sw = g.stride[1];
-  for_each_tap_row(g, [&](int64_t row, int64_t oh, int64_t c, int64_t ih, int64_t ow_begin, int64_t ow_end,
-                          int64_t iw0) {
-    if (ih < 0 || ih >= g.H) return;
-    const A* in = dcol + row * g.L() + oh * g.OW;
-    A* out = dx + (c * g.H + ih) * g.W;
-    for (int64_t ow = ow_begin; ow < ow_end; ++ow) out[iw0 + ow * sw] += in[ow];
-  });
+  for_each_tap_row(g,
+                   [&](int64_t row, int64_t oh, int64_t c, int64_t ih, int64_t ow_begin, int64_t ow_end, int64_t iw0) {
+                     if (ih < 0 || ih >= g.H) return;
+                     const A* in = dcol + row * g.L() + oh * g.OW;
+                     A* out = dx + (c * g.H + ih) * g.W;
+                     for (int64_t ow = ow_begin; ow < ow_end; ++ow) out[iw0 + ow * sw] += in[ow];
+                   });
 }
 
 bool parallel_over_samples(const Geometry& g) { return g.N > 1 && g.N * g.Cout * g.L() * g.K() >= kParallelGrain; }

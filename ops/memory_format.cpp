@@ -60,8 +60,7 @@ Tensor to_memory_format(const Tensor& x, MemoryFormat format) {
   if (is_dense_in(x, format)) return x;
   Tensor y = dense_in(x, format, x.dtype());
   if (autograd::any_requires_grad({&x})) {
-    autograd::record("to_memory_format", {x}, {y},
-                     [](const BackwardArgs& g) { return std::vector<Tensor>{g.grad()}; });
+    autograd::record("to_memory_format", {x}, {y}, [](const BackwardArgs& g) { return std::vector<Tensor>{g.grad()}; });
   }
   return y;
 }

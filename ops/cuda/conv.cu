@@ -61,12 +61,12 @@ struct Descriptors {
                                                   static_cast<int>(s.Cout), static_cast<int>(s.Cin / o.groups),
                                                   static_cast<int>(s.kH), static_cast<int>(s.kW)),
                        kOp, ": describing the weight");
-    PRECIS_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
-                           conv.get(), static_cast<int>(o.padding[0]), static_cast<int>(o.padding[1]),
-                           static_cast<int>(o.stride[0]), static_cast<int>(o.stride[1]),
-                           static_cast<int>(o.dilation[0]), static_cast<int>(o.dilation[1]),
-                           CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
-                       kOp, ": describing the convolution");
+    PRECIS_CUDNN_CHECK(
+        cudnnSetConvolution2dDescriptor(conv.get(), static_cast<int>(o.padding[0]), static_cast<int>(o.padding[1]),
+                                        static_cast<int>(o.stride[0]), static_cast<int>(o.stride[1]),
+                                        static_cast<int>(o.dilation[0]), static_cast<int>(o.dilation[1]),
+                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+        kOp, ": describing the convolution");
     PRECIS_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv.get(), static_cast<int>(o.groups)), kOp,
                        ": setting the group count");
     tf32 = dtype == DType::f32 && allow_tf32();
@@ -79,17 +79,26 @@ struct Descriptors {
   }
 };
 
-AlgoKey key_of(const Conv2dShapes& s, MemoryFormat format, DType dtype, Direction direction, bool tf32,
-               Device device) {
+AlgoKey key_of(const Conv2dShapes& s, MemoryFormat format, DType dtype, Direction direction, bool tf32, Device device) {
   const Conv2dOptions& o = s.options;
-  return {device.index,   static_cast<int>(dtype), static_cast<int>(format), static_cast<int>(direction),
-          tf32,           s.N,
-          s.Cin,          s.H,
-          s.W,            s.Cout,
-          s.kH,           s.kW,
-          o.stride[0],    o.stride[1],
-          o.padding[0],   o.padding[1],
-          o.dilation[0],  o.dilation[1],
+  return {device.index,
+          static_cast<int>(dtype),
+          static_cast<int>(format),
+          static_cast<int>(direction),
+          tf32,
+          s.N,
+          s.Cin,
+          s.H,
+          s.W,
+          s.Cout,
+          s.kH,
+          s.kW,
+          o.stride[0],
+          o.stride[1],
+          o.padding[0],
+          o.padding[1],
+          o.dilation[0],
+          o.dilation[1],
           o.groups};
 }
 
@@ -116,26 +125,26 @@ Choice ask_heuristic(cudnnHandle_t h, const Descriptors& d, Direction direction)
   switch (direction) {
     case Direction::forward: {
       std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
-      PRECIS_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.get(), d.w.get(), d.conv.get(), d.y.get(),
-                                                                static_cast<int>(perfs.size()), &returned,
-                                                                perfs.data()),
-                         kOp, ": choosing the forward algorithm");
+      PRECIS_CUDNN_CHECK(
+          cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.get(), d.w.get(), d.conv.get(), d.y.get(),
+                                                 static_cast<int>(perfs.size()), &returned, perfs.data()),
+          kOp, ": choosing the forward algorithm");
       return first_usable(perfs, returned, d);
     }
     case Direction::backward_data: {
       std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perfs(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
-      PRECIS_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.get(), d.y.get(), d.conv.get(),
-                                                                     d.x.get(), static_cast<int>(perfs.size()),
-                                                                     &returned, perfs.data()),
-                         kOp, ": choosing the backward-data algorithm");
+      PRECIS_CUDNN_CHECK(
+          cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.get(), d.y.get(), d.conv.get(), d.x.get(),
+                                                      static_cast<int>(perfs.size()), &returned, perfs.data()),
+          kOp, ": choosing the backward-data algorithm");
       return first_usable(perfs, returned, d);
     }
     default: {
       std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perfs(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
-      PRECIS_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.get(), d.y.get(), d.conv.get(),
-                                                                       d.w.get(), static_cast<int>(perfs.size()),
-                                                                       &returned, perfs.data()),
-                         kOp, ": choosing the backward-filter algorithm");
+      PRECIS_CUDNN_CHECK(
+          cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.get(), d.y.get(), d.conv.get(), d.w.get(),
+                                                        static_cast<int>(perfs.size()), &returned, perfs.data()),
+          kOp, ": choosing the backward-filter algorithm");
       return first_usable(perfs, returned, d);
     }
   }
@@ -175,11 +184,11 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& y, const Con
   Descriptors d(s, format, x.dtype());
   const Choice c = choose(h, d, s, format, Direction::forward, device);
   Tensor ws = workspace(c.workspace, device);
-  PRECIS_CUDNN_CHECK(cudnnConvolutionForward(h, cudnn::kOne.get(), d.x.get(), x.raw_data(), d.w.get(), w.raw_data(),
-                                             d.conv.get(), static_cast<cudnnConvolutionFwdAlgo_t>(c.algo),
-                                             data_or_null(ws), c.workspace, cudnn::kZero.get(), d.y.get(),
-                                             y.raw_data()),
-                     kOp, ": forward of ", describe(x), " with weight ", describe(w));
+  PRECIS_CUDNN_CHECK(
+      cudnnConvolutionForward(h, cudnn::kOne.get(), d.x.get(), x.raw_data(), d.w.get(), w.raw_data(), d.conv.get(),
+                              static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), data_or_null(ws), c.workspace,
+                              cudnn::kZero.get(), d.y.get(), y.raw_data()),
+      kOp, ": forward of ", describe(x), " with weight ", describe(w));
 }
 
 void conv2d_add_bias(const Tensor& y, const Tensor& bias, MemoryFormat format) {
@@ -199,12 +208,11 @@ void conv2d_backward_data(const Tensor& gy, const Tensor& w, const Tensor& dx, c
   Descriptors d(s, format, gy.dtype());
   const Choice c = choose(h, d, s, format, Direction::backward_data, device);
   Tensor ws = workspace(c.workspace, device);
-  PRECIS_CUDNN_CHECK(cudnnConvolutionBackwardData(h, cudnn::kOne.get(), d.w.get(), w.raw_data(), d.y.get(),
-                                                  gy.raw_data(), d.conv.get(),
-                                                  static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo),
-                                                  data_or_null(ws), c.workspace, cudnn::kZero.get(), d.x.get(),
-                                                  dx.raw_data()),
-                     kOp, ": backward-data into ", describe(dx), " with weight ", describe(w));
+  PRECIS_CUDNN_CHECK(
+      cudnnConvolutionBackwardData(h, cudnn::kOne.get(), d.w.get(), w.raw_data(), d.y.get(), gy.raw_data(),
+                                   d.conv.get(), static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), data_or_null(ws),
+                                   c.workspace, cudnn::kZero.get(), d.x.get(), dx.raw_data()),
+      kOp, ": backward-data into ", describe(dx), " with weight ", describe(w));
 }
 
 void conv2d_backward_filter(const Tensor& x, const Tensor& gy, const Tensor& dw, const Conv2dShapes& s,
@@ -214,12 +222,11 @@ void conv2d_backward_filter(const Tensor& x, const Tensor& gy, const Tensor& dw,
   Descriptors d(s, format, x.dtype());
   const Choice c = choose(h, d, s, format, Direction::backward_filter, device);
   Tensor ws = workspace(c.workspace, device);
-  PRECIS_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, cudnn::kOne.get(), d.x.get(), x.raw_data(), d.y.get(),
-                                                    gy.raw_data(), d.conv.get(),
-                                                    static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo),
-                                                    data_or_null(ws), c.workspace, cudnn::kZero.get(), d.w.get(),
-                                                    dw.raw_data()),
-                     kOp, ": backward-filter of ", describe(x), " into ", describe(dw));
+  PRECIS_CUDNN_CHECK(
+      cudnnConvolutionBackwardFilter(h, cudnn::kOne.get(), d.x.get(), x.raw_data(), d.y.get(), gy.raw_data(),
+                                     d.conv.get(), static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo),
+                                     data_or_null(ws), c.workspace, cudnn::kZero.get(), d.w.get(), dw.raw_data()),
+      kOp, ": backward-filter of ", describe(x), " into ", describe(dw));
 }
 
 }  // namespace precis::ops::cuda

@@ -44,10 +44,10 @@ cudnnTensorFormat_t tensor_format(MemoryFormat format) {
 
 void set_image(const TensorDesc& desc, int64_t n, int64_t c, int64_t h, int64_t w, MemoryFormat format, DType dtype,
                const char* op) {
-  PRECIS_CUDNN_CHECK(cudnnSetTensor4dDescriptor(desc.get(), tensor_format(format), data_type(dtype, op),
-                                                static_cast<int>(n), static_cast<int>(c), static_cast<int>(h),
-                                                static_cast<int>(w)),
-                     op, ": describing a [", n, ", ", c, ", ", h, ", ", w, "] ", dtype_name(dtype), " tensor");
+  PRECIS_CUDNN_CHECK(
+      cudnnSetTensor4dDescriptor(desc.get(), tensor_format(format), data_type(dtype, op), static_cast<int>(n),
+                                 static_cast<int>(c), static_cast<int>(h), static_cast<int>(w)),
+      op, ": describing a [", n, ", ", c, ", ", h, ", ", w, "] ", dtype_name(dtype), " tensor");
 }
 
 void set_image(const TensorDesc& desc, const Tensor& t, MemoryFormat format, const char* op) {

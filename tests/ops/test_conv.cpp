@@ -79,7 +79,8 @@ TEST(MemoryFormat, ChannelsLastHasNhwcStridesAndRoundTrips) {
   EXPECT_TRUE(back.is_contiguous());
   expect_close(back, x, 0, 0);
   // A channel dim of 1 reads the same either way: it counts as contiguous.
-  EXPECT_FALSE(ops::is_channels_last(ops::to_memory_format(random_f64({2, 1, 3, 3}, 2), ops::MemoryFormat::channels_last)));
+  EXPECT_FALSE(
+      ops::is_channels_last(ops::to_memory_format(random_f64({2, 1, 3, 3}, 2), ops::MemoryFormat::channels_last)));
   expect_error([] { ops::to_memory_format(zeros({2, 3}), ops::MemoryFormat::channels_last); }, "4-D");
   expect_gradients_match(
       [](const std::vector<Tensor>& in) { return ops::to_memory_format(in[0], ops::MemoryFormat::channels_last); },
@@ -100,8 +101,7 @@ TEST(Conv2d, MatchesTheDirectConvolution) {
     EXPECT_EQ(ops::is_channels_last(y_cl), ops::is_channels_last(x_cl)) << c.x;
     expect_close(y_cl, expected, 1e-12, 1e-12);
     // f32 runs in f32
-    expect_close(ops::conv2d(x.to(DType::f32), w.to(DType::f32), b.to(DType::f32), c.options), expected, 1e-5,
-                 1e-5);
+    expect_close(ops::conv2d(x.to(DType::f32), w.to(DType::f32), b.to(DType::f32), c.options), expected, 1e-5, 1e-5);
   }
 }
 
