@@ -169,26 +169,29 @@ Choice choose(cudnnHandle_t h, const Descriptors& d, const Conv2dShapes& s, Memo
   return choice;
 }
 
-// A workspace of `bytes` from the device's caching allocator (none for 0).
-Tensor workspace(size_t bytes, Device device) {
-  return bytes == 0 ? Tensor() : empty({static_cast<int64_t>(bytes)}, DType::u8, device);
+// Runs call(handle, descriptors, choice, workspace) for one direction of the problem on
+// `device`: the descriptors made, the algorithm chosen (cached), its workspace allocated
+// from the device's caching allocator (none for 0 bytes; freed when the call returns).
+template <typename Call>
+void run(Direction direction, const Conv2dShapes& s, MemoryFormat format, DType dtype, Device device, Call call) {
+  cudnnHandle_t h = cudnn::handle(device);
+  Descriptors d(s, format, dtype);
+  const Choice c = choose(h, d, s, format, direction, device);
+  Tensor ws = c.workspace == 0 ? Tensor() : empty({static_cast<int64_t>(c.workspace)}, DType::u8, device);
+  call(h, d, c, ws.defined() ? ws.raw_data() : nullptr);
 }
-
-void* data_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
 
 }  // namespace
 
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dShapes& s, MemoryFormat format) {
-  const Device device = x.device();
-  cudnnHandle_t h = cudnn::handle(device);
-  Descriptors d(s, format, x.dtype());
-  const Choice c = choose(h, d, s, format, Direction::forward, device);
-  Tensor ws = workspace(c.workspace, device);
-  PRECIS_CUDNN_CHECK(
-      cudnnConvolutionForward(h, cudnn::kOne.get(), d.x.get(), x.raw_data(), d.w.get(), w.raw_data(), d.conv.get(),
-                              static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), data_or_null(ws), c.workspace,
-                              cudnn::kZero.get(), d.y.get(), y.raw_data()),
-      kOp, ": forward of ", describe(x), " with weight ", describe(w));
+  run(Direction::forward, s, format, x.dtype(), x.device(),
+      [&](cudnnHandle_t h, const Descriptors& d, const Choice& c, void* ws) {
+        PRECIS_CUDNN_CHECK(
+            cudnnConvolutionForward(h, cudnn::kOne.get(), d.x.get(), x.raw_data(), d.w.get(), w.raw_data(),
+                                    d.conv.get(), static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ws, c.workspace,
+                                    cudnn::kZero.get(), d.y.get(), y.raw_data()),
+            kOp, ": forward of ", describe(x), " with weight ", describe(w));
+      });
 }
 
 void conv2d_add_bias(const Tensor& y, const Tensor& bias, MemoryFormat format) {
@@ -203,30 +206,26 @@ void conv2d_add_bias(const Tensor& y, const Tensor& bias, MemoryFormat format) {
 
 void conv2d_backward_data(const Tensor& gy, const Tensor& w, const Tensor& dx, const Conv2dShapes& s,
                           MemoryFormat format) {
-  const Device device = gy.device();
-  cudnnHandle_t h = cudnn::handle(device);
-  Descriptors d(s, format, gy.dtype());
-  const Choice c = choose(h, d, s, format, Direction::backward_data, device);
-  Tensor ws = workspace(c.workspace, device);
-  PRECIS_CUDNN_CHECK(
-      cudnnConvolutionBackwardData(h, cudnn::kOne.get(), d.w.get(), w.raw_data(), d.y.get(), gy.raw_data(),
-                                   d.conv.get(), static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), data_or_null(ws),
-                                   c.workspace, cudnn::kZero.get(), d.x.get(), dx.raw_data()),
-      kOp, ": backward-data into ", describe(dx), " with weight ", describe(w));
+  run(Direction::backward_data, s, format, gy.dtype(), gy.device(),
+      [&](cudnnHandle_t h, const Descriptors& d, const Choice& c, void* ws) {
+        PRECIS_CUDNN_CHECK(
+            cudnnConvolutionBackwardData(h, cudnn::kOne.get(), d.w.get(), w.raw_data(), d.y.get(), gy.raw_data(),
+                                         d.conv.get(), static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws,
+                                         c.workspace, cudnn::kZero.get(), d.x.get(), dx.raw_data()),
+            kOp, ": backward-data into ", describe(dx), " with weight ", describe(w));
+      });
 }
 
 void conv2d_backward_filter(const Tensor& x, const Tensor& gy, const Tensor& dw, const Conv2dShapes& s,
                             MemoryFormat format) {
-  const Device device = x.device();
-  cudnnHandle_t h = cudnn::handle(device);
-  Descriptors d(s, format, x.dtype());
-  const Choice c = choose(h, d, s, format, Direction::backward_filter, device);
-  Tensor ws = workspace(c.workspace, device);
-  PRECIS_CUDNN_CHECK(
-      cudnnConvolutionBackwardFilter(h, cudnn::kOne.get(), d.x.get(), x.raw_data(), d.y.get(), gy.raw_data(),
-                                     d.conv.get(), static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo),
-                                     data_or_null(ws), c.workspace, cudnn::kZero.get(), d.w.get(), dw.raw_data()),
-      kOp, ": backward-filter of ", describe(x), " into ", describe(dw));
+  run(Direction::backward_filter, s, format, x.dtype(), x.device(),
+      [&](cudnnHandle_t h, const Descriptors& d, const Choice& c, void* ws) {
+        PRECIS_CUDNN_CHECK(
+            cudnnConvolutionBackwardFilter(h, cudnn::kOne.get(), d.x.get(), x.raw_data(), d.y.get(), gy.raw_data(),
+                                           d.conv.get(), static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ws,
+                                           c.workspace, cudnn::kZero.get(), d.w.get(), dw.raw_data()),
+            kOp, ": backward-filter of ", describe(x), " into ", describe(dw));
+      });
 }
 
 }  // namespace precis::ops::cuda
