@@ -23,6 +23,7 @@
 #include <omp.h>
 
 #include <Eigen/Dense>
+#include <atomic>
 #include <type_traits>
 #include <vector>
 
@@ -43,6 +44,8 @@ namespace precis::ops {
 namespace {
 
 constexpr const char* kOp = "conv2d";
+
+std::atomic<bool> g_cudnn_benchmark{true};
 
 struct Geometry {
   int64_t N, Cin, H, W, Cout, kH, kW, OH, OW, groups;
@@ -297,6 +300,9 @@ std::vector<Tensor> conv_backward_cuda(const Tensor& x, const Tensor& weight, co
 #endif
 
 }  // namespace
+
+void set_cudnn_benchmark(bool benchmark) { g_cudnn_benchmark = benchmark; }
+bool cudnn_benchmark() { return g_cudnn_benchmark; }
 
 Tensor conv2d(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_arg, const Conv2dOptions& options) {
   // autocast: conv2d runs in the compute dtype, like matmul.

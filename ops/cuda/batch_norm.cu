@@ -15,7 +15,12 @@ using namespace precis::cuda;  // the device toolkit (core/cuda/)
 
 namespace {
 
-constexpr cudnnBatchNormMode_t kMode = CUDNN_BATCHNORM_SPATIAL;
+// cuDNN's per-channel mode; in training on channels-last tensors its persistent variant, whose
+// NHWC kernels are the fast ones (PyTorch's choice too). Forward and backward use the same mode.
+cudnnBatchNormMode_t mode_for(MemoryFormat format, bool training) {
+  return training && format == MemoryFormat::channels_last ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT
+                                                           : CUDNN_BATCHNORM_SPATIAL;
+}
 
 // y = max(y, 0) in place (a NaN stays NaN, as std::max(y, 0) on the CPU).
 template <typename T>
@@ -65,18 +70,19 @@ void batch_norm_forward(const BatchNormForward& f) {
   cudnnHandle_t h = cudnn::handle(f.x.device());
   cudnn::TensorDesc x_desc, stats_desc;
   cudnn::set_image(x_desc, f.x, f.format, op);
-  PRECIS_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(stats_desc.get(), x_desc.get(), kMode), op,
+  const cudnnBatchNormMode_t mode = mode_for(f.format, f.training);
+  PRECIS_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(stats_desc.get(), x_desc.get(), mode), op,
                      ": describing the statistics of ", describe(f.x));
   if (f.training) {
     PRECIS_CUDNN_CHECK(
         cudnnBatchNormalizationForwardTraining(
-            h, kMode, cudnn::kOne.get(), cudnn::kZero.get(), x_desc.get(), f.x.raw_data(), x_desc.get(), f.y.raw_data(),
+            h, mode, cudnn::kOne.get(), cudnn::kZero.get(), x_desc.get(), f.x.raw_data(), x_desc.get(), f.y.raw_data(),
             stats_desc.get(), f.weight.raw_data(), f.bias.raw_data(), f.momentum, data_or_null(f.running_mean),
             data_or_null(f.running_var), f.eps, f.save_mean.raw_data(), f.save_invstd.raw_data()),
         op, ": training forward of ", describe(f.x));
   } else {
     PRECIS_CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
-                           h, kMode, cudnn::kOne.get(), cudnn::kZero.get(), x_desc.get(), f.x.raw_data(), x_desc.get(),
+                           h, mode, cudnn::kOne.get(), cudnn::kZero.get(), x_desc.get(), f.x.raw_data(), x_desc.get(),
                            f.y.raw_data(), stats_desc.get(), f.weight.raw_data(), f.bias.raw_data(),
                            f.running_mean.raw_data(), f.running_var.raw_data(), f.eps),
                        op, ": eval forward of ", describe(f.x));
@@ -89,9 +95,10 @@ void batch_norm_backward(const BatchNormBackward& b) {
   cudnnHandle_t h = cudnn::handle(b.x.device());
   cudnn::TensorDesc x_desc, stats_desc;
   cudnn::set_image(x_desc, b.x, b.format, "batch_norm");
-  PRECIS_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(stats_desc.get(), x_desc.get(), kMode), "batch_norm",
+  const cudnnBatchNormMode_t mode = mode_for(b.format, true);
+  PRECIS_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(stats_desc.get(), x_desc.get(), mode), "batch_norm",
                      ": describing the statistics of ", describe(b.x));
-  PRECIS_CUDNN_CHECK(cudnnBatchNormalizationBackward(h, kMode, cudnn::kOne.get(), cudnn::kZero.get(), cudnn::kOne.get(),
+  PRECIS_CUDNN_CHECK(cudnnBatchNormalizationBackward(h, mode, cudnn::kOne.get(), cudnn::kZero.get(), cudnn::kOne.get(),
                                                      cudnn::kZero.get(), x_desc.get(), b.x.raw_data(), x_desc.get(),
                                                      b.gy.raw_data(), x_desc.get(), b.dx.raw_data(), stats_desc.get(),
                                                      b.weight.raw_data(), b.dw.raw_data(), b.db.raw_data(), b.eps,

@@ -108,6 +108,23 @@ TEST(CnnOpsGpu, Conv2dMatchesTheCpu) {
   }
 }
 
+TEST(CnnOpsGpu, Conv2dWithTheHeuristicsChoiceMatchesTheCpu) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  ops::set_cudnn_benchmark(false);  // the heuristic's first answer instead of the fastest timed one
+  uint64_t seed = 30;
+  for (DType dtype : kDtypes) {
+    for (auto format : kFormats) {
+      expect_gpu_matches_cpu(
+          [format](const std::vector<Tensor>& in) {
+            return ops::conv2d(ops::to_memory_format(in[0], format), in[1], in[2], {{2, 1}, {1, 1}, {1, 1}, 1});
+          },
+          {random_f64({4, 8, 15, 16}, seed++), random_f64({16, 8, 3, 3}, seed++, -0.5, 0.5), random_f64({16}, seed++)},
+          dtype, "conv2d without benchmark " + name(dtype, format));
+    }
+  }
+  ops::set_cudnn_benchmark(true);
+}
+
 TEST(CnnOpsGpu, Conv2dUnderTf32StaysCloseToF32) {
   PRECIS_SKIP_WITHOUT_GPU();
   ops::set_allow_tf32(true);
