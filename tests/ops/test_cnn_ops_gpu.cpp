@@ -1,4 +1,4 @@
-// The CNN ops on the GPU (cuDNN conv2d and batch norm, our pooling kernels) against the CPU,
+// The CNN ops on the GPU (cuDNN's conv2d, our batch norm and pooling kernels) against the CPU,
 // forward and backward, for f32, f16 and bf16, NCHW and channels-last inputs.
 //
 // Both devices get the very same values in the dtype under test; the CPU computes in f32
@@ -202,6 +202,33 @@ TEST(CnnOpsGpu, BatchNormMatchesTheCpu) {
       }
     }
   }
+}
+
+TEST(CnnOpsGpu, BatchNormOfOtherRanksAndLargeMeansMatchesTheCpu) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  for (DType dtype : kDtypes) {
+    for (bool relu : {false, true}) {
+      auto op = relu ? ops::batch_norm_relu : ops::batch_norm;
+      // [N, C] (a classifier head's features) and [N, C, L]
+      for (const Shape& shape : {Shape{37, 8}, Shape{5, 8, 13}}) {
+        expect_gpu_matches_cpu(
+            [op](const std::vector<Tensor>& in) {
+              return op(in[0], in[1], in[2], Tensor(), Tensor(), true, 0.1, 1e-5);
+            },
+            {random_f64(shape, 400), random_f64({8}, 401), random_f64({8}, 402)}, dtype,
+            std::string(relu ? "batch_norm_relu " : "batch_norm ") + ::testing::PrintToString(shape) + " " +
+                dtype_name(dtype),
+            {false, true, true});
+      }
+    }
+  }
+  // values around 100 with a spread of 1: the variance must not cancel away
+  expect_gpu_matches_cpu(
+      [](const std::vector<Tensor>& in) {
+        return ops::batch_norm(ops::to_memory_format(in[0], ops::MemoryFormat::channels_last), Tensor(), Tensor(),
+                               Tensor(), Tensor(), true);
+      },
+      {random_f64({16, 8, 9, 9}, 403, 99, 101)}, DType::f32, "batch_norm of values near 100");
 }
 
 TEST(CnnOpsGpu, BatchNormTakesParametersInTheInputsDtype) {
