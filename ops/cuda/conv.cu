@@ -1,5 +1,6 @@
 // conv2d on cuDNN (ops/cuda/conv.h): the legacy convolution API (cudnn_cnn), its three
-// directions, the algorithm of each chosen once per problem and cached.
+// directions, the algorithm of each chosen once per problem and cached; the bias added by
+// our own kernel (cudnnAddTensor's bf16 support is not documented).
 //
 // The algorithm, the first time a problem is met: with cudnn_benchmark() (on by default, as
 // PyTorch's cudnn.benchmark) cuDNN times its algorithms on the call's own buffers
@@ -18,12 +19,17 @@
 #include <optional>
 #include <vector>
 
+#include "core/cuda/convert.cuh"
+#include "core/cuda/dispatch.cuh"
+#include "core/cuda/launch.cuh"
 #include "core/cuda/runtime.h"
 #include "ops/cuda/conv.h"
 #include "ops/cuda/cudnn.h"
 #include "ops/matmul.h"
 
 namespace precis::ops::cuda {
+
+using namespace precis::cuda;  // the device toolkit (core/cuda/)
 
 namespace {
 
@@ -235,6 +241,17 @@ Choice choose(cudnnHandle_t h, const Descriptors& d, const Conv2dShapes& s, Memo
   return choice;
 }
 
+// y[n, c, h, w] += bias[c], in f32 and rounded once; y dense in NCHW or channels-last.
+template <typename T>
+__global__ void add_bias_kernel(T* y, const T* bias, int64_t C, int64_t HW, bool channels_last, int64_t n) {
+  wait_for_previous_grid();
+  allow_next_grid_to_start();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int64_t c = channels_last ? i % C : (i / HW) % C;
+  y[i] = convert_to<T>(convert_to<float>(y[i]) + convert_to<float>(bias[c]));
+}
+
 // Runs call(handle, descriptors, choice, workspace) for one direction of the problem on
 // `device`: the descriptors made, the algorithm chosen (cached), its workspace allocated
 // from the device's caching allocator (none for 0 bytes; freed when the call returns).
@@ -262,13 +279,17 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& y, const Con
 }
 
 void conv2d_add_bias(const Tensor& y, const Tensor& bias, MemoryFormat format) {
-  cudnnHandle_t h = cudnn::handle(y.device());
-  cudnn::TensorDesc y_desc, bias_desc;
-  cudnn::set_image(y_desc, y, format, kOp);
-  cudnn::set_image(bias_desc, 1, bias.numel(), 1, 1, format, bias.dtype(), kOp);
-  PRECIS_CUDNN_CHECK(cudnnAddTensor(h, cudnn::kOne.get(), bias_desc.get(), bias.raw_data(), cudnn::kOne.get(),
-                                    y_desc.get(), y.raw_data()),
-                     kOp, ": adding the bias ", describe(bias), " to ", describe(y));
+  const int64_t n = y.numel(), C = y.size(1), HW = y.size(2) * y.size(3);
+  if (n == 0) return;
+  dispatch_device<float, __half, __nv_bfloat16>(
+      y.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        launch(add_bias_kernel<T>, grid_for(n), kBlockSize, 0, stream_for(y), data_of<T>(y), data_of<const T>(bias), C,
+               HW, format == MemoryFormat::channels_last, n);
+      },
+      kOp, ": the GPU path takes float32, float16 or bfloat16 tensors, got ", y.dtype());
+  PRECIS_CUDA_CHECK_LAUNCH("conv2d bias");
 }
 
 void conv2d_backward_data(const Tensor& gy, const Tensor& w, const Tensor& dx, const Conv2dShapes& s,
