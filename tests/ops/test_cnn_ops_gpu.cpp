@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/autocast.h"
 #include "ops/batch_norm.h"
 #include "ops/conv.h"
 #include "ops/matmul.h"
@@ -241,4 +242,32 @@ TEST(CnnOpsGpu, BatchNormTakesParametersInTheInputsDtype) {
       },
       {random_f64({4, 6, 5, 5}, 300), random_f64({6}, 301), random_f64({6}, 302)}, DType::bf16,
       "batch_norm with bf16 parameters");
+}
+
+TEST(CnnOpsGpu, Conv2dUnderAutocastRunsInBf16AndGivesF32WeightsTheirGradient) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  for (auto format : kFormats) {
+    std::vector<Tensor> weights;
+    std::vector<Tensor> outputs;
+    for (Device device : {Device::cpu(), kGpu}) {
+      Tensor x = ops::to_memory_format(random_f64({4, 8, 10, 10}, 500).to(DType::f32).to(device), format);
+      Tensor w = random_f64({16, 8, 3, 3}, 501, -0.5, 0.5).to(DType::f32).to(device);
+      w.set_requires_grad();
+      Tensor y;
+      {
+        ops::autocast::Scope scope(DType::bf16);
+        y = ops::conv2d(x, w, Tensor(), {{1, 1}, {1, 1}, {1, 1}, 1});
+      }
+      EXPECT_EQ(y.dtype(), DType::bf16);
+      EXPECT_EQ(ops::is_channels_last(y), format == ops::MemoryFormat::channels_last);
+      ops::sum(ops::mul(y.to(DType::f32), random_f64(y.shape(), 502).to(DType::f32).to(device))).backward();
+      ASSERT_TRUE(w.grad().defined());
+      EXPECT_EQ(w.grad().dtype(), DType::f32);
+      weights.push_back(w.grad());
+      outputs.push_back(y);
+      ops::autocast::clear_cache();
+    }
+    expect_near_magnitude(outputs[1], outputs[0], 2e-2, "conv2d under autocast: output");
+    expect_near_magnitude(weights[1], weights[0], 2e-2, "conv2d under autocast: weight gradient");
+  }
 }
