@@ -19,6 +19,7 @@
 #include "ops/matmul.h"
 #include "ops/ops.h"
 #include "ops/pool.h"
+#include "ops/residual.h"
 #include "support/gpu.h"
 #include "support/gpu_compare.h"
 
@@ -94,8 +95,9 @@ TEST(CnnOpsGpu, Conv2dMatchesTheCpu) {
     for (DType dtype : kDtypes) {
       for (auto format : kFormats) {
         const ops::Conv2dOptions options = c.options;
-        std::vector<Tensor> inputs = {random_f64(c.x, seed++), random_f64(c.w, seed++, -0.5, 0.5)};
-        if (c.bias) inputs.push_back(random_f64({c.w[0]}, seed++));
+        std::vector<Tensor> inputs = {random_f64(c.x, seed++), random_f64(c.w, seed++, -0.5, 0.5),
+                                      random_f64({c.w[0]}, seed++)};
+        if (!c.bias) inputs.pop_back();
         expect_gpu_matches_cpu(
             [options, format](const std::vector<Tensor>& in) {
               return ops::conv2d(ops::to_memory_format(in[0], format), in[1], in.size() > 2 ? in[2] : Tensor(),
@@ -246,28 +248,46 @@ TEST(CnnOpsGpu, BatchNormTakesParametersInTheInputsDtype) {
 
 TEST(CnnOpsGpu, Conv2dUnderAutocastRunsInBf16AndGivesF32WeightsTheirGradient) {
   PRECIS_SKIP_WITHOUT_GPU();
-  for (auto format : kFormats) {
-    std::vector<Tensor> weights;
-    std::vector<Tensor> outputs;
-    for (Device device : {Device::cpu(), kGpu}) {
-      Tensor x = ops::to_memory_format(random_f64({4, 8, 10, 10}, 500).to(DType::f32).to(device), format);
-      Tensor w = random_f64({16, 8, 3, 3}, 501, -0.5, 0.5).to(DType::f32).to(device);
-      w.set_requires_grad();
-      Tensor y;
-      {
-        ops::autocast::Scope scope(DType::bf16);
-        y = ops::conv2d(x, w, Tensor(), {{1, 1}, {1, 1}, {1, 1}, 1});
-      }
-      EXPECT_EQ(y.dtype(), DType::bf16);
-      EXPECT_EQ(ops::is_channels_last(y), format == ops::MemoryFormat::channels_last);
-      ops::sum(ops::mul(y.to(DType::f32), random_f64(y.shape(), 502).to(DType::f32).to(device))).backward();
-      ASSERT_TRUE(w.grad().defined());
-      EXPECT_EQ(w.grad().dtype(), DType::f32);
-      weights.push_back(w.grad());
-      outputs.push_back(y);
-      ops::autocast::clear_cache();
+  struct Result {
+    Tensor y, weight_grad;
+  };
+  // the output and the f32 weight's gradient on `device`
+  auto run = [](Device device, ops::MemoryFormat format) {
+    Tensor x = ops::to_memory_format(random_f64({4, 8, 10, 10}, 500).to(DType::f32).to(device), format);
+    Tensor w = random_f64({16, 8, 3, 3}, 501, -0.5, 0.5).to(DType::f32).to(device);
+    w.set_requires_grad();
+    Tensor y;
+    {
+      ops::autocast::Scope scope(DType::bf16);
+      y = ops::conv2d(x, w, Tensor(), {{1, 1}, {1, 1}, {1, 1}, 1});
     }
-    expect_near_magnitude(outputs[1], outputs[0], 2e-2, "conv2d under autocast: output");
-    expect_near_magnitude(weights[1], weights[0], 2e-2, "conv2d under autocast: weight gradient");
+    ops::sum(ops::mul(y.to(DType::f32), random_f64(y.shape(), 502).to(DType::f32).to(device))).backward();
+    ops::autocast::clear_cache();
+    return Result{y, w.grad()};
+  };
+  for (auto format : kFormats) {
+    const Result cpu = run(Device::cpu(), format), gpu = run(kGpu, format);
+    EXPECT_EQ(gpu.y.dtype(), DType::bf16);
+    EXPECT_EQ(ops::is_channels_last(gpu.y), format == ops::MemoryFormat::channels_last);
+    ASSERT_TRUE(gpu.weight_grad.defined());
+    EXPECT_EQ(gpu.weight_grad.dtype(), DType::f32);
+    expect_near_magnitude(gpu.y, cpu.y, 2e-2, "conv2d under autocast: output");
+    expect_near_magnitude(gpu.weight_grad, cpu.weight_grad, 2e-2, "conv2d under autocast: weight gradient");
+  }
+}
+
+TEST(CnnOpsGpu, AddReluMatchesTheCpu) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  uint64_t seed = 600;
+  for (DType dtype : kDtypes) {
+    for (auto format : kFormats) {
+      expect_gpu_matches_cpu(
+          [format](const std::vector<Tensor>& in) {
+            // the residual comes NCHW: add_relu copies it into x's layout
+            return ops::add_relu(ops::to_memory_format(in[0], format), in[1]);
+          },
+          {random_f64({4, 6, 7, 5}, seed++), random_f64({4, 6, 7, 5}, seed++)}, dtype,
+          "add_relu " + name(dtype, format));
+    }
   }
 }
