@@ -1,0 +1,293 @@
+// The CNN ops on the GPU (cuDNN's conv2d, our batch norm and pooling kernels) against the CPU,
+// forward and backward, for f32, f16 and bf16, NCHW and channels-last inputs.
+//
+// Both devices get the very same values in the dtype under test; the CPU computes in f32
+// and rounds once, the GPU accumulates in f32 (cuDNN may pick FFT or Winograd algorithms),
+// so results are compared relative to the magnitude of the whole result
+// (expect_near_magnitude): 1e-4 for f32 (TF32 off, the default), 2e-2 for f16/bf16.
+// Outputs land in poisoned (NaN) memory, so an element left unwritten fails.
+// Skipped, with the reason, where no GPU is usable.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ops/autocast.h"
+#include "ops/batch_norm.h"
+#include "ops/conv.h"
+#include "ops/matmul.h"
+#include "ops/ops.h"
+#include "ops/pool.h"
+#include "ops/residual.h"
+#include "support/gpu.h"
+#include "support/gpu_compare.h"
+
+using namespace precis;
+using precis::testing::expect_near_magnitude;
+using precis::testing::kGpu;
+using precis::testing::random_f64;
+
+namespace {
+
+using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+const DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
+const ops::MemoryFormat kFormats[] = {ops::MemoryFormat::contiguous, ops::MemoryFormat::channels_last};
+
+double tolerance(DType dtype) { return dtype == DType::f32 ? 1e-4 : 2e-2; }
+
+std::string name(DType dtype, ops::MemoryFormat format) {
+  return std::string(dtype_name(dtype)) + (format == ops::MemoryFormat::channels_last ? " channels-last" : " NCHW");
+}
+
+// fn on the CPU and on the GPU, from the same values of `inputs` (f64, converted to dtype;
+// f32 where keep_f32[i]); fn puts its first input into the memory format under test. The
+// outputs, their layouts and every input's gradient (from one random output gradient) agree.
+void expect_gpu_matches_cpu(const Fn& fn, const std::vector<Tensor>& inputs, DType dtype, const std::string& what,
+                            const std::vector<bool>& keep_f32 = {}) {
+  std::vector<Tensor> cpu, gpu;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const bool f32 = i < keep_f32.size() && keep_f32[i];
+    Tensor value = inputs[i].to(f32 ? DType::f32 : dtype);
+    cpu.push_back(value.detach());
+    gpu.push_back(value.to(kGpu));
+    cpu.back().set_requires_grad();
+    gpu.back().set_requires_grad();
+  }
+  const Tensor y_cpu = fn(cpu);
+  precis::testing::poison(y_cpu.shape(), y_cpu.dtype());
+  const Tensor y_gpu = fn(gpu);
+  ASSERT_TRUE(y_gpu.is_cuda()) << what;
+  ASSERT_EQ(y_gpu.dtype(), y_cpu.dtype()) << what;
+  EXPECT_EQ(ops::is_channels_last(y_gpu), ops::is_channels_last(y_cpu)) << what;
+  const double tol = tolerance(dtype);
+  expect_near_magnitude(y_gpu, y_cpu, tol, what + ": output");
+  const Tensor gy = random_f64(y_cpu.shape(), 999).to(y_cpu.dtype());
+  y_cpu.backward(gy);
+  y_gpu.backward(gy.to(kGpu));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ASSERT_TRUE(gpu[i].grad().defined()) << what << ": input " << i << " got no gradient on the GPU";
+    EXPECT_TRUE(gpu[i].grad().is_cuda()) << what;
+    expect_near_magnitude(gpu[i].grad(), cpu[i].grad(), tol, what + ": gradient of input " + std::to_string(i));
+  }
+}
+
+struct ConvCase {
+  Shape x, w;
+  ops::Conv2dOptions options;
+  bool bias;
+};
+
+}  // namespace
+
+TEST(CnnOpsGpu, Conv2dMatchesTheCpu) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  const std::vector<ConvCase> cases = {
+      {{4, 8, 16, 16}, {16, 8, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true},   // a ResNet 3x3
+      {{2, 3, 17, 15}, {8, 3, 7, 7}, {{2, 2}, {3, 3}, {1, 1}, 1}, false},   // the ImageNet stem, odd sizes
+      {{3, 16, 9, 9}, {32, 16, 1, 1}, {{2, 2}, {0, 0}, {1, 1}, 1}, false},  // a strided 1x1 shortcut
+      {{2, 8, 11, 10}, {12, 2, 3, 3}, {{1, 2}, {2, 1}, {2, 1}, 4}, true},   // groups, dilation, uneven options
+      {{2, 6, 8, 8}, {6, 1, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 6}, true},      // depthwise
+      {{8, 1, 28, 28}, {6, 1, 5, 5}, {{1, 1}, {2, 2}, {1, 1}, 1}, true}};   // LeNet's first layer
+  uint64_t seed = 1;
+  for (const ConvCase& c : cases) {
+    for (DType dtype : kDtypes) {
+      for (auto format : kFormats) {
+        const ops::Conv2dOptions options = c.options;
+        std::vector<Tensor> inputs = {random_f64(c.x, seed++), random_f64(c.w, seed++, -0.5, 0.5),
+                                      random_f64({c.w[0]}, seed++)};
+        if (!c.bias) inputs.pop_back();
+        expect_gpu_matches_cpu(
+            [options, format](const std::vector<Tensor>& in) {
+              return ops::conv2d(ops::to_memory_format(in[0], format), in[1], in.size() > 2 ? in[2] : Tensor(),
+                                 options);
+            },
+            inputs, dtype,
+            "conv2d x " + ::testing::PrintToString(c.x) + " w " + ::testing::PrintToString(c.w) + " " +
+                name(dtype, format));
+      }
+    }
+  }
+}
+
+TEST(CnnOpsGpu, Conv2dWithTheHeuristicsChoiceMatchesTheCpu) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  ops::set_cudnn_benchmark(false);  // the heuristic's first answer instead of the fastest timed one
+  uint64_t seed = 30;
+  for (DType dtype : kDtypes) {
+    for (auto format : kFormats) {
+      expect_gpu_matches_cpu(
+          [format](const std::vector<Tensor>& in) {
+            return ops::conv2d(ops::to_memory_format(in[0], format), in[1], in[2], {{2, 1}, {1, 1}, {1, 1}, 1});
+          },
+          {random_f64({4, 8, 15, 16}, seed++), random_f64({16, 8, 3, 3}, seed++, -0.5, 0.5), random_f64({16}, seed++)},
+          dtype, "conv2d without benchmark " + name(dtype, format));
+    }
+  }
+  ops::set_cudnn_benchmark(true);
+}
+
+TEST(CnnOpsGpu, Conv2dUnderTf32StaysCloseToF32) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  ops::set_allow_tf32(true);
+  for (auto format : kFormats) {
+    expect_near_magnitude(
+        ops::conv2d(ops::to_memory_format(random_f64({4, 16, 12, 12}, 50).to(DType::f32).to(kGpu), format),
+                    random_f64({32, 16, 3, 3}, 51).to(DType::f32).to(kGpu), Tensor(), {{1, 1}, {1, 1}, {1, 1}, 1}),
+        ops::conv2d(random_f64({4, 16, 12, 12}, 50).to(DType::f32), random_f64({32, 16, 3, 3}, 51).to(DType::f32),
+                    Tensor(), {{1, 1}, {1, 1}, {1, 1}, 1}),
+        5e-3, "conv2d under TF32");
+  }
+  ops::set_allow_tf32(false);
+}
+
+TEST(CnnOpsGpu, PoolsMatchTheCpu) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  uint64_t seed = 100;
+  for (DType dtype : kDtypes) {
+    for (auto format : kFormats) {
+      const std::string n = name(dtype, format);
+      const Shape shape{3, 5, 13, 11};
+      expect_gpu_matches_cpu(
+          [format](const std::vector<Tensor>& in) {
+            return ops::max_pool2d(ops::to_memory_format(in[0], format), {3, 3}, {2, 2}, {1, 1});
+          },
+          {random_f64(shape, seed++)}, dtype, "max_pool2d 3x3/2 pad 1 " + n);
+      expect_gpu_matches_cpu(
+          [format](const std::vector<Tensor>& in) {
+            return ops::max_pool2d(ops::to_memory_format(in[0], format), {2, 3}, {1, 2}, {1, 0});
+          },
+          {random_f64(shape, seed++)}, dtype, "max_pool2d 2x3 " + n);
+      expect_gpu_matches_cpu(
+          [format](const std::vector<Tensor>& in) {
+            return ops::avg_pool2d(ops::to_memory_format(in[0], format), {3, 2}, {2, 1}, {1, 1});
+          },
+          {random_f64(shape, seed++)}, dtype, "avg_pool2d " + n);
+      for (auto out : {std::array<int64_t, 2>{1, 1}, std::array<int64_t, 2>{4, 3}, std::array<int64_t, 2>{15, 12}}) {
+        expect_gpu_matches_cpu(
+            [format, out](const std::vector<Tensor>& in) {
+              return ops::adaptive_avg_pool2d(ops::to_memory_format(in[0], format), out);
+            },
+            {random_f64(shape, seed++)}, dtype, "adaptive_avg_pool2d " + n);
+      }
+    }
+  }
+}
+
+TEST(CnnOpsGpu, BatchNormMatchesTheCpu) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  uint64_t seed = 200;
+  const Shape shape{6, 8, 7, 5};
+  for (DType dtype : kDtypes) {
+    for (auto format : kFormats) {
+      for (bool relu : {false, true}) {
+        for (bool training : {true, false}) {
+          const std::string what = std::string(relu ? "batch_norm_relu " : "batch_norm ") +
+                                   (training ? "training " : "eval ") + name(dtype, format);
+          auto op = relu ? ops::batch_norm_relu : ops::batch_norm;
+          // running statistics on each device, starting equal
+          const Tensor mean0 = random_f64({8}, seed++).to(DType::f32),
+                       var0 = random_f64({8}, seed++, 0.5, 2).to(DType::f32);
+          Tensor cpu_mean = mean0.clone(), cpu_var = var0.clone();
+          Tensor gpu_mean = mean0.to(kGpu), gpu_var = var0.to(kGpu);
+          expect_gpu_matches_cpu(
+              [&, format, training](const std::vector<Tensor>& in) {
+                const bool on_gpu = in[0].is_cuda();
+                return op(ops::to_memory_format(in[0], format), in[1], in[2], on_gpu ? gpu_mean : cpu_mean,
+                          on_gpu ? gpu_var : cpu_var, training, 0.1, 1e-5);
+              },
+              {random_f64(shape, seed++, -1, 3), random_f64({8}, seed++), random_f64({8}, seed++)}, dtype, what,
+              {false, true, true});  // weight and bias in f32, as a mixed-precision policy keeps them
+          expect_near_magnitude(gpu_mean, cpu_mean, 1e-5, what + ": running mean");
+          expect_near_magnitude(gpu_var, cpu_var, 1e-4, what + ": running var");
+        }
+      }
+    }
+  }
+}
+
+TEST(CnnOpsGpu, BatchNormOfOtherRanksAndLargeMeansMatchesTheCpu) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  for (DType dtype : kDtypes) {
+    for (bool relu : {false, true}) {
+      auto op = relu ? ops::batch_norm_relu : ops::batch_norm;
+      // [N, C] (a classifier head's features) and [N, C, L]
+      for (const Shape& shape : {Shape{37, 8}, Shape{5, 8, 13}}) {
+        expect_gpu_matches_cpu(
+            [op](const std::vector<Tensor>& in) {
+              return op(in[0], in[1], in[2], Tensor(), Tensor(), true, 0.1, 1e-5);
+            },
+            {random_f64(shape, 400), random_f64({8}, 401), random_f64({8}, 402)}, dtype,
+            std::string(relu ? "batch_norm_relu " : "batch_norm ") + ::testing::PrintToString(shape) + " " +
+                dtype_name(dtype),
+            {false, true, true});
+      }
+    }
+  }
+  // values around 100 with a spread of 1: the variance must not cancel away
+  expect_gpu_matches_cpu(
+      [](const std::vector<Tensor>& in) {
+        return ops::batch_norm(ops::to_memory_format(in[0], ops::MemoryFormat::channels_last), Tensor(), Tensor(),
+                               Tensor(), Tensor(), true);
+      },
+      {random_f64({16, 8, 9, 9}, 403, 99, 101)}, DType::f32, "batch_norm of values near 100");
+}
+
+TEST(CnnOpsGpu, BatchNormTakesParametersInTheInputsDtype) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  // bf16-pure keeps the parameters in bf16; their gradients come back in bf16.
+  expect_gpu_matches_cpu(
+      [](const std::vector<Tensor>& in) {
+        return ops::batch_norm(ops::to_memory_format(in[0], ops::MemoryFormat::channels_last), in[1], in[2], Tensor(),
+                               Tensor(), true);
+      },
+      {random_f64({4, 6, 5, 5}, 300), random_f64({6}, 301), random_f64({6}, 302)}, DType::bf16,
+      "batch_norm with bf16 parameters");
+}
+
+TEST(CnnOpsGpu, Conv2dUnderAutocastRunsInBf16AndGivesF32WeightsTheirGradient) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  struct Result {
+    Tensor y, weight_grad;
+  };
+  // the output and the f32 weight's gradient on `device`
+  auto run = [](Device device, ops::MemoryFormat format) {
+    Tensor x = ops::to_memory_format(random_f64({4, 8, 10, 10}, 500).to(DType::f32).to(device), format);
+    Tensor w = random_f64({16, 8, 3, 3}, 501, -0.5, 0.5).to(DType::f32).to(device);
+    w.set_requires_grad();
+    Tensor y;
+    {
+      ops::autocast::Scope scope(DType::bf16);
+      y = ops::conv2d(x, w, Tensor(), {{1, 1}, {1, 1}, {1, 1}, 1});
+    }
+    ops::sum(ops::mul(y.to(DType::f32), random_f64(y.shape(), 502).to(DType::f32).to(device))).backward();
+    ops::autocast::clear_cache();
+    return Result{y, w.grad()};
+  };
+  for (auto format : kFormats) {
+    const Result cpu = run(Device::cpu(), format), gpu = run(kGpu, format);
+    EXPECT_EQ(gpu.y.dtype(), DType::bf16);
+    EXPECT_EQ(ops::is_channels_last(gpu.y), format == ops::MemoryFormat::channels_last);
+    ASSERT_TRUE(gpu.weight_grad.defined());
+    EXPECT_EQ(gpu.weight_grad.dtype(), DType::f32);
+    expect_near_magnitude(gpu.y, cpu.y, 2e-2, "conv2d under autocast: output");
+    expect_near_magnitude(gpu.weight_grad, cpu.weight_grad, 2e-2, "conv2d under autocast: weight gradient");
+  }
+}
+
+TEST(CnnOpsGpu, AddReluMatchesTheCpu) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  uint64_t seed = 600;
+  for (DType dtype : kDtypes) {
+    for (auto format : kFormats) {
+      expect_gpu_matches_cpu(
+          [format](const std::vector<Tensor>& in) {
+            // the residual comes NCHW: add_relu copies it into x's layout
+            return ops::add_relu(ops::to_memory_format(in[0], format), in[1]);
+          },
+          {random_f64({4, 6, 7, 5}, seed++), random_f64({4, 6, 7, 5}, seed++)}, dtype,
+          "add_relu " + name(dtype, format));
+    }
+  }
+}
