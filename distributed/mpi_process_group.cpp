@@ -171,9 +171,13 @@ class MpiProcessGroup final : public ProcessGroup {
     MPI_Datatype type = mpi_type(input.dtype());
     int count = mpi_count(input.numel(), "all_gather");
     mpi_count(output.numel(), "all_gather");
+    // In place when the input is this rank's chunk of the output (ZeRO-1's parameter gather):
+    // MPI takes that as MPI_IN_PLACE, not as an aliased send buffer.
+    const char* chunk = static_cast<const char*>(output.raw_data()) +
+                        static_cast<int64_t>(rank_) * input.numel() * static_cast<int64_t>(element_size(input.dtype()));
+    const void* sent = input.raw_data() == chunk ? MPI_IN_PLACE : input.raw_data();
     MPI_Request request;
-    PRECIS_MPI_CHECK(MPI_Iallgather(input.raw_data(), count, type, output.raw_data(), count, type, comm_, &request),
-                     "all_gather");
+    PRECIS_MPI_CHECK(MPI_Iallgather(sent, count, type, output.raw_data(), count, type, comm_, &request), "all_gather");
     return std::make_shared<MpiWork>(request, std::vector<Tensor>{output, input}, "all_gather", context());
   }
 

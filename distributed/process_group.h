@@ -60,6 +60,7 @@ class ProcessGroup {
   // tensor <- tensor of rank `root` (in place).
   virtual std::shared_ptr<Work> broadcast(const Tensor& tensor, int root) = 0;
   // output (world_size * input.numel() elements) <- the inputs of ranks 0, 1, ... one after another.
+  // In place when the input is this rank's chunk of the output (both backends).
   virtual std::shared_ptr<Work> all_gather(const Tensor& output, const Tensor& input) = 0;
   // output (input.numel() / world_size elements) <- chunk `rank` of op over ranks of input.
   virtual std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) = 0;

@@ -1,6 +1,7 @@
 #include "distributed/reducer.h"
 
 #include <algorithm>
+#include <limits>
 #include <sstream>
 
 #include "core/autograd.h"
@@ -12,6 +13,8 @@ struct Reducer::State {
   struct BucketRun {
     Tensor grad;                 // the bucket's slice of the flat gradient buffer
     Tensor staging;              // defined when it is reduced in another dtype
+    Tensor shard;                // ZeRO-1: this rank's shard of the averaged gradient (shard_grad)
+    Tensor shard_staging;        // ZeRO-1 with staging: the reduce_scatter's output, in the reduce dtype
     size_t expected = 0;         // parameters of the bucket that take gradients
     size_t pending = 0;          // of those, not ready yet this step
     std::shared_ptr<Work> work;  // its all-reduce, once launched
@@ -48,7 +51,12 @@ struct Reducer::State {
       BucketRun& run = runs[next_launch++];
       if (run.expected == 0) continue;
       if (run.staging.defined()) copy_(run.staging, run.grad);
-      run.work = group->all_reduce(run.staging.defined() ? run.staging : run.grad, ReduceOp::avg, profiler);
+      const Tensor& input = run.staging.defined() ? run.staging : run.grad;
+      if (run.shard.defined())
+        run.work =
+            group->reduce_scatter(run.shard_staging.defined() ? run.shard_staging : run.shard, input, ReduceOp::avg);
+      else
+        run.work = group->all_reduce(input, ReduceOp::avg, profiler);
     }
   }
 
@@ -75,7 +83,20 @@ Reducer::Reducer(std::shared_ptr<nn::FlatParameters> flat, std::shared_ptr<Proce
   State& s = *state_;
   s.flat = std::move(flat);
   s.group = std::move(group);
-  s.buckets = assign_buckets(layout_of(*s.flat), options.bucket_sizes);
+  if (options.shard) {
+    // One bucket per buffer, its padding included: the reduce_scatter's chunks are the ranks' shards.
+    const int64_t whole = std::numeric_limits<int64_t>::max();
+    s.buckets = assign_buckets(layout_of(*s.flat), {whole, whole});
+    for (Bucket& bucket : s.buckets) {
+      bucket.begin = 0;
+      bucket.end = s.flat->buffers()[bucket.buffer].grad.numel();
+      PRECIS_CHECK(bucket.end % s.group->world_size() == 0, "zero-1 reducer: flat buffer ", bucket.buffer, " has ",
+                   bucket.end, " elements, not a multiple of the world size ", s.group->world_size(),
+                   "; flatten the parameters with shards = world size (nn::flatten_parameters)");
+    }
+  } else {
+    s.buckets = assign_buckets(layout_of(*s.flat), options.bucket_sizes);
+  }
   s.profiler = options.profiler;
 
   std::vector<size_t> first_slot;  // per buffer: its first slot's index in s.slots
@@ -91,6 +112,11 @@ Reducer::Reducer(std::shared_ptr<nn::FlatParameters> flat, std::shared_ptr<Proce
     run.grad = buffer.grad.slice(0, bucket.begin, bucket.end);
     if (options.reduce_dtype && *options.reduce_dtype != buffer.grad.dtype())
       run.staging = empty({bucket.end - bucket.begin}, *options.reduce_dtype, s.flat->device());
+    if (options.shard) {
+      const int64_t shard_numel = (bucket.end - bucket.begin) / s.group->world_size();
+      run.shard = zeros({shard_numel}, buffer.grad.dtype(), s.flat->device());
+      if (run.staging.defined()) run.shard_staging = empty({shard_numel}, *options.reduce_dtype, s.flat->device());
+    }
     for (size_t slot_index : bucket.slots) {
       const size_t id = first_slot[bucket.buffer] + slot_index;
       if (!s.slots[id].expected) continue;
@@ -111,6 +137,12 @@ bool Reducer::sync() const { return state_->sync; }
 const std::vector<Bucket>& Reducer::buckets() const { return state_->buckets; }
 ProcessGroup& Reducer::group() const { return *state_->group; }
 
+Tensor Reducer::shard_grad(size_t buffer) const {
+  for (size_t b = 0; b < state_->buckets.size(); ++b)
+    if (state_->buckets[b].buffer == buffer) return state_->runs[b].shard;
+  return Tensor();
+}
+
 void Reducer::finish() {
   State& s = *state_;
   if (!s.sync) return;
@@ -130,7 +162,10 @@ void Reducer::finish() {
   for (State::BucketRun& run : s.runs) {
     if (!run.work) continue;
     run.work->wait();
-    if (run.staging.defined()) copy_(run.grad, run.staging);
+    if (run.shard_staging.defined())
+      copy_(run.shard, run.shard_staging);
+    else if (run.staging.defined() && !run.shard.defined())
+      copy_(run.grad, run.staging);
   }
   s.reset();
 }

@@ -22,6 +22,14 @@
 //
 // One backward per synced step: a parameter whose gradient arrives twice before
 // finish() is an error (use no_sync for the micro-steps before the last).
+//
+// ZeRO-1 (options.shard, distributed/zero.h): each flat buffer, padded to a multiple
+// of the world size (nn::flatten_parameters' `shards`), is one bucket, and its
+// collective is a reduce_scatter (avg) instead of an all-reduce: rank r receives only
+// elements [r*S, (r+1)*S) of the averaged gradient, into shard_grad(buffer) (S
+// elements of the gradient's dtype; the full gradient buffer keeps this rank's own
+// sum). It launches when the buffer's last gradient is final, so with one buffer (a
+// model of one dtype) it overlaps nothing but the backward's tail; finish() waits.
 #pragma once
 
 #include <memory>
@@ -37,6 +45,7 @@ struct ReducerOptions {
   BucketSizes bucket_sizes;
   std::optional<DType> reduce_dtype;  // unset: each gradient buffer's own dtype
   Profiler* profiler = nullptr;       // times each bucket's all-reduce as "comm" (process_group.h)
+  bool shard = false;                 // ZeRO-1: reduce_scatter each whole buffer (above); bucket_sizes unused
 };
 
 class Reducer {
@@ -55,6 +64,9 @@ class Reducer {
 
   const std::vector<Bucket>& buckets() const;
   ProcessGroup& group() const;
+  // ZeRO-1: this rank's shard of flat buffer `buffer`'s averaged gradient, complete after
+  // finish(); undefined without options.shard and for buffers without gradients.
+  Tensor shard_grad(size_t buffer) const;
 
   struct State;
 

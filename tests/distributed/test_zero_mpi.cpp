@@ -1,0 +1,216 @@
+// ZeRO-1 on the MPI backend against plain DDP: the tiny model's 67 parameters (a
+// count no world size here divides, so the flat buffer is padded) trained by AdamW
+// with the gradients clipped end up the same as under DDP (f64 to round-off, f32
+// close); each rank holds only its shard of the optimizer state, their sum the whole;
+// the state gathered from the shards is the DDP optimizer's, and cut back into shards
+// it continues the run as DDP does; an inf on one rank's shard skips every rank's step.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "ddp_model.h"
+#include "distributed/mpi_world.h"
+#include "distributed/reducer.h"
+#include "distributed/zero.h"
+#include "optim/adamw.h"
+#include "optim/clip_grad.h"
+
+using namespace precis;
+using namespace precis::testing;  // NOLINT: the test helpers of this folder and support/
+
+namespace {
+
+constexpr int64_t kRowsPerRank = 3;
+constexpr double kMaxNorm = 0.05;  // below the tiny model's gradient norm: every step clips
+
+int world_size() { return mpi_world().world_size(); }
+int rank() { return mpi_world().rank(); }
+
+// Rows of step `step`'s global batch that this rank takes.
+Batch my_rows(int step, DType dtype) {
+  const int64_t global = kRowsPerRank * world_size();
+  return global_batch(global * (step + 1), dtype).rows(global * step + rank() * kRowsPerRank, kRowsPerRank);
+}
+
+std::vector<Tensor> params_of(const optim::Optimizer& optimizer) {
+  std::vector<Tensor> params;
+  for (const optim::ParamGroup& group : const_cast<optim::Optimizer&>(optimizer).param_groups())
+    params.insert(params.end(), group.params.begin(), group.params.end());
+  return params;
+}
+
+// One model trained under plain DDP.
+struct DdpRun {
+  explicit DdpRun(DType dtype) : model(dtype) {
+    flat = nn::flatten_parameters(model);
+    distributed::broadcast_parameters(*flat, mpi_world());
+    reducer = std::make_unique<distributed::Reducer>(flat, mpi_world_group());
+    optimizer =
+        std::make_unique<optim::AdamW>(optim::default_param_groups(model, 0.1), optim::AdamWOptions{.lr = 1e-2});
+  }
+  // One step; returns {norm, factor}.
+  std::vector<double> step(int step) {
+    flat->zero_grad();
+    mse_loss(model, my_rows(step, model.fc1->weight.dtype())).backward();
+    reducer->finish();
+    Tensor norm = optim::clip_grad_norm(model.parameters(), kMaxNorm);
+    optimizer->step({.grad_factor = norm.select(0, 1)});
+    return norm.to_vector<double>();
+  }
+  TinyMlp model;
+  std::shared_ptr<nn::FlatParameters> flat;
+  std::unique_ptr<distributed::Reducer> reducer;
+  std::unique_ptr<optim::AdamW> optimizer;
+};
+
+// The same model trained under ZeRO-1.
+struct ZeroRun {
+  explicit ZeroRun(DType dtype) : model(dtype) {
+    flat = nn::flatten_parameters(model, Device::cpu(), std::nullopt, world_size());
+    distributed::broadcast_parameters(*flat, mpi_world());
+    reducer =
+        std::make_unique<distributed::Reducer>(flat, mpi_world_group(), distributed::ReducerOptions{.shard = true});
+    zero = std::make_unique<distributed::Zero1>(flat, mpi_world_group(), *reducer);
+    optimizer = std::make_unique<optim::AdamW>(zero->shard_groups(optim::default_param_groups(model, 0.1)),
+                                               optim::AdamWOptions{.lr = 1e-2});
+  }
+  std::vector<double> step(int step, const Tensor& found_inf = Tensor()) {
+    flat->zero_grad();
+    mse_loss(model, my_rows(step, model.fc1->weight.dtype())).backward();
+    reducer->finish();
+    Tensor norm = optim::clip_grad_norm(params_of(*optimizer), kMaxNorm, Tensor(), found_inf, Tensor(),
+                                        [this](const Tensor& sum) { zero->sum_over_ranks(sum); });
+    optimizer->step({.grad_factor = norm.select(0, 1), .skip_if = found_inf});
+    zero->gather_parameters();
+    return norm.to_vector<double>();
+  }
+  TinyMlp model;
+  std::shared_ptr<nn::FlatParameters> flat;
+  std::unique_ptr<distributed::Reducer> reducer;
+  std::unique_ptr<distributed::Zero1> zero;
+  std::unique_ptr<optim::AdamW> optimizer;
+};
+
+int64_t state_bytes(const std::map<std::string, Tensor>& state) {
+  int64_t bytes = 0;
+  for (const auto& [key, value] : state)
+    if (key != "step") bytes += value.numel() * static_cast<int64_t>(element_size(value.dtype()));
+  return bytes;
+}
+
+int64_t sum_over_ranks(int64_t value) {
+  Tensor t = from_vector<int64_t>({value}, {1});
+  mpi_world().all_reduce(t, distributed::ReduceOp::sum)->wait();
+  return t.to_vector<int64_t>()[0];
+}
+
+void expect_zero_equals_ddp(DType dtype, double tolerance) {
+  DdpRun ddp(dtype);
+  ZeroRun zero(dtype);
+  const std::vector<Tensor> start = [&] {
+    std::vector<Tensor> copies;
+    for (const Tensor& p : ddp.model.parameters()) copies.push_back(p.clone());
+    return copies;
+  }();
+  for (int step = 0; step < 4; ++step) {
+    const std::vector<double> ddp_norm = ddp.step(step), zero_norm = zero.step(step);
+    EXPECT_GT(ddp_norm[0], kMaxNorm) << "step " << step << ": the test means to clip";
+    EXPECT_NEAR(zero_norm[0], ddp_norm[0], tolerance * ddp_norm[0]) << "step " << step;
+    EXPECT_NEAR(zero_norm[1], ddp_norm[1], tolerance * ddp_norm[1]) << "step " << step;
+  }
+  EXPECT_LT(relative_difference(zero.model.parameters(), ddp.model.parameters()), tolerance);
+  EXPECT_GT(relative_difference(ddp.model.parameters(), start), 1e-3);  // they moved
+}
+
+}  // namespace
+
+TEST(Zero1, PadsTheFlatBufferIntoEqualAlignedShards) {
+  TinyMlp model(DType::f64);
+  auto flat = nn::flatten_parameters(model, Device::cpu(), std::nullopt, world_size());
+  ASSERT_EQ(flat->buffers().size(), 1u);
+  const nn::FlatBuffer& buffer = flat->buffers()[0];
+  const int64_t used = buffer.slots.back().offset + buffer.slots.back().numel;  // 67: no world size here divides it
+  EXPECT_EQ(used, 67);
+  EXPECT_EQ(buffer.data.numel() % (world_size() * 8), 0);  // shards of whole 64-byte lines of f64
+  EXPECT_GE(buffer.data.numel(), used);
+  EXPECT_LT(buffer.data.numel(), used + world_size() * 8);
+  EXPECT_EQ(buffer.grad.numel(), buffer.data.numel());
+}
+
+TEST(Zero1, EqualsDdpAfterClippedAdamWStepsInF64) { expect_zero_equals_ddp(DType::f64, 1e-12); }
+
+TEST(Zero1, EqualsDdpAfterClippedAdamWStepsInF32) { expect_zero_equals_ddp(DType::f32, 2e-6); }
+
+TEST(Zero1, EachRankHoldsItsShardOfTheOptimizerState) {
+  DdpRun ddp(DType::f64);
+  ZeroRun zero(DType::f64);
+  for (int step = 0; step < 2; ++step) {
+    ddp.step(step);
+    zero.step(step);
+  }
+  const int64_t whole = state_bytes(ddp.optimizer->state_dict());
+  const int64_t mine = state_bytes(zero.optimizer->state_dict());
+  EXPECT_EQ(whole, 67 * 16);  // two f64 moments per parameter element
+  // The shards add up to the whole, each at most one shard's elements' worth.
+  EXPECT_EQ(sum_over_ranks(mine), whole);
+  EXPECT_LE(mine, 16 * zero.zero->shard_numel(0));
+  EXPECT_EQ(mine, zero.optimizer->state_bytes_per_element(DType::f64) * zero.zero->shard_elements(0));
+  EXPECT_EQ(zero.zero->total_elements(0), 67);
+  EXPECT_EQ(sum_over_ranks(zero.zero->shard_elements(0)), 67);
+  // The padding is no parameter's: it stays zero.
+  const nn::FlatBuffer& buffer = zero.flat->buffers()[0];
+  const std::vector<double> values = buffer.data.to_vector<double>();
+  for (int64_t i = 67; i < buffer.data.numel(); ++i) EXPECT_EQ(values[i], 0.0) << "element " << i;
+}
+
+TEST(Zero1, GatheredStateIsDdpsAndItsShardsResumeTheRun) {
+  DdpRun ddp(DType::f64);
+  ZeroRun zero(DType::f64);
+  for (int step = 0; step < 3; ++step) {
+    ddp.step(step);
+    zero.step(step);
+  }
+  const std::map<std::string, Tensor> ddp_state = ddp.optimizer->state_dict();
+  const std::map<std::string, Tensor> gathered = zero.zero->gather_state(zero.optimizer->state_dict());
+  ASSERT_EQ(gathered.size(), ddp_state.size());
+  for (const auto& [key, value] : ddp_state) {
+    ASSERT_TRUE(gathered.count(key)) << key;
+    EXPECT_EQ(gathered.at(key).shape(), value.shape()) << key;
+    EXPECT_LT(relative_difference({gathered.at(key)}, {value}), 1e-12) << key;
+  }
+
+  // A fresh ZeRO-1 run loads the DDP checkpoint's state (and weights), then steps on as DDP does.
+  ZeroRun resumed(DType::f64);
+  {
+    NoGradGuard no_grad;
+    copy_(resumed.flat->buffers()[0].data.slice(0, 0, 67), ddp.flat->buffers()[0].data.slice(0, 0, 67));
+  }
+  resumed.optimizer->load_state_dict(resumed.zero->shard_state(ddp_state));
+  for (int step = 3; step < 5; ++step) {
+    ddp.step(step);
+    resumed.step(step);
+  }
+  EXPECT_LT(relative_difference(resumed.model.parameters(), ddp.model.parameters()), 1e-12);
+}
+
+TEST(Zero1, AnInfInOneRanksShardSkipsEveryRanksStep) {
+  ZeroRun zero(DType::f64);
+  zero.step(0);
+  std::vector<Tensor> before;
+  for (const Tensor& p : zero.model.parameters()) before.push_back(p.clone());
+  // Rank 0's gradient of fc2.bias, the last parameter (in the last rank's shard), turns inf once
+  // it is final, before the reducer's reduce_scatter (launched with the buffer's last gradient).
+  bool poison = true;
+  zero.model.fc2->bias.register_grad_ready_hook([&](const Tensor& grad) {
+    if (!poison || rank() != 0) return;
+    NoGradGuard no_grad;
+    fill_(grad.slice(0, 2, 3), std::numeric_limits<double>::infinity());
+  });
+  Tensor found_inf = zeros({}, DType::f64);
+  const std::vector<double> norm = zero.step(1, found_inf);
+  poison = false;
+  EXPECT_TRUE(std::isinf(norm[0])) << "rank " << rank();
+  EXPECT_EQ(found_inf.item<double>(), 1.0) << "rank " << rank();
+  EXPECT_EQ(relative_difference(zero.model.parameters(), before), 0.0) << "rank " << rank();
+}
