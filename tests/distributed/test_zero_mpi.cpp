@@ -3,7 +3,7 @@
 // with the gradients clipped end up the same as under DDP (f64 to round-off, f32
 // close); each rank holds only its shard of the optimizer state, their sum the whole;
 // the state gathered from the shards is the DDP optimizer's, and cut back into shards
-// it continues the run as DDP does; an inf on one rank's shard skips every rank's step.
+// it continues the run as DDP does (AdamW; SGD with momentum too); an inf on one rank's shard skips every rank's step.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,6 +15,7 @@
 #include "distributed/zero.h"
 #include "optim/adamw.h"
 #include "optim/clip_grad.h"
+#include "optim/sgd.h"
 
 using namespace precis;
 using namespace precis::testing;  // NOLINT: the test helpers of this folder and support/
@@ -40,14 +41,19 @@ std::vector<Tensor> params_of(const optim::Optimizer& optimizer) {
   return params;
 }
 
+// The optimizer of a run over `groups`: AdamW, or SGD with Nesterov momentum.
+std::unique_ptr<optim::Optimizer> make_optimizer(std::vector<optim::ParamGroup> groups, bool sgd) {
+  if (sgd) return std::make_unique<optim::SGD>(groups, optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true});
+  return std::make_unique<optim::AdamW>(groups, optim::AdamWOptions{.lr = 1e-2});
+}
+
 // One model trained under plain DDP.
 struct DdpRun {
-  explicit DdpRun(DType dtype) : model(dtype) {
+  explicit DdpRun(DType dtype, bool sgd = false) : model(dtype) {
     flat = nn::flatten_parameters(model);
     distributed::broadcast_parameters(*flat, mpi_world());
     reducer = std::make_unique<distributed::Reducer>(flat, mpi_world_group());
-    optimizer =
-        std::make_unique<optim::AdamW>(optim::default_param_groups(model, 0.1), optim::AdamWOptions{.lr = 1e-2});
+    optimizer = make_optimizer(optim::default_param_groups(model, 0.1), sgd);
   }
   // One step; returns {norm, factor}.
   std::vector<double> step(int step) {
@@ -61,19 +67,18 @@ struct DdpRun {
   TinyMlp model;
   std::shared_ptr<nn::FlatParameters> flat;
   std::unique_ptr<distributed::Reducer> reducer;
-  std::unique_ptr<optim::AdamW> optimizer;
+  std::unique_ptr<optim::Optimizer> optimizer;
 };
 
 // The same model trained under ZeRO-1.
 struct ZeroRun {
-  explicit ZeroRun(DType dtype) : model(dtype) {
+  explicit ZeroRun(DType dtype, bool sgd = false) : model(dtype) {
     flat = nn::flatten_parameters(model, Device::cpu(), std::nullopt, world_size());
     distributed::broadcast_parameters(*flat, mpi_world());
     reducer =
         std::make_unique<distributed::Reducer>(flat, mpi_world_group(), distributed::ReducerOptions{.shard = true});
     zero = std::make_unique<distributed::Zero1>(flat, mpi_world_group(), *reducer);
-    optimizer = std::make_unique<optim::AdamW>(zero->shard_groups(optim::default_param_groups(model, 0.1)),
-                                               optim::AdamWOptions{.lr = 1e-2});
+    optimizer = make_optimizer(zero->shard_groups(optim::default_param_groups(model, 0.1)), sgd);
   }
   std::vector<double> step(int step, const Tensor& found_inf = Tensor()) {
     flat->zero_grad();
@@ -89,7 +94,7 @@ struct ZeroRun {
   std::shared_ptr<nn::FlatParameters> flat;
   std::unique_ptr<distributed::Reducer> reducer;
   std::unique_ptr<distributed::Zero1> zero;
-  std::unique_ptr<optim::AdamW> optimizer;
+  std::unique_ptr<optim::Optimizer> optimizer;
 };
 
 int64_t state_bytes(const std::map<std::string, Tensor>& state) {
@@ -105,9 +110,9 @@ int64_t sum_over_ranks(int64_t value) {
   return t.to_vector<int64_t>()[0];
 }
 
-void expect_zero_equals_ddp(DType dtype, double tolerance) {
-  DdpRun ddp(dtype);
-  ZeroRun zero(dtype);
+void expect_zero_equals_ddp(DType dtype, double tolerance, bool sgd = false) {
+  DdpRun ddp(dtype, sgd);
+  ZeroRun zero(dtype, sgd);
   const std::vector<Tensor> start = [&] {
     std::vector<Tensor> copies;
     for (const Tensor& p : ddp.model.parameters()) copies.push_back(p.clone());
@@ -141,6 +146,8 @@ TEST(Zero1, PadsTheFlatBufferIntoEqualAlignedShards) {
 TEST(Zero1, EqualsDdpAfterClippedAdamWStepsInF64) { expect_zero_equals_ddp(DType::f64, 1e-12); }
 
 TEST(Zero1, EqualsDdpAfterClippedAdamWStepsInF32) { expect_zero_equals_ddp(DType::f32, 2e-6); }
+
+TEST(Zero1, EqualsDdpAfterClippedSgdStepsWithMomentum) { expect_zero_equals_ddp(DType::f64, 1e-12, /*sgd=*/true); }
 
 TEST(Zero1, EachRankHoldsItsShardOfTheOptimizerState) {
   DdpRun ddp(DType::f64);
