@@ -1,7 +1,6 @@
 #include "distributed/reducer.h"
 
 #include <algorithm>
-#include <limits>
 #include <sstream>
 
 #include "core/autograd.h"
@@ -13,7 +12,7 @@ struct Reducer::State {
   struct BucketRun {
     Tensor grad;                 // the bucket's slice of the flat gradient buffer
     Tensor staging;              // defined when it is reduced in another dtype
-    Tensor shard;                // ZeRO-1: this rank's shard of the averaged gradient (shard_grad)
+    Tensor shard;                // ZeRO-1: this rank's chunk of the averaged gradient (shard_grad)
     Tensor shard_staging;        // ZeRO-1 with staging: the reduce_scatter's output, in the reduce dtype
     size_t expected = 0;         // parameters of the bucket that take gradients
     size_t pending = 0;          // of those, not ready yet this step
@@ -30,18 +29,22 @@ struct Reducer::State {
   std::vector<Bucket> buckets;
   std::vector<BucketRun> runs;
   std::vector<SlotRun> slots;  // every slot of every buffer, buffer after buffer
-  size_t next_launch = 0;      // buckets before it are launched
+  // Per slot: the buckets it lies in (one; ZeRO-1's buckets may split a parameter between two).
+  std::vector<std::vector<size_t>> slot_buckets;
+  size_t next_launch = 0;  // buckets before it are launched
   Profiler* profiler = nullptr;
   bool sync = true;
 
-  void on_ready(size_t slot_id, size_t bucket) {
+  void on_ready(size_t slot_id) {
     if (!sync) return;
     SlotRun& slot = slots[slot_id];
     PRECIS_CHECK(!slot.ready, "ddp reducer: parameter ", slot.name,
                  " got its gradient twice before finish(): run the accumulation micro-steps before the last under "
                  "no_sync, or call finish() after each backward");
     slot.ready = true;
-    if (--runs[bucket].pending == 0) launch_ready();
+    bool completed = false;
+    for (size_t bucket : slot_buckets[slot_id]) completed |= --runs[bucket].pending == 0;
+    if (completed) launch_ready();
   }
 
   // Launches ready buckets in list order, so every rank issues the same collectives in the same
@@ -83,20 +86,8 @@ Reducer::Reducer(std::shared_ptr<nn::FlatParameters> flat, std::shared_ptr<Proce
   State& s = *state_;
   s.flat = std::move(flat);
   s.group = std::move(group);
-  if (options.shard) {
-    // One bucket per buffer, its padding included: the reduce_scatter's chunks are the ranks' shards.
-    const int64_t whole = std::numeric_limits<int64_t>::max();
-    s.buckets = assign_buckets(layout_of(*s.flat), {whole, whole});
-    for (Bucket& bucket : s.buckets) {
-      bucket.begin = 0;
-      bucket.end = s.flat->buffers()[bucket.buffer].grad.numel();
-      PRECIS_CHECK(bucket.end % s.group->world_size() == 0, "zero-1 reducer: flat buffer ", bucket.buffer, " has ",
-                   bucket.end, " elements, not a multiple of the world size ", s.group->world_size(),
-                   "; flatten the parameters with shards = world size (nn::flatten_parameters)");
-    }
-  } else {
-    s.buckets = assign_buckets(layout_of(*s.flat), options.bucket_sizes);
-  }
+  s.buckets = options.shard ? assign_shard_buckets(layout_of(*s.flat), options.bucket_sizes, s.group->world_size())
+                            : assign_buckets(layout_of(*s.flat), options.bucket_sizes);
   s.profiler = options.profiler;
 
   std::vector<size_t> first_slot;  // per buffer: its first slot's index in s.slots
@@ -104,6 +95,7 @@ Reducer::Reducer(std::shared_ptr<nn::FlatParameters> flat, std::shared_ptr<Proce
     first_slot.push_back(s.slots.size());
     for (const nn::FlatSlot& slot : buffer.slots) s.slots.push_back({slot.name, slot.param.requires_grad(), false});
   }
+  s.slot_buckets.resize(s.slots.size());
   s.runs.resize(s.buckets.size());
   for (size_t b = 0; b < s.buckets.size(); ++b) {
     const Bucket& bucket = s.buckets[b];
@@ -121,9 +113,17 @@ Reducer::Reducer(std::shared_ptr<nn::FlatParameters> flat, std::shared_ptr<Proce
       const size_t id = first_slot[bucket.buffer] + slot_index;
       if (!s.slots[id].expected) continue;
       ++run.expected;
+      s.slot_buckets[id].push_back(b);
+    }
+  }
+  for (size_t buffer = 0; buffer < s.flat->buffers().size(); ++buffer) {
+    const std::vector<nn::FlatSlot>& slots = s.flat->buffers()[buffer].slots;
+    for (size_t slot_index = 0; slot_index < slots.size(); ++slot_index) {
+      const size_t id = first_slot[buffer] + slot_index;
+      if (s.slot_buckets[id].empty()) continue;
       std::weak_ptr<State> weak = state_;
-      buffer.slots[slot_index].param.register_grad_ready_hook([weak, id, b](const Tensor&) {
-        if (std::shared_ptr<State> state = weak.lock()) state->on_ready(id, b);
+      slots[slot_index].param.register_grad_ready_hook([weak, id](const Tensor&) {
+        if (std::shared_ptr<State> state = weak.lock()) state->on_ready(id);
       });
     }
   }
@@ -137,11 +137,7 @@ bool Reducer::sync() const { return state_->sync; }
 const std::vector<Bucket>& Reducer::buckets() const { return state_->buckets; }
 ProcessGroup& Reducer::group() const { return *state_->group; }
 
-Tensor Reducer::shard_grad(size_t buffer) const {
-  for (size_t b = 0; b < state_->buckets.size(); ++b)
-    if (state_->buckets[b].buffer == buffer) return state_->runs[b].shard;
-  return Tensor();
-}
+Tensor Reducer::shard_grad(size_t bucket) const { return state_->runs.at(bucket).shard; }
 
 void Reducer::finish() {
   State& s = *state_;

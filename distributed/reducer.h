@@ -23,13 +23,14 @@
 // One backward per synced step: a parameter whose gradient arrives twice before
 // finish() is an error (use no_sync for the micro-steps before the last).
 //
-// ZeRO-1 (options.shard, distributed/zero.h): each flat buffer, padded to a multiple
-// of the world size (nn::flatten_parameters' `shards`), is one bucket, and its
-// collective is a reduce_scatter (avg) instead of an all-reduce: rank r receives only
-// elements [r*S, (r+1)*S) of the averaged gradient, into shard_grad(buffer) (S
-// elements of the gradient's dtype; the full gradient buffer keeps this rank's own
-// sum). It launches when the buffer's last gradient is final, so with one buffer (a
-// model of one dtype) it overlaps nothing but the backward's tail; finish() waits.
+// ZeRO-1 (options.shard, distributed/zero.h): the buckets tile each flat buffer, padded
+// for the world size (nn::flatten_parameters' `shards`), in slices of world_size equal
+// chunks (assign_shard_buckets: a parameter may straddle two buckets, and is waited for
+// by both), and a bucket's collective is a reduce_scatter (avg) instead of an all-reduce:
+// rank r receives only chunk r of the bucket's averaged gradient, into shard_grad(bucket)
+// (the full gradient buffer keeps this rank's own sum). It launches as soon as the
+// bucket's last gradient is final, overlapping the rest of the backward as DDP's
+// all-reduces do; finish() waits.
 #pragma once
 
 #include <memory>
@@ -45,7 +46,7 @@ struct ReducerOptions {
   BucketSizes bucket_sizes;
   std::optional<DType> reduce_dtype;  // unset: each gradient buffer's own dtype
   Profiler* profiler = nullptr;       // times each bucket's all-reduce as "comm" (process_group.h)
-  bool shard = false;                 // ZeRO-1: reduce_scatter each whole buffer (above); bucket_sizes unused
+  bool shard = false;                 // ZeRO-1: reduce_scatter each bucket (above)
 };
 
 class Reducer {
@@ -64,9 +65,9 @@ class Reducer {
 
   const std::vector<Bucket>& buckets() const;
   ProcessGroup& group() const;
-  // ZeRO-1: this rank's shard of flat buffer `buffer`'s averaged gradient, complete after
-  // finish(); undefined without options.shard and for buffers without gradients.
-  Tensor shard_grad(size_t buffer) const;
+  // ZeRO-1: this rank's chunk of bucket `bucket`'s averaged gradient (chunk r of world_size
+  // equal ones), complete after finish(); undefined without options.shard.
+  Tensor shard_grad(size_t bucket) const;
 
   struct State;
 

@@ -37,18 +37,19 @@ void parse_state_key(const std::string& key, size_t& index, size_t& name) {
 }  // namespace
 
 Zero1::Zero1(std::shared_ptr<nn::FlatParameters> flat, std::shared_ptr<ProcessGroup> group, const Reducer& reducer)
-    : flat_(std::move(flat)), group_(std::move(group)), rank_(group_->rank()) {
-  for (size_t b = 0; b < flat_->buffers().size(); ++b) {
-    const nn::FlatBuffer& buffer = flat_->buffers()[b];
-    PRECIS_CHECK(buffer.data.numel() % group_->world_size() == 0, "zero-1: flat buffer ", b, " has ",
-                 buffer.data.numel(), " elements, not a multiple of the world size ", group_->world_size(),
-                 "; flatten the parameters with shards = world size (nn::flatten_parameters)");
-    shard_grads_.push_back(reducer.shard_grad(b));
-    slot_param_index_.emplace_back(buffer.slots.size(), -1);
+    : flat_(std::move(flat)), group_(std::move(group)) {
+  const int world = group_->world_size(), rank = group_->rank();
+  for (size_t k = 0; k < reducer.buckets().size(); ++k) {
+    const Bucket& bucket = reducer.buckets()[k];
+    const int64_t size = (bucket.end - bucket.begin) / world;
+    PRECIS_CHECK(size * world == bucket.end - bucket.begin && reducer.shard_grad(k).defined(),
+                 "zero-1: the reducer's bucket ", k, " is not cut into ", world,
+                 " chunks; build the reducer with options.shard");
+    chunks_.push_back({bucket.buffer, bucket.begin, bucket.end, bucket.begin + rank * size,
+                       bucket.begin + (rank + 1) * size, !bucket.slots.empty(), reducer.shard_grad(k)});
   }
+  for (const nn::FlatBuffer& buffer : flat_->buffers()) slot_param_index_.emplace_back(buffer.slots.size(), -1);
 }
-
-int64_t Zero1::shard_numel(size_t buffer) const { return flat_->buffers()[buffer].data.numel() / group_->world_size(); }
 
 std::vector<optim::ParamGroup> Zero1::shard_groups(const std::vector<optim::ParamGroup>& full_groups) {
   PRECIS_CHECK(pieces_.empty() && param_slots_.empty(), "zero-1: shard_groups() is called once");
@@ -65,20 +66,24 @@ std::vector<optim::ParamGroup> Zero1::shard_groups(const std::vector<optim::Para
       PRECIS_CHECK(it != where.end(), "zero-1: optimizer parameter ", param_slots_.size(),
                    " is not one of the flat parameters; ZeRO-1 shards the flat buffers");
       const auto [b, s] = it->second;
-      const nn::FlatBuffer& buffer = flat_->buffers()[b];
-      const nn::FlatSlot& slot = buffer.slots[s];
-      PRECIS_CHECK(shard_grads_[b].defined(), "zero-1: parameter ", slot.name, " has no gradient to shard");
+      const nn::FlatSlot& slot = flat_->buffers()[b].slots[s];
       const size_t index = param_slots_.size();
       slot_param_index_[b][s] = static_cast<int64_t>(index);
       param_slots_.push_back(&slot);
-      const int64_t lo = shard_begin(b), hi = lo + shard_numel(b);
-      const int64_t begin = std::max(slot.offset, lo), end = std::min(slot.offset + slot.numel, hi);
-      if (begin >= end) continue;
-      Tensor view = buffer.data.slice(0, begin, end);
-      view.set_requires_grad(true);
-      view.set_grad(shard_grads_[b].slice(0, begin - lo, end - lo));
-      group.params.push_back(view);
-      pieces_.push_back({index, b, slot.offset, begin, end});
+      bool covered = false;  // by some bucket (a parameter without a gradient buffer is in none)
+      for (size_t k = 0; k < chunks_.size(); ++k) {
+        const Chunk& chunk = chunks_[k];
+        if (chunk.buffer != b) continue;
+        covered |= slot.offset < chunk.bucket_end && slot.offset + slot.numel > chunk.bucket_begin;
+        const int64_t begin = std::max(slot.offset, chunk.begin), end = std::min(slot.offset + slot.numel, chunk.end);
+        if (begin >= end) continue;
+        Tensor view = flat_->buffers()[b].data.slice(0, begin, end);
+        view.set_requires_grad(true);
+        view.set_grad(chunk.grad.slice(0, begin - chunk.begin, end - chunk.begin));
+        group.params.push_back(view);
+        pieces_.push_back({index, b, k, slot.offset, begin, end});
+      }
+      PRECIS_CHECK(covered, "zero-1: parameter ", slot.name, " has no gradient to shard");
     }
   }
   return groups;
@@ -87,10 +92,11 @@ std::vector<optim::ParamGroup> Zero1::shard_groups(const std::vector<optim::Para
 void Zero1::sum_over_ranks(const Tensor& sum) const { group_->all_reduce(sum, ReduceOp::sum)->wait(); }
 
 void Zero1::gather_parameters() const {
-  for (size_t b = 0; b < flat_->buffers().size(); ++b) {
-    if (!shard_grads_[b].defined()) continue;  // no gradients: nothing was updated
-    const Tensor& data = flat_->buffers()[b].data;
-    group_->all_gather(data, data.slice(0, shard_begin(b), shard_begin(b) + shard_numel(b)))->wait();
+  for (const Chunk& chunk : chunks_) {
+    if (!chunk.has_slots) continue;
+    const Tensor& data = flat_->buffers()[chunk.buffer].data;
+    group_->all_gather(data.slice(0, chunk.bucket_begin, chunk.bucket_end), data.slice(0, chunk.begin, chunk.end))
+        ->wait();
   }
 }
 
@@ -98,7 +104,7 @@ std::map<std::string, Tensor> Zero1::gather_state(const std::map<std::string, Te
   const auto step = shard_state.find("step");
   PRECIS_CHECK(step != shard_state.end(), "zero-1: the optimizer state has no 'step' entry");
   std::map<std::string, Tensor> out{{"step", step->second}};
-  // Which states of which buffer any rank holds: a rank whose shard has no parameter holds none.
+  // Which states of which buffer any rank holds: a rank that owns no parameter of a buffer holds none.
   const size_t buffers = flat_->buffers().size(), names = kStateNames.size();
   std::vector<int64_t> held(buffers * names, 0);
   for (const auto& [key, value] : shard_state) {
@@ -115,19 +121,22 @@ std::map<std::string, Tensor> Zero1::gather_state(const std::map<std::string, Te
 
   for (size_t b = 0; b < buffers; ++b) {
     const nn::FlatBuffer& buffer = flat_->buffers()[b];
-    const int64_t lo = shard_begin(b);
     for (size_t name = 0; name < names; ++name) {
       if (held[b * names + name] == 0) continue;
       const DType dtype = state_dtype(kStateNames[name], buffer.dtype);
-      Tensor shard = zeros({shard_numel(b)}, dtype, group_->device());
-      for (size_t k = 0; k < pieces_.size(); ++k) {
-        const ShardPiece& piece = pieces_[k];
-        const auto it = shard_state.find(state_key(k, kStateNames[name]));
-        if (piece.buffer == b && it != shard_state.end())
-          copy_(shard.slice(0, piece.begin - lo, piece.end - lo), it->second);
+      // The buffer's state, bucket by bucket: this rank's chunk from its pieces, then every rank's.
+      Tensor whole = zeros({buffer.data.numel()}, dtype, group_->device());
+      for (size_t k = 0; k < chunks_.size(); ++k) {
+        const Chunk& chunk = chunks_[k];
+        if (chunk.buffer != b || !chunk.has_slots) continue;
+        Tensor mine = zeros({chunk.end - chunk.begin}, dtype, group_->device());
+        for (size_t i = 0; i < pieces_.size(); ++i) {
+          const auto it = shard_state.find(state_key(i, kStateNames[name]));
+          if (pieces_[i].bucket == k && it != shard_state.end())
+            copy_(mine.slice(0, pieces_[i].begin - chunk.begin, pieces_[i].end - chunk.begin), it->second);
+        }
+        group_->all_gather(whole.slice(0, chunk.bucket_begin, chunk.bucket_end), mine)->wait();
       }
-      Tensor whole = empty({buffer.data.numel()}, dtype, group_->device());
-      group_->all_gather(whole, shard)->wait();
       const Tensor host = whole.to(Device::cpu());
       for (size_t s = 0; s < buffer.slots.size(); ++s) {
         const int64_t index = slot_param_index_[b][s];
@@ -154,13 +163,13 @@ std::map<std::string, Tensor> Zero1::shard_state(const std::map<std::string, Ten
                  value.shape(), " but parameter ", index, " has shape ", param_slots_[index]->param.shape());
   }
   std::map<std::string, Tensor> out{{"step", step->second}};
-  for (size_t k = 0; k < pieces_.size(); ++k) {
-    const ShardPiece& piece = pieces_[k];
+  for (size_t i = 0; i < pieces_.size(); ++i) {
+    const ShardPiece& piece = pieces_[i];
     for (const char* name : kStateNames) {
       const auto it = full_state.find(state_key(piece.param_index, name));
       if (it == full_state.end()) continue;
       const Tensor flat = it->second.contiguous().view({it->second.numel()});
-      out[state_key(k, name)] = flat.slice(0, piece.begin - piece.slot_offset, piece.end - piece.slot_offset);
+      out[state_key(i, name)] = flat.slice(0, piece.begin - piece.slot_offset, piece.end - piece.slot_offset);
     }
   }
   return out;
@@ -177,6 +186,13 @@ int64_t Zero1::total_elements(size_t buffer) const {
   int64_t n = 0;
   for (size_t s = 0; s < flat_->buffers()[buffer].slots.size(); ++s)
     if (slot_param_index_[buffer][s] >= 0) n += flat_->buffers()[buffer].slots[s].numel;
+  return n;
+}
+
+int64_t Zero1::owned_elements(size_t buffer) const {
+  int64_t n = 0;
+  for (const Chunk& chunk : chunks_)
+    if (chunk.buffer == buffer) n += chunk.end - chunk.begin;
   return n;
 }
 

@@ -48,13 +48,12 @@ void rebind(const Tensor& tensor, const std::shared_ptr<Storage>& storage, int64
   impl->dtype = dtype;
 }
 
-// 64 bytes in the narrower of the data's and the gradient's elements, so both are aligned.
-int64_t alignment_elements(DType dtype) {
-  const size_t narrowest = std::min(element_size(dtype), element_size(flat_grad_dtype(dtype)));
+}  // namespace
+
+int64_t flat_alignment_elements(DType param_dtype) {
+  const size_t narrowest = std::min(element_size(param_dtype), element_size(flat_grad_dtype(param_dtype)));
   return static_cast<int64_t>(kFlatAlignmentBytes / narrowest);
 }
-
-}  // namespace
 
 DType flat_grad_dtype(DType param_dtype) {
   return param_dtype == DType::f16 || param_dtype == DType::bf16 ? DType::f32 : param_dtype;
@@ -75,7 +74,7 @@ std::shared_ptr<FlatParameters> flatten_parameters(Module& model, Device device,
     for (auto& b : flat->buffers_)
       if (b.dtype == dtype) buffer = &b;
     if (!buffer) buffer = &flat->buffers_.emplace_back(FlatBuffer{dtype, Tensor(), Tensor(), {}});
-    const int64_t align = alignment_elements(dtype);
+    const int64_t align = flat_alignment_elements(dtype);
     int64_t offset = 0;
     if (!buffer->slots.empty()) {
       const FlatSlot& last = buffer->slots.back();
@@ -85,7 +84,7 @@ std::shared_ptr<FlatParameters> flatten_parameters(Module& model, Device device,
   }
   for (auto& b : flat->buffers_) {
     const FlatSlot& last = b.slots.back();
-    const int64_t multiple = shards * alignment_elements(b.dtype);
+    const int64_t multiple = shards * flat_alignment_elements(b.dtype);
     const int64_t total = (last.offset + last.numel + multiple - 1) / multiple * multiple;
     b.data = zeros({total}, b.dtype, device);
     b.grad = zeros({total}, flat_grad_dtype(b.dtype), device);

@@ -75,6 +75,9 @@ inline constexpr size_t kFlatAlignmentBytes = 64;
 
 // The dtype a flat gradient buffer has for parameters of `param_dtype`.
 DType flat_grad_dtype(DType param_dtype);
+// kFlatAlignmentBytes in elements of the narrower of a buffer's data and gradient: every
+// slot's offset is a multiple of it, and with `shards` every buffer's size is shards times one.
+int64_t flat_alignment_elements(DType param_dtype);
 
 // `param_dtype` must be floating; non-floating parameters keep their dtype. `shards` >= 1.
 std::shared_ptr<FlatParameters> flatten_parameters(Module& model, Device device = Device::cpu(),

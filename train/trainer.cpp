@@ -419,10 +419,11 @@ void Trainer::print_zero_line() const {
     all += per_element * zero_->total_elements(b);
   }
   std::cout << "data parallel: " << world_size_ << " ranks (" << group_->backend_name() << "), rank 0 on " << device_
-            << "; the batch below is per rank; ZeRO-1: gradients reduce-scattered per flat buffer in "
-            << dtype_name(policy_.grad_reduce_dtype) << ", optimizer state " << mine << " bytes ("
-            << static_cast<double>(mine) / (1 << 20) << " MiB) on rank 0 of " << all << " bytes ("
-            << static_cast<double>(all) / (1 << 20) << " MiB) unsharded\n";
+            << "; the batch below is per rank; ZeRO-1: " << reducer_->buckets().size()
+            << " gradient buckets, reduce-scattered in " << dtype_name(policy_.grad_reduce_dtype)
+            << ", optimizer state " << mine << " bytes (" << static_cast<double>(mine) / (1 << 20)
+            << " MiB) on rank 0 of " << all << " bytes (" << static_cast<double>(all) / (1 << 20)
+            << " MiB) unsharded\n";
 }
 
 bool Trainer::report_due() const {

@@ -24,6 +24,9 @@ namespace {
 
 constexpr int64_t kRowsPerRank = 3;
 constexpr double kMaxNorm = 0.05;  // below the tiny model's gradient norm: every step clips
+// Buckets of 96 bytes, rounded up to world_size 64-byte lines: several, and in f32 a
+// parameter cut between two (fc2.weight, elements 48..71, by the boundary at 64).
+const distributed::ReducerOptions kSmallShardBuckets{.bucket_sizes = {96, 96}, .shard = true};
 
 int world_size() { return mpi_world().world_size(); }
 int rank() { return mpi_world().rank(); }
@@ -72,11 +75,11 @@ struct DdpRun {
 
 // The same model trained under ZeRO-1.
 struct ZeroRun {
-  explicit ZeroRun(DType dtype, bool sgd = false) : model(dtype) {
+  explicit ZeroRun(DType dtype, bool sgd = false, const distributed::ReducerOptions& options = kSmallShardBuckets)
+      : model(dtype) {
     flat = nn::flatten_parameters(model, Device::cpu(), std::nullopt, world_size());
     distributed::broadcast_parameters(*flat, mpi_world());
-    reducer =
-        std::make_unique<distributed::Reducer>(flat, mpi_world_group(), distributed::ReducerOptions{.shard = true});
+    reducer = std::make_unique<distributed::Reducer>(flat, mpi_world_group(), options);
     zero = std::make_unique<distributed::Zero1>(flat, mpi_world_group(), *reducer);
     optimizer = make_optimizer(zero->shard_groups(optim::default_param_groups(model, 0.1)), sgd);
   }
@@ -143,6 +146,25 @@ TEST(Zero1, PadsTheFlatBufferIntoEqualAlignedShards) {
   EXPECT_EQ(buffer.grad.numel(), buffer.data.numel());
 }
 
+TEST(Zero1, BucketsTileTheBufferInAlignedChunksAndCutParameters) {
+  ZeroRun zero(DType::f32);
+  const std::vector<distributed::Bucket>& buckets = zero.reducer->buckets();
+  ASSERT_GE(buckets.size(), 2u);
+  int64_t end = zero.flat->buffers()[0].data.numel();
+  bool cut = false;
+  for (const distributed::Bucket& bucket : buckets) {
+    EXPECT_EQ(bucket.end, end);                                       // from the end backwards, no gaps
+    EXPECT_EQ((bucket.end - bucket.begin) % (world_size() * 16), 0);  // 16 f32 to a line
+    end = bucket.begin;
+    for (size_t s : bucket.slots) {
+      const nn::FlatSlot& slot = zero.flat->buffers()[0].slots[s];
+      cut |= slot.offset < bucket.begin || slot.offset + slot.numel > bucket.end;
+    }
+  }
+  EXPECT_EQ(end, 0);
+  EXPECT_TRUE(cut) << "some parameter lies in two buckets";
+}
+
 TEST(Zero1, EqualsDdpAfterClippedAdamWStepsInF64) { expect_zero_equals_ddp(DType::f64, 1e-12); }
 
 TEST(Zero1, EqualsDdpAfterClippedAdamWStepsInF32) { expect_zero_equals_ddp(DType::f32, 2e-6); }
@@ -161,7 +183,7 @@ TEST(Zero1, EachRankHoldsItsShardOfTheOptimizerState) {
   EXPECT_EQ(whole, 67 * 16);  // two f64 moments per parameter element
   // The shards add up to the whole, each at most one shard's elements' worth.
   EXPECT_EQ(sum_over_ranks(mine), whole);
-  EXPECT_LE(mine, 16 * zero.zero->shard_numel(0));
+  EXPECT_LE(mine, 16 * zero.zero->owned_elements(0));
   EXPECT_EQ(mine, zero.optimizer->state_bytes_per_element(DType::f64) * zero.zero->shard_elements(0));
   EXPECT_EQ(zero.zero->total_elements(0), 67);
   EXPECT_EQ(sum_over_ranks(zero.zero->shard_elements(0)), 67);
@@ -202,12 +224,13 @@ TEST(Zero1, GatheredStateIsDdpsAndItsShardsResumeTheRun) {
 }
 
 TEST(Zero1, AnInfInOneRanksShardSkipsEveryRanksStep) {
-  ZeroRun zero(DType::f64);
+  // One bucket, reduced once fc1.weight's gradient is final: the test's hook on fc2.bias runs before that.
+  ZeroRun zero(DType::f64, /*sgd=*/false, distributed::ReducerOptions{.shard = true});
   zero.step(0);
   std::vector<Tensor> before;
   for (const Tensor& p : zero.model.parameters()) before.push_back(p.clone());
-  // Rank 0's gradient of fc2.bias, the last parameter (in the last rank's shard), turns inf once
-  // it is final, before the reducer's reduce_scatter (launched with the buffer's last gradient).
+  // Rank 0's gradient of fc2.bias, the last parameter (in the last rank's chunk), turns inf once
+  // it is final, before the reducer's reduce_scatter.
   bool poison = true;
   zero.model.fc2->bias.register_grad_ready_hook([&](const Tensor& grad) {
     if (!poison || rank() != 0) return;
