@@ -7,13 +7,21 @@
 
 namespace precis::distributed {
 
-std::vector<Bucket> assign_buckets(const std::vector<BufferLayout>& buffers, const BucketSizes& sizes) {
+namespace {
+
+void check_sizes(const BucketSizes& sizes) {
   PRECIS_CHECK(sizes.first_bytes > 0 && sizes.bytes > 0, "distributed.bucket_mb: bucket sizes must be positive, got ",
                sizes.first_bytes, " and ", sizes.bytes, " bytes");
+}
+
+}  // namespace
+
+std::vector<Bucket> assign_buckets(const std::vector<BufferLayout>& buffers, const BucketSizes& sizes) {
+  check_sizes(sizes);
   std::vector<Bucket> buckets;
   for (size_t b = 0; b < buffers.size(); ++b) {
     const BufferLayout& buffer = buffers[b];
-    if (!is_floating(buffer.grad_dtype)) continue;
+    if (!is_floating(buffer.grad_dtype)) continue;  // no gradients
     const int64_t element_bytes = static_cast<int64_t>(element_size(buffer.grad_dtype));
     int64_t limit = sizes.first_bytes;
     Bucket open{b, {}, 0, 0};
@@ -38,12 +46,11 @@ std::vector<Bucket> assign_buckets(const std::vector<BufferLayout>& buffers, con
 
 std::vector<Bucket> assign_shard_buckets(const std::vector<BufferLayout>& buffers, const BucketSizes& sizes,
                                          int world_size) {
-  PRECIS_CHECK(sizes.first_bytes > 0 && sizes.bytes > 0, "distributed.bucket_mb: bucket sizes must be positive, got ",
-               sizes.first_bytes, " and ", sizes.bytes, " bytes");
+  check_sizes(sizes);
   std::vector<Bucket> buckets;
   for (size_t b = 0; b < buffers.size(); ++b) {
     const BufferLayout& buffer = buffers[b];
-    if (!is_floating(buffer.grad_dtype)) continue;
+    if (!is_floating(buffer.grad_dtype)) continue;  // no gradients
     const int64_t granule = world_size * buffer.alignment;
     PRECIS_CHECK(buffer.numel % granule == 0, "zero-1 buckets: flat buffer ", b, " has ", buffer.numel,
                  " elements, not a multiple of ", granule, " (world size ", world_size, " x alignment ",

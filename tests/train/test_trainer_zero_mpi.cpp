@@ -27,19 +27,6 @@ train::TrainConfig config_of(const std::string& name, int64_t zero, int64_t rows
   return config;
 }
 
-int64_t state_bytes(const optim::Optimizer& optimizer) {
-  int64_t bytes = 0;
-  for (const auto& [key, value] : optimizer.state_dict())
-    if (key != "step") bytes += value.numel() * static_cast<int64_t>(element_size(value.dtype()));
-  return bytes;
-}
-
-int64_t sum_over_ranks(int64_t value) {
-  Tensor t = from_vector<int64_t>({value}, {1});
-  mpi_world().all_reduce(t, distributed::ReduceOp::sum)->wait();
-  return t.to_vector<int64_t>()[0];
-}
-
 void expect_same_run(train::Trainer& a, train::Trainer& b, size_t first_loss = 0) {
   ASSERT_EQ(a.losses().size() + first_loss, b.losses().size());
   for (size_t i = 0; i < a.losses().size(); ++i)
@@ -75,7 +62,7 @@ TEST(TrainerZero1, EachRankHoldsItsShardOfTheStateAndSaysSo) {
   const std::string out = ::testing::internal::GetCapturedStdout();
   train::Trainer ddp(config_of("state_ddp", 0, 2, 1, 2), mpi_world_group());
   ddp.run();
-  const int64_t mine = state_bytes(zero.optimizer()), whole = state_bytes(ddp.optimizer());
+  const int64_t mine = zero.optimizer().state_bytes(), whole = ddp.optimizer().state_bytes();
   EXPECT_EQ(sum_over_ranks(mine), whole);
   // A shard is whole / N elements, give or take one parameter's padding to 64 bytes per rank.
   EXPECT_NEAR(static_cast<double>(mine), static_cast<double>(whole) / world_size(), 0.02 * whole);

@@ -14,19 +14,14 @@
 #include <filesystem>
 
 #include "distributed/gpu_ranks.h"
-#include "train/config.h"
-#include "train/trainer.h"
+#include "trainer_mpi.h"
 
 using namespace precis;
 using precis::testing::nccl_world;
+using precis::testing::parameters_of;
 namespace fs = std::filesystem;
 
 namespace {
-
-void barrier() {
-  int token = 0;
-  distributed::mpi_broadcast_bytes(&token, sizeof token, 0);
-}
 
 std::string fresh_dir(const std::string& name) {
   fs::path dir = fs::temp_directory_path() /
@@ -56,30 +51,14 @@ checkpoint: {save_final: false}
   return config;
 }
 
-std::vector<float> parameters_of(train::Trainer& trainer) {
-  std::vector<float> all;
-  for (const Tensor& p : trainer.model().parameters()) {
-    std::vector<float> values = p.to(DType::f32).to_vector<float>();
-    all.insert(all.end(), values.begin(), values.end());
-  }
-  return all;
-}
-
-int64_t state_bytes(const optim::Optimizer& optimizer) {
-  int64_t bytes = 0;
-  for (const auto& [key, value] : optimizer.state_dict())
-    if (key != "step") bytes += value.numel() * static_cast<int64_t>(element_size(value.dtype()));
-  return bytes;
-}
-
 void expect_zero_trains_as_ddp(const std::string& precision, double loss_tolerance, double parameter_tolerance) {
   const int rank = distributed::mpi_world_rank(), world = distributed::mpi_world_size();
   train::Trainer zero(tiny_config(fresh_dir(precision + "_zero"), precision, 1), nccl_world());
   zero.run();
-  barrier();
+  precis::testing::mpi_barrier();
   train::Trainer ddp(tiny_config(fresh_dir(precision + "_ddp"), precision, 0), nccl_world());
   ddp.run();
-  barrier();
+  precis::testing::mpi_barrier();
 
   ASSERT_EQ(zero.losses().size(), ddp.losses().size());
   for (size_t i = 0; i < ddp.losses().size(); ++i)
@@ -90,21 +69,16 @@ void expect_zero_trains_as_ddp(const std::string& precision, double loss_toleran
         << precision << " report " << i;
     EXPECT_EQ(zero.reports()[i].skipped_steps, ddp.reports()[i].skipped_steps) << precision << " report " << i;
   }
-  const std::vector<float> mine = parameters_of(zero), theirs = parameters_of(ddp);
-  double most = 0;
-  for (size_t i = 0; i < mine.size(); ++i) most = std::max(most, std::abs(double(mine[i]) - double(theirs[i])));
-  EXPECT_LT(most, parameter_tolerance) << precision;
+  const std::vector<float> mine = parameters_of(zero);
+  EXPECT_LT(precis::testing::max_abs_difference(mine, parameters_of(ddp)), parameter_tolerance) << precision;
 
   // About 1/N of the state on each rank (the shards differ by the padding between parameters).
-  const int64_t sharded = state_bytes(zero.optimizer()), whole = state_bytes(ddp.optimizer());
+  const int64_t sharded = zero.optimizer().state_bytes(), whole = ddp.optimizer().state_bytes();
   EXPECT_NEAR(static_cast<double>(sharded), static_cast<double>(whole) / world, 0.02 * whole) << precision;
 
-  // Every rank holds rank 0's parameters exactly: the all_gather hands out the same shards.
-  Tensor local = from_vector<float>(mine, {static_cast<int64_t>(mine.size())}).to(nccl_world()->device());
-  Tensor from_rank0 = local.clone();
-  nccl_world()->broadcast(from_rank0, 0)->wait();
-  EXPECT_EQ(from_rank0.to_vector<float>(), mine) << "rank " << rank;
-  barrier();
+  // Every rank holds rank 0's parameters exactly: the all_gather hands out the same chunks.
+  EXPECT_TRUE(precis::testing::same_on_every_rank(mine, *nccl_world())) << "rank " << rank;
+  precis::testing::mpi_barrier();
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-// What the Trainer's SPMD tests on the CPU (test_trainer_*_mpi.cpp) share: per-test
-// folders under one root, a small text every rank reads, a tiny GPT-2 config, and
-// the trained parameters.
+// What the Trainer's SPMD tests (test_trainer_*_mpi*.cpp) share: on the CPU, per-test
+// folders under one root, a small text every rank reads and a tiny GPT-2 config; on
+// both, the trained parameters and whether every rank holds the same.
 #pragma once
 
 #include <algorithm>
@@ -75,7 +75,7 @@ distributed: {bucket_mb: 0.005, first_bucket_mb: 0.001}
 inline std::vector<float> parameters_of(train::Trainer& trainer) {
   std::vector<float> all;
   for (const Tensor& p : trainer.model().parameters()) {
-    std::vector<float> values = p.to_vector<float>();
+    std::vector<float> values = p.to(DType::f32).to_vector<float>();
     all.insert(all.end(), values.begin(), values.end());
   }
   return all;
@@ -89,10 +89,10 @@ inline double max_abs_difference(const std::vector<float>& a, const std::vector<
   return most;
 }
 
-// Whether every rank holds `values` bit for bit as rank 0 does.
-inline bool same_on_every_rank(const std::vector<float>& values) {
-  Tensor from_rank0 = from_vector<float>(values, {static_cast<int64_t>(values.size())});
-  mpi_world().broadcast(from_rank0, 0)->wait();
+// Whether every rank of `group` holds `values` bit for bit as rank 0 does.
+inline bool same_on_every_rank(const std::vector<float>& values, distributed::ProcessGroup& group = mpi_world()) {
+  Tensor from_rank0 = from_vector<float>(values, {static_cast<int64_t>(values.size())}).to(group.device());
+  group.broadcast(from_rank0, 0)->wait();
   return from_rank0.to_vector<float>() == values;
 }
 
