@@ -187,12 +187,14 @@ class MpiProcessGroup final : public ProcessGroup {
     check_gathered_sizes(*this, input, output, "reduce_scatter");
     check_reduce_op(input, op, "reduce_scatter");
     mpi_count(input.numel(), "reduce_scatter");
-    // The input is left as it was: avg divides a copy.
+    // The input is left as it was: avg divides a copy. In place (the output is this rank's chunk
+    // of the input, as ZeRO-1 reduces), MPI must not read what it writes: it sends a copy.
+    const char* chunk =
+        static_cast<const char*>(input.raw_data()) +
+        static_cast<int64_t>(rank_) * output.numel() * static_cast<int64_t>(element_size(input.dtype()));
     Tensor sent = input;
-    if (op == ReduceOp::avg) {
-      sent = input.clone();
-      divide_by_world_size(sent);
-    }
+    if (op == ReduceOp::avg || output.raw_data() == chunk) sent = input.clone();
+    if (op == ReduceOp::avg) divide_by_world_size(sent);
     MPI_Request request;
     PRECIS_MPI_CHECK(
         MPI_Ireduce_scatter_block(sent.raw_data(), output.raw_data(), mpi_count(output.numel(), "reduce_scatter"),

@@ -63,6 +63,7 @@ class ProcessGroup {
   // In place when the input is this rank's chunk of the output (both backends).
   virtual std::shared_ptr<Work> all_gather(const Tensor& output, const Tensor& input) = 0;
   // output (input.numel() / world_size elements) <- chunk `rank` of op over ranks of input.
+  // In place when the output is this rank's chunk of the input (both backends).
   virtual std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) = 0;
   // Returns once every rank has called it (the NCCL backend: and its queued work has completed).
   virtual void barrier() = 0;

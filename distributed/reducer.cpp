@@ -12,8 +12,8 @@ struct Reducer::State {
   struct BucketRun {
     Tensor grad;                 // the bucket's slice of the flat gradient buffer
     Tensor staging;              // defined when it is reduced in another dtype
-    Tensor shard;                // ZeRO-1: this rank's chunk of the averaged gradient (shard_grad)
-    Tensor shard_staging;        // ZeRO-1 with staging: the reduce_scatter's output, in the reduce dtype
+    Tensor shard;                // ZeRO-1: this rank's chunk of `grad`, averaged over ranks (shard_grad)
+    Tensor shard_staging;        // ZeRO-1 with staging: this rank's chunk of `staging`, the reduce_scatter's output
     size_t expected = 0;         // parameters of the bucket that take gradients
     size_t pending = 0;          // of those, not ready yet this step
     std::shared_ptr<Work> work;  // its all-reduce, once launched
@@ -105,9 +105,10 @@ Reducer::Reducer(std::shared_ptr<nn::FlatParameters> flat, std::shared_ptr<Proce
     if (options.reduce_dtype && *options.reduce_dtype != buffer.grad.dtype())
       run.staging = empty({bucket.end - bucket.begin}, *options.reduce_dtype, s.flat->device());
     if (options.shard) {
-      const int64_t shard_numel = (bucket.end - bucket.begin) / s.group->world_size();
-      run.shard = zeros({shard_numel}, buffer.grad.dtype(), s.flat->device());
-      if (run.staging.defined()) run.shard_staging = empty({shard_numel}, *options.reduce_dtype, s.flat->device());
+      // In place: this rank's chunk of the bucket receives the average, no buffer of its own.
+      const int64_t chunk = (bucket.end - bucket.begin) / s.group->world_size(), first = s.group->rank() * chunk;
+      run.shard = run.grad.slice(0, first, first + chunk);
+      if (run.staging.defined()) run.shard_staging = run.staging.slice(0, first, first + chunk);
     }
     for (size_t slot_index : bucket.slots) {
       const size_t id = first_slot[bucket.buffer] + slot_index;

@@ -27,8 +27,9 @@
 // for the world size (nn::flatten_parameters' `shards`), in slices of world_size equal
 // chunks (assign_shard_buckets: a parameter may straddle two buckets, and is waited for
 // by both), and a bucket's collective is a reduce_scatter (avg) instead of an all-reduce:
-// rank r receives only chunk r of the bucket's averaged gradient, into shard_grad(bucket)
-// (the full gradient buffer keeps this rank's own sum). It launches as soon as the
+// rank r receives only chunk r of the bucket's averaged gradient, in place: shard_grad(bucket)
+// is that chunk of the flat gradient buffer (the other chunks keep this rank's own sum), so
+// ZeRO-1 takes no gradient memory beyond DDP's. It launches as soon as the
 // bucket's last gradient is final, overlapping the rest of the backward as DDP's
 // all-reduces do; finish() waits.
 #pragma once
@@ -66,7 +67,8 @@ class Reducer {
   const std::vector<Bucket>& buckets() const;
   ProcessGroup& group() const;
   // ZeRO-1: this rank's chunk of bucket `bucket`'s averaged gradient (chunk r of world_size
-  // equal ones), complete after finish(); undefined without options.shard.
+  // equal ones, a view of the flat gradient buffer), complete after finish(); undefined
+  // without options.shard.
   Tensor shard_grad(size_t bucket) const;
 
   struct State;
