@@ -58,6 +58,7 @@ class AccumulateGrad final : public Node {
     return {};
   }
   void release() override {}  // saves nothing; may run in every backward
+  bool runs_at_once() const override { return true; }
   std::shared_ptr<TensorImpl> leaf() const { return leaf_.lock(); }
 
  private:
@@ -231,7 +232,11 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
   }
   task.add_grad(root_edge.node.get(), root_edge.input_nr, seed);
 
-  auto later_first = [](Node* a, Node* b) { return a->sequence_nr() < b->sequence_nr(); };
+  // The queue's top: a node that runs at once, else the latest created.
+  auto later_first = [](Node* a, Node* b) {
+    if (a->runs_at_once() != b->runs_at_once()) return b->runs_at_once();
+    return a->sequence_nr() < b->sequence_nr();
+  };
   std::priority_queue<Node*, std::vector<Node*>, decltype(later_first)> ready(later_first);
   ready.push(root_edge.node.get());
 

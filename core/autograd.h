@@ -8,9 +8,13 @@
 //
 // backward() counts, for every node reachable from the root, how many edges
 // point at it, then runs nodes whose gradients are complete, latest-created
-// first. A node's inputs' gradients are final once every consumer has run, so
-// each AccumulateGrad runs exactly once per backward, and its hooks fire at the
-// moment that leaf's gradient is final. Unless retain_graph is set, a node's
+// first, except that nodes which compute nothing (AccumulateGrad, pass-throughs)
+// run as soon as they are ready, whenever they were created (autocast makes a
+// step's weight casts before its forward: by creation order they would wait for
+// the whole backward). A node's inputs' gradients are final once every consumer
+// has run, so each AccumulateGrad runs exactly once per backward, and its hooks
+// fire at the moment that leaf's gradient is final (data parallelism starts a
+// bucket's all-reduce there, distributed/reducer.h). Unless retain_graph is set, a node's
 // backward function (with its saved tensors) is freed as soon as it has run.
 //
 // Gradients written where they belong. A backward function may write an input's
@@ -87,6 +91,8 @@ class Node {
   virtual std::vector<Tensor> apply(BackwardArgs&& args) = 0;
   // Its one input's gradient is its one output's, unchanged (record_pass_through).
   virtual bool passes_gradient_through() const { return false; }
+  // Runs as soon as its gradients are complete, before any node that computes (see the top).
+  virtual bool runs_at_once() const { return passes_gradient_through(); }
   // Frees what the node saved for backward. Running it again afterwards is an error.
   virtual void release() { released_ = true; }
   bool released() const { return released_; }

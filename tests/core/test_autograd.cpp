@@ -93,6 +93,27 @@ TEST(Autograd, GradReadyHooksFireOnceInOrderGradientsBecomeFinal) {
   EXPECT_DOUBLE_EQ(seen[1], 2 * 2.0 * 3);  // dy/dw1 = 2 * w2 * 3 = 12
 }
 
+TEST(Autograd, ALeafCastBeforeTheForwardGetsItsGradientWhenItIsFinalNotLast) {
+  // As autocast's precache: w's cast (a pass-through node, and with it w's AccumulateGrad) is
+  // made before the forward, so both are older than every node of it. w is used last, so its
+  // gradient is final first; its hook must fire then, not after the rest of the backward.
+  Tensor w = tensor({2.0}).set_requires_grad(), x = tensor({1.0}).set_requires_grad();
+  Tensor w_cast;
+  {
+    NoGradGuard no_grad;
+    w_cast = w.clone();
+  }
+  autograd::record_pass_through("to", w, w_cast);
+  std::vector<std::string> fired;
+  w.register_grad_ready_hook([&](const Tensor&) { fired.push_back("w"); });
+  x.register_grad_ready_hook([&](const Tensor&) { fired.push_back("x"); });
+  Tensor h = (x * 3.0) * 5.0;
+  ops::sum(h * w_cast).backward();
+  EXPECT_EQ(fired, (std::vector<std::string>{"w", "x"}));
+  EXPECT_DOUBLE_EQ(w.grad().item(), 15.0);
+  EXPECT_DOUBLE_EQ(x.grad().item(), 30.0);
+}
+
 TEST(Autograd, SavedTensorsAreFreedAfterBackward) {
   Tensor x = rand({256, 1024}).set_requires_grad();  // 1 MiB
   Tensor y = ops::sum(ops::exp(ops::exp(ops::exp(x))));

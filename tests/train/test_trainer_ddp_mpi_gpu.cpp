@@ -111,7 +111,7 @@ TEST(TrainerNcclDdp, CapturedStepWithItsAllReducesTrainsAsTheEagerStep) {
   barrier();
   config.device = "cuda";
   // Rank 0 traces step 2: the all-reduces' kernels on a track of the communication stream.
-  const fs::path trace = fs::path(config.out_dir) / "trace.json";
+  const fs::path trace = fs::temp_directory_path() / "precis_trainer_ddp_gpu_trace.json";
   config.profile.trace = trace.string();
   config.profile.trace_step = 2;
   train::Trainer eager(config, nccl_world());

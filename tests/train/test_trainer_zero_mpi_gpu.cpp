@@ -23,10 +23,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// One run folder for all ranks: rank 0 writes the vocabulary the others read from it.
 std::string fresh_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() /
-                 ("precis_trainer_zero_gpu_" + name + "_rank" + std::to_string(distributed::mpi_world_rank()));
-  fs::remove_all(dir);
+  fs::path dir = fs::temp_directory_path() / ("precis_trainer_zero_gpu_" + name);
+  if (distributed::mpi_world_rank() == 0) fs::remove_all(dir);
+  precis::testing::mpi_barrier();
   return dir.string();
 }
 
