@@ -1,0 +1,39 @@
+// Convolution and the memory formats of image tensors.
+//
+// Image tensors have the logical shape [N, C, H, W] (PyTorch's convention). Their memory is
+// contiguous NCHW or channels-last (NHWC in memory: strides [H*W*C, 1, W*C, C], exactly
+// torch.channels_last). Every CNN op (ops/conv.h, ops/batch_norm.h, ops/pool.h) accepts both
+// and returns its result in the layout of its input x (PyTorch's "suggest_memory_format").
+// conv2d runs on cuDNN on the GPU (ops/cuda/conv.cu) and as im2col + Eigen GEMM on the CPU.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace precis::ops {
+
+enum class MemoryFormat { contiguous, channels_last };
+
+// A copy (or x itself when already so) in the given memory format; 4-D tensors only.
+// Differentiable (the gradient comes back in x's layout).
+Tensor to_memory_format(const Tensor& x, MemoryFormat format);
+// Whether x is a 4-D tensor laid out channels-last (and not also contiguous NCHW, which a
+// tensor with C == 1 or H == W == 1 is too).
+bool is_channels_last(const Tensor& x);
+// The memory format of x's result (channels_last when is_channels_last(x), else contiguous).
+MemoryFormat suggest_memory_format(const Tensor& x);
+
+struct Conv2dOptions {
+  std::array<int64_t, 2> stride{1, 1}, padding{0, 0}, dilation{1, 1};
+  int64_t groups = 1;
+};
+
+// y[n, co, oh, ow] = bias[co] + sum_{ci in co's group, kh, kw}
+//     x[n, ci, oh*sh - ph + kh*dh, ow*sw - pw + kw*dw] * weight[co, ci - group start, kh, kw]
+// (zero outside x). x [N, Cin, H, W], weight [Cout, Cin/groups, kH, kW], bias [Cout] or
+// undefined. Autocast: runs in the compute dtype (like matmul).
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options = {});
+
+}  // namespace precis::ops
