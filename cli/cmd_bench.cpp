@@ -145,7 +145,7 @@ std::string format(const char* pattern, double value) {
 }
 
 void print_figures(const BenchOptions& b, train::Trainer& trainer, const train::SteadyState& s) {
-  const models::GPT2Config& model = trainer.model().config();
+  const models::GPT2Config& model = trainer.gpt2().config();
   Device device = resolve_device(trainer.config().device, /*quiet=*/true);
   const int ranks = trainer.world_size();
   const double tokens_per_step = static_cast<double>(b.batch * b.seq * ranks);
@@ -159,7 +159,7 @@ void print_figures(const BenchOptions& b, train::Trainer& trainer, const train::
 
   std::cout << "\n==== precis bench gpt2 ====\n"
             << "model        " << b.preset << ": " << model.n_layer << " layers, " << model.n_head << " heads, "
-            << model.n_embd << " wide, " << format("%.1f", trainer.model().num_parameters_unpadded() / 1e6)
+            << model.n_embd << " wide, " << format("%.1f", trainer.gpt2().num_parameters_unpadded() / 1e6)
             << "M parameters, attention " << model.attention << "\n"
             << "run          " << device_text << ", " << trainer.policy().describe() << ", B=" << b.batch
             << " x T=" << b.seq << (ranks > 1 ? " per rank, " + std::to_string(ranks) + " ranks" : "")
