@@ -1,0 +1,28 @@
+// The cuDNN side of conv2d (ops/conv.cpp): the forward, backward-data and backward-filter
+// convolutions and the bias add, on the device's compute stream. Every tensor is dense in
+// `format` (weights and their gradients too: cuDNN reads a channels-last filter as KRSC)
+// and of one dtype (f32, f16 or bf16; f32 accumulation).
+#pragma once
+
+#include "core/tensor.h"
+#include "ops/conv.h"
+
+namespace precis::ops::cuda {
+
+struct Conv2dShapes {
+  int64_t N, Cin, H, W, Cout, kH, kW, OH, OW;
+  Conv2dOptions options;
+};
+
+// y = conv(x, w)
+void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dShapes& s, MemoryFormat format);
+// y[:, c] += bias[c]; bias dense [Cout] of y's dtype.
+void conv2d_add_bias(const Tensor& y, const Tensor& bias, MemoryFormat format);
+// dx = the gradient of conv(x, w) with respect to x, from gy
+void conv2d_backward_data(const Tensor& gy, const Tensor& w, const Tensor& dx, const Conv2dShapes& s,
+                          MemoryFormat format);
+// dw = the gradient of conv(x, w) with respect to w, from gy
+void conv2d_backward_filter(const Tensor& x, const Tensor& gy, const Tensor& dw, const Conv2dShapes& s,
+                            MemoryFormat format);
+
+}  // namespace precis::ops::cuda

@@ -1,0 +1,58 @@
+// The windows of the pooling ops (ops/pool.cpp), shared by the CPU loops and the CUDA
+// kernels (ops/cuda/pool.cu) so both read the same cells in the same order.
+//
+// Fixed windows (max_pool2d, avg_pool2d): output row oh covers padded rows
+// [oh sh - ph, oh sh - ph + kh), clipped to x's rows (padding is never read: max ignores it,
+// and avg divides by kh kw whatever it covers, count_include_pad). Adaptive windows
+// (adaptive_avg_pool2d): output row oh covers [floor(oh H / OH), ceil((oh + 1) H / OH)).
+// Columns alike. The backward gathers: an input row ih belongs to the windows of the output
+// rows out_row_begin(ih) <= oh < out_row_end(ih) (for adaptive windows, a superset to test).
+#pragma once
+
+#include <cstdint>
+
+#include "core/philox.h"  // PRECIS_HOST_DEVICE
+
+namespace precis::ops {
+
+struct PoolWindows {
+  int64_t N, C, H, W, OH, OW;
+  int64_t kH, kW, sH, sW, pH, pW;  // fixed windows
+  bool adaptive;
+
+  PRECIS_HOST_DEVICE int64_t row_begin(int64_t oh) const { return adaptive ? oh * H / OH : clip(oh * sH - pH, H); }
+  PRECIS_HOST_DEVICE int64_t row_end(int64_t oh) const {
+    return adaptive ? ((oh + 1) * H + OH - 1) / OH : clip(oh * sH - pH + kH, H);
+  }
+  PRECIS_HOST_DEVICE int64_t col_begin(int64_t ow) const { return adaptive ? ow * W / OW : clip(ow * sW - pW, W); }
+  PRECIS_HOST_DEVICE int64_t col_end(int64_t ow) const {
+    return adaptive ? ((ow + 1) * W + OW - 1) / OW : clip(ow * sW - pW + kW, W);
+  }
+  PRECIS_HOST_DEVICE int64_t out_row_begin(int64_t ih) const {
+    return adaptive ? ih * OH / H : (ih + pH < kH ? 0 : (ih + pH - kH) / sH + 1);
+  }
+  PRECIS_HOST_DEVICE int64_t out_row_end(int64_t ih) const {
+    const int64_t end = adaptive ? ((ih + 1) * OH + H - 1) / H : (ih + pH) / sH + 1;
+    return end < OH ? end : OH;
+  }
+  PRECIS_HOST_DEVICE int64_t out_col_begin(int64_t iw) const {
+    return adaptive ? iw * OW / W : (iw + pW < kW ? 0 : (iw + pW - kW) / sW + 1);
+  }
+  PRECIS_HOST_DEVICE int64_t out_col_end(int64_t iw) const {
+    const int64_t end = adaptive ? ((iw + 1) * OW + W - 1) / W : (iw + pW) / sW + 1;
+    return end < OW ? end : OW;
+  }
+  // Whether output cell (oh, ow)'s window holds input cell (ih, iw).
+  PRECIS_HOST_DEVICE bool covers(int64_t oh, int64_t ow, int64_t ih, int64_t iw) const {
+    return row_begin(oh) <= ih && ih < row_end(oh) && col_begin(ow) <= iw && iw < col_end(ow);
+  }
+  // What avg pooling divides output cell (oh, ow)'s sum by.
+  PRECIS_HOST_DEVICE int64_t divisor(int64_t oh, int64_t ow) const {
+    return adaptive ? (row_end(oh) - row_begin(oh)) * (col_end(ow) - col_begin(ow)) : kH * kW;
+  }
+
+ private:
+  PRECIS_HOST_DEVICE static int64_t clip(int64_t v, int64_t size) { return v < 0 ? 0 : (v > size ? size : v); }
+};
+
+}  // namespace precis::ops
