@@ -45,9 +45,9 @@ double steady_items_per_s(const std::vector<train::StepReport>& reports) {
 // `unit`: what the throughput counts ("tokens", "images").
 std::string markdown_table(const std::vector<SweepRow>& rows, const std::string& unit) {
   const bool accuracy = !rows.empty() && rows.front().val_accuracy.has_value();
-  std::string out = "| precision | final train loss | final val loss |" + std::string(accuracy ? " val accuracy |" : "") +
-                    " " + unit + "/s | peak memory (MiB) | skipped steps |\n" + (accuracy ? "|---" : "") +
-                    "|---|---|---|---|---|---|\n";
+  std::string out =
+      "| precision | final train loss | final val loss |" + std::string(accuracy ? " val accuracy |" : "") + " " +
+      unit + "/s | peak memory (MiB) | skipped steps |\n" + (accuracy ? "|---" : "") + "|---|---|---|---|---|---|\n";
   char line[256];
   for (const auto& r : rows) {
     std::snprintf(line, sizeof line, "| %s | %.4f | %.4f |", r.policy.c_str(), r.train_loss, r.val_loss);

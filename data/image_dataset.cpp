@@ -62,10 +62,10 @@ void write_image(const ImageSet& set, int64_t index, const Crop& crop, const Ima
 }
 
 const ImageNormalization& checked_normalization(const ImageSet& set, const ImageNormalization& norm) {
-  PRECIS_CHECK(static_cast<int64_t>(norm.mean.size()) == set.channels &&
-                   static_cast<int64_t>(norm.std.size()) == set.channels,
-               "image normalisation: give one mean and one std per channel (", set.channels, "), got ",
-               norm.mean.size(), " and ", norm.std.size());
+  PRECIS_CHECK(
+      static_cast<int64_t>(norm.mean.size()) == set.channels && static_cast<int64_t>(norm.std.size()) == set.channels,
+      "image normalisation: give one mean and one std per channel (", set.channels, "), got ", norm.mean.size(),
+      " and ", norm.std.size());
   for (float s : norm.std) PRECIS_CHECK(s > 0, "image normalisation: every std must be > 0, got ", s);
   return norm;
 }
@@ -153,8 +153,8 @@ ImageBatch ImageDataset::next_batch() {
 ImageDatasetPosition ImageDataset::position() const { return {next_, options_.shuffle, options_.seed, set_->count}; }
 
 void ImageDataset::restore(const ImageDatasetPosition& position) {
-  PRECIS_CHECK(position.count == set_->count, "ImageDataset: the data position was saved for a set of ",
-               position.count, " images, but this one has ", set_->count, "; resume with the same data");
+  PRECIS_CHECK(position.count == set_->count, "ImageDataset: the data position was saved for a set of ", position.count,
+               " images, but this one has ", set_->count, "; resume with the same data");
   PRECIS_CHECK(position.shuffle == options_.shuffle && (!position.shuffle || position.seed == options_.seed),
                "ImageDataset: the data position was saved for ", position.shuffle ? "shuffled" : "sequential",
                " order with seed ", position.seed, ", but this dataset uses ",

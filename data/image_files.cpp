@@ -90,8 +90,8 @@ ImageSet read_cifar10(const std::string& dir, bool train) {
   for (const std::string& name : names) {
     const std::string path = (fs::path(dir) / name).string();
     const std::vector<uint8_t> bytes = read_bytes(path);
-    PRECIS_CHECK(!bytes.empty() && bytes.size() % kCifarRecordBytes == 0, "CIFAR-10: '", path, "' holds ",
-                 bytes.size(), " bytes, not a whole number of ", kCifarRecordBytes,
+    PRECIS_CHECK(!bytes.empty() && bytes.size() % kCifarRecordBytes == 0, "CIFAR-10: '", path, "' holds ", bytes.size(),
+                 " bytes, not a whole number of ", kCifarRecordBytes,
                  "-byte records (a label byte and 3x32x32 pixels); is it the binary version?");
     for (size_t at = 0; at < bytes.size(); at += kCifarRecordBytes) {
       PRECIS_CHECK(bytes[at] < set.num_classes, "CIFAR-10: '", path, "': record ", at / kCifarRecordBytes,

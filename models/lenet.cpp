@@ -9,8 +9,8 @@
 namespace precis::models {
 
 LeNet5::LeNet5(const ImageModelConfig& config, uint64_t seed) : ImageClassifier("LeNet5"), config_(config) {
-  conv1_ = register_module("conv1", std::make_shared<nn::Conv2d>(
-                                        config.in_channels, 6, nn::Conv2dOptions{.kernel = 5, .padding = 2}));
+  conv1_ = register_module(
+      "conv1", std::make_shared<nn::Conv2d>(config.in_channels, 6, nn::Conv2dOptions{.kernel = 5, .padding = 2}));
   conv2_ = register_module("conv2", std::make_shared<nn::Conv2d>(6, 16, nn::Conv2dOptions{.kernel = 5}));
   fc1_ = register_module("fc1", std::make_shared<nn::Linear>(16 * 5 * 5, 120));
   fc2_ = register_module("fc2", std::make_shared<nn::Linear>(120, 84));

@@ -79,8 +79,8 @@ ResNet::ResNet(const ImageModelConfig& config, uint64_t seed) : ImageClassifier(
   const Depths depths = depths_of(config.name);
   PRECIS_CHECK(config.in_channels > 0 && config.num_classes > 1, "ResNet: in_channels must be positive and ",
                "num_classes > 1, got ", config.in_channels, " and ", config.num_classes);
-  conv1_ = register_module("conv1", config.cifar_stem ? conv(config.in_channels, 64, 3, 1)
-                                                      : conv(config.in_channels, 64, 7, 2));
+  conv1_ = register_module("conv1",
+                           config.cifar_stem ? conv(config.in_channels, 64, 3, 1) : conv(config.in_channels, 64, 7, 2));
   bn1_ = register_module("bn1", std::make_shared<nn::BatchNorm2d>(64));
   const int64_t expansion = depths.bottleneck ? Bottleneck::kExpansion : BasicBlock::kExpansion;
   int64_t in_planes = 64;

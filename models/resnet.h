@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "models/image_classifier.h"
+#include "nn/batch_norm.h"
 #include "nn/containers.h"
 #include "nn/conv.h"
 #include "nn/linear.h"

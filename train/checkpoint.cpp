@@ -395,8 +395,7 @@ Json load_checkpoint(const std::string& path_or_dir, const CheckpointModel& mode
   const std::string target = resolve_checkpoint(path_or_dir);
   std::error_code ec;
   const fs::path config = config_path_for(target);
-  if (model.check_config && fs::exists(config, ec))
-    model.check_config(read_json_file(config.string()), target);
+  if (model.check_config && fs::exists(config, ec)) model.check_config(read_json_file(config.string()), target);
   if (!fs::is_directory(target, ec)) {
     PRECIS_CHECK(!optimizer, "checkpoint '", target, "' is a bare weights file: it has no optimizer state to ",
                  "resume from (give a step folder written by training)");

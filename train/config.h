@@ -118,11 +118,11 @@ struct TrainConfig {
   int64_t eval_steps = 10;     // batches per validation
   int64_t log_interval = 10;
   uint64_t seed = 1337;
-  std::string device = "auto";   // auto | cpu | cuda | cuda:N
-  int64_t threads = 0;           // CPU threads, 0: all cores
-  bool cuda_graphs = false;      // capture the training step in a CUDA graph after warm-up and replay it
-  bool matmul_autotune = true;   // GPU: time cuBLASLt's candidate algorithms once per large product
-  bool fused_classifier = true;  // the loss and the logits' gradient in one pass over the logits
+  std::string device = "auto";         // auto | cpu | cuda | cuda:N
+  int64_t threads = 0;                 // CPU threads, 0: all cores
+  bool cuda_graphs = false;            // capture the training step in a CUDA graph after warm-up and replay it
+  bool matmul_autotune = true;         // GPU: time cuBLASLt's candidate algorithms once per large product
+  bool fused_classifier = true;        // the loss and the logits' gradient in one pass over the logits
   std::string channels_last = "auto";  // image_classification: auto (on for fp16/bf16 on a GPU) | true | false
   std::string out_dir = "out";
   std::string config_path;  // the file it was loaded from

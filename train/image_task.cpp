@@ -64,7 +64,8 @@ int64_t count_correct(const Tensor& logits, const Tensor& targets) {
 }
 
 double accuracy(const Tensor& logits, const Tensor& targets) {
-  return static_cast<double>(count_correct(logits, targets)) / static_cast<double>(std::max<int64_t>(logits.size(0), 1));
+  return static_cast<double>(count_correct(logits, targets)) /
+         static_cast<double>(std::max<int64_t>(logits.size(0), 1));
 }
 
 ImageTask::ImageTask(const TrainConfig& config, int rank, int world_size, bool channels_last, DType input_dtype,
@@ -162,9 +163,7 @@ Json ImageTask::state() const {
   return state;
 }
 
-void ImageTask::restore(const Json& state) {
-  train_data_->restore(ImageDatasetPosition::from_json(state.at("data")));
-}
+void ImageTask::restore(const Json& state) { train_data_->restore(ImageDatasetPosition::from_json(state.at("data"))); }
 
 std::string ImageTask::describe() const {
   const models::ImageModelConfig& c = model_->config();

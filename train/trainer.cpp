@@ -395,7 +395,8 @@ double Trainer::evaluate() {
   EvalTotals totals = task_->evaluate();
   model().train();
   // Each rank saw its own rows or batches: the means of the sums are in the ratio of the sums.
-  const std::vector<double> sums = mean_over_ranks({totals.loss_sum, totals.loss_count, totals.correct, totals.examples});
+  const std::vector<double> sums =
+      mean_over_ranks({totals.loss_sum, totals.loss_count, totals.correct, totals.examples});
   last_val_accuracy_.reset();
   if (sums[3] > 0) last_val_accuracy_ = sums[2] / sums[3];
   return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
@@ -508,8 +509,8 @@ void Trainer::run() {
     if (tracing) step_trace_->end(profiler_, step_ + 1, std::cout);
     ++step_;
     ++interval_steps;
-    bool eval_now =
-        task_->has_validation() && config_.eval_interval > 0 && (step_ % config_.eval_interval == 0 || step_ == config_.max_steps);
+    bool eval_now = task_->has_validation() && config_.eval_interval > 0 &&
+                    (step_ % config_.eval_interval == 0 || step_ == config_.max_steps);
     bool log_now = step_ % config_.log_interval == 0 || step_ == config_.max_steps || eval_now;
     if (log_now) {
       resolve_step_values();  // waits for the queued steps, so the interval's time is theirs

@@ -154,7 +154,7 @@ class Trainer {
   Tensor loss_sum_, grad_norm_;
   std::vector<std::pair<size_t, Tensor>> pending_losses_;
   std::vector<Tensor> device_inputs_, device_targets_;
-  std::vector<Tensor> staged_inputs_;  // the host batches last copied into them (the same one is not copied again)
+  std::vector<Tensor> staged_inputs_;      // the host batches last copied into them (the same one is not copied again)
   std::unique_ptr<StepGraph> step_graph_;  // made by run()
   std::vector<StepReport> reports_;
 };

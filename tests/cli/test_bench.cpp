@@ -76,9 +76,9 @@ TEST(Bench, WrongArgumentsAreOneClearLine) {
     std::string args, message;
   };
   std::vector<Case> cases = {
-      {"bench", "bench: give the model to benchmark, gpt2 (none given)"},
-      {"bench llama", "bench: give the model to benchmark, gpt2 (got 'llama')"},
-      {"bench gpt2 gpt2", "bench: give the model to benchmark, gpt2 (got 'gpt2 gpt2')"},
+      {"bench", "bench: give the model to benchmark, gpt2 or resnet (none given)"},
+      {"bench llama", "bench: give the model to benchmark, gpt2 or resnet (got 'llama')"},
+      {"bench gpt2 gpt2", "bench: give the model to benchmark, gpt2 or resnet (got 'gpt2 gpt2')"},
       {"bench gpt2 --preset huge",
        "bench: unknown --preset 'huge' (known: gpt2, gpt2-medium, gpt2-large, gpt2-xl, tiny)"},
       {"bench gpt2 --batch 0", "bench: --batch must be an integer >= 1, got '0'"},

@@ -116,8 +116,7 @@ TEST_F(ImageDataTest, MnistShippedCopy) {
 TEST_F(ImageDataTest, IdxChecksItsHeader) {
   std::ofstream(dir_ / "images", std::ios::binary) << std::string(16, '\0');
   std::ofstream(dir_ / "labels", std::ios::binary) << std::string(8, '\0');
-  expect_error([&] { read_idx((dir_ / "images").string(), (dir_ / "labels").string()); },
-               "is not an IDX3 image file");
+  expect_error([&] { read_idx((dir_ / "images").string(), (dir_ / "labels").string()); }, "is not an IDX3 image file");
   expect_error([&] { read_mnist((dir_ / "nothing").string(), true); }, "cannot read");
 }
 
@@ -164,7 +163,8 @@ TEST_F(ImageDataTest, RandomCropAndFlipAreShiftsAndMirrorsOfTheImage) {
           for (int64_t y = 0; y < side && same; ++y)
             for (int64_t x = 0; x < side && same; ++x) {
               int64_t sy = y + dy - padding, sx = (flip ? side - 1 - x : x) + dx - padding;
-              float expected = sy >= 0 && sy < side && sx >= 0 && sx < side ? set->image(i)[sy * side + sx] / 255.0f : 0;
+              float expected =
+                  sy >= 0 && sy < side && sx >= 0 && sx < side ? set->image(i)[sy * side + sx] / 255.0f : 0;
               same = std::abs(out[y * side + x] - expected) < 1e-6;
             }
           if (same) {
@@ -244,7 +244,8 @@ TEST_F(ImageDataTest, RanksTakeTheirRowsOfTheGlobalBatch) {
 }
 
 TEST_F(ImageDataTest, SyntheticImagesAreReproducible) {
-  ImageSet a = synthetic_images(8, 3, 4, 10, 1), b = synthetic_images(8, 3, 4, 10, 1), c = synthetic_images(8, 3, 4, 10, 2);
+  ImageSet a = synthetic_images(8, 3, 4, 10, 1), b = synthetic_images(8, 3, 4, 10, 1),
+           c = synthetic_images(8, 3, 4, 10, 2);
   EXPECT_EQ(a.pixels, b.pixels);
   EXPECT_EQ(a.labels, b.labels);
   EXPECT_NE(a.pixels, c.pixels);
