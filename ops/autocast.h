@@ -1,9 +1,10 @@
 // Autocast: the op-entry half of a precision policy (docs/architecture.md, "Precision policies").
 //
 // While an autocast scope is active, ops cast their inputs as PyTorch's autocast
-// lists say: matmul, linear and attention run in the compute dtype (f16/bf16);
+// lists say: matmul, linear, attention and conv2d run in the compute dtype (f16/bf16);
 // softmax, log_softmax, layer_norm, cross_entropy, sum/mean and exp/log run in
-// f32; other elementwise ops promote. The policy object (amp/) opens the scope
+// f32; batch_norm and the pools keep their input's dtype (batch_norm's statistics are
+// f32); other elementwise ops promote. The policy object (amp/) opens the scope
 // around the forward pass; ops only read it.
 //
 // Casts of weights (leaf tensors that require grad) are cached until

@@ -5,17 +5,20 @@
 //   avg:  y[oh, ow] = sum over the window of x / divisor(oh, ow);
 //                                           dx[ih, iw] = sum of gy[oh, ow] / divisor(oh, ow) over the windows holding
 //                                           (ih, iw)
-// Both backwards gather (each input cell sums its outputs) rather than scatter, so they need
-// no atomics and add in one fixed order. Sums and comparisons in f32 for f16/bf16 (f64 for
-// f64), rounded once. max saves its indices (i32, y's layout); avg saves nothing.
+// Sums and comparisons in f32 for f16/bf16 (f64 for f64), rounded once. max saves its
+// indices (i32, y's layout); avg saves nothing.
 //
-// The CPU works on contiguous NCHW copies, planes in parallel; the CUDA kernels
+// The CPU works on contiguous NCHW copies, planes in parallel; its backward scatters (each
+// output adds into its window), which reads every output once. The CUDA kernels
 // (ops/cuda/pool.cu) read and write x's memory format directly, one thread per output
-// (forward) or input (backward) cell, the same loops in the same order.
+// (forward) or input (backward) cell: their backward gathers (each input cell sums the
+// outputs whose windows hold it), so it needs no atomics. The forwards are the same loops
+// in the same order on both; the backwards add overlapping windows in different orders.
 #include "ops/pool.h"
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "core/autograd.h"
 #include "core/copy.h"
@@ -72,21 +75,20 @@ void pool_backward(const T* gy, const int32_t* indices, T* dx, const PoolWindows
 #pragma omp parallel for schedule(static) if (planes * in_plane >= kParallelGrain && planes > 1)
   for (int64_t plane = 0; plane < planes; ++plane) {
     const T* gp = gy + plane * out_plane;
-    const int32_t* ip = indices ? indices + plane * out_plane : nullptr;
-    for (int64_t ih = 0; ih < p.H; ++ih)
-      for (int64_t iw = 0; iw < p.W; ++iw) {
-        C acc = 0;
-        for (int64_t oh = p.out_row_begin(ih); oh < p.out_row_end(ih); ++oh)
-          for (int64_t ow = p.out_col_begin(iw); ow < p.out_col_end(iw); ++ow) {
-            const int64_t o = oh * p.OW + ow;
-            if (ip) {
-              if (ip[o] == ih * p.W + iw) acc += convert<C>(gp[o]);
-            } else if (!p.adaptive || p.covers(oh, ow, ih, iw)) {
-              acc += convert<C>(gp[o]) / static_cast<C>(p.divisor(oh, ow));
-            }
-          }
-        dx[plane * in_plane + ih * p.W + iw] = convert<T>(acc);
+    std::vector<C> acc(in_plane, C(0));
+    for (int64_t oh = 0; oh < p.OH; ++oh)
+      for (int64_t ow = 0; ow < p.OW; ++ow) {
+        const int64_t o = oh * p.OW + ow;
+        if (indices) {
+          acc[indices[plane * out_plane + o]] += convert<C>(gp[o]);
+          continue;
+        }
+        const C share = convert<C>(gp[o]) / static_cast<C>(p.divisor(oh, ow));
+        for (int64_t ih = p.row_begin(oh); ih < p.row_end(oh); ++ih)
+          for (int64_t iw = p.col_begin(ow); iw < p.col_end(ow); ++iw) acc[ih * p.W + iw] += share;
       }
+    T* dp = dx + plane * in_plane;
+    for (int64_t i = 0; i < in_plane; ++i) dp[i] = convert<T>(acc[i]);
   }
 }
 

@@ -5,7 +5,7 @@
 // [oh sh - ph, oh sh - ph + kh), clipped to x's rows (padding is never read: max ignores it,
 // and avg divides by kh kw whatever it covers, count_include_pad). Adaptive windows
 // (adaptive_avg_pool2d): output row oh covers [floor(oh H / OH), ceil((oh + 1) H / OH)).
-// Columns alike. The backward gathers: an input row ih belongs to the windows of the output
+// Columns alike. The GPU backward gathers: an input row ih belongs to the windows of the output
 // rows out_row_begin(ih) <= oh < out_row_end(ih) (for adaptive windows, a superset to test).
 #pragma once
 

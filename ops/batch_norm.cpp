@@ -1,0 +1,359 @@
+// batch_norm over dim 1 of x [N, C, ...], with M = N * (the product of the dims after C)
+// values per channel:
+//   training: mean_c = sum x / M,  var_c = sum (x - mean_c)^2 / M (biased), and the running
+//             statistics r <- (1 - momentum) r + momentum s, with s = mean_c and the UNBIASED
+//             var_c M / (M - 1) (PyTorch's rule);
+//   eval:     mean_c, var_c = the running statistics.
+//   invstd = 1 / sqrt(var_c + eps),  xhat = (x - mean_c) invstd,  y = xhat w_c + b_c.
+// batch_norm_relu: y = max(0, that), the gradient g masked by y > 0 first (g' = g [y > 0]).
+// Gradients, with g' the (masked) output gradient and sums over a channel's M values:
+//   db = sum g',  dw = sum g' xhat,
+//   training: dx = w invstd (g' - db / M - xhat dw / M)   (x moves the mean and var too)
+//   eval:     dx = w invstd g'
+// Statistics in f32 for f16/bf16/f32 x (f64 for f64); y in x's dtype; weight and bias may
+// be f32 or x's dtype (their gradients come back in their own dtypes).
+//
+// The CPU works on a contiguous NCHW copy, channels in parallel, two passes per channel
+// (mean, then the centred squares). The GPU runs cuDNN's spatial batch norm in x's memory
+// format (ops/cuda/batch_norm.cu), whose running-variance update is the same unbiased rule;
+// batch_norm_relu adds one in-place pass over y forward and one masking pass over g
+// backward, keeping the layout and one autograd node. The eval-mode backward on the GPU
+// (fine-tuning with frozen statistics) is composed of elementwise ops.
+#include "ops/batch_norm.h"
+
+#include <cmath>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/copy.h"
+#include "ops/checks.h"
+#include "ops/cpu/loops.h"
+#include "ops/elementwise.h"
+#include "ops/memory_format.h"
+#include "ops/reduce.h"
+
+#if PRECIS_WITH_CUDA
+#include "ops/cuda/batch_norm.h"
+#endif
+
+namespace precis::ops {
+
+namespace {
+
+struct Arguments {
+  Tensor x, weight, bias, running_mean, running_var;
+  bool training, relu;
+  double momentum, eps;
+  const char* op;
+};
+
+// x seen as [N, C, S]: N samples, C channels of S values each.
+struct Extent {
+  int64_t N, C, S;
+  int64_t M() const { return N * S; }
+};
+
+Extent extent_of(const Tensor& x) {
+  Extent e{x.size(0), x.size(1), 1};
+  for (int64_t d = 2; d < x.dim(); ++d) e.S *= x.size(d);
+  return e;
+}
+
+DType statistics_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }
+
+// What the backward needs.
+struct Saved {
+  // x and y (batch_norm_relu only: its mask) as the kernels read and wrote them: contiguous on the
+  // CPU, 4-D in the memory format on the GPU; weight in the statistics dtype (or undefined)
+  Tensor x, weight, mean, invstd, y;
+  MemoryFormat format;
+  bool training;
+};
+
+void check(const Arguments& a) {
+  require_defined(a.op, a.x);
+  require_floating(a.op, a.x);
+  PRECIS_CHECK(a.x.dim() >= 2, a.op, ": input must be [N, C, ...], got ", describe(a.x));
+  const int64_t C = a.x.size(1);
+  for (const auto& [t, what] : {std::pair{&a.weight, "weight"}, std::pair{&a.bias, "bias"},
+                                std::pair{&a.running_mean, "running_mean"}, std::pair{&a.running_var, "running_var"}}) {
+    if (!t->defined()) continue;
+    require_floating(a.op, *t, what);
+    PRECIS_CHECK(t->shape() == Shape{C}, a.op, ": ", what, " must be [", C, "] (the channels of input ", describe(a.x),
+                 "), got ", describe(*t));
+  }
+  PRECIS_CHECK(a.running_mean.defined() == a.running_var.defined(), a.op,
+               ": running_mean and running_var go together (give both or neither)");
+  PRECIS_CHECK(a.training || a.running_mean.defined(), a.op,
+               ": eval mode normalises with the running statistics; give running_mean and running_var");
+  PRECIS_CHECK(!a.training || extent_of(a.x).M() > 1, a.op,
+               ": training needs more than one value per channel to estimate a variance, got input ", describe(a.x));
+  common_device(a.op, {&a.x, &a.weight, &a.bias, &a.running_mean, &a.running_var});
+}
+
+// ---- CPU
+
+template <typename T, typename A>
+void forward_cpu(const T* x, T* y, const A* w, const A* b, A* mean, A* invstd, A* running_mean, A* running_var,
+                 const Extent& e, const Arguments& a) {
+  const int64_t M = e.M();
+#pragma omp parallel for schedule(static) if (e.N * e.C * e.S >= kParallelGrain && e.C > 1)
+  for (int64_t c = 0; c < e.C; ++c) {
+    auto for_each = [&](auto fn) {
+      for (int64_t n = 0; n < e.N; ++n) {
+        const int64_t base = (n * e.C + c) * e.S;
+        for (int64_t s = 0; s < e.S; ++s) fn(base + s);
+      }
+    };
+    A mu, var;
+    if (a.training) {
+      A sum = 0;
+      for_each([&](int64_t i) { sum += convert<A>(x[i]); });
+      mu = sum / static_cast<A>(M);
+      A squares = 0;
+      for_each([&](int64_t i) {
+        const A d = convert<A>(x[i]) - mu;
+        squares += d * d;
+      });
+      var = squares / static_cast<A>(M);
+      if (running_mean) {
+        const A m = static_cast<A>(a.momentum);
+        running_mean[c] = (A(1) - m) * running_mean[c] + m * mu;
+        running_var[c] = (A(1) - m) * running_var[c] + m * squares / static_cast<A>(M - 1);
+      }
+    } else {
+      mu = running_mean[c];
+      var = running_var[c];
+    }
+    const A rs = A(1) / std::sqrt(var + static_cast<A>(a.eps));
+    const A scale = (w ? w[c] : A(1)) * rs, shift = (b ? b[c] : A(0)) - mu * scale;
+    for_each([&](int64_t i) {
+      const A v = convert<A>(x[i]) * scale + shift;
+      y[i] = convert<T>(a.relu ? std::max(v, A(0)) : v);
+    });
+    mean[c] = mu;
+    invstd[c] = rs;
+  }
+}
+
+template <typename T, typename A>
+void backward_cpu(const Saved& s, const T* g, const T* y, T* dx, A* dw, A* db, const Extent& e) {
+  const T* x = s.x.data<T>();
+  const A* w = s.weight.defined() ? s.weight.data<A>() : nullptr;
+  const A* mean = s.mean.data<A>();
+  const A* invstd = s.invstd.data<A>();
+  const A M = static_cast<A>(e.M());
+#pragma omp parallel for schedule(static) if (e.N * e.C * e.S >= kParallelGrain && e.C > 1)
+  for (int64_t c = 0; c < e.C; ++c) {
+    auto for_each = [&](auto fn) {
+      for (int64_t n = 0; n < e.N; ++n) {
+        const int64_t base = (n * e.C + c) * e.S;
+        for (int64_t i = base; i < base + e.S; ++i) fn(i);
+      }
+    };
+    // g masked by the relu where there is one
+    auto grad = [&](int64_t i) { return y && !(convert<A>(y[i]) > A(0)) ? A(0) : convert<A>(g[i]); };
+    const A mu = mean[c], rs = invstd[c];
+    A sum_g = 0, sum_g_xhat = 0;
+    for_each([&](int64_t i) {
+      const A gi = grad(i);
+      sum_g += gi;
+      sum_g_xhat += gi * (convert<A>(x[i]) - mu) * rs;
+    });
+    if (dw) dw[c] = sum_g_xhat;
+    if (db) db[c] = sum_g;
+    if (!dx) continue;
+    const A scale = (w ? w[c] : A(1)) * rs;
+    if (s.training) {
+      const A mean_g = sum_g / M, mean_g_xhat = sum_g_xhat / M;
+      for_each([&](int64_t i) {
+        const A xhat = (convert<A>(x[i]) - mu) * rs;
+        dx[i] = convert<T>(scale * (grad(i) - mean_g - xhat * mean_g_xhat));
+      });
+    } else {
+      for_each([&](int64_t i) { dx[i] = convert<T>(scale * grad(i)); });
+    }
+  }
+}
+
+template <typename Fn>
+void dispatch_statistics(DType dtype, Fn fn) {
+  if (dtype == DType::f64)
+    fn(double{});
+  else
+    fn(float{});
+}
+
+// The parameter in dtype `A`, dense; undefined stays undefined.
+Tensor dense_or_none(const Tensor& t, DType dtype) { return t.defined() ? dense(t, dtype) : Tensor(); }
+
+Tensor forward_cpu(const Arguments& a, Saved& saved) {
+  const Extent e = extent_of(a.x);
+  const DType stats = statistics_dtype(a.x.dtype());
+  const Tensor x = a.x.dim() == 4 ? dense_in(a.x, MemoryFormat::contiguous, a.x.dtype()) : dense(a.x);
+  Tensor y = empty(x.shape(), x.dtype());
+  saved.x = x;
+  saved.weight = dense_or_none(a.weight, stats);
+  saved.mean = empty({e.C}, stats);
+  saved.invstd = empty({e.C}, stats);
+  const Tensor bias = dense_or_none(a.bias, stats);
+  Tensor running_mean = dense_or_none(a.running_mean, stats), running_var = dense_or_none(a.running_var, stats);
+  // the running statistics are written in place: into copies when they are not already dense and of `stats`
+  if (running_mean.defined() && a.training) {
+    if (running_mean.same(a.running_mean)) running_mean = running_mean.clone();
+    if (running_var.same(a.running_var)) running_var = running_var.clone();
+  }
+  cpu::dispatch_floating(x.dtype(), a.op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    dispatch_statistics(stats, [&](auto stats_tag) {
+      using A = decltype(stats_tag);
+      auto ptr = [](const Tensor& t) { return t.defined() ? t.data<A>() : nullptr; };
+      forward_cpu<T, A>(x.data<T>(), y.data<T>(), ptr(saved.weight), ptr(bias), saved.mean.data<A>(),
+                        saved.invstd.data<A>(), ptr(running_mean), ptr(running_var), e, a);
+    });
+  });
+  if (running_mean.defined() && a.training) {
+    copy_(a.running_mean, running_mean);
+    copy_(a.running_var, running_var);
+  }
+  if (a.relu) saved.y = y.detach();  // the relu's mask
+  return a.x.dim() == 4 ? dense_in(y, saved.format, a.x.dtype()) : y;
+}
+
+std::vector<Tensor> backward_cpu(const Saved& s, const Tensor& grad, bool want_dx, bool want_dw, bool want_db) {
+  const Extent e = extent_of(s.x);
+  const DType stats = s.mean.dtype();
+  const Tensor g = dense(grad, s.x.dtype());  // s.x and s.y are contiguous
+  const Tensor& y = s.y;
+  Tensor dx = want_dx ? empty(s.x.shape(), s.x.dtype()) : Tensor();
+  Tensor dw = want_dw ? empty({e.C}, stats) : Tensor(), db = want_db ? empty({e.C}, stats) : Tensor();
+  cpu::dispatch_floating(s.x.dtype(), "batch_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    dispatch_statistics(stats, [&](auto stats_tag) {
+      using A = decltype(stats_tag);
+      backward_cpu<T, A>(s, g.data<T>(), y.defined() ? y.data<T>() : nullptr, dx.defined() ? dx.data<T>() : nullptr,
+                         dw.defined() ? dw.data<A>() : nullptr, db.defined() ? db.data<A>() : nullptr, e);
+    });
+  });
+  if (dx.defined() && s.x.dim() == 4) dx = dense_in(dx, s.format, s.x.dtype());
+  return {dx, dw, db};
+}
+
+// ---- GPU
+
+#if PRECIS_WITH_CUDA
+// x as the 4-D tensor cuDNN takes ([N, C] and [N, C, L] gain trailing dims of 1).
+Tensor as_4d(const Tensor& t) {
+  if (t.dim() == 4) return t;
+  Shape shape = t.shape();
+  while (shape.size() < 4) shape.push_back(1);
+  return dense(t).reshape(shape);
+}
+
+// A [C] f32 parameter for cuDNN: t dense in f32, or `fill` everywhere where undefined.
+Tensor f32_parameter(const Tensor& t, int64_t C, double fill, Device device) {
+  return t.defined() ? dense(t, DType::f32) : full({C}, fill, DType::f32, device);
+}
+
+Tensor forward_cuda(const Arguments& a, Saved& saved) {
+  const int64_t C = a.x.size(1);
+  const Device device = a.x.device();
+  for (const Tensor* r : {&a.running_mean, &a.running_var})
+    PRECIS_CHECK(!r->defined() || (r->dtype() == DType::f32 && r->is_contiguous()), a.op,
+                 ": on the GPU the running statistics must be dense float32, got ", describe(*r));
+  const Tensor x = dense_in(as_4d(a.x), saved.format, a.x.dtype());
+  Tensor y = empty_in(x.shape(), saved.format, x.dtype(), device);
+  saved.x = x;
+  saved.weight = f32_parameter(a.weight, C, 1.0, device);
+  if (a.training) {
+    saved.mean = empty({C}, DType::f32, device);
+    saved.invstd = empty({C}, DType::f32, device);
+  } else {  // the eval backward's statistics: the running ones now (a later training step updates those in place)
+    NoGradGuard no_grad;
+    saved.mean = a.running_mean.clone();
+    saved.invstd = rsqrt(add(a.running_var, a.eps));
+  }
+  const Tensor bias = f32_parameter(a.bias, C, 0.0, device);
+  cuda::BatchNormForward f{
+      x,          y,     saved.weight, bias,       a.running_mean, a.running_var, saved.mean, saved.invstd,
+      a.momentum, a.eps, saved.format, a.training, a.relu};
+  cuda::batch_norm_forward(f);
+  if (a.relu) saved.y = y.detach();  // the relu's mask
+  return a.x.dim() == 4 ? y : y.reshape(a.x.shape());
+}
+
+std::vector<Tensor> backward_cuda(const Saved& s, const Tensor& grad_in, double eps, bool want_dx, bool want_dw,
+                                  bool want_db) {
+  const int64_t C = s.x.size(1);
+  const Tensor grad = dense_in(as_4d(grad_in), s.format, s.x.dtype());
+  const Tensor g = s.y.defined() ? cuda::relu_mask(grad, s.y) : grad;
+  if (!s.training) {
+    // dx = w invstd g', dw = sum g' xhat, db = sum g', composed (a rare path: frozen statistics)
+    NoGradGuard no_grad;
+    const Shape per_channel{1, C, 1, 1};
+    const Tensor g32 = g.to(DType::f32);
+    Tensor dx, dw, db;
+    if (want_dx) dx = dense_in(mul(g32, mul(s.weight, s.invstd).reshape(per_channel)), s.format, s.x.dtype());
+    if (want_dw) {
+      const Tensor xhat = mul(sub(s.x.to(DType::f32), s.mean.reshape(per_channel)), s.invstd.reshape(per_channel));
+      dw = sum(mul(g32, xhat), {0, 2, 3});
+    }
+    if (want_db) db = sum(g32, {0, 2, 3});
+    return {dx, dw, db};
+  }
+  Tensor dx = empty_in(s.x.shape(), s.format, s.x.dtype(), s.x.device());
+  Tensor dw = empty({C}, DType::f32, s.x.device()), db = empty({C}, DType::f32, s.x.device());
+  cuda::batch_norm_backward({s.x, g, s.weight, s.mean, s.invstd, dx, dw, db, eps, s.format});
+  return {want_dx ? dx : Tensor(), want_dw ? dw : Tensor(), want_db ? db : Tensor()};
+}
+#endif
+
+Tensor batch_norm_impl(const Arguments& a) {
+  check(a);
+  Saved saved;
+  saved.format = a.x.dim() == 4 ? suggest_memory_format(a.x) : MemoryFormat::contiguous;
+  saved.training = a.training;
+  Tensor y;
+  if (a.x.is_cpu()) {
+    y = forward_cpu(a, saved);
+  } else {
+#if PRECIS_WITH_CUDA
+    y = forward_cuda(a, saved);
+#endif
+  }
+  if (autograd::any_requires_grad({&a.x, &a.weight, &a.bias})) {
+    autograd::record(
+        a.op, {a.x, a.weight, a.bias}, {y},
+        [saved, eps = a.eps, x_shape = a.x.shape(), weight_dtype = a.weight.defined() ? a.weight.dtype() : DType::f32,
+         bias_dtype = a.bias.defined() ? a.bias.dtype() : DType::f32](const BackwardArgs& g) {
+          std::vector<Tensor> grads;
+          if (saved.x.is_cpu()) {
+            grads = backward_cpu(saved, g.grad(), g.needs(0), g.needs(1), g.needs(2));
+          } else {
+#if PRECIS_WITH_CUDA
+            grads = backward_cuda(saved, g.grad(), eps, g.needs(0), g.needs(1), g.needs(2));
+            if (grads[0].defined() && grads[0].shape() != x_shape) grads[0] = grads[0].reshape(x_shape);
+#endif
+          }
+          if (grads[1].defined()) grads[1] = converted(grads[1], weight_dtype);
+          if (grads[2].defined()) grads[2] = converted(grads[2], bias_dtype);
+          return grads;
+        });
+  }
+  return y;
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                  const Tensor& running_var, bool training, double momentum, double eps) {
+  return batch_norm_impl({x, weight, bias, running_mean, running_var, training, false, momentum, eps, "batch_norm"});
+}
+
+Tensor batch_norm_relu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                       const Tensor& running_var, bool training, double momentum, double eps) {
+  return batch_norm_impl(
+      {x, weight, bias, running_mean, running_var, training, true, momentum, eps, "batch_norm_relu"});
+}
+
+}  // namespace precis::ops
