@@ -25,7 +25,7 @@ namespace precis::train {
 class ImageTask : public Task {
  public:
   // `channels_last` and `input_dtype` (the dtype the images are cast to on the device before
-  // the model, f32 under autocast) are resolved by the trainer; `pinned`: batches in pinned memory.
+  // the model: the policy's compute dtype) are resolved by the trainer; `pinned`: batches in pinned memory.
   ImageTask(const TrainConfig& config, int rank, int world_size, bool channels_last, DType input_dtype, bool pinned);
 
   nn::Module& model() override { return *model_; }
