@@ -339,8 +339,8 @@ TEST(ConfigErrors, SectionMustBeAMapping) {
   EXPECT_EQ(
       parse_error("- a\n- b\n"),
       "config.yaml:1:1: a config must be a mapping of keys (model, data, optimizer, schedule, batch, "
-      "precision, checkpoint, sample, profile, distributed, max_steps, eval_interval, eval_steps, log_interval, seed, "
-      "device, threads, cuda_graphs, matmul_autotune, fused_classifier, out_dir), got a sequence");
+      "precision, checkpoint, sample, profile, distributed, task, max_steps, eval_interval, eval_steps, log_interval, "
+      "seed, device, threads, cuda_graphs, matmul_autotune, fused_classifier, channels_last, out_dir), got a sequence");
 }
 
 TEST(ConfigErrors, OutOfRange) {
