@@ -29,7 +29,7 @@ namespace {
 const char* kUsage =
     "usage: precis bench gpt2 [--preset gpt2|gpt2-medium|gpt2-large|gpt2-xl|tiny] [--batch B] [--seq T] "
     "[--precision P] [--steps N] [--warmup W] [--attention reference|flash] [--cuda-graphs] [--trace PATH.json] "
-    "[--device auto|cuda|cpu] [--out DIR]";
+    "[--device auto|cuda|cpu] [--out DIR] [KEY=VALUE ...] (config settings, e.g. distributed.bucket_mb=50)";
 
 // The GPT-2 family (models::GPT2Config::preset, set through the config's model.preset) and
 // `tiny` (2 layers, 2 heads of 64, 128 wide), which runs in seconds on a CPU.
@@ -45,6 +45,7 @@ struct BenchOptions {
   std::string precision = "bf16", attention, trace, device = "auto";  // attention: empty keeps the config's default
   std::string out_dir = (std::filesystem::temp_directory_path() / "precis-bench").string();
   bool cuda_graphs = false;
+  std::vector<std::string> settings;  // KEY=VALUE config overrides, applied after the bench's own
 };
 
 BenchOptions parse_bench_options(const Args& args) {
@@ -60,7 +61,12 @@ BenchOptions parse_bench_options(const Args& args) {
   Options o = parse_options(
       rest, {"preset", "batch", "seq", "precision", "steps", "warmup", "attention", "trace", "device", "out"}, "bench");
   std::string models;
-  for (const std::string& p : o.positional) models += (models.empty() ? "" : " ") + p;
+  for (const std::string& p : o.positional) {
+    if (p.find('=') != std::string::npos)
+      b.settings.push_back(p);
+    else
+      models += (models.empty() ? "" : " ") + p;
+  }
   PRECIS_CHECK(models == "gpt2", "bench: give the model to benchmark, gpt2 or resnet (",
                models.empty() ? std::string("none given") : "got '" + models + "'", "); ", kUsage);
   b.preset = o.get("preset", b.preset);
@@ -117,6 +123,7 @@ train::TrainConfig bench_config(const BenchOptions& b) {
     overrides.push_back("profile.trace=" + b.trace);
     overrides.push_back("profile.trace_step=" + std::to_string(first_measured));
   }
+  overrides.insert(overrides.end(), b.settings.begin(), b.settings.end());
   try {
     return train::parse_config(yaml, overrides, "bench");
   } catch (const Error& e) {
@@ -128,7 +135,7 @@ void print_figures(const BenchOptions& b, train::Trainer& trainer, const train::
   const models::GPT2Config& model = trainer.gpt2().config();
   Device device = resolve_device(trainer.config().device, /*quiet=*/true);
   const int ranks = trainer.world_size();
-  const double tokens_per_step = static_cast<double>(b.batch * b.seq * ranks);
+  const double tokens_per_step = static_cast<double>(b.batch * b.seq * trainer.config().batch.grad_accum * ranks);
   const double tokens_per_s = tokens_per_step * 1000.0 / s.ms_per_step;
   // Per GPU; backward = 2x forward.
   const double tflops = 3.0 * model.flops_per_token_forward(b.seq) * tokens_per_s / ranks / 1e12;
@@ -142,8 +149,12 @@ void print_figures(const BenchOptions& b, train::Trainer& trainer, const train::
             << model.n_embd << " wide, " << format("%.1f", trainer.gpt2().num_parameters_unpadded() / 1e6)
             << "M parameters, attention " << model.attention << "\n"
             << "run          " << device_text << ", " << trainer.policy().describe() << ", B=" << b.batch
-            << " x T=" << b.seq << (ranks > 1 ? " per rank, " + std::to_string(ranks) + " ranks" : "")
-            << (b.cuda_graphs ? ", CUDA graphs" : "") << "\n"
+            << " x T=" << b.seq
+            << (trainer.config().batch.grad_accum > 1
+                    ? " x " + std::to_string(trainer.config().batch.grad_accum) + " micro-steps"
+                    : "")
+            << (ranks > 1 ? " per rank, " + std::to_string(ranks) + " ranks" : "")
+            << (trainer.config().cuda_graphs ? ", CUDA graphs" : "") << "\n"
             << "measured     " << s.steps << " steps after " << b.warmup << " warm-up step(s)"
             << (b.trace.empty() ? "" : " and the traced step") << "\n"
             << "tokens/s     " << format("%.0f", tokens_per_s) << "\n"
@@ -160,8 +171,8 @@ void print_figures(const BenchOptions& b, train::Trainer& trainer, const train::
             << "metrics      " << trainer.config().out_dir << "/metrics.jsonl\n";
 
   std::string record =
-      "result: bench=gpt2 preset=" + b.preset + " device=" + device.str() + " precision=" + b.precision +
-      " attention=" + model.attention + " cuda_graphs=" + (b.cuda_graphs ? "true" : "false") +
+      "result: bench=gpt2 preset=" + b.preset + " device=" + device.str() + " precision=" + trainer.policy().name +
+      " attention=" + model.attention + " cuda_graphs=" + (trainer.config().cuda_graphs ? "true" : "false") +
       " ranks=" + std::to_string(ranks) + " batch=" + std::to_string(b.batch) + " seq=" + std::to_string(b.seq) +
       " steps=" + std::to_string(s.steps) + " warmup=" + std::to_string(b.warmup) +
       " tokens_per_s=" + format("%.0f", tokens_per_s) + " ms_per_step=" + format("%.3f", s.ms_per_step) +

@@ -24,7 +24,8 @@ namespace {
 
 const char* kUsage =
     "usage: precis bench resnet [--model resnet18|resnet34|resnet50] [--batch B] [--image 32|224] [--precision P] "
-    "[--channels-last] [--steps N] [--warmup W] [--cuda-graphs] [--device auto|cuda|cpu] [--out DIR]";
+    "[--channels-last] [--steps N] [--warmup W] [--cuda-graphs] [--device auto|cuda|cpu] [--out DIR] [KEY=VALUE ...] "
+    "(config settings, e.g. optimizer.name=adamw)";
 
 struct ResnetBenchOptions {
   std::string model = "resnet18";
@@ -32,6 +33,7 @@ struct ResnetBenchOptions {
   std::string precision = "bf16", device = "auto";
   std::string out_dir = (std::filesystem::temp_directory_path() / "precis-bench-resnet").string();
   bool channels_last = false, cuda_graphs = false;
+  std::vector<std::string> settings;  // KEY=VALUE config overrides, applied after the bench's own
 };
 
 ResnetBenchOptions parse_resnet_options(const Args& args) {
@@ -48,8 +50,10 @@ ResnetBenchOptions parse_resnet_options(const Args& args) {
   }
   Options o =
       parse_options(rest, {"model", "batch", "image", "precision", "steps", "warmup", "device", "out"}, "bench");
-  PRECIS_CHECK(o.positional.empty(), "bench resnet: unexpected argument '", o.positional.empty() ? "" : o.positional[0],
-               "'; ", kUsage);
+  for (const std::string& p : o.positional) {
+    PRECIS_CHECK(p.find('=') != std::string::npos, "bench resnet: unexpected argument '", p, "'; ", kUsage);
+    b.settings.push_back(p);
+  }
   b.model = o.get("model", b.model);
   PRECIS_CHECK(b.model.starts_with("resnet") &&
                    std::count(models::image_model_names().begin(), models::image_model_names().end(), b.model),
@@ -91,6 +95,7 @@ train::TrainConfig resnet_bench_config(const ResnetBenchOptions& b) {
       "max_steps=" + std::to_string(b.warmup + b.steps),
       "log_interval=" + std::to_string(b.warmup > 0 ? b.warmup : b.steps),
   };
+  overrides.insert(overrides.end(), b.settings.begin(), b.settings.end());
   try {
     return train::parse_config("", overrides, "bench");
   } catch (const Error& e) {

@@ -23,6 +23,18 @@ const char* activity_kind_name(GpuActivity::Kind kind) {
   return "?";
 }
 
+const char* stream_role_name(GpuActivity::Stream role) {
+  switch (role) {
+    case GpuActivity::Stream::compute:
+      return "compute";
+    case GpuActivity::Stream::communication:
+      return "communication";
+    case GpuActivity::Stream::other:
+      return "other";
+  }
+  return "?";
+}
+
 std::string demangle(const char* symbol) {
   if (!symbol) return "";
   int status = 0;

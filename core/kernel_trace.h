@@ -16,15 +16,20 @@ namespace precis {
 
 struct GpuActivity {
   enum class Kind { kernel, memcpy, memset };
+  // Which of the device's streams (core/cuda/runtime.h) it ran on: compute, communication
+  // (the collectives of data parallelism, overlapping the compute stream), or another.
+  enum class Stream { compute, communication, other };
   Kind kind = Kind::kernel;
   std::string name;      // kernels: demangled ("void f<float>(float*, int)"); copies: "Memcpy HtoD"
   int64_t start_ns = 0;  // on KernelTrace::now_ns()'s clock
   int64_t end_ns = 0;
   uint32_t stream = 0;
   int64_t bytes = 0;  // memcpy and memset
+  Stream role = Stream::other;
 };
 
 const char* activity_kind_name(GpuActivity::Kind kind);  // "kernel", "memcpy", "memset"
+const char* stream_role_name(GpuActivity::Stream role);  // "compute", "communication", "other"
 
 // Whether this build can record GPU activity, and if not, why not.
 bool kernel_trace_available();
@@ -39,7 +44,8 @@ class KernelTrace {
 
   // Starts recording (initialising CUPTI on first use).
   void start();
-  // Waits for the GPU, stops recording, and returns what ran, sorted by start time.
+  // Waits for the GPU, stops recording, and returns what ran, sorted by start time, each
+  // activity's role told from the current device's compute and communication streams.
   std::vector<GpuActivity> stop();
   // CUPTI's clock, the one the activity timestamps use, in nanoseconds.
   static int64_t now_ns();

@@ -76,7 +76,6 @@ Reducer::Reducer(std::shared_ptr<nn::FlatParameters> flat, std::shared_ptr<Proce
   s.flat = std::move(flat);
   s.group = std::move(group);
   s.buckets = assign_buckets(layout_of(*s.flat), options.bucket_sizes);
-  s.profiler = options.profiler;
 
   std::vector<size_t> first_slot;  // per buffer: its first slot's index in s.slots
   for (const nn::FlatBuffer& buffer : s.flat->buffers()) {
@@ -108,6 +107,7 @@ Reducer::~Reducer() = default;
 
 void Reducer::set_sync(bool sync) { state_->sync = sync; }
 bool Reducer::sync() const { return state_->sync; }
+void Reducer::set_profiler(Profiler* profiler) { state_->profiler = profiler; }
 const std::vector<Bucket>& Reducer::buckets() const { return state_->buckets; }
 ProcessGroup& Reducer::group() const { return *state_->group; }
 

@@ -36,7 +36,6 @@ namespace precis::distributed {
 struct ReducerOptions {
   BucketSizes bucket_sizes;
   std::optional<DType> reduce_dtype;  // unset: each gradient buffer's own dtype
-  Profiler* profiler = nullptr;       // times each bucket's all-reduce as "comm" (process_group.h)
 };
 
 class Reducer {
@@ -49,6 +48,10 @@ class Reducer {
   // Whether the next backward reduces (true) or only accumulates (false, no_sync).
   void set_sync(bool sync);
   bool sync() const;
+  // Times each bucket's all-reduce of the next backwards as phase "comm" of `profiler`
+  // (process_group.h); nullptr (the default) times nothing, as a step captured into a CUDA
+  // graph must.
+  void set_profiler(Profiler* profiler);
   // Waits for every bucket's all-reduce of this step; the error for parameters without a gradient.
   // Does nothing after a no_sync backward.
   void finish();

@@ -337,6 +337,7 @@ std::vector<Field> make_fields(TrainConfig& c) {
       choice("precision.params", policy.param_dtype, policy_dtypes()),
       choice("precision.compute", policy.compute_dtype, policy_dtypes()),
       choice("precision.output", policy.output_dtype, policy_dtypes()),
+      choice("precision.grad_reduce", policy.grad_reduce_dtype, policy_dtypes()),
       choice("precision.master_weights", policy.master_weights, kTrueFalse),
       choice("precision.allow_tf32", policy.allow_tf32, kTrueFalse),
       choice("precision.loss_scaling", policy.loss_scaling, loss_scalings()),
@@ -586,7 +587,7 @@ void ConfigReader::resolve_precision() {
   // master weights, as those of a policy string are.
   const bool params_given = was_set("precision.params");
   const bool low_precision_params = policy.param_dtype == DType::f16 || policy.param_dtype == DType::bf16;
-  policy.grad_reduce_dtype = params_given ? policy.param_dtype : named.grad_reduce_dtype;
+  fill("precision.grad_reduce", policy.grad_reduce_dtype, params_given ? policy.param_dtype : named.grad_reduce_dtype);
   fill("precision.master_weights", policy.master_weights, params_given ? low_precision_params : named.master_weights);
   fill("precision.allow_tf32", policy.allow_tf32, named.allow_tf32);
   fill("precision.loss_scaling", policy.loss_scaling, named.loss_scaling);

@@ -71,7 +71,8 @@ void StepTrace::end(Profiler& profiler, int64_t step, std::ostream& out) {
   for (const GpuActivity& a : activities) {
     if (!streams[a.stream]) {
       streams[a.stream] = true;
-      tracks.push_back({kGpuPid, static_cast<int>(a.stream), "GPU " + gpu_name, "stream " + std::to_string(a.stream)});
+      tracks.push_back({kGpuPid, static_cast<int>(a.stream), "GPU " + gpu_name,
+                        "stream " + std::to_string(a.stream) + " (" + stream_role_name(a.role) + ")"});
     }
     TraceEvent e{a.name,         activity_kind_name(a.kind),
                  kGpuPid,        static_cast<int>(a.stream),
@@ -81,7 +82,12 @@ void StepTrace::end(Profiler& profiler, int64_t step, std::ostream& out) {
   }
   write_chrome_trace(path_, tracks, events);
 
-  std::vector<KernelTotal> totals = kernel_totals(activities);
+  // The table is the step's own work; the collectives of the communication stream overlap it
+  // and are summed apart (their time is comm in the step breakdown).
+  std::vector<GpuActivity> step_work, collectives;
+  for (const GpuActivity& a : activities)
+    (a.role == GpuActivity::Stream::communication ? collectives : step_work).push_back(a);
+  std::vector<KernelTotal> totals = kernel_totals(step_work);
   double kernel_ms = 0;
   int64_t launches = 0;
   for (const KernelTotal& k : totals) {
@@ -94,7 +100,20 @@ void StepTrace::end(Profiler& profiler, int64_t step, std::ostream& out) {
   out << head;
   std::snprintf(head, sizeof head, "step %.3f ms; %lld kernel launches, %.3f ms of kernels (%.1f%% of the step)\n",
                 step_ms, static_cast<long long>(launches), kernel_ms, step_ms > 0 ? 100.0 * kernel_ms / step_ms : 0.0);
-  out << head << kernel_table(totals, step_ms) << std::flush;
+  out << head;
+  if (!collectives.empty()) {
+    double comm_ms = 0;
+    int64_t comm_launches = 0;
+    for (const KernelTotal& k : kernel_totals(collectives)) {
+      comm_ms += k.total_ms;
+      comm_launches += k.calls;
+    }
+    std::snprintf(head, sizeof head,
+                  "communication stream: %lld kernel launches, %.3f ms, overlapping the kernels below (not in them)\n",
+                  static_cast<long long>(comm_launches), comm_ms);
+    out << head;
+  }
+  out << kernel_table(totals, step_ms) << std::flush;
 }
 
 }  // namespace precis::train

@@ -155,7 +155,6 @@ void Trainer::setup_model() {
     options.bucket_sizes.first_bytes = static_cast<int64_t>(dist.first_bucket_mb * (1 << 20));
     options.bucket_sizes.bytes = static_cast<int64_t>(dist.bucket_mb * (1 << 20));
     options.reduce_dtype = policy_.grad_reduce_dtype;
-    options.profiler = &profiler_;
     reducer_ = std::make_unique<distributed::Reducer>(flat_, group_, options);
   }
   const OptimizerConfig& o = config_.optimizer;
@@ -251,10 +250,6 @@ void Trainer::resolve_step_values() {
 
 std::string Trainer::graph_fallback_reason() const {
   if (!device_.is_cuda()) return "this run is on the CPU, and CUDA graphs need a GPU";
-  if (world_size_ > 1)
-    return "data parallelism over " + std::to_string(world_size_) +
-           " ranks: the gradient all-reduces are launched from the backward's hooks and waited for on the host, "
-           "which a captured step cannot do yet";
   return task_->graph_fallback_reason();
 }
 
@@ -279,7 +274,11 @@ class MaybePhase {
 }  // namespace
 
 void Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets, Profiler* profiler) {
-  flat_->zero_grad_lazily();     // each first gradient is written, not added to zeros
+  flat_->zero_grad_lazily();  // each first gradient is written, not added to zeros
+  // Under data parallelism the buckets' all-reduces are launched from the backward's hooks on
+  // the communication stream; a captured step records them (NCCL calls can be captured) as a
+  // branch of the graph that joins the step before the optimizer, untimed.
+  if (reducer_) reducer_->set_profiler(profiler);
   ops::autocast::clear_cache();  // the weights changed in the last step
   if (policy_.autocasts()) {
     // This step's weight casts, one kernel per flat buffer instead of one per weight.

@@ -149,6 +149,18 @@ std::vector<GpuActivity> KernelTrace::stop() {
   g_running = false;
   std::vector<GpuActivity> out = std::move(g_records);
   g_records.clear();
+  // CUPTI's ids of this device's two streams (the ids its records carry).
+  int device = 0;
+  PRECIS_CUDA_CHECK(cudaGetDevice(&device), "kernel trace");
+  uint32_t compute = 0, communication = 0;
+  PRECIS_CUPTI_CHECK(cuptiGetStreamIdEx(nullptr, precis::cuda::compute_stream(Device::cuda(device)), 0, &compute),
+                     "kernel trace stream ids");
+  PRECIS_CUPTI_CHECK(cuptiGetStreamIdEx(nullptr, precis::cuda::comm_stream(Device::cuda(device)), 0, &communication),
+                     "kernel trace stream ids");
+  for (GpuActivity& a : out)
+    a.role = a.stream == compute         ? GpuActivity::Stream::compute
+             : a.stream == communication ? GpuActivity::Stream::communication
+                                         : GpuActivity::Stream::other;
   std::sort(out.begin(), out.end(), [](const GpuActivity& a, const GpuActivity& b) { return a.start_ns < b.start_ns; });
   return out;
 }

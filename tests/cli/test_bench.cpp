@@ -97,6 +97,24 @@ TEST(Bench, ResnetOnTheCpuPrintsImagesPerSecond) {
       << bad.output;
 }
 
+TEST(Bench, ConfigSettingsAfterTheModelApplyToTheRun) {
+  fs::path dir = fresh_dir("settings");
+  auto r = run_cli(
+      "bench gpt2 batch.grad_accum=2 --preset tiny --batch 2 --seq 32 --precision fp32 --steps 1 --warmup 1 "
+      "--device cpu --out " +
+      dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::map<std::string, std::string> f = result_fields(r.output);
+  ASSERT_FALSE(f.empty()) << r.output;
+  // Two micro-batches of 2 x 32 tokens a step.
+  double ms = std::stod(f["ms_per_step"]), tokens_per_s = std::stod(f["tokens_per_s"]);
+  EXPECT_NEAR(tokens_per_s, 2 * 2 * 32 * 1000.0 / ms, 1.0 + 1e-3 * tokens_per_s);
+
+  auto bad = run_cli("bench gpt2 --preset tiny --device cpu distributed.bucket=5");
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("distributed.bucket"), std::string::npos) << bad.output;
+}
+
 TEST(Bench, WrongArgumentsAreOneClearLine) {
   struct Case {
     std::string args, message;

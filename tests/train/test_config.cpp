@@ -218,6 +218,12 @@ TEST(Config, PrecisionKeysRefineThePolicy) {
   EXPECT_TRUE(c.policy.master_weights);
   c = parse(kData + "precision:\n  policy: bf16\n  params: bfloat16\n  master_weights: false\n").precision;
   EXPECT_FALSE(c.policy.master_weights);
+  // The reduction's dtype on its own: f32 parameters whose gradients travel in bf16.
+  c = parse(kData + "precision:\n  policy: bf16\n  grad_reduce: bfloat16\n").precision;
+  EXPECT_EQ(c.policy.param_dtype, DType::f32);
+  EXPECT_EQ(c.policy.grad_reduce_dtype, DType::bf16);
+  EXPECT_EQ(c.policy.name, "bf16*");
+  EXPECT_EQ(parse(kData + "precision:\n  policy: bf16\n").precision.policy.grad_reduce_dtype, DType::f32);
 
   c = parse(kData + "precision:\n  policy: fp32\n  loss_scaling: static\n  loss_scale: 128\n").precision;
   EXPECT_TRUE(c.scaler.enabled);

@@ -2,13 +2,16 @@
 // machine with 2 GPUs (ctest: train_test_trainer_ddp_mpi_gpu_np2): N ranks with B rows
 // each train as one GPU on N*B rows, in f32 (close: the GPU's summation order differs
 // with the batch) and in bf16-pure (bf16 parameters, gradients reduced in bf16: within
-// a few bf16 roundings); every rank ends with the same parameters, bit for bit.
+// a few bf16 roundings); every rank ends with the same parameters, bit for bit. With
+// cuda_graphs the step, its NCCL all-reduces included, is captured and replayed, and
+// trains as the eager step does.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 
 #include "distributed/gpu_ranks.h"
@@ -100,6 +103,53 @@ void expect_same_training(const std::string& precision, double loss_tolerance, d
 }
 
 }  // namespace
+
+TEST(TrainerNcclDdp, CapturedStepWithItsAllReducesTrainsAsTheEagerStep) {
+  SKIP_WITHOUT_A_GPU_PER_RANK();
+  // One run folder for all ranks (rank 0 writes the vocabulary the others read).
+  train::TrainConfig config = tiny_config(fresh_dir("graph_eager"), "fp32", 4);
+  barrier();
+  config.device = "cuda";
+  // Rank 0 traces step 2: the all-reduces' kernels on a track of the communication stream.
+  const fs::path trace = fs::path(config.out_dir) / "trace.json";
+  config.profile.trace = trace.string();
+  config.profile.trace_step = 2;
+  train::Trainer eager(config, nccl_world());
+  eager.run();
+  if (distributed::mpi_world_rank() == 0) {
+    std::ifstream in(trace);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("(communication)"), std::string::npos) << "no communication stream track in " << trace;
+    EXPECT_NE(text.find("(compute)"), std::string::npos);
+    EXPECT_NE(text.find("ncclDevKernel"), std::string::npos) << "no NCCL kernel in the trace";
+  }
+  barrier();
+  config.profile.trace.clear();
+  config.out_dir = fresh_dir("graph_captured");
+  barrier();
+  config.cuda_graphs = true;
+  train::Trainer captured(config, nccl_world());
+  captured.run();
+  // Steps 4 to 6 replay the graph (3 eager warm-up steps, then capture): the last interval's
+  // report is the graph's, one phase in place of forward, backward and the communication.
+  ASSERT_FALSE(captured.reports().empty());
+  std::map<std::string, double> phases(captured.reports().back().phase_ms.begin(),
+                                       captured.reports().back().phase_ms.end());
+  EXPECT_TRUE(phases.count("graph")) << "the step was not replayed from a graph";
+  EXPECT_FALSE(phases.count("backward"));
+  // The same kernels and collectives in the same order: the same numbers (the sum of two
+  // ranks' values does not depend on NCCL's algorithm; more ranks may round differently).
+  const double tolerance = distributed::mpi_world_size() == 2 ? 0.0 : 1e-6;
+  ASSERT_EQ(captured.losses().size(), eager.losses().size());
+  for (size_t i = 0; i < eager.losses().size(); ++i)
+    EXPECT_NEAR(captured.losses()[i], eager.losses()[i], tolerance * eager.losses()[i]) << "step " << i + 1;
+  const std::vector<float> a = parameters_of(captured), b = parameters_of(eager);
+  ASSERT_EQ(a.size(), b.size());
+  double most = 0;
+  for (size_t i = 0; i < a.size(); ++i) most = std::max(most, std::abs(double(a[i]) - double(b[i])));
+  EXPECT_LE(most, tolerance);
+  barrier();
+}
 
 TEST(TrainerNcclDdp, F32RanksTrainAsOneGpuOnTheWholeBatch) {
   SKIP_WITHOUT_A_GPU_PER_RANK();

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# One call on a multi-GPU machine for data parallelism (issue 19): builds Precis (sm_90,
+# into build-gpu) and llm.c (scripts/llmc-build.sh, into build-llmc) side by side, runs the
+# distributed GPU tests, then times GPT-2 124M (bf16-pure, B=16, T=1024 per GPU) on 1 and
+# N GPUs for Precis and llm.c in alternating rounds, and prints a table last.
+#   bash scripts/ddp-check.sh
+# Environment:
+#   NGPUS     GPUs to use (default: all)            ROUNDS   rounds of the main runs (default 2)
+#   STEPS     timed steps (default 30)              WARMUP   steps before them (default 10)
+#   VARIANTS  extra N-GPU Precis runs, ';'-separated "name:ENV=V ENV2=W|config.key=value ...":
+#             env assignments before the '|', config settings after it
+#   SIMULATE  1: also the two-"host" runs on NCCL's socket transport (see docs/distributed.md)
+#   TESTS     0: skip the GPU tests                  LLMC     0: skip llm.c
+#   BUDGET_S  no run starts after this many seconds from the start (default 540)
+#   OUT       where logs go (the device tool's $OUT comes back)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=build-gpu
+OUT=${OUT:-/tmp/precis-ddp-check}
+LOGS=$OUT/logs
+mkdir -p "$LOGS"
+NGPUS=${NGPUS:-$(nvidia-smi -L | wc -l)}
+ROUNDS=${ROUNDS:-2}
+STEPS=${STEPS:-30}
+WARMUP=${WARMUP:-10}
+MPI="mpirun --allow-run-as-root --bind-to none"
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+nvidia-smi topo -m >"$OUT/topo.txt" 2>&1
+start=$(date +%s)
+if [[ ${LLMC:-1} == 1 ]]; then
+  (scripts/llmc-build.sh build-llmc >"$LOGS/llmc-build.log" 2>&1) &
+  llmc_pid=$!
+fi
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DPRECIS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+  >"$LOGS/configure.log" 2>&1 || { tail -30 "$LOGS/configure.log"; exit 1; }
+cmake --build "$BUILD" -j"$(nproc)" >"$LOGS/build.log" 2>&1 || { grep -E "error" "$LOGS/build.log" | head -40; exit 1; }
+echo "build: ok ($(($(date +%s) - start)) s)"
+llmc=""
+if [[ ${LLMC:-1} == 1 ]]; then
+  if wait "$llmc_pid"; then llmc=build-llmc/train_gpt2cu; else echo "llm.c build failed:"; tail -5 "$LOGS/llmc-build.log"; fi
+fi
+
+tests_summary="skipped"
+if [[ ${TESTS:-1} == 1 ]]; then
+  (cd "$BUILD" && ctest -L gpu -R "distributed|ddp|mpi" --output-on-failure) >"$LOGS/gpu-tests.log" 2>&1
+  tests_summary="$(grep -E 'tests passed|tests failed' "$LOGS/gpu-tests.log" | tail -1)"
+  grep -E "Failed|Passed|\*\*\*" "$LOGS/gpu-tests.log" | tail -20
+fi
+
+# llm.c reads token shards of the same format as ours (data/token_file.h).
+"$BUILD/precis" tokenize --tokenizer gpt2 assets/tinyshakespeare.txt "$OUT/tinyshakespeare" >"$LOGS/tokenize.log" 2>&1
+
+BENCH="$BUILD/precis bench gpt2 --preset gpt2 --batch 16 --seq 1024 --precision bf16-pure --steps $STEPS --warmup $WARMUP --device cuda"
+rows=()
+# Whether the time is up: the runs come in order of importance, the late ones are left out.
+out_of_time() {
+  if (($(date +%s) - start > ${BUDGET_S:-540})); then
+    rows+=("$(printf "%-28s %6s GPU  %12s" "$1" "$2" "not run (BUDGET_S)")")
+    return 0
+  fi
+  return 1
+}
+# precis NAME GPUS [ENV...] [-- SETTINGS...]: one Precis run; its tokens/s (and comm figures) into rows.
+precis_run() {
+  local name=$1 gpus=$2
+  shift 2
+  out_of_time "$name" "$gpus" && return 0
+  local envs=() settings=()
+  while (($#)); do
+    if [[ $1 == "--" ]]; then shift; settings=("$@"); break; fi
+    envs+=("$1"); shift
+  done
+  local launcher=""
+  ((gpus > 1)) && launcher="$MPI -np $gpus"
+  local log="$LOGS/$name-${gpus}gpu.log"
+  env "${envs[@]}" $launcher $BENCH "${settings[@]}" >"$log" 2>&1
+  local fields
+  fields=$(grep -E "^result: " "$log" | tail -1)
+  local tps=$(sed -n 's/.* tokens_per_s=\([0-9.]*\).*/\1/p' <<<"$fields")
+  local comm=$(sed -n 's/.* comm_ms=\([0-9.]*\).*/\1/p' <<<"$fields")
+  local exposed=$(sed -n 's/.* comm_exposed_ms=\([0-9.]*\).*/\1/p' <<<"$fields")
+  rows+=("$(printf "%-28s %6s GPU  %12s tok/s  %s" "$name" "$gpus" "${tps:-FAILED}" \
+    "${comm:+comm $comm ms, exposed $exposed ms}")")
+  [[ -z $tps ]] && tail -5 "$log"
+}
+# llmc NAME GPUS ARGS...: one llm.c run; tokens/s from the mean step time of the steps after the warm-up.
+llmc_run() {
+  local name=$1 gpus=$2
+  shift 2
+  [[ -n $llmc ]] || return 0
+  out_of_time "$name" "$gpus" && return 0
+  local launcher=""
+  ((gpus > 1)) && launcher="$MPI -np $gpus"
+  local log="$LOGS/$name-${gpus}gpu.log"
+  $launcher "$llmc" -i "$OUT/tinyshakespeare_train.bin" -j "$OUT/tinyshakespeare_val.bin" -e d12 -o none \
+    -b 16 -t 1024 -d $((16 * 1024 * gpus)) -x $((WARMUP + STEPS)) -v 100000 -s 100000 -pn "$gpus" "$@" >"$log" 2>&1
+  local tps
+  tps=$(awk -v w="$WARMUP" -v tok=$((16 * 1024 * gpus)) '
+    /^step +[0-9]+\/[0-9]+ \|/ { split($2, s, "/"); if (s[1] + 0 > w) { for (i = 1; i < NF; i++) if ($(i + 1) == "ms") { sum += $i; n++ } } }
+    END { if (n) printf "%.0f", tok * 1000.0 * n / sum }' "$log")
+  rows+=("$(printf "%-28s %6s GPU  %12s tok/s  (%s)" "$name" "$gpus" "${tps:-FAILED}" "$*")")
+  [[ -z $tps ]] && tail -5 "$log"
+}
+
+main_round() {
+  precis_run "precis-graphs-r$1" 1 -- cuda_graphs=true
+  precis_run "precis-graphs-r$1" "$NGPUS" -- cuda_graphs=true
+  llmc_run "llmc-r$1" 1 -r 0
+  llmc_run "llmc-z1-r$1" "$NGPUS" -r 0 -z 1
+}
+main_round 1
+# Eager steps time their phases (forward, backward, comm, comm_exposed, optimizer), and the
+# traced step lists every kernel's time: what the N-GPU step spends beyond the 1-GPU one.
+precis_run "precis-eager" 1
+precis_run "precis-eager" "$NGPUS"
+precis_run "precis-traced" 1 -- profile.trace="$LOGS/trace-1gpu.json" profile.trace_step=$((WARMUP + 1))
+precis_run "precis-traced" "$NGPUS" -- profile.trace="$LOGS/trace-${NGPUS}gpu.json" profile.trace_step=$((WARMUP + 1))
+# mpirun's default for 2 ranks binds each to one core (its host thread, the batch prefetch and
+# NCCL's proxy share it); the runs above use --bind-to none.
+MPI="mpirun --allow-run-as-root" precis_run "precis-graphs-boundcore" "$NGPUS" -- cuda_graphs=true
+llmc_run "llmc-recompute" 1 -r 1
+llmc_run "llmc-z0" "$NGPUS" -r 0 -z 0
+IFS=';' read -ra variants <<<"${VARIANTS:-}"
+for v in "${variants[@]}"; do
+  [[ -n $v ]] || continue
+  name=${v%%:*}
+  spec=${v#*:}
+  envs=${spec%%|*}
+  settings=""
+  [[ $spec == *"|"* ]] && settings=${spec#*|}
+  precis_run "$name" "$NGPUS" $envs -- $settings
+done
+for ((round = 2; round <= ROUNDS; round++)); do main_round "$round"; done
+if [[ ${SIMULATE:-0} == 1 ]]; then
+  # Two "hosts" of NGPUS/2 GPUs on NCCL's socket transport: no NVLink, no shared memory.
+  SOCKET="NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1"
+  precis_run "socket-eager" "$NGPUS" $SOCKET
+  precis_run "socket-bucket100" "$NGPUS" $SOCKET -- distributed.bucket_mb=100
+  precis_run "socket-bucket5" "$NGPUS" $SOCKET -- distributed.bucket_mb=5
+  precis_run "socket-onebucket" "$NGPUS" $SOCKET -- distributed.bucket_mb=1000 distributed.first_bucket_mb=1000
+  precis_run "socket-bf16-f32reduce" "$NGPUS" $SOCKET -- precision=bf16 precision.grad_reduce=float32
+  precis_run "socket-bf16-bf16reduce" "$NGPUS" $SOCKET -- precision=bf16 precision.grad_reduce=bfloat16
+  precis_run "socket-1gpu" 1 $SOCKET
+fi
+"$BUILD/precis" device >"$LOGS/device.txt" 2>&1
+(cd "$LOGS" && tar czf "$OUT/ddp-logs.tgz" ./*.log ./*.txt 2>/dev/null)
+
+echo
+echo "==== ddp-check summary ($(head -1 "$OUT/gpu.txt"), $NGPUS GPUs, $(($(date +%s) - start)) s) ===="
+echo "gpu tests: $tests_summary"
+for r in "${rows[@]}"; do echo "$r"; done
