@@ -106,7 +106,8 @@ train::TrainConfig resnet_bench_config(const ResnetBenchOptions& b) {
 void print_resnet_figures(const ResnetBenchOptions& b, train::Trainer& trainer, const train::SteadyState& s) {
   Device device = resolve_device(trainer.config().device, /*quiet=*/true);
   const int ranks = trainer.world_size();
-  const double images_per_s = static_cast<double>(b.batch * ranks) * 1000.0 / s.ms_per_step;
+  const int64_t accum = trainer.config().batch.grad_accum;
+  const double images_per_s = static_cast<double>(b.batch * accum * ranks) * 1000.0 / s.ms_per_step;
   const double peak_gib = static_cast<double>(trainer.peak_memory_bytes()) / (1ull << 30);
   const bool channels_last = dynamic_cast<train::ImageTask&>(trainer.task()).channels_last();
   std::string device_text = device.str();
@@ -115,6 +116,7 @@ void print_resnet_figures(const ResnetBenchOptions& b, train::Trainer& trainer, 
             << "model        " << trainer.task().describe() << "\n"
             << "run          " << device_text << ", " << trainer.policy().describe() << ", B=" << b.batch << ", "
             << b.image << "x" << b.image << " synthetic images"
+            << (accum > 1 ? " x " + std::to_string(accum) + " micro-steps" : "")
             << (ranks > 1 ? " per rank, " + std::to_string(ranks) + " ranks" : "")
             << (b.cuda_graphs ? ", CUDA graphs" : "") << "\n"
             << "measured     " << s.steps << " steps after " << b.warmup << " warm-up step(s)\n"

@@ -311,7 +311,8 @@ TEST(ConfigErrors, UnknownKeyNamesTheKeyItsPositionAndTheKnownKeys) {
       "seed, device, threads, cuda_graphs, matmul_autotune, fused_classifier, channels_last, out_dir)");
   EXPECT_EQ(parse_error(kData + "precision: {policy: fp32, loss_scal: 2}\n"),
             "config.yaml:3:27: unknown key 'precision.loss_scal' (known keys: policy, params, compute, output, "
-            "master_weights, allow_tf32, loss_scaling, loss_scale, growth_interval, growth_factor, backoff_factor, "
+            "grad_reduce, master_weights, allow_tf32, loss_scaling, loss_scale, growth_interval, growth_factor, "
+            "backoff_factor, "
             "min_scale, max_scale, hysteresis, stochastic_rounding, report, report_interval)");
   EXPECT_EQ(parse_config(kData + "precision: {policy: fp16, loss_scale: 1024, hysteresis: 2, compute: bf16}\n")
                 .precision.scaler.hysteresis,
