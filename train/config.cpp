@@ -599,7 +599,19 @@ void ConfigReader::resolve_precision() {
 }
 
 void ConfigReader::check_model() const {
-  if (config_.task != "language_model") return;
+  // A key of the other task would be ignored without a word: say so instead.
+  const bool images = config_.task == "image_classification";
+  for (const char* key : {"model.name", "model.cifar_stem", "data.dataset", "data.dir", "data.crop_padding",
+                          "data.flip", "data.image_size", "data.channels", "data.num_classes", "channels_last"})
+    if (!images && was_set(key))
+      fail(where_set({key}),
+           quoted(key) + " is a setting of 'task: image_classification'; this run's task is " + config_.task);
+  for (const char* key : {"model.preset", "model.n_layer", "model.n_head", "model.n_embd", "model.block_size",
+                          "data.text_file", "data.train_bin", "data.val_bin", "data.tokenizer", "batch.seq_len"})
+    if (images && was_set(key))
+      fail(where_set({key}), quoted(key) + " is a setting of 'task: language_model' (GPT-2); this run's task is " +
+                                 config_.task + " (its model is model.name)");
+  if (images) return;
   const models::GPT2Config& model = config_.model;
   if (model.n_embd % model.n_head != 0) {
     fail(where_set({"model.n_embd", "model.n_head", "model.preset"}),

@@ -151,6 +151,10 @@ TEST(ImageTraining, ConfigMistakesAreClear) {
                "'data.dataset: cifar10' needs 'data.dir'");
   expect_error([] { train::parse_config("task: image_classification\nmodel: {name: vgg}\n"); },
                "'model.name' must be one of lenet5, resnet18, resnet34, resnet50, got 'vgg'");
+  expect_error([] { train::parse_config("data: {text_file: a.txt}\nmodel: {name: resnet18}\n"); },
+               "'model.name' is a setting of 'task: image_classification'; this run's task is language_model");
+  expect_error([] { train::parse_config("task: image_classification\nmodel: {n_layer: 4}\n"); },
+               "'model.n_layer' is a setting of 'task: language_model' (GPT-2)");
   expect_error([] { train::parse_config("task: images\n"); },
                "'task' must be one of language_model, image_classification");
   const fs::path dir = fresh_dir("cifar_missing");
