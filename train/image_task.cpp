@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/pinned.h"
 #include "core/source_dir.h"
+#include "ops/autocast.h"
 #include "ops/conv.h"
 #include "ops/elementwise.h"
 #include "ops/nn_functional.h"
@@ -68,9 +69,14 @@ double accuracy(const Tensor& logits, const Tensor& targets) {
          static_cast<double>(std::max<int64_t>(logits.size(0), 1));
 }
 
-ImageTask::ImageTask(const TrainConfig& config, int rank, int world_size, bool channels_last, DType input_dtype,
-                     bool pinned)
-    : config_(config), rank_(rank), world_size_(world_size), channels_last_(channels_last), input_dtype_(input_dtype) {
+ImageTask::ImageTask(const TrainConfig& config, int rank, int world_size, bool channels_last,
+                     const amp::PrecisionPolicy& policy, bool pinned)
+    : config_(config),
+      rank_(rank),
+      world_size_(world_size),
+      channels_last_(channels_last),
+      input_dtype_(policy.compute_dtype),
+      autocasts_(policy.autocasts()) {
   train_set_ = load_split(config, /*train=*/true, world_size);
   test_set_ = load_split(config, /*train=*/false, world_size);
   normalization_ = normalization_for(config.data.dataset, train_set_->channels);
@@ -108,6 +114,8 @@ TaskBatch ImageTask::next_batch() {
   return {batch.images, batch.labels};
 }
 
+// The images in the compute dtype, cast before they are laid out channels-last (autocast's cast
+// inside the first convolution would make a dense NCHW copy).
 Tensor ImageTask::model_input(const Tensor& images) const {
   Tensor x = input_dtype_ == images.dtype() ? images : ops::cast(images, input_dtype_);
   return channels_last_ ? ops::to_memory_format(x, ops::MemoryFormat::channels_last) : x;
@@ -131,6 +139,7 @@ EvalTotals ImageTask::evaluate() {
   const int64_t batches = (test.count + B - 1) / B;
   const int64_t steps = config_.eval_steps > 0 ? std::min(config_.eval_steps, batches) : batches;
   const Device device = model_->parameters().front().device();
+  ops::autocast::Scope autocast(input_dtype_, autocasts_);  // the training step's precision
   EvalTotals totals;
   // Batch i is rank (i mod world_size)'s: the ranks' totals add up to the whole pass.
   for (int64_t i = rank_; i < steps; i += world_size_) {

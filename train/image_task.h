@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 
+#include "amp/precision_policy.h"
 #include "data/image_dataset.h"
 #include "models/image_classifier.h"
 #include "train/config.h"
@@ -24,9 +25,11 @@ namespace precis::train {
 
 class ImageTask : public Task {
  public:
-  // `channels_last` and `input_dtype` (the dtype the images are cast to on the device before
-  // the model: the policy's compute dtype) are resolved by the trainer; `pinned`: batches in pinned memory.
-  ImageTask(const TrainConfig& config, int rank, int world_size, bool channels_last, DType input_dtype, bool pinned);
+  // `channels_last` is resolved by the trainer; the images enter the model in the policy's
+  // compute dtype, and evaluation runs under its autocast as training does; `pinned`:
+  // batches in pinned memory.
+  ImageTask(const TrainConfig& config, int rank, int world_size, bool channels_last, const amp::PrecisionPolicy& policy,
+            bool pinned);
 
   nn::Module& model() override { return *model_; }
   models::ImageClassifier& classifier() { return *model_; }
@@ -51,6 +54,7 @@ class ImageTask : public Task {
   int rank_, world_size_;
   bool channels_last_;
   DType input_dtype_;
+  bool autocasts_;
   std::shared_ptr<const ImageSet> train_set_, test_set_;
   ImageNormalization normalization_;
   std::unique_ptr<ImageDataset> train_data_;

@@ -128,10 +128,7 @@ void Trainer::setup_task() {
     const bool low_precision = policy_.compute_dtype == DType::f16 || policy_.compute_dtype == DType::bf16;
     const bool channels_last =
         config_.channels_last == "auto" ? device_.is_cuda() && low_precision : config_.channels_last == "true";
-    // The images enter the model in the compute dtype, cast before they are laid out channels-last
-    // (an autocast cast inside the first convolution would make a dense NCHW copy).
-    task_ = std::make_unique<ImageTask>(config_, rank_, world_size_, channels_last, policy_.compute_dtype,
-                                        device_.is_cuda());
+    task_ = std::make_unique<ImageTask>(config_, rank_, world_size_, channels_last, policy_, device_.is_cuda());
   } else {
     task_ = std::make_unique<LmTask>(config_, rank_, world_size_, group_.get());
   }

@@ -139,6 +139,20 @@ TEST(ImageTraining, EvaluationMatchesTheModelOnTheTestImages) {
   EXPECT_NEAR(loss, ops::cross_entropy(logits, batch.labels).item(), 1e-5);
 }
 
+// Training and evaluation under each policy: the images enter in the compute dtype, and the
+// validation pass runs under the same autocast as the step.
+TEST(ImageTraining, EveryPrecisionPolicyTrainsAndEvaluates) {
+  for (const char* precision : {"fp16", "bf16", "bf16-pure"}) {
+    const fs::path dir = fresh_dir(std::string("policy_") + precision);
+    train::Trainer trainer(train::parse_config(
+        kLeNet, {"out_dir=" + dir.string(), "max_steps=2", "eval_interval=2", std::string("precision=") + precision}));
+    trainer.run();
+    EXPECT_TRUE(std::isfinite(trainer.losses().back())) << precision;
+    EXPECT_TRUE(std::isfinite(trainer.final_val_loss())) << precision;
+    ASSERT_TRUE(trainer.last_val_accuracy().has_value()) << precision;
+  }
+}
+
 TEST(ImageTraining, AccuracyCountsTheFirstLargestLogit) {
   Tensor logits = from_vector<float>({0.1f, 0.9f, 0.0f, 2.0f, 2.0f, 1.0f, -1.0f, -3.0f, -2.0f}, {3, 3});
   EXPECT_EQ(train::count_correct(logits, from_vector<int32_t>({1, 0, 0}, {3})), 3);
