@@ -14,11 +14,10 @@
 // be f32 or x's dtype (their gradients come back in their own dtypes).
 //
 // The CPU works on a contiguous NCHW copy, channels in parallel, two passes per channel
-// (mean, then the centred squares). The GPU runs cuDNN's spatial batch norm in x's memory
-// format (ops/cuda/batch_norm.cu), whose running-variance update is the same unbiased rule;
-// batch_norm_relu adds one in-place pass over y forward and one masking pass over g
-// backward, keeping the layout and one autograd node. The eval-mode backward on the GPU
-// (fine-tuning with frozen statistics) is composed of elementwise ops.
+// (mean, then the centred squares). The CUDA kernels (ops/cuda/batch_norm.cu) work in x's
+// memory format: one pass for both statistics (a shifted variance), one to normalise, and
+// the same two each way backward; batch_norm_relu applies the relu in the normalising pass
+// and its mask in the backward's, so it costs nothing over batch_norm.
 #include "ops/batch_norm.h"
 
 #include <cmath>
@@ -28,9 +27,7 @@
 #include "core/copy.h"
 #include "ops/checks.h"
 #include "ops/cpu/loops.h"
-#include "ops/elementwise.h"
 #include "ops/memory_format.h"
-#include "ops/reduce.h"
 
 #if PRECIS_WITH_CUDA
 #include "ops/cuda/batch_norm.h"
@@ -64,7 +61,8 @@ DType statistics_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : 
 // What the backward needs.
 struct Saved {
   // x and y (batch_norm_relu only: its mask) as the kernels read and wrote them: contiguous on the
-  // CPU, 4-D in the memory format on the GPU; weight in the statistics dtype (or undefined)
+  // CPU, dense in the memory format on the GPU; weight in the statistics dtype (on the GPU f32
+  // ones where undefined)
   Tensor x, weight, mean, invstd, y;
   MemoryFormat format;
   bool training;
@@ -242,17 +240,14 @@ std::vector<Tensor> backward_cpu(const Saved& s, const Tensor& grad, bool want_d
 // ---- GPU
 
 #if PRECIS_WITH_CUDA
-// x as the 4-D tensor cuDNN takes ([N, C] and [N, C, L] gain trailing dims of 1).
-Tensor as_4d(const Tensor& t) {
-  if (t.dim() == 4) return t;
-  Shape shape = t.shape();
-  while (shape.size() < 4) shape.push_back(1);
-  return dense(t).reshape(shape);
-}
-
-// A [C] f32 parameter for cuDNN: t dense in f32, or `fill` everywhere where undefined.
+// A [C] f32 parameter for the kernels: t dense in f32, or `fill` everywhere where undefined.
 Tensor f32_parameter(const Tensor& t, int64_t C, double fill, Device device) {
   return t.defined() ? dense(t, DType::f32) : full({C}, fill, DType::f32, device);
+}
+
+// t dense in the memory format (4-D) or contiguous (other ranks), of `dtype`.
+Tensor dense_as(const Tensor& t, MemoryFormat format, DType dtype) {
+  return t.dim() == 4 ? dense_in(t, format, dtype) : dense(t, dtype);
 }
 
 Tensor forward_cuda(const Arguments& a, Saved& saved) {
@@ -261,49 +256,27 @@ Tensor forward_cuda(const Arguments& a, Saved& saved) {
   for (const Tensor* r : {&a.running_mean, &a.running_var})
     PRECIS_CHECK(!r->defined() || (r->dtype() == DType::f32 && r->is_contiguous()), a.op,
                  ": on the GPU the running statistics must be dense float32, got ", describe(*r));
-  const Tensor x = dense_in(as_4d(a.x), saved.format, a.x.dtype());
-  Tensor y = empty_in(x.shape(), saved.format, x.dtype(), device);
-  saved.x = x;
+  saved.x = dense_as(a.x, saved.format, a.x.dtype());
+  Tensor y = a.x.dim() == 4 ? empty_in(a.x.shape(), saved.format, a.x.dtype(), device)
+                            : empty(a.x.shape(), a.x.dtype(), device);
   saved.weight = f32_parameter(a.weight, C, 1.0, device);
-  if (a.training) {
-    saved.mean = empty({C}, DType::f32, device);
-    saved.invstd = empty({C}, DType::f32, device);
-  } else {  // the eval backward's statistics: the running ones now (a later training step updates those in place)
-    NoGradGuard no_grad;
-    saved.mean = a.running_mean.clone();
-    saved.invstd = rsqrt(add(a.running_var, a.eps));
-  }
-  const Tensor bias = f32_parameter(a.bias, C, 0.0, device);
-  cuda::BatchNormForward f{
-      x,          y,     saved.weight, bias,       a.running_mean, a.running_var, saved.mean, saved.invstd,
-      a.momentum, a.eps, saved.format, a.training, a.relu};
-  cuda::batch_norm_forward(f);
+  saved.mean = empty({C}, DType::f32, device);
+  saved.invstd = empty({C}, DType::f32, device);
+  cuda::batch_norm_forward({saved.x, y, saved.weight, f32_parameter(a.bias, C, 0.0, device), a.running_mean,
+                            a.running_var, saved.mean, saved.invstd, a.momentum, a.eps, saved.format, a.training,
+                            a.relu});
   if (a.relu) saved.y = y.detach();  // the relu's mask
-  return a.x.dim() == 4 ? y : y.reshape(a.x.shape());
+  return y;
 }
 
-std::vector<Tensor> backward_cuda(const Saved& s, const Tensor& grad_in, double eps, bool want_dx, bool want_dw,
-                                  bool want_db) {
+std::vector<Tensor> backward_cuda(const Saved& s, const Tensor& grad, bool want_dx, bool want_dw, bool want_db) {
   const int64_t C = s.x.size(1);
-  const Tensor grad = dense_in(as_4d(grad_in), s.format, s.x.dtype());
-  const Tensor g = s.y.defined() ? cuda::relu_mask(grad, s.y) : grad;
-  if (!s.training) {
-    // dx = w invstd g', dw = sum g' xhat, db = sum g', composed (a rare path: frozen statistics)
-    NoGradGuard no_grad;
-    const Shape per_channel{1, C, 1, 1};
-    const Tensor g32 = g.to(DType::f32);
-    Tensor dx, dw, db;
-    if (want_dx) dx = dense_in(mul(g32, mul(s.weight, s.invstd).reshape(per_channel)), s.format, s.x.dtype());
-    if (want_dw) {
-      const Tensor xhat = mul(sub(s.x.to(DType::f32), s.mean.reshape(per_channel)), s.invstd.reshape(per_channel));
-      dw = sum(mul(g32, xhat), {0, 2, 3});
-    }
-    if (want_db) db = sum(g32, {0, 2, 3});
-    return {dx, dw, db};
-  }
-  Tensor dx = empty_in(s.x.shape(), s.format, s.x.dtype(), s.x.device());
-  Tensor dw = empty({C}, DType::f32, s.x.device()), db = empty({C}, DType::f32, s.x.device());
-  cuda::batch_norm_backward({s.x, g, s.weight, s.mean, s.invstd, dx, dw, db, eps, s.format});
+  const Device device = s.x.device();
+  Tensor dx =
+      s.x.dim() == 4 ? empty_in(s.x.shape(), s.format, s.x.dtype(), device) : empty(s.x.shape(), s.x.dtype(), device);
+  Tensor dw = empty({C}, DType::f32, device), db = empty({C}, DType::f32, device);
+  cuda::batch_norm_backward(
+      {s.x, s.y, dense_as(grad, s.format, s.x.dtype()), s.weight, s.mean, s.invstd, dx, dw, db, s.format, s.training});
   return {want_dx ? dx : Tensor(), want_dw ? dw : Tensor(), want_db ? db : Tensor()};
 }
 #endif
@@ -322,23 +295,21 @@ Tensor batch_norm_impl(const Arguments& a) {
 #endif
   }
   if (autograd::any_requires_grad({&a.x, &a.weight, &a.bias})) {
-    autograd::record(
-        a.op, {a.x, a.weight, a.bias}, {y},
-        [saved, eps = a.eps, x_shape = a.x.shape(), weight_dtype = a.weight.defined() ? a.weight.dtype() : DType::f32,
-         bias_dtype = a.bias.defined() ? a.bias.dtype() : DType::f32](const BackwardArgs& g) {
-          std::vector<Tensor> grads;
-          if (saved.x.is_cpu()) {
-            grads = backward_cpu(saved, g.grad(), g.needs(0), g.needs(1), g.needs(2));
-          } else {
+    autograd::record(a.op, {a.x, a.weight, a.bias}, {y},
+                     [saved, weight_dtype = a.weight.defined() ? a.weight.dtype() : DType::f32,
+                      bias_dtype = a.bias.defined() ? a.bias.dtype() : DType::f32](const BackwardArgs& g) {
+                       std::vector<Tensor> grads;
+                       if (saved.x.is_cpu()) {
+                         grads = backward_cpu(saved, g.grad(), g.needs(0), g.needs(1), g.needs(2));
+                       } else {
 #if PRECIS_WITH_CUDA
-            grads = backward_cuda(saved, g.grad(), eps, g.needs(0), g.needs(1), g.needs(2));
-            if (grads[0].defined() && grads[0].shape() != x_shape) grads[0] = grads[0].reshape(x_shape);
+                         grads = backward_cuda(saved, g.grad(), g.needs(0), g.needs(1), g.needs(2));
 #endif
-          }
-          if (grads[1].defined()) grads[1] = converted(grads[1], weight_dtype);
-          if (grads[2].defined()) grads[2] = converted(grads[2], bias_dtype);
-          return grads;
-        });
+                       }
+                       if (grads[1].defined()) grads[1] = converted(grads[1], weight_dtype);
+                       if (grads[2].defined()) grads[2] = converted(grads[2], bias_dtype);
+                       return grads;
+                     });
   }
   return y;
 }

@@ -23,6 +23,7 @@
 #include <omp.h>
 
 #include <Eigen/Dense>
+#include <atomic>
 #include <type_traits>
 #include <vector>
 
@@ -43,6 +44,8 @@ namespace precis::ops {
 namespace {
 
 constexpr const char* kOp = "conv2d";
+
+std::atomic<bool> g_cudnn_benchmark{true};
 
 struct Geometry {
   int64_t N, Cin, H, W, Cout, kH, kW, OH, OW, groups;
@@ -104,14 +107,6 @@ using Matrix = Eigen::Map<Eigen::Matrix<A, Dynamic, Dynamic, Eigen::RowMajor>>;
 template <typename A>
 using ConstMatrix = Eigen::Map<const Eigen::Matrix<A, Dynamic, Dynamic, Eigen::RowMajor>>;
 
-// A per-thread buffer of at least n values, reused from sample to sample.
-template <typename A>
-A* scratch(int64_t n) {
-  thread_local std::vector<A> buffer;
-  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
-  return buffer.data();
-}
-
 // Calls fn(row of col, oh, c, ih, first ow, last ow + 1, iw of ow = 0) for every (c, kh, kw, oh) whose
 // input row ih is inside x; fn handles the columns ow of that row whose iw is inside too.
 template <typename Fn>
@@ -171,7 +166,7 @@ void conv_forward(const A* x, const A* w, const A* b, A* y, const Geometry& g) {
   const int64_t K = g.K(), L = g.L(), Cog = g.Cog();
 #pragma omp parallel for schedule(static) if (parallel_over_samples(g))
   for (int64_t n = 0; n < g.N; ++n) {
-    A* col = scratch<A>(K * L);
+    A* col = cpu::scratch<A>(K * L);
     for (int64_t grp = 0; grp < g.groups; ++grp) {
       im2col(x + (n * g.Cin + grp * g.Cg()) * g.H * g.W, g, col);
       Matrix<A> out(y + (n * g.Cout + grp * Cog) * L, Cog, L);
@@ -191,7 +186,7 @@ void conv_backward(const A* x, const A* w, const A* gy, A* dx, A* dw, A* db, con
 #pragma omp parallel if (parallel)
   {
     const int64_t t = omp_get_thread_num();
-    A* col = scratch<A>(K * L);
+    A* col = cpu::scratch<A>(K * L);
     std::vector<A> dcol(dx ? K * L : 0);
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < g.N; ++n) {
@@ -305,6 +300,9 @@ std::vector<Tensor> conv_backward_cuda(const Tensor& x, const Tensor& weight, co
 #endif
 
 }  // namespace
+
+void set_cudnn_benchmark(bool benchmark) { g_cudnn_benchmark = benchmark; }
+bool cudnn_benchmark() { return g_cudnn_benchmark; }
 
 Tensor conv2d(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_arg, const Conv2dOptions& options) {
   // autocast: conv2d runs in the compute dtype, like matmul.

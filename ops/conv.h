@@ -36,4 +36,10 @@ struct Conv2dOptions {
 // undefined. Autocast: runs in the compute dtype (like matmul).
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options = {});
 
+// GPU convolutions: time cuDNN's algorithms once per problem and keep the fastest (as PyTorch's
+// cudnn.benchmark), instead of taking its heuristic's first answer. On by default; off gives
+// the same algorithm, so the same rounding, in every process.
+void set_cudnn_benchmark(bool benchmark);
+bool cudnn_benchmark();
+
 }  // namespace precis::ops

@@ -10,4 +10,5 @@
 #include "ops/nn_functional.h"
 #include "ops/pool.h"
 #include "ops/reduce.h"
+#include "ops/residual.h"
 #include "ops/shape_ops.h"

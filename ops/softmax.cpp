@@ -63,14 +63,6 @@ void for_each_softmax_row(const Rows& rows, Fn fn) {
     run(std::false_type{});
 }
 
-// A per-thread buffer of at least n values, reused from row to row.
-template <typename C>
-C* scratch(int64_t n) {
-  thread_local std::vector<C> buffer;
-  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
-  return buffer.data();
-}
-
 template <typename T>
 void softmax_forward(const T* x, T* y, const Rows& rows, bool log) {
   using C = compute_type_t<T>;
@@ -79,7 +71,7 @@ void softmax_forward(const T* x, T* y, const Rows& rows, bool log) {
     const int64_t s = decltype(unit)::value ? 1 : rows.stride;
     const T* xr = x + base;
     T* yr = y + base;
-    C* e = scratch<C>(n);
+    C* e = cpu::scratch<C>(n);
     C m = -std::numeric_limits<C>::infinity();
     for (int64_t i = 0; i < n; ++i) {
       e[i] = convert<C>(xr[i * s]);

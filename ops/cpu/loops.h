@@ -1,4 +1,5 @@
-// Elementwise CPU loops: map_unary, map_binary, map_ternary.
+// Elementwise CPU loops: map_unary, map_binary, map_ternary; and the per-thread scratch
+// buffer of the row loops.
 //
 // Each takes a generic lambda `f` on values of the compute type (float for
 // f16/bf16, otherwise the element type itself) and returns a new contiguous
@@ -6,6 +7,8 @@
 // and converted to `in_dtype` first when they differ, so each loop is compiled
 // once per dtype, not once per pair of dtypes.
 #pragma once
+
+#include <vector>
 
 #include "core/convert.h"
 #include "core/copy.h"
@@ -120,6 +123,15 @@ Tensor map_ternary(const Tensor& c_in, const Tensor& a_in, const Tensor& b_in, D
         });
   });
   return out;
+}
+
+// A per-thread buffer of at least n values, reused from row to row (or sample to sample) by
+// the loops that need one per row: softmax's exponentials, conv2d's im2col matrix.
+template <typename C>
+C* scratch(int64_t n) {
+  thread_local std::vector<C> buffer;
+  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
+  return buffer.data();
 }
 
 }  // namespace precis::ops::cpu

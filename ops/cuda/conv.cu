@@ -1,9 +1,12 @@
 // conv2d on cuDNN (ops/cuda/conv.h): the legacy convolution API (cudnn_cnn), its three
-// directions, the algorithm of each chosen once per problem and cached.
+// directions, the algorithm of each chosen once per problem and cached; the bias added by
+// our own kernel (cudnnAddTensor's bf16 support is not documented).
 //
-// The algorithm: cuDNN's heuristic (cudnnGet*Algorithm_v7) lists algorithms best first; we
-// take the first that runs with a workspace of at most kMaxWorkspaceBytes. Asking the
-// heuristic runs nothing on the GPU, so a first call inside a CUDA-graph capture is safe.
+// The algorithm, the first time a problem is met: with cudnn_benchmark() (on by default, as
+// PyTorch's cudnn.benchmark) cuDNN times its algorithms on the call's own buffers
+// (cudnnFind*AlgorithmEx) and we take the fastest that runs with a workspace of at most
+// kMaxWorkspaceBytes; else, and during a CUDA-graph capture (which cannot take the timing
+// runs), the first such answer of its heuristic (cudnnGet*Algorithm_v7), which runs nothing.
 // The workspace comes from the caching allocator, freed (back to its cache, stream-ordered)
 // when the call returns.
 //
@@ -13,14 +16,20 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <vector>
 
+#include "core/cuda/convert.cuh"
+#include "core/cuda/dispatch.cuh"
+#include "core/cuda/launch.cuh"
 #include "core/cuda/runtime.h"
 #include "ops/cuda/conv.h"
 #include "ops/cuda/cudnn.h"
 #include "ops/matmul.h"
 
 namespace precis::ops::cuda {
+
+using namespace precis::cuda;  // the device toolkit (core/cuda/)
 
 namespace {
 
@@ -31,7 +40,7 @@ enum class Direction { forward, backward_data, backward_filter };
 
 struct AlgoKey {
   int device, dtype, format, direction;
-  bool tf32;
+  bool tf32, benchmark;
   int64_t N, Cin, H, W, Cout, kH, kW, sh, sw, ph, pw, dh, dw, groups;
   auto operator<=>(const AlgoKey&) const = default;
 };
@@ -70,8 +79,12 @@ struct Descriptors {
     PRECIS_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv.get(), static_cast<int>(o.groups)), kOp,
                        ": setting the group count");
     tf32 = dtype == DType::f32 && allow_tf32();
-    // Plain FMA keeps f32 out of TF32; the others let the heuristic pick tensor-core algorithms.
-    set_math(dtype == DType::f32 && !tf32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH);
+    // Plain FMA keeps f32 out of TF32; the default math lets f32 use TF32 tensor cores; f16/bf16
+    // ask for tensor cores.
+    if (dtype == DType::f32)
+      set_math(tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH);
+    else
+      set_math(CUDNN_TENSOR_OP_MATH);
   }
 
   void set_math(cudnnMathType_t math) const {
@@ -79,13 +92,15 @@ struct Descriptors {
   }
 };
 
-AlgoKey key_of(const Conv2dShapes& s, MemoryFormat format, DType dtype, Direction direction, bool tf32, Device device) {
+AlgoKey key_of(const Conv2dShapes& s, MemoryFormat format, DType dtype, Direction direction, bool tf32, bool benchmark,
+               Device device) {
   const Conv2dOptions& o = s.options;
   return {device.index,
           static_cast<int>(dtype),
           static_cast<int>(format),
           static_cast<int>(direction),
           tf32,
+          benchmark,
           s.N,
           s.Cin,
           s.H,
@@ -102,58 +117,115 @@ AlgoKey key_of(const Conv2dShapes& s, MemoryFormat format, DType dtype, Directio
           o.groups};
 }
 
-// The first of the heuristic's answers that runs within the workspace bound.
+// The first answer (best first) that runs within the workspace bound, if any.
 template <typename Perf>
-Choice first_usable(const std::vector<Perf>& perfs, int returned, const Descriptors& d) {
+std::optional<Choice> first_usable(const std::vector<Perf>& perfs, int returned, const Descriptors& d) {
   for (int i = 0; i < returned; ++i) {
     const Perf& p = perfs[i];
     if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kMaxWorkspaceBytes) continue;
-    // f32 without TF32 stays off tensor cores, whatever the heuristic offers.
+    // f32 without TF32 stays off tensor cores, whatever cuDNN offers.
     const bool tensor_cores = p.mathType == CUDNN_TENSOR_OP_MATH || p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
     if (d.dtype == DType::f32 && !d.tf32) {
       if (tensor_cores) continue;
-      return {static_cast<int>(p.algo), CUDNN_FMA_MATH, p.memory};
+      return Choice{static_cast<int>(p.algo), CUDNN_FMA_MATH, p.memory};
     }
-    return {static_cast<int>(p.algo), p.mathType, p.memory};
+    return Choice{static_cast<int>(p.algo), p.mathType, p.memory};
   }
-  PRECIS_FAIL(kOp, ": cuDNN offers no algorithm for this convolution within a ", kMaxWorkspaceBytes >> 20,
-              " MiB workspace");
+  return std::nullopt;
 }
 
-Choice ask_heuristic(cudnnHandle_t h, const Descriptors& d, Direction direction) {
+// The buffers a direction reads and writes, in cuDNN's argument order: forward x, w, y;
+// backward-data w, dy, dx; backward-filter x, dy, dw.
+struct Buffers {
+  const void* a;
+  const void* b;
+  void* out;
+};
+
+// heuristic(perfs, &returned) lists the algorithms best first; with `benchmark`,
+// find(perfs, &returned, workspace, bytes) runs them on the buffers (overwriting the output)
+// and lists them fastest first, given the largest workspace the heuristic's usable answers need.
+template <typename Perf, typename Heuristic, typename Find>
+Choice pick(const Descriptors& d, int count, Device device, bool benchmark, Heuristic heuristic, Find find) {
+  std::vector<Perf> perfs(count);
   int returned = 0;
+  heuristic(perfs.data(), &returned);
+  std::optional<Choice> choice;
+  if (benchmark) {
+    size_t bytes = 0;
+    for (int i = 0; i < returned; ++i)
+      if (perfs[i].status == CUDNN_STATUS_SUCCESS && perfs[i].memory <= kMaxWorkspaceBytes)
+        bytes = std::max(bytes, perfs[i].memory);
+    Tensor ws = bytes == 0 ? Tensor() : empty({static_cast<int64_t>(bytes)}, DType::u8, device);
+    std::vector<Perf> timed(count);
+    int found = 0;
+    find(timed.data(), &found, ws.defined() ? ws.raw_data() : nullptr, bytes);
+    choice = first_usable(timed, found, d);
+  }
+  if (!choice) choice = first_usable(perfs, returned, d);
+  PRECIS_CHECK(choice.has_value(), kOp, ": cuDNN offers no algorithm for this convolution within a ",
+               kMaxWorkspaceBytes >> 20, " MiB workspace");
+  return *choice;
+}
+
+Choice ask(cudnnHandle_t h, const Descriptors& d, Direction direction, const Buffers& io, Device device,
+           bool benchmark) {
   switch (direction) {
-    case Direction::forward: {
-      std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
-      PRECIS_CUDNN_CHECK(
-          cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.get(), d.w.get(), d.conv.get(), d.y.get(),
-                                                 static_cast<int>(perfs.size()), &returned, perfs.data()),
-          kOp, ": choosing the forward algorithm");
-      return first_usable(perfs, returned, d);
-    }
-    case Direction::backward_data: {
-      std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perfs(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
-      PRECIS_CUDNN_CHECK(
-          cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.get(), d.y.get(), d.conv.get(), d.x.get(),
-                                                      static_cast<int>(perfs.size()), &returned, perfs.data()),
-          kOp, ": choosing the backward-data algorithm");
-      return first_usable(perfs, returned, d);
-    }
-    default: {
-      std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perfs(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
-      PRECIS_CUDNN_CHECK(
-          cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.get(), d.y.get(), d.conv.get(), d.w.get(),
-                                                        static_cast<int>(perfs.size()), &returned, perfs.data()),
-          kOp, ": choosing the backward-filter algorithm");
-      return first_usable(perfs, returned, d);
-    }
+    case Direction::forward:
+      return pick<cudnnConvolutionFwdAlgoPerf_t>(
+          d, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, device, benchmark,
+          [&](cudnnConvolutionFwdAlgoPerf_t* perfs, int* returned) {
+            PRECIS_CUDNN_CHECK(
+                cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.get(), d.w.get(), d.conv.get(), d.y.get(),
+                                                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, returned, perfs),
+                kOp, ": choosing the forward algorithm");
+          },
+          [&](cudnnConvolutionFwdAlgoPerf_t* perfs, int* returned, void* ws, size_t bytes) {
+            PRECIS_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+                                   h, d.x.get(), io.a, d.w.get(), io.b, d.conv.get(), d.y.get(), io.out,
+                                   CUDNN_CONVOLUTION_FWD_ALGO_COUNT, returned, perfs, ws, bytes),
+                               kOp, ": timing the forward algorithms");
+          });
+    case Direction::backward_data:
+      return pick<cudnnConvolutionBwdDataAlgoPerf_t>(
+          d, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, device, benchmark,
+          [&](cudnnConvolutionBwdDataAlgoPerf_t* perfs, int* returned) {
+            PRECIS_CUDNN_CHECK(
+                cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.get(), d.y.get(), d.conv.get(), d.x.get(),
+                                                            CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, returned, perfs),
+                kOp, ": choosing the backward-data algorithm");
+          },
+          [&](cudnnConvolutionBwdDataAlgoPerf_t* perfs, int* returned, void* ws, size_t bytes) {
+            PRECIS_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+                                   h, d.w.get(), io.a, d.y.get(), io.b, d.conv.get(), d.x.get(), io.out,
+                                   CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, returned, perfs, ws, bytes),
+                               kOp, ": timing the backward-data algorithms");
+          });
+    default:
+      return pick<cudnnConvolutionBwdFilterAlgoPerf_t>(
+          d, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, device, benchmark,
+          [&](cudnnConvolutionBwdFilterAlgoPerf_t* perfs, int* returned) {
+            PRECIS_CUDNN_CHECK(
+                cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.get(), d.y.get(), d.conv.get(), d.w.get(),
+                                                              CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, returned, perfs),
+                kOp, ": choosing the backward-filter algorithm");
+          },
+          [&](cudnnConvolutionBwdFilterAlgoPerf_t* perfs, int* returned, void* ws, size_t bytes) {
+            PRECIS_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+                                   h, d.x.get(), io.a, d.y.get(), io.b, d.conv.get(), d.w.get(), io.out,
+                                   CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, returned, perfs, ws, bytes),
+                               kOp, ": timing the backward-filter algorithms");
+          });
   }
 }
 
-// The cached choice for this problem (asked once), with the descriptor's math type set to it.
+// The cached choice for this problem (found once), with the descriptor's math type set to it.
+// Timing the algorithms (cudnn_benchmark()) runs them on the GPU, which a CUDA-graph capture
+// cannot take: a problem first met during a capture gets the heuristic's choice.
 Choice choose(cudnnHandle_t h, const Descriptors& d, const Conv2dShapes& s, MemoryFormat format, Direction direction,
-              Device device) {
-  const AlgoKey key = key_of(s, format, d.dtype, direction, d.tf32, device);
+              const Buffers& io, Device device) {
+  const bool benchmark = cudnn_benchmark();
+  const AlgoKey key = key_of(s, format, d.dtype, direction, d.tf32, benchmark, device);
   Choice choice;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
@@ -161,7 +233,7 @@ Choice choose(cudnnHandle_t h, const Descriptors& d, const Conv2dShapes& s, Memo
     if (it != g_choices.end()) {
       choice = it->second;
     } else {
-      choice = ask_heuristic(h, d, direction);
+      choice = ask(h, d, direction, io, device, benchmark && !precis::cuda::any_capture_underway());
       g_choices.emplace(key, choice);
     }
   }
@@ -169,64 +241,79 @@ Choice choose(cudnnHandle_t h, const Descriptors& d, const Conv2dShapes& s, Memo
   return choice;
 }
 
-// A workspace of `bytes` from the device's caching allocator (none for 0).
-Tensor workspace(size_t bytes, Device device) {
-  return bytes == 0 ? Tensor() : empty({static_cast<int64_t>(bytes)}, DType::u8, device);
+// y[n, c, h, w] += bias[c], in f32 and rounded once; y dense in NCHW or channels-last.
+template <typename T>
+__global__ void add_bias_kernel(T* y, const T* bias, int64_t C, int64_t HW, bool channels_last, int64_t n) {
+  wait_for_previous_grid();
+  allow_next_grid_to_start();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int64_t c = channels_last ? i % C : (i / HW) % C;
+  y[i] = convert_to<T>(convert_to<float>(y[i]) + convert_to<float>(bias[c]));
 }
 
-void* data_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
+// Runs call(handle, descriptors, choice, workspace) for one direction of the problem on
+// `device`: the descriptors made, the algorithm chosen (cached), its workspace allocated
+// from the device's caching allocator (none for 0 bytes; freed when the call returns).
+template <typename Call>
+void run(Direction direction, const Conv2dShapes& s, MemoryFormat format, DType dtype, const Buffers& io, Device device,
+         Call call) {
+  cudnnHandle_t h = cudnn::handle(device);
+  Descriptors d(s, format, dtype);
+  const Choice c = choose(h, d, s, format, direction, io, device);
+  Tensor ws = c.workspace == 0 ? Tensor() : empty({static_cast<int64_t>(c.workspace)}, DType::u8, device);
+  call(h, d, c, ws.defined() ? ws.raw_data() : nullptr);
+}
 
 }  // namespace
 
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dShapes& s, MemoryFormat format) {
-  const Device device = x.device();
-  cudnnHandle_t h = cudnn::handle(device);
-  Descriptors d(s, format, x.dtype());
-  const Choice c = choose(h, d, s, format, Direction::forward, device);
-  Tensor ws = workspace(c.workspace, device);
-  PRECIS_CUDNN_CHECK(
-      cudnnConvolutionForward(h, cudnn::kOne.get(), d.x.get(), x.raw_data(), d.w.get(), w.raw_data(), d.conv.get(),
-                              static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), data_or_null(ws), c.workspace,
-                              cudnn::kZero.get(), d.y.get(), y.raw_data()),
-      kOp, ": forward of ", describe(x), " with weight ", describe(w));
+  run(Direction::forward, s, format, x.dtype(), {x.raw_data(), w.raw_data(), y.raw_data()}, x.device(),
+      [&](cudnnHandle_t h, const Descriptors& d, const Choice& c, void* ws) {
+        PRECIS_CUDNN_CHECK(
+            cudnnConvolutionForward(h, cudnn::kOne.get(), d.x.get(), x.raw_data(), d.w.get(), w.raw_data(),
+                                    d.conv.get(), static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ws, c.workspace,
+                                    cudnn::kZero.get(), d.y.get(), y.raw_data()),
+            kOp, ": forward of ", describe(x), " with weight ", describe(w));
+      });
 }
 
 void conv2d_add_bias(const Tensor& y, const Tensor& bias, MemoryFormat format) {
-  cudnnHandle_t h = cudnn::handle(y.device());
-  cudnn::TensorDesc y_desc, bias_desc;
-  cudnn::set_image(y_desc, y, format, kOp);
-  cudnn::set_image(bias_desc, 1, bias.numel(), 1, 1, format, bias.dtype(), kOp);
-  PRECIS_CUDNN_CHECK(cudnnAddTensor(h, cudnn::kOne.get(), bias_desc.get(), bias.raw_data(), cudnn::kOne.get(),
-                                    y_desc.get(), y.raw_data()),
-                     kOp, ": adding the bias ", describe(bias), " to ", describe(y));
+  const int64_t n = y.numel(), C = y.size(1), HW = y.size(2) * y.size(3);
+  if (n == 0) return;
+  dispatch_device<float, __half, __nv_bfloat16>(
+      y.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        launch(add_bias_kernel<T>, grid_for(n), kBlockSize, 0, stream_for(y), data_of<T>(y), data_of<const T>(bias), C,
+               HW, format == MemoryFormat::channels_last, n);
+      },
+      kOp, ": the GPU path takes float32, float16 or bfloat16 tensors, got ", y.dtype());
+  PRECIS_CUDA_CHECK_LAUNCH("conv2d bias");
 }
 
 void conv2d_backward_data(const Tensor& gy, const Tensor& w, const Tensor& dx, const Conv2dShapes& s,
                           MemoryFormat format) {
-  const Device device = gy.device();
-  cudnnHandle_t h = cudnn::handle(device);
-  Descriptors d(s, format, gy.dtype());
-  const Choice c = choose(h, d, s, format, Direction::backward_data, device);
-  Tensor ws = workspace(c.workspace, device);
-  PRECIS_CUDNN_CHECK(
-      cudnnConvolutionBackwardData(h, cudnn::kOne.get(), d.w.get(), w.raw_data(), d.y.get(), gy.raw_data(),
-                                   d.conv.get(), static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), data_or_null(ws),
-                                   c.workspace, cudnn::kZero.get(), d.x.get(), dx.raw_data()),
-      kOp, ": backward-data into ", describe(dx), " with weight ", describe(w));
+  run(Direction::backward_data, s, format, gy.dtype(), {w.raw_data(), gy.raw_data(), dx.raw_data()}, gy.device(),
+      [&](cudnnHandle_t h, const Descriptors& d, const Choice& c, void* ws) {
+        PRECIS_CUDNN_CHECK(
+            cudnnConvolutionBackwardData(h, cudnn::kOne.get(), d.w.get(), w.raw_data(), d.y.get(), gy.raw_data(),
+                                         d.conv.get(), static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws,
+                                         c.workspace, cudnn::kZero.get(), d.x.get(), dx.raw_data()),
+            kOp, ": backward-data into ", describe(dx), " with weight ", describe(w));
+      });
 }
 
 void conv2d_backward_filter(const Tensor& x, const Tensor& gy, const Tensor& dw, const Conv2dShapes& s,
                             MemoryFormat format) {
-  const Device device = x.device();
-  cudnnHandle_t h = cudnn::handle(device);
-  Descriptors d(s, format, x.dtype());
-  const Choice c = choose(h, d, s, format, Direction::backward_filter, device);
-  Tensor ws = workspace(c.workspace, device);
-  PRECIS_CUDNN_CHECK(
-      cudnnConvolutionBackwardFilter(h, cudnn::kOne.get(), d.x.get(), x.raw_data(), d.y.get(), gy.raw_data(),
-                                     d.conv.get(), static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo),
-                                     data_or_null(ws), c.workspace, cudnn::kZero.get(), d.w.get(), dw.raw_data()),
-      kOp, ": backward-filter of ", describe(x), " into ", describe(dw));
+  run(Direction::backward_filter, s, format, x.dtype(), {x.raw_data(), gy.raw_data(), dw.raw_data()}, x.device(),
+      [&](cudnnHandle_t h, const Descriptors& d, const Choice& c, void* ws) {
+        PRECIS_CUDNN_CHECK(
+            cudnnConvolutionBackwardFilter(h, cudnn::kOne.get(), d.x.get(), x.raw_data(), d.y.get(), gy.raw_data(),
+                                           d.conv.get(), static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ws,
+                                           c.workspace, cudnn::kZero.get(), d.w.get(), dw.raw_data()),
+            kOp, ": backward-filter of ", describe(x), " into ", describe(dw));
+      });
 }
 
 }  // namespace precis::ops::cuda

@@ -1,7 +1,7 @@
-// The cuDNN side of conv2d (ops/conv.cpp): the forward, backward-data and backward-filter
-// convolutions and the bias add, on the device's compute stream. Every tensor is dense in
-// `format` (weights and their gradients too: cuDNN reads a channels-last filter as KRSC)
-// and of one dtype (f32, f16 or bf16; f32 accumulation).
+// The GPU side of conv2d (ops/conv.cpp): cuDNN's forward, backward-data and backward-filter
+// convolutions, and our kernel for the bias add, on the device's compute stream. Every
+// tensor is dense in `format` (weights and their gradients too: cuDNN reads a channels-last
+// filter as KRSC) and of one dtype (f32, f16 or bf16; f32 accumulation).
 #pragma once
 
 #include "core/tensor.h"

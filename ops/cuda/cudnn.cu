@@ -1,4 +1,4 @@
-// The cuDNN handles and descriptors of the CNN ops (ops/cuda/cudnn.h).
+// The cuDNN handles and descriptors (ops/cuda/cudnn.h).
 #include <map>
 #include <mutex>
 
@@ -48,10 +48,6 @@ void set_image(const TensorDesc& desc, int64_t n, int64_t c, int64_t h, int64_t 
       cudnnSetTensor4dDescriptor(desc.get(), tensor_format(format), data_type(dtype, op), static_cast<int>(n),
                                  static_cast<int>(c), static_cast<int>(h), static_cast<int>(w)),
       op, ": describing a [", n, ", ", c, ", ", h, ", ", w, "] ", dtype_name(dtype), " tensor");
-}
-
-void set_image(const TensorDesc& desc, const Tensor& t, MemoryFormat format, const char* op) {
-  set_image(desc, t.size(0), t.size(1), t.size(2), t.size(3), format, t.dtype(), op);
 }
 
 }  // namespace precis::ops::cuda::cudnn

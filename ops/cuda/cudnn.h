@@ -1,6 +1,6 @@
-// cuDNN for the CNN ops (conv, pooling, batch norm): the per-device handle, made on first
-// use and bound to the device's compute stream; checked calls; owned descriptors; the
-// descriptor of a [N, C, H, W] tensor in either memory format. Include only from
+// cuDNN for the ops that call it (conv2d): the per-device handle, made on first use and
+// bound to the device's compute stream; checked calls; owned descriptors; the descriptor of
+// a [N, C, H, W] tensor in either memory format. Include only from
 // ops/cuda/*.cu files.
 #pragma once
 
@@ -52,14 +52,11 @@ using TensorDesc = Owned<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, c
 using FilterDesc = Owned<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor>;
 using ConvolutionDesc =
     Owned<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor, cudnnDestroyConvolutionDescriptor>;
-using PoolingDesc = Owned<cudnnPoolingDescriptor_t, cudnnCreatePoolingDescriptor, cudnnDestroyPoolingDescriptor>;
 
 cudnnTensorFormat_t tensor_format(MemoryFormat format);
 
 // Sets `desc` to the [n, c, h, w] tensor of `dtype` laid out dense in `format`.
 void set_image(const TensorDesc& desc, int64_t n, int64_t c, int64_t h, int64_t w, MemoryFormat format, DType dtype,
                const char* op);
-// The same for a 4-D tensor's own shape.
-void set_image(const TensorDesc& desc, const Tensor& t, MemoryFormat format, const char* op);
 
 }  // namespace precis::ops::cuda::cudnn

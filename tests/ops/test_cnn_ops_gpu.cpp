@@ -1,4 +1,4 @@
-// The CNN ops on the GPU (cuDNN conv2d and batch norm, our pooling kernels) against the CPU,
+// The CNN ops on the GPU (cuDNN's conv2d, our batch norm and pooling kernels) against the CPU,
 // forward and backward, for f32, f16 and bf16, NCHW and channels-last inputs.
 //
 // Both devices get the very same values in the dtype under test; the CPU computes in f32
@@ -13,11 +13,13 @@
 #include <string>
 #include <vector>
 
+#include "ops/autocast.h"
 #include "ops/batch_norm.h"
 #include "ops/conv.h"
 #include "ops/matmul.h"
 #include "ops/ops.h"
 #include "ops/pool.h"
+#include "ops/residual.h"
 #include "support/gpu.h"
 #include "support/gpu_compare.h"
 
@@ -93,8 +95,9 @@ TEST(CnnOpsGpu, Conv2dMatchesTheCpu) {
     for (DType dtype : kDtypes) {
       for (auto format : kFormats) {
         const ops::Conv2dOptions options = c.options;
-        std::vector<Tensor> inputs = {random_f64(c.x, seed++), random_f64(c.w, seed++, -0.5, 0.5)};
-        if (c.bias) inputs.push_back(random_f64({c.w[0]}, seed++));
+        std::vector<Tensor> inputs = {random_f64(c.x, seed++), random_f64(c.w, seed++, -0.5, 0.5),
+                                      random_f64({c.w[0]}, seed++)};
+        if (!c.bias) inputs.pop_back();
         expect_gpu_matches_cpu(
             [options, format](const std::vector<Tensor>& in) {
               return ops::conv2d(ops::to_memory_format(in[0], format), in[1], in.size() > 2 ? in[2] : Tensor(),
@@ -106,6 +109,23 @@ TEST(CnnOpsGpu, Conv2dMatchesTheCpu) {
       }
     }
   }
+}
+
+TEST(CnnOpsGpu, Conv2dWithTheHeuristicsChoiceMatchesTheCpu) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  ops::set_cudnn_benchmark(false);  // the heuristic's first answer instead of the fastest timed one
+  uint64_t seed = 30;
+  for (DType dtype : kDtypes) {
+    for (auto format : kFormats) {
+      expect_gpu_matches_cpu(
+          [format](const std::vector<Tensor>& in) {
+            return ops::conv2d(ops::to_memory_format(in[0], format), in[1], in[2], {{2, 1}, {1, 1}, {1, 1}, 1});
+          },
+          {random_f64({4, 8, 15, 16}, seed++), random_f64({16, 8, 3, 3}, seed++, -0.5, 0.5), random_f64({16}, seed++)},
+          dtype, "conv2d without benchmark " + name(dtype, format));
+    }
+  }
+  ops::set_cudnn_benchmark(true);
 }
 
 TEST(CnnOpsGpu, Conv2dUnderTf32StaysCloseToF32) {
@@ -187,6 +207,33 @@ TEST(CnnOpsGpu, BatchNormMatchesTheCpu) {
   }
 }
 
+TEST(CnnOpsGpu, BatchNormOfOtherRanksAndLargeMeansMatchesTheCpu) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  for (DType dtype : kDtypes) {
+    for (bool relu : {false, true}) {
+      auto op = relu ? ops::batch_norm_relu : ops::batch_norm;
+      // [N, C] (a classifier head's features) and [N, C, L]
+      for (const Shape& shape : {Shape{37, 8}, Shape{5, 8, 13}}) {
+        expect_gpu_matches_cpu(
+            [op](const std::vector<Tensor>& in) {
+              return op(in[0], in[1], in[2], Tensor(), Tensor(), true, 0.1, 1e-5);
+            },
+            {random_f64(shape, 400), random_f64({8}, 401), random_f64({8}, 402)}, dtype,
+            std::string(relu ? "batch_norm_relu " : "batch_norm ") + ::testing::PrintToString(shape) + " " +
+                dtype_name(dtype),
+            {false, true, true});
+      }
+    }
+  }
+  // values around 100 with a spread of 1: the variance must not cancel away
+  expect_gpu_matches_cpu(
+      [](const std::vector<Tensor>& in) {
+        return ops::batch_norm(ops::to_memory_format(in[0], ops::MemoryFormat::channels_last), Tensor(), Tensor(),
+                               Tensor(), Tensor(), true);
+      },
+      {random_f64({16, 8, 9, 9}, 403, 99, 101)}, DType::f32, "batch_norm of values near 100");
+}
+
 TEST(CnnOpsGpu, BatchNormTakesParametersInTheInputsDtype) {
   PRECIS_SKIP_WITHOUT_GPU();
   // bf16-pure keeps the parameters in bf16; their gradients come back in bf16.
@@ -197,4 +244,50 @@ TEST(CnnOpsGpu, BatchNormTakesParametersInTheInputsDtype) {
       },
       {random_f64({4, 6, 5, 5}, 300), random_f64({6}, 301), random_f64({6}, 302)}, DType::bf16,
       "batch_norm with bf16 parameters");
+}
+
+TEST(CnnOpsGpu, Conv2dUnderAutocastRunsInBf16AndGivesF32WeightsTheirGradient) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  struct Result {
+    Tensor y, weight_grad;
+  };
+  // the output and the f32 weight's gradient on `device`
+  auto run = [](Device device, ops::MemoryFormat format) {
+    Tensor x = ops::to_memory_format(random_f64({4, 8, 10, 10}, 500).to(DType::f32).to(device), format);
+    Tensor w = random_f64({16, 8, 3, 3}, 501, -0.5, 0.5).to(DType::f32).to(device);
+    w.set_requires_grad();
+    Tensor y;
+    {
+      ops::autocast::Scope scope(DType::bf16);
+      y = ops::conv2d(x, w, Tensor(), {{1, 1}, {1, 1}, {1, 1}, 1});
+    }
+    ops::sum(ops::mul(y.to(DType::f32), random_f64(y.shape(), 502).to(DType::f32).to(device))).backward();
+    ops::autocast::clear_cache();
+    return Result{y, w.grad()};
+  };
+  for (auto format : kFormats) {
+    const Result cpu = run(Device::cpu(), format), gpu = run(kGpu, format);
+    EXPECT_EQ(gpu.y.dtype(), DType::bf16);
+    EXPECT_EQ(ops::is_channels_last(gpu.y), format == ops::MemoryFormat::channels_last);
+    ASSERT_TRUE(gpu.weight_grad.defined());
+    EXPECT_EQ(gpu.weight_grad.dtype(), DType::f32);
+    expect_near_magnitude(gpu.y, cpu.y, 2e-2, "conv2d under autocast: output");
+    expect_near_magnitude(gpu.weight_grad, cpu.weight_grad, 2e-2, "conv2d under autocast: weight gradient");
+  }
+}
+
+TEST(CnnOpsGpu, AddReluMatchesTheCpu) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  uint64_t seed = 600;
+  for (DType dtype : kDtypes) {
+    for (auto format : kFormats) {
+      expect_gpu_matches_cpu(
+          [format](const std::vector<Tensor>& in) {
+            // the residual comes NCHW: add_relu copies it into x's layout
+            return ops::add_relu(ops::to_memory_format(in[0], format), in[1]);
+          },
+          {random_f64({4, 6, 7, 5}, seed++), random_f64({4, 6, 7, 5}, seed++)}, dtype,
+          "add_relu " + name(dtype, format));
+    }
+  }
 }
