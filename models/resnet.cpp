@@ -3,8 +3,8 @@
 #include "core/random.h"
 #include "nn/init.h"
 #include "nn/observer.h"
-#include "ops/elementwise.h"
 #include "ops/pool.h"
+#include "ops/residual.h"
 
 namespace precis::models {
 
@@ -24,8 +24,9 @@ std::shared_ptr<nn::Sequential> downsample(int64_t in_planes, int64_t out_planes
   return seq;
 }
 
+// relu(out + identity) in one op that keeps out's memory format (channels-last stays so).
 Tensor residual_relu(const Tensor& out, const Tensor& x, const std::shared_ptr<nn::Sequential>& down) {
-  return ops::relu(ops::add(out, down ? down->forward(x) : x));
+  return ops::add_relu(out, down ? down->forward(x) : x);
 }
 
 struct Depths {
