@@ -179,8 +179,13 @@ namespace {
 
 // `host` (a CPU batch) into the device buffer `dst` through pinned memory: the copy is queued
 // on the compute stream and the host moves on (the pinned allocator holds the staging buffer
-// until the copy has run).
+// until the copy has run). A batch the loader already made in pinned memory (never written
+// again) is copied from where it is.
 void stage(const Tensor& dst, const Tensor& host) {
+  if (is_pinned(host)) {
+    copy_(dst, host);
+    return;
+  }
   Tensor pinned = empty_pinned(host.shape(), host.dtype());
   copy_(pinned, host);
   copy_(dst, pinned);
