@@ -128,7 +128,11 @@ void Trainer::setup_task() {
     const bool low_precision = policy_.compute_dtype == DType::f16 || policy_.compute_dtype == DType::bf16;
     const bool channels_last =
         config_.channels_last == "auto" ? device_.is_cuda() && low_precision : config_.channels_last == "true";
-    task_ = std::make_unique<ImageTask>(config_, rank_, world_size_, channels_last, policy_, device_.is_cuda());
+    // The loader thread makes batches in pinned memory on a GPU, but not when a CUDA graph will be
+    // captured: no pinned memory can be taken from CUDA during a capture, and the thread does not
+    // know when one is under way (the trainer then stages each batch itself, between steps).
+    const bool pinned = device_.is_cuda() && !config_.cuda_graphs;
+    task_ = std::make_unique<ImageTask>(config_, rank_, world_size_, channels_last, policy_, pinned);
   } else {
     task_ = std::make_unique<LmTask>(config_, rank_, world_size_, group_.get());
   }
