@@ -1,7 +1,9 @@
 #include "nn/batch_norm.h"
 
+#include "core/autograd.h"
 #include "core/copy.h"
 #include "ops/batch_norm.h"
+#include "ops/elementwise.h"
 
 namespace precis::nn {
 
@@ -17,12 +19,15 @@ BatchNorm2d::BatchNorm2d(int64_t channels, double eps_in, double momentum_in)
   num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, DType::i64));
 }
 
-// As PyTorch: each training forward counts one batch (on the buffers' device, nothing read back).
+// As PyTorch: each training forward counts one batch, on the buffers' device with nothing read
+// back (so a captured step counts too). An i64 sum by ops::add (the GPU's accumulate_ sums
+// floating gradients only, and a scalar add would go through f32).
 void BatchNorm2d::count_batch() {
   if (!is_training()) return;
+  NoGradGuard no_grad;
   if (!one_.defined() || one_.device() != num_batches_tracked.device())
     one_ = full({}, 1.0, DType::i64, num_batches_tracked.device());
-  accumulate_(num_batches_tracked, one_);
+  copy_(num_batches_tracked, ops::add(num_batches_tracked, one_));
 }
 
 Tensor BatchNorm2d::forward(const Tensor& x) {

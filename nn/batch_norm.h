@@ -23,7 +23,7 @@ class BatchNorm2d : public Module {
 
  private:
   void count_batch();
-  Tensor one_;  // i64 1 on the buffers' device, added to num_batches_tracked
+  Tensor one_;  // an i64 1 on the buffers' device
 };
 
 }  // namespace precis::nn
