@@ -384,7 +384,13 @@ std::optional<models::GPT2Config> checkpoint_model_config(const std::string& pat
   const fs::path config = config_path_for(resolve_checkpoint(path_or_dir));
   std::error_code ec;
   if (!fs::exists(config, ec)) return std::nullopt;
-  return models::GPT2Config::from_json(read_json_file(config.string()), config.string());
+  const Json json = read_json_file(config.string());
+  // An image classifier's checkpoint (train/image_task.cpp writes {"model": "resnet18", ...}).
+  PRECIS_CHECK(!(json.is_object() && json.contains("model") && json.contains("num_classes")), "checkpoint '",
+               path_or_dir, "' holds an image classifier (", json.dump(),
+               "), not a GPT-2; its model.safetensors is a PyTorch state_dict (torchvision's names for a ResNet), "
+               "and `precis train` resumes it with checkpoint.resume=true");
+  return models::GPT2Config::from_json(json, config.string());
 }
 
 Json load_checkpoint(const std::string& path_or_dir, models::GPT2& model, optim::Optimizer* optimizer) {

@@ -13,6 +13,7 @@
 #include "core/source_dir.h"
 #include "ops/nn_functional.h"
 #include "support/errors.h"
+#include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/image_task.h"
 #include "train/trainer.h"
@@ -79,6 +80,9 @@ TEST(ImageTraining, TinyResNetLossDecreases) {
   EXPECT_LT(last, 0.5 * first) << "the mean loss of the last 5 steps should be under half that of the first 5";
   EXPECT_NEAR(losses[0], std::log(4.0), 0.5) << "4 classes: the first loss is near ln 4";
   EXPECT_TRUE(fs::exists(dir / "checkpoints" / "latest"));
+  // `precis sample` and other GPT-2 readers say what the checkpoint is.
+  expect_error([&] { train::checkpoint_model_config((dir / "checkpoints").string()); },
+               "holds an image classifier ({\"model\":\"resnet18\"");
 }
 
 TEST(ImageTraining, ResumeContinuesExactly) {
