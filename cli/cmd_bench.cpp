@@ -29,7 +29,8 @@ namespace {
 const char* kUsage =
     "usage: precis bench gpt2 [--preset gpt2|gpt2-medium|gpt2-large|gpt2-xl|tiny] [--batch B] [--seq T] "
     "[--precision P] [--steps N] [--warmup W] [--attention reference|flash] [--cuda-graphs] [--trace PATH.json] "
-    "[--device auto|cuda|cpu] [--out DIR] [KEY=VALUE ...] (config settings, e.g. distributed.bucket_mb=50)";
+    "[--device auto|cuda|cpu] [--zero 0|1] [--out DIR] [KEY=VALUE ...] (config settings, e.g. "
+    "distributed.bucket_mb=50)";
 
 // The GPT-2 family (models::GPT2Config::preset, set through the config's model.preset) and
 // `tiny` (2 layers, 2 heads of 64, 128 wide), which runs in seconds on a CPU.
@@ -42,6 +43,7 @@ std::vector<std::string> bench_presets() {
 struct BenchOptions {
   std::string preset = "gpt2";
   int64_t batch = 16, seq = 1024, steps = 30, warmup = 5;
+  std::string zero = "0";  // distributed.zero under mpirun: 1 shards the optimizer state (ZeRO-1)
   std::string precision = "bf16", attention, trace, device = "auto";  // attention: empty keeps the config's default
   std::string out_dir = (std::filesystem::temp_directory_path() / "precis-bench").string();
   bool cuda_graphs = false;
@@ -59,7 +61,8 @@ BenchOptions parse_bench_options(const Args& args) {
     }
   }
   Options o = parse_options(
-      rest, {"preset", "batch", "seq", "precision", "steps", "warmup", "attention", "trace", "device", "out"}, "bench");
+      rest, {"preset", "batch", "seq", "precision", "steps", "warmup", "attention", "trace", "device", "zero", "out"},
+      "bench");
   std::string models;
   for (const std::string& p : o.positional) {
     if (p.find('=') != std::string::npos)
@@ -84,6 +87,7 @@ BenchOptions parse_bench_options(const Args& args) {
   b.attention = o.get("attention", b.attention);
   b.trace = o.get("trace", b.trace);
   b.device = o.get("device", b.device);
+  b.zero = o.get("zero", b.zero);
   b.out_dir = o.get("out", b.out_dir);
   return b;
 }
@@ -101,6 +105,7 @@ train::TrainConfig bench_config(const BenchOptions& b) {
       "precision=" + b.precision,
       "cuda_graphs=" + std::string(b.cuda_graphs ? "true" : "false"),
       "device=" + b.device,
+      "distributed.zero=" + b.zero,
       "out_dir=" + b.out_dir,
       "schedule.kind=constant",
       "eval_interval=0",
@@ -154,7 +159,8 @@ void print_figures(const BenchOptions& b, train::Trainer& trainer, const train::
                     ? " x " + std::to_string(trainer.config().batch.grad_accum) + " micro-steps"
                     : "")
             << (ranks > 1 ? " per rank, " + std::to_string(ranks) + " ranks" : "")
-            << (trainer.config().cuda_graphs ? ", CUDA graphs" : "") << "\n"
+            << (trainer.config().cuda_graphs ? ", CUDA graphs" : "")
+            << (ranks > 1 && trainer.config().distributed.zero == 1 ? ", ZeRO-1" : "") << "\n"
             << "measured     " << s.steps << " steps after " << b.warmup << " warm-up step(s)"
             << (b.trace.empty() ? "" : " and the traced step") << "\n"
             << "tokens/s     " << format("%.0f", tokens_per_s) << "\n"
@@ -173,11 +179,11 @@ void print_figures(const BenchOptions& b, train::Trainer& trainer, const train::
   std::string record =
       "result: bench=gpt2 preset=" + b.preset + " device=" + device.str() + " precision=" + trainer.policy().name +
       " attention=" + model.attention + " cuda_graphs=" + (trainer.config().cuda_graphs ? "true" : "false") +
-      " ranks=" + std::to_string(ranks) + " batch=" + std::to_string(b.batch) + " seq=" + std::to_string(b.seq) +
-      " steps=" + std::to_string(s.steps) + " warmup=" + std::to_string(b.warmup) +
-      " tokens_per_s=" + format("%.0f", tokens_per_s) + " ms_per_step=" + format("%.3f", s.ms_per_step) +
-      " tflops=" + format("%.2f", tflops) + " mfu=" + (peak > 0 ? format("%.4f", tflops / peak) : "n/a") +
-      " peak_gib=" + format("%.3f", peak_gib);
+      " ranks=" + std::to_string(ranks) + " zero=" + std::to_string(trainer.config().distributed.zero) +
+      " batch=" + std::to_string(b.batch) + " seq=" + std::to_string(b.seq) + " steps=" + std::to_string(s.steps) +
+      " warmup=" + std::to_string(b.warmup) + " tokens_per_s=" + format("%.0f", tokens_per_s) +
+      " ms_per_step=" + format("%.3f", s.ms_per_step) + " tflops=" + format("%.2f", tflops) +
+      " mfu=" + (peak > 0 ? format("%.4f", tflops / peak) : "n/a") + " peak_gib=" + format("%.3f", peak_gib);
   for (const auto& [name, ms] : s.phase_ms) record += " " + name + "_ms=" + format("%.3f", ms);
   std::cout << record << std::endl;
 }

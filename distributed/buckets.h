@@ -36,10 +36,13 @@ struct SlotExtent {
   int64_t numel = 0;
 };
 
-// One flat buffer as bucketing sees it: its gradient dtype and its slots in registration order.
+// One flat buffer as bucketing sees it: its gradient dtype and its slots in registration
+// order; for ZeRO-1, its elements (padding included) and the alignment of its slots, in elements.
 struct BufferLayout {
   DType grad_dtype = DType::f32;
   std::vector<SlotExtent> slots;
+  int64_t numel = 0;
+  int64_t alignment = 1;
 };
 
 struct Bucket {
@@ -51,6 +54,14 @@ struct Bucket {
 
 // The buckets of `buffers` (only floating ones: other parameters have no gradient).
 std::vector<Bucket> assign_buckets(const std::vector<BufferLayout>& buffers, const BucketSizes& sizes);
+// ZeRO-1's buckets (distributed/zero.h): slices that tile each floating buffer from its end
+// backwards, the first of about `first_bytes`, then about `bytes`, each rounded up to a
+// multiple of world_size * alignment elements (the buffer's numel is one: nn::flatten_parameters'
+// `shards`), so every rank's chunk of a bucket starts aligned. A bucket's slots are those it
+// overlaps, last registered first: a parameter may straddle two buckets, and a bucket of
+// padding only has none.
+std::vector<Bucket> assign_shard_buckets(const std::vector<BufferLayout>& buffers, const BucketSizes& sizes,
+                                         int world_size);
 // The layouts of a model's flat buffers.
 std::vector<BufferLayout> layout_of(const nn::FlatParameters& flat);
 

@@ -171,30 +171,39 @@ class MpiProcessGroup final : public ProcessGroup {
     MPI_Datatype type = mpi_type(input.dtype());
     int count = mpi_count(input.numel(), "all_gather");
     mpi_count(output.numel(), "all_gather");
+    // In place when the input is this rank's chunk of the output (ZeRO-1's parameter gather):
+    // MPI takes that as MPI_IN_PLACE, not as an aliased send buffer.
+    const char* chunk = static_cast<const char*>(output.raw_data()) +
+                        static_cast<int64_t>(rank_) * input.numel() * static_cast<int64_t>(element_size(input.dtype()));
+    const void* sent = input.raw_data() == chunk ? MPI_IN_PLACE : input.raw_data();
     MPI_Request request;
-    PRECIS_MPI_CHECK(MPI_Iallgather(input.raw_data(), count, type, output.raw_data(), count, type, comm_, &request),
-                     "all_gather");
+    PRECIS_MPI_CHECK(MPI_Iallgather(sent, count, type, output.raw_data(), count, type, comm_, &request), "all_gather");
     return std::make_shared<MpiWork>(request, std::vector<Tensor>{output, input}, "all_gather", context());
   }
 
-  std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) override {
+  std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op,
+                                       Profiler* profiler) override {
     check_collective_tensor(*this, output, "reduce_scatter");
     check_collective_tensor(*this, input, "reduce_scatter");
     check_gathered_sizes(*this, input, output, "reduce_scatter");
     check_reduce_op(input, op, "reduce_scatter");
     mpi_count(input.numel(), "reduce_scatter");
-    // The input is left as it was: avg divides a copy.
+    // The input is left as it was: avg divides a copy. In place (the output is this rank's chunk
+    // of the input, as ZeRO-1 reduces), MPI must not read what it writes: it sends a copy.
+    const char* chunk =
+        static_cast<const char*>(input.raw_data()) +
+        static_cast<int64_t>(rank_) * output.numel() * static_cast<int64_t>(element_size(input.dtype()));
     Tensor sent = input;
-    if (op == ReduceOp::avg) {
-      sent = input.clone();
-      divide_by_world_size(sent);
-    }
+    if (op == ReduceOp::avg || output.raw_data() == chunk) sent = input.clone();
+    if (op == ReduceOp::avg) divide_by_world_size(sent);
     MPI_Request request;
-    PRECIS_MPI_CHECK(
+    if (profiler) profiler->begin("comm");
+    const int result =
         MPI_Ireduce_scatter_block(sent.raw_data(), output.raw_data(), mpi_count(output.numel(), "reduce_scatter"),
-                                  mpi_type(input.dtype()), mpi_sum(input.dtype()), comm_, &request),
-        "reduce_scatter");
-    return std::make_shared<MpiWork>(request, std::vector<Tensor>{output, sent}, "reduce_scatter", context());
+                                  mpi_type(input.dtype()), mpi_sum(input.dtype()), comm_, &request);
+    if (profiler) profiler->end();
+    PRECIS_MPI_CHECK(result, "reduce_scatter");
+    return std::make_shared<MpiWork>(request, std::vector<Tensor>{output, sent}, "reduce_scatter", context(), profiler);
   }
 
   void barrier() override {

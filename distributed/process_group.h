@@ -13,7 +13,7 @@
 //     event; the host does not block). Kernels queued after wait() see the result.
 // Until wait() the tensors must not be written (or, on the CPU, read).
 //
-// all_reduce can be timed: given a Profiler, the collective's own time is a phase
+// all_reduce and reduce_scatter can be timed: given a Profiler, the collective's own time is a phase
 // "comm" (NCCL: CUDA events on the communication stream around the NCCL call, after
 // its wait for the compute stream; MPI: the host time in MPI_Iallreduce and in the
 // MPI_Wait of wait(), where MPI does most of the work of a nonblocking collective).
@@ -60,9 +60,13 @@ class ProcessGroup {
   // tensor <- tensor of rank `root` (in place).
   virtual std::shared_ptr<Work> broadcast(const Tensor& tensor, int root) = 0;
   // output (world_size * input.numel() elements) <- the inputs of ranks 0, 1, ... one after another.
+  // In place when the input is this rank's chunk of the output (both backends).
   virtual std::shared_ptr<Work> all_gather(const Tensor& output, const Tensor& input) = 0;
   // output (input.numel() / world_size elements) <- chunk `rank` of op over ranks of input.
-  virtual std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) = 0;
+  // In place when the output is this rank's chunk of the input (both backends).
+  // Timed as phase "comm" of `profiler` if given, as all_reduce.
+  virtual std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op,
+                                               Profiler* profiler = nullptr) = 0;
   // Returns once every rank has called it (the NCCL backend: and its queued work has completed).
   virtual void barrier() = 0;
   // Throws a precis::Error if the backend has noticed an asynchronous failure (a peer

@@ -12,6 +12,8 @@ struct Reducer::State {
   struct BucketRun {
     Tensor grad;                 // the bucket's slice of the flat gradient buffer
     Tensor staging;              // defined when it is reduced in another dtype
+    Tensor shard;                // ZeRO-1: this rank's chunk of `grad`, averaged over ranks (shard_grad)
+    Tensor shard_staging;        // ZeRO-1 with staging: this rank's chunk of `staging`, the reduce_scatter's output
     size_t expected = 0;         // parameters of the bucket that take gradients
     size_t pending = 0;          // of those, not ready yet this step
     std::shared_ptr<Work> work;  // its all-reduce, once launched
@@ -27,18 +29,22 @@ struct Reducer::State {
   std::vector<Bucket> buckets;
   std::vector<BucketRun> runs;
   std::vector<SlotRun> slots;  // every slot of every buffer, buffer after buffer
-  size_t next_launch = 0;      // buckets before it are launched
+  // Per slot: the buckets it lies in (one; ZeRO-1's buckets may split a parameter between two).
+  std::vector<std::vector<size_t>> slot_buckets;
+  size_t next_launch = 0;  // buckets before it are launched
   Profiler* profiler = nullptr;
   bool sync = true;
 
-  void on_ready(size_t slot_id, size_t bucket) {
+  void on_ready(size_t slot_id) {
     if (!sync) return;
     SlotRun& slot = slots[slot_id];
     PRECIS_CHECK(!slot.ready, "ddp reducer: parameter ", slot.name,
                  " got its gradient twice before finish(): run the accumulation micro-steps before the last under "
                  "no_sync, or call finish() after each backward");
     slot.ready = true;
-    if (--runs[bucket].pending == 0) launch_ready();
+    bool completed = false;
+    for (size_t bucket : slot_buckets[slot_id]) completed |= --runs[bucket].pending == 0;
+    if (completed) launch_ready();
   }
 
   // Launches ready buckets in list order, so every rank issues the same collectives in the same
@@ -48,7 +54,12 @@ struct Reducer::State {
       BucketRun& run = runs[next_launch++];
       if (run.expected == 0) continue;
       if (run.staging.defined()) copy_(run.staging, run.grad);
-      run.work = group->all_reduce(run.staging.defined() ? run.staging : run.grad, ReduceOp::avg, profiler);
+      const Tensor& input = run.staging.defined() ? run.staging : run.grad;
+      if (run.shard.defined())
+        run.work = group->reduce_scatter(run.shard_staging.defined() ? run.shard_staging : run.shard, input,
+                                         ReduceOp::avg, profiler);
+      else
+        run.work = group->all_reduce(input, ReduceOp::avg, profiler);
     }
   }
 
@@ -75,13 +86,15 @@ Reducer::Reducer(std::shared_ptr<nn::FlatParameters> flat, std::shared_ptr<Proce
   State& s = *state_;
   s.flat = std::move(flat);
   s.group = std::move(group);
-  s.buckets = assign_buckets(layout_of(*s.flat), options.bucket_sizes);
+  s.buckets = options.shard ? assign_shard_buckets(layout_of(*s.flat), options.bucket_sizes, s.group->world_size())
+                            : assign_buckets(layout_of(*s.flat), options.bucket_sizes);
 
   std::vector<size_t> first_slot;  // per buffer: its first slot's index in s.slots
   for (const nn::FlatBuffer& buffer : s.flat->buffers()) {
     first_slot.push_back(s.slots.size());
     for (const nn::FlatSlot& slot : buffer.slots) s.slots.push_back({slot.name, slot.param.requires_grad(), false});
   }
+  s.slot_buckets.resize(s.slots.size());
   s.runs.resize(s.buckets.size());
   for (size_t b = 0; b < s.buckets.size(); ++b) {
     const Bucket& bucket = s.buckets[b];
@@ -90,13 +103,27 @@ Reducer::Reducer(std::shared_ptr<nn::FlatParameters> flat, std::shared_ptr<Proce
     run.grad = buffer.grad.slice(0, bucket.begin, bucket.end);
     if (options.reduce_dtype && *options.reduce_dtype != buffer.grad.dtype())
       run.staging = empty({bucket.end - bucket.begin}, *options.reduce_dtype, s.flat->device());
+    if (options.shard) {
+      // In place: this rank's chunk of the bucket receives the average, no buffer of its own.
+      const int64_t chunk = (bucket.end - bucket.begin) / s.group->world_size(), first = s.group->rank() * chunk;
+      run.shard = run.grad.slice(0, first, first + chunk);
+      if (run.staging.defined()) run.shard_staging = run.staging.slice(0, first, first + chunk);
+    }
     for (size_t slot_index : bucket.slots) {
       const size_t id = first_slot[bucket.buffer] + slot_index;
       if (!s.slots[id].expected) continue;
       ++run.expected;
+      s.slot_buckets[id].push_back(b);
+    }
+  }
+  for (size_t buffer = 0; buffer < s.flat->buffers().size(); ++buffer) {
+    const std::vector<nn::FlatSlot>& slots = s.flat->buffers()[buffer].slots;
+    for (size_t slot_index = 0; slot_index < slots.size(); ++slot_index) {
+      const size_t id = first_slot[buffer] + slot_index;
+      if (s.slot_buckets[id].empty()) continue;
       std::weak_ptr<State> weak = state_;
-      buffer.slots[slot_index].param.register_grad_ready_hook([weak, id, b](const Tensor&) {
-        if (std::shared_ptr<State> state = weak.lock()) state->on_ready(id, b);
+      slots[slot_index].param.register_grad_ready_hook([weak, id](const Tensor&) {
+        if (std::shared_ptr<State> state = weak.lock()) state->on_ready(id);
       });
     }
   }
@@ -110,6 +137,8 @@ bool Reducer::sync() const { return state_->sync; }
 void Reducer::set_profiler(Profiler* profiler) { state_->profiler = profiler; }
 const std::vector<Bucket>& Reducer::buckets() const { return state_->buckets; }
 ProcessGroup& Reducer::group() const { return *state_->group; }
+
+Tensor Reducer::shard_grad(size_t bucket) const { return state_->runs.at(bucket).shard; }
 
 void Reducer::finish() {
   State& s = *state_;
@@ -130,7 +159,10 @@ void Reducer::finish() {
   for (State::BucketRun& run : s.runs) {
     if (!run.work) continue;
     run.work->wait();
-    if (run.staging.defined()) copy_(run.grad, run.staging);
+    if (run.shard_staging.defined())
+      copy_(run.shard, run.shard_staging);
+    else if (run.staging.defined() && !run.shard.defined())
+      copy_(run.grad, run.staging);
   }
   s.reset();
 }

@@ -22,6 +22,16 @@
 //
 // One backward per synced step: a parameter whose gradient arrives twice before
 // finish() is an error (use no_sync for the micro-steps before the last).
+//
+// ZeRO-1 (options.shard, distributed/zero.h): the buckets tile each flat buffer, padded
+// for the world size (nn::flatten_parameters' `shards`), in slices of world_size equal
+// chunks (assign_shard_buckets: a parameter may straddle two buckets, and is waited for
+// by both), and a bucket's collective is a reduce_scatter (avg) instead of an all-reduce:
+// rank r receives only chunk r of the bucket's averaged gradient, in place: shard_grad(bucket)
+// is that chunk of the flat gradient buffer (the other chunks keep this rank's own sum), so
+// ZeRO-1 takes no gradient memory beyond DDP's. It launches as soon as the
+// bucket's last gradient is final, overlapping the rest of the backward as DDP's
+// all-reduces do; finish() waits.
 #pragma once
 
 #include <memory>
@@ -36,6 +46,7 @@ namespace precis::distributed {
 struct ReducerOptions {
   BucketSizes bucket_sizes;
   std::optional<DType> reduce_dtype;  // unset: each gradient buffer's own dtype
+  bool shard = false;                 // ZeRO-1: reduce_scatter each bucket (above)
 };
 
 class Reducer {
@@ -58,6 +69,10 @@ class Reducer {
 
   const std::vector<Bucket>& buckets() const;
   ProcessGroup& group() const;
+  // ZeRO-1: this rank's chunk of bucket `bucket`'s averaged gradient (chunk r of world_size
+  // equal ones, a view of the flat gradient buffer), complete after finish(); undefined
+  // without options.shard.
+  Tensor shard_grad(size_t bucket) const;
 
   struct State;
 

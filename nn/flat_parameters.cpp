@@ -50,13 +50,20 @@ void rebind(const Tensor& tensor, const std::shared_ptr<Storage>& storage, int64
 
 }  // namespace
 
+int64_t flat_alignment_elements(DType param_dtype) {
+  const size_t narrowest = std::min(element_size(param_dtype), element_size(flat_grad_dtype(param_dtype)));
+  return static_cast<int64_t>(kFlatAlignmentBytes / narrowest);
+}
+
 DType flat_grad_dtype(DType param_dtype) {
   return param_dtype == DType::f16 || param_dtype == DType::bf16 ? DType::f32 : param_dtype;
 }
 
-std::shared_ptr<FlatParameters> flatten_parameters(Module& model, Device device, std::optional<DType> param_dtype) {
+std::shared_ptr<FlatParameters> flatten_parameters(Module& model, Device device, std::optional<DType> param_dtype,
+                                                   int64_t shards) {
   PRECIS_CHECK(!param_dtype || is_floating(*param_dtype),
                "flatten_parameters: param_dtype must be a floating dtype, got ", *param_dtype);
+  PRECIS_CHECK(shards >= 1, "flatten_parameters: shards must be >= 1, got ", shards);
   auto flat = std::make_shared<FlatParameters>();
   flat->device_ = device;
   NoGradGuard no_grad;
@@ -67,9 +74,7 @@ std::shared_ptr<FlatParameters> flatten_parameters(Module& model, Device device,
     for (auto& b : flat->buffers_)
       if (b.dtype == dtype) buffer = &b;
     if (!buffer) buffer = &flat->buffers_.emplace_back(FlatBuffer{dtype, Tensor(), Tensor(), {}});
-    // Aligned in the narrower of the two buffers' elements, so both are aligned.
-    size_t narrowest = std::min(element_size(dtype), element_size(flat_grad_dtype(dtype)));
-    int64_t align = static_cast<int64_t>(kFlatAlignmentBytes / narrowest);
+    const int64_t align = flat_alignment_elements(dtype);
     int64_t offset = 0;
     if (!buffer->slots.empty()) {
       const FlatSlot& last = buffer->slots.back();
@@ -79,7 +84,8 @@ std::shared_ptr<FlatParameters> flatten_parameters(Module& model, Device device,
   }
   for (auto& b : flat->buffers_) {
     const FlatSlot& last = b.slots.back();
-    int64_t total = last.offset + last.numel;
+    const int64_t multiple = shards * flat_alignment_elements(b.dtype);
+    const int64_t total = (last.offset + last.numel + multiple - 1) / multiple * multiple;
     b.data = zeros({total}, b.dtype, device);
     b.grad = zeros({total}, flat_grad_dtype(b.dtype), device);
     for (const FlatSlot& s : b.slots) {

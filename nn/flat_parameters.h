@@ -17,6 +17,11 @@
 // products and layer norm write their parameters' gradients into these f32 views
 // themselves (core/autograd.h, take_grad_destination): written over where stale,
 // added to otherwise.
+//
+// With `shards` > 1 (ZeRO-1, distributed/zero.h) each buffer ends in zeros up to a
+// multiple of shards x (64 bytes' worth of elements), as llm.c pads its buffers, so
+// it splits into `shards` equal pieces that each start on a 64-byte boundary. The
+// padding belongs to no parameter: its gradient stays zero and its value too.
 #pragma once
 
 #include <memory>
@@ -60,7 +65,7 @@ class FlatParameters {
   void settle_grads();
 
  private:
-  friend std::shared_ptr<FlatParameters> flatten_parameters(Module&, Device, std::optional<DType>);
+  friend std::shared_ptr<FlatParameters> flatten_parameters(Module&, Device, std::optional<DType>, int64_t);
   std::vector<FlatBuffer> buffers_;
   Device device_;
 };
@@ -70,9 +75,12 @@ inline constexpr size_t kFlatAlignmentBytes = 64;
 
 // The dtype a flat gradient buffer has for parameters of `param_dtype`.
 DType flat_grad_dtype(DType param_dtype);
+// kFlatAlignmentBytes in elements of the narrower of a buffer's data and gradient: every
+// slot's offset is a multiple of it, and with `shards` every buffer's size is shards times one.
+int64_t flat_alignment_elements(DType param_dtype);
 
-// `param_dtype` must be floating; non-floating parameters keep their dtype.
+// `param_dtype` must be floating; non-floating parameters keep their dtype. `shards` >= 1.
 std::shared_ptr<FlatParameters> flatten_parameters(Module& model, Device device = Device::cpu(),
-                                                   std::optional<DType> param_dtype = std::nullopt);
+                                                   std::optional<DType> param_dtype = std::nullopt, int64_t shards = 1);
 
 }  // namespace precis::nn

@@ -111,6 +111,12 @@ void AdamW::step(const StepInputs& inputs) {
   }
 }
 
+int64_t AdamW::state_bytes_per_element(DType param_dtype) const {
+  // Two moments (f64 for f64 parameters, else f32) and the f32 master copy of a low-precision one.
+  const int64_t moment = param_dtype == DType::f64 ? 8 : 4;
+  return 2 * moment + (is_low_precision(param_dtype) && options_.master_weights ? 4 : 0);
+}
+
 bool AdamW::check_param(size_t index, const Tensor& p) const {
   const Tensor& g = p.grad();
   PRECIS_CHECK(p.is_contiguous() && g.is_contiguous(), "AdamW: parameter ", index, " and its gradient must be dense");

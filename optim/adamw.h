@@ -32,6 +32,7 @@ class AdamW : public Optimizer {
   // capturable into a CUDA graph). The same per-element arithmetic on both.
   void step(const StepInputs& inputs = {}) override;
   const AdamWOptions& options() const { return options_; }
+  int64_t state_bytes_per_element(DType param_dtype) const override;
 
  private:
   // Checks parameter `index` and its gradient; whether it is f16/bf16 (updated in f32).

@@ -30,7 +30,7 @@ double squared_norm(const Tensor& g) {
 }  // namespace
 
 Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm, const Tensor& scale, const Tensor& found_inf,
-                      Tensor out) {
+                      Tensor out, const SumReduction& reduce_sum) {
   std::vector<Tensor> grads;
   for (const Tensor& p : params)
     if (p.grad().defined()) grads.push_back(p.grad());
@@ -48,13 +48,18 @@ Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm, const 
         describe(*scalar));
 #if PRECIS_WITH_CUDA
   if (device.is_cuda()) {
-    cuda::grad_norm_and_factor(grads, max_norm, scale, found_inf, out);
+    cuda::grad_norm_and_factor(grads, max_norm, scale, found_inf, out, reduce_sum);
     return out;
   }
 #endif
   PRECIS_CHECK(device.is_cpu(), "clip_grad_norm: gradients on ", device, ", but this build has no CUDA backend");
   double total = 0;
   for (const Tensor& g : grads) total += squared_norm(g);
+  if (reduce_sum) {
+    Tensor sum = full({1}, total, DType::f64, device);
+    reduce_sum(sum);
+    total = sum.data<double>()[0];
+  }
   const GradNorm r = grad_norm_from_sum(total, max_norm, scale.defined() ? scale.item<double>() : 1.0);
   out.data<double>()[0] = r.norm;
   out.data<double>()[1] = r.factor;

@@ -79,6 +79,12 @@ Tensor Optimizer::master(size_t param_index) const {
   return it == state_.end() ? Tensor() : it->second;
 }
 
+int64_t Optimizer::state_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& [key, value] : state_) bytes += value.numel() * static_cast<int64_t>(element_size(value.dtype()));
+  return bytes;
+}
+
 std::map<std::string, Tensor> Optimizer::state_dict() const {
   std::map<std::string, Tensor> out = state_;
   Tensor step = empty({}, DType::i64);  // a copy: the saved count does not move on with the optimizer

@@ -72,6 +72,11 @@ class Optimizer {
 
   // The f32 master copy of parameter `param_index` (over all groups); undefined if it has none (yet).
   Tensor master(size_t param_index) const;
+  // Bytes of state the optimizer keeps per element of a parameter of `param_dtype` once it
+  // has stepped (moments, master copy), so a run can say what its state costs up front.
+  virtual int64_t state_bytes_per_element(DType param_dtype) const = 0;
+  // Bytes of per-parameter state it holds now (created on the first step).
+  int64_t state_bytes() const;
 
  protected:
   // Per-parameter state buffers, created lazily (zeros like the parameter, f32 or f64).

@@ -106,4 +106,10 @@ void SGD::step(const StepInputs& inputs) {
   }
 }
 
+int64_t SGD::state_bytes_per_element(DType param_dtype) const {
+  // The momentum buffer (f64 for f64 parameters, else f32) and the f32 master copy of a low-precision one.
+  const int64_t momentum = options_.momentum > 0 ? (param_dtype == DType::f64 ? 8 : 4) : 0;
+  return momentum + (is_low_precision(param_dtype) && options_.master_weights ? 4 : 0);
+}
+
 }  // namespace precis::optim

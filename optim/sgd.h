@@ -27,6 +27,7 @@ class SGD : public Optimizer {
   // rate, the step count and `inputs` read from device memory; optim/sgd_rule.h's arithmetic on both.
   void step(const StepInputs& inputs = {}) override;
   const SGDOptions& options() const { return options_; }
+  int64_t state_bytes_per_element(DType param_dtype) const override;
 
  private:
   SGDOptions options_;

@@ -10,7 +10,8 @@
 #   VARIANTS  extra N-GPU Precis runs, ';'-separated "name:ENV=V ENV2=W|config.key=value ...":
 #             env assignments before the '|', config settings after it
 #   SIMULATE  1: also the two-"host" runs on NCCL's socket transport (see docs/distributed.md)
-#   TESTS     0: skip the GPU tests                  LLMC     0: skip llm.c
+#   TESTS     0: skip the GPU tests (TESTS_REGEX: which; default the distributed ones)
+#   LLMC      0: skip llm.c
 #   BUDGET_S  no run starts after this many seconds from the start (default 540)
 #   OUT       where logs go (the device tool's $OUT comes back)
 set -uo pipefail
@@ -43,7 +44,7 @@ fi
 
 tests_summary="skipped"
 if [[ ${TESTS:-1} == 1 ]]; then
-  (cd "$BUILD" && ctest -L gpu -R "distributed|ddp|mpi" --output-on-failure) >"$LOGS/gpu-tests.log" 2>&1
+  (cd "$BUILD" && ctest -L gpu -R "${TESTS_REGEX:-distributed|ddp|zero|mpi}" --output-on-failure) >"$LOGS/gpu-tests.log" 2>&1
   tests_summary="$(grep -E 'tests passed|tests failed' "$LOGS/gpu-tests.log" | tail -1)"
   grep -E "Failed|Passed|\*\*\*" "$LOGS/gpu-tests.log" | tail -20
 fi
@@ -116,6 +117,11 @@ precis_run "precis-eager" 1
 precis_run "precis-eager" "$NGPUS"
 precis_run "precis-traced" 1 -- profile.trace="$LOGS/trace-1gpu.json" profile.trace_step=$((WARMUP + 1))
 precis_run "precis-traced" "$NGPUS" -- profile.trace="$LOGS/trace-${NGPUS}gpu.json" profile.trace_step=$((WARMUP + 1))
+precis_run "precis-zero1" "$NGPUS" -- distributed.zero=1
+precis_run "precis-zero1-graphs" "$NGPUS" -- distributed.zero=1 cuda_graphs=true
+for t in "$LOGS"/trace-*.json; do
+  [[ -f $t ]] && python3 scripts/trace_timeline.py "$t" >"${t%.json}-timeline.txt" 2>&1
+done
 # mpirun's default for 2 ranks binds each to one core (its host thread, the batch prefetch and
 # NCCL's proxy share it); the runs above use --bind-to none.
 MPI="mpirun --allow-run-as-root" precis_run "precis-graphs-boundcore" "$NGPUS" -- cuda_graphs=true
@@ -145,6 +151,7 @@ if [[ ${SIMULATE:-0} == 1 ]]; then
 fi
 "$BUILD/precis" device >"$LOGS/device.txt" 2>&1
 (cd "$LOGS" && tar czf "$OUT/ddp-logs.tgz" ./*.log ./*.txt 2>/dev/null)
+rm -f "$LOGS"/*.json  # large; their timelines are in the archive
 
 echo
 echo "==== ddp-check summary ($(head -1 "$OUT/gpu.txt"), $NGPUS GPUs, $(($(date +%s) - start)) s) ===="

@@ -326,11 +326,25 @@ CheckpointModel module_checkpoint_model(nn::Module& model, Json config) {
 
 std::string save_checkpoint(const std::string& dir, int64_t step, models::GPT2& model,
                             const optim::Optimizer* optimizer, const Json& train_state, int64_t keep_last) {
-  return save_checkpoint(dir, step, gpt2_checkpoint_model(model), optimizer, train_state, keep_last);
+  return save_checkpoint(dir, step, gpt2_checkpoint_model(model),
+                         optimizer ? optimizer->state_dict() : std::map<std::string, Tensor>(), train_state, keep_last);
+}
+
+std::string save_checkpoint(const std::string& dir, int64_t step, models::GPT2& model,
+                            const std::map<std::string, Tensor>& optimizer_state, const Json& train_state,
+                            int64_t keep_last) {
+  return save_checkpoint(dir, step, gpt2_checkpoint_model(model), optimizer_state, train_state, keep_last);
 }
 
 std::string save_checkpoint(const std::string& dir, int64_t step, const CheckpointModel& model,
                             const optim::Optimizer* optimizer, const Json& train_state, int64_t keep_last) {
+  return save_checkpoint(dir, step, model, optimizer ? optimizer->state_dict() : std::map<std::string, Tensor>(),
+                         train_state, keep_last);
+}
+
+std::string save_checkpoint(const std::string& dir, int64_t step, const CheckpointModel& model,
+                            const std::map<std::string, Tensor>& optimizer_state, const Json& train_state,
+                            int64_t keep_last) {
   const std::string name = checkpoint_step_name(step);
   const fs::path root(dir), target = root / name, tmp = root / (name + ".tmp");
   std::error_code ec;
@@ -342,8 +356,7 @@ std::string save_checkpoint(const std::string& dir, int64_t step, const Checkpoi
 
   write_safetensors((tmp / kModelFile).string(), model.tensors(), {{"format", "pt"}});
   std::vector<nn::NamedTensor> state;
-  if (optimizer)
-    for (const auto& [key, value] : optimizer->state_dict()) state.push_back({kOptimizerPrefix + key, value});
+  for (const auto& [key, value] : optimizer_state) state.push_back({kOptimizerPrefix + key, value});
   write_safetensors((tmp / kTrainStateFile).string(), state, {{"train_state", train_state.dump()}});
   write_text_file(tmp / kConfigFile, model.config().dump() + "\n");
   fsync_directory(tmp);
@@ -394,10 +407,27 @@ std::optional<models::GPT2Config> checkpoint_model_config(const std::string& pat
 }
 
 Json load_checkpoint(const std::string& path_or_dir, models::GPT2& model, optim::Optimizer* optimizer) {
-  return load_checkpoint(path_or_dir, gpt2_checkpoint_model(model), optimizer);
+  OptimizerStateLoader load_optimizer;
+  if (optimizer)
+    load_optimizer = [optimizer](const std::map<std::string, Tensor>& state) { optimizer->load_state_dict(state); };
+  return load_checkpoint_into(path_or_dir, gpt2_checkpoint_model(model), load_optimizer);
+}
+
+Json load_checkpoint_into(const std::string& path_or_dir, models::GPT2& model,
+                          const OptimizerStateLoader& load_optimizer) {
+  return load_checkpoint_into(path_or_dir, gpt2_checkpoint_model(model), load_optimizer);
 }
 
 Json load_checkpoint(const std::string& path_or_dir, const CheckpointModel& model, optim::Optimizer* optimizer) {
+  OptimizerStateLoader load_optimizer;
+  if (optimizer)
+    load_optimizer = [optimizer](const std::map<std::string, Tensor>& state) { optimizer->load_state_dict(state); };
+  return load_checkpoint_into(path_or_dir, model, load_optimizer);
+}
+
+Json load_checkpoint_into(const std::string& path_or_dir, const CheckpointModel& model,
+                          const OptimizerStateLoader& load_optimizer) {
+  const bool optimizer = static_cast<bool>(load_optimizer);
   const std::string target = resolve_checkpoint(path_or_dir);
   std::error_code ec;
   const fs::path config = config_path_for(target);
@@ -441,7 +471,7 @@ Json load_checkpoint(const std::string& path_or_dir, const CheckpointModel& mode
   load_weights_file(model_file, model);
   if (optimizer) {
     try {
-      optimizer->load_state_dict(optimizer_state);
+      load_optimizer(optimizer_state);
     } catch (const Error& e) {
       PRECIS_FAIL("checkpoint '", state_file, "': ", e.what());
     }

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -64,18 +65,17 @@ CheckpointModel gpt2_checkpoint_model(models::GPT2& model);
 // state_dict) loaded with load_state_dict; `config` is config.json.
 CheckpointModel module_checkpoint_model(nn::Module& model, Json config);
 
-// The generic forms of save_checkpoint and load_checkpoint below.
-std::string save_checkpoint(const std::string& dir, int64_t step, const CheckpointModel& model,
-                            const optim::Optimizer* optimizer, const Json& train_state, int64_t keep_last);
-Json load_checkpoint(const std::string& path_or_dir, const CheckpointModel& model,
-                     optim::Optimizer* optimizer = nullptr);
-
 // Writes dir/step_XXXXXXXX/ (see above), points dir/latest at it, then deletes
 // the step folders older than the newest `keep_last` (keep_last <= 0 keeps all;
 // folders of later steps, from another run, are left alone). `optimizer` may
 // be null (weights only). Call it from one process (rank 0). Returns the step folder's path.
 std::string save_checkpoint(const std::string& dir, int64_t step, models::GPT2& model,
                             const optim::Optimizer* optimizer, const Json& train_state, int64_t keep_last);
+// The same with the optimizer's state given as Optimizer::state_dict() would give it (ZeRO-1:
+// the state gathered from the ranks' shards, distributed/zero.h).
+std::string save_checkpoint(const std::string& dir, int64_t step, models::GPT2& model,
+                            const std::map<std::string, Tensor>& optimizer_state, const Json& train_state,
+                            int64_t keep_last);
 
 // The step folder a path names: a checkpoint directory with `latest` (followed),
 // or a step folder itself. Errors say what is missing.
@@ -89,6 +89,23 @@ bool has_checkpoint(const std::string& dir);
 // `path_or_dir`: a checkpoint directory, a step folder, or a bare model
 // .safetensors file (weights only, as Hugging Face publishes them).
 Json load_checkpoint(const std::string& path_or_dir, models::GPT2& model, optim::Optimizer* optimizer = nullptr);
+// The same with the optimizer's state handed, as Optimizer::state_dict() gave it, to
+// `load_optimizer` (ZeRO-1: which cuts this rank's shard out of it) instead of an optimizer;
+// its errors are reported as the checkpoint's.
+using OptimizerStateLoader = std::function<void(const std::map<std::string, Tensor>& state)>;
+Json load_checkpoint_into(const std::string& path_or_dir, models::GPT2& model,
+                          const OptimizerStateLoader& load_optimizer);
+
+// The forms of save_checkpoint and load_checkpoint above for any model (the GPT-2 ones call these).
+std::string save_checkpoint(const std::string& dir, int64_t step, const CheckpointModel& model,
+                            const optim::Optimizer* optimizer, const Json& train_state, int64_t keep_last);
+std::string save_checkpoint(const std::string& dir, int64_t step, const CheckpointModel& model,
+                            const std::map<std::string, Tensor>& optimizer_state, const Json& train_state,
+                            int64_t keep_last);
+Json load_checkpoint(const std::string& path_or_dir, const CheckpointModel& model,
+                     optim::Optimizer* optimizer = nullptr);
+Json load_checkpoint_into(const std::string& path_or_dir, const CheckpointModel& model,
+                          const OptimizerStateLoader& load_optimizer);
 
 // The model configuration stored beside a checkpoint's weights (the config.json
 // of its step folder, or beside a bare .safetensors file), so `sample` can build

@@ -417,7 +417,6 @@ class ConfigReader {
   void resolve_batch();
   void resolve_schedule();
   void check_profile() const;
-  void check_distributed() const;
 
   TrainConfig& config_;
   std::string source_;
@@ -674,13 +673,6 @@ void ConfigReader::check_profile() const {
            std::to_string(config_.max_steps) + ") so that the traced step runs");
 }
 
-void ConfigReader::check_distributed() const {
-  if (config_.distributed.zero == 0) return;
-  fail(where_set({"distributed.zero"}),
-       "'distributed.zero: 1' (ZeRO-1, the optimizer state sharded across ranks) is not implemented yet; use 0 "
-       "(plain data parallelism: every rank holds the whole optimizer state)");
-}
-
 void ConfigReader::resolve_schedule() {
   if (config_.schedule.decay_steps == -1) config_.schedule.decay_steps = config_.max_steps;
 }
@@ -694,7 +686,6 @@ void ConfigReader::finish() {
   resolve_batch();
   resolve_schedule();
   check_profile();
-  check_distributed();
 }
 
 YAML::Node parse_yaml(const std::string& yaml_text, const std::string& source_name) {

@@ -95,7 +95,7 @@ struct DistributedConfig {
   double bucket_mb = 25;         // gradient bucket size (MiB), after the first
   double first_bucket_mb = 1;    // the first bucket (the last layers' gradients): small, so comm starts early
   double timeout_s = 300;        // the rendezvous' and every collective's wait before a rank fails (the watchdog)
-  int64_t zero = 0;              // 0: plain DDP; 1 (ZeRO-1, sharded optimizer state) is not implemented yet
+  int64_t zero = 0;              // 0: plain DDP; 1: ZeRO-1, optimizer state sharded (distributed/zero.h)
 };
 
 struct TrainConfig {

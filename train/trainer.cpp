@@ -147,7 +147,9 @@ models::GPT2& Trainer::gpt2() {
 void Trainer::setup_model() {
   std::optional<DType> param_dtype;
   if (policy_.param_dtype != DType::f32) param_dtype = policy_.param_dtype;
-  flat_ = nn::flatten_parameters(model(), device_, param_dtype);
+  // ZeRO-1 pads every flat buffer into world_size equal shards (distributed/zero.h).
+  const bool zero = group_ && config_.distributed.zero == 1;
+  flat_ = nn::flatten_parameters(model(), device_, param_dtype, zero ? world_size_ : 1);
   if (group_) {
     // Before the optimizer copies them (master weights): every rank starts from rank 0's parameters.
     distributed::broadcast_parameters(*flat_, *group_);
@@ -156,10 +158,13 @@ void Trainer::setup_model() {
     options.bucket_sizes.first_bytes = static_cast<int64_t>(dist.first_bucket_mb * (1 << 20));
     options.bucket_sizes.bytes = static_cast<int64_t>(dist.bucket_mb * (1 << 20));
     options.reduce_dtype = policy_.grad_reduce_dtype;
+    options.shard = zero;
     reducer_ = std::make_unique<distributed::Reducer>(flat_, group_, options);
+    if (zero) zero_ = std::make_unique<distributed::Zero1>(flat_, group_, *reducer_);
   }
   const OptimizerConfig& o = config_.optimizer;
   auto groups = optim::default_param_groups(model(), o.weight_decay);
+  if (zero_) groups = zero_->shard_groups(groups);  // the optimizer steps this rank's shard only
   if (o.name == "adamw") {
     optim::AdamWOptions options{o.lr, o.beta1, o.beta2, o.eps};
     options.master_weights = policy_.master_weights;
@@ -357,14 +362,40 @@ void Trainer::finish_step(Profiler* profiler) {
   {
     MaybePhase phase(profiler, "optimizer");
     const Tensor found_inf = scaler_->found_inf();  // both undefined without loss scaling
-    optim::clip_grad_norm(model().parameters(), config_.optimizer.grad_clip, scaler_->scale_tensor(), found_inf,
-                          grad_norm_);
+    if (zero_) {
+      // The shard's gradients, their sum of squares summed over the ranks: the whole gradient's norm.
+      std::vector<Tensor> shard_params;
+      for (const optim::ParamGroup& group : optimizer_->param_groups())
+        shard_params.insert(shard_params.end(), group.params.begin(), group.params.end());
+      optim::clip_grad_norm(shard_params, config_.optimizer.grad_clip, scaler_->scale_tensor(), found_inf, grad_norm_,
+                            [this](const Tensor& sum) { zero_->sum_over_ranks(sum); });
+    } else {
+      optim::clip_grad_norm(model().parameters(), config_.optimizer.grad_clip, scaler_->scale_tensor(), found_inf,
+                            grad_norm_);
+    }
     optimizer_->step({.grad_factor = grad_norm_.select(0, 1), .skip_if = found_inf});
+    if (zero_) zero_->gather_parameters();  // every rank's updated shard into every rank's parameters
   }
   if (scaler_->enabled()) {
     MaybePhase phase(profiler, "scaler");
     scaler_->update();
   }
+}
+
+// What ZeRO-1 saves: the optimizer state this rank holds against the whole, unsharded state.
+void Trainer::print_zero_line() const {
+  int64_t mine = 0, all = 0;
+  for (size_t b = 0; b < flat_->buffers().size(); ++b) {
+    const int64_t per_element = optimizer_->state_bytes_per_element(flat_->buffers()[b].dtype);
+    mine += per_element * zero_->shard_elements(b);
+    all += per_element * zero_->total_elements(b);
+  }
+  std::cout << "data parallel: " << world_size_ << " ranks (" << group_->backend_name() << "), rank 0 on " << device_
+            << "; the batch below is per rank; ZeRO-1: " << reducer_->buckets().size()
+            << " gradient buckets, reduce-scattered in " << dtype_name(policy_.grad_reduce_dtype)
+            << ", optimizer state " << mine << " bytes (" << static_cast<double>(mine) / (1 << 20)
+            << " MiB) on rank 0 of " << all << " bytes (" << static_cast<double>(all) / (1 << 20)
+            << " MiB) unsharded\n";
 }
 
 bool Trainer::report_due() const {
@@ -425,6 +456,14 @@ Json Trainer::train_state() const {
 }
 
 void Trainer::save_checkpoint() {
+  if (zero_) {
+    // Every rank gives its shard; rank 0 writes the whole state, as an unsharded run would.
+    const std::map<std::string, Tensor> state = zero_->gather_state(optimizer_->state_dict());
+    if (is_main())
+      train::save_checkpoint(config_.checkpoint.dir, step_, task_->checkpoint_model(), state, train_state(),
+                             config_.checkpoint.keep_last);
+    return;
+  }
   if (!is_main()) return;  // every rank holds the same parameters and optimizer state
   train::save_checkpoint(config_.checkpoint.dir, step_, task_->checkpoint_model(), optimizer_.get(), train_state(),
                          config_.checkpoint.keep_last);
@@ -438,7 +477,12 @@ bool Trainer::try_resume() {
                 << "' yet; starting from step 0\n";
     return false;
   }
-  Json state = load_checkpoint(config_.checkpoint.dir, task_->checkpoint_model(), optimizer_.get());
+  // The checkpoint holds the whole optimizer state (of any world size, sharded or not): under
+  // ZeRO-1 each rank takes its shard of it.
+  OptimizerStateLoader load_optimizer = [this](const std::map<std::string, Tensor>& full) {
+    optimizer_->load_state_dict(zero_ ? zero_->shard_state(full) : full);
+  };
+  Json state = load_checkpoint_into(config_.checkpoint.dir, task_->checkpoint_model(), load_optimizer);
   const std::string saved_task = state.contains("task") ? state.at("task").as_string() : "language_model";
   PRECIS_CHECK(saved_task == config_.task, "checkpoint in '", config_.checkpoint.dir, "' was written by a ", saved_task,
                " run; this run is ", config_.task, "; resume with the same task or another checkpoint.dir");
@@ -490,10 +534,11 @@ void Trainer::log_interval(double loss, double grad_norm, double lr, double inte
 void Trainer::run() {
   bool resumed = try_resume();
   if (is_main()) metrics_.open((fs::path(config_.out_dir) / "metrics.jsonl").string(), /*append=*/resumed);
-  if (is_main() && group_)
+  if (is_main() && group_ && !zero_)
     std::cout << "data parallel: " << world_size_ << " ranks (" << group_->backend_name() << "), rank 0 on " << device_
               << "; the batch below is per rank; " << reducer_->buckets().size() << " gradient buckets, reduced in "
               << dtype_name(policy_.grad_reduce_dtype) << "\n";
+  if (is_main() && zero_) print_zero_line();
   if (is_main())
     std::cout << "precis: " << task_->describe() << " on " << device_ << "; " << task_->data_description() << "\n"
               << "precision " << policy_.describe() << "\n";

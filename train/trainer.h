@@ -41,6 +41,7 @@
 #include "core/profiler.h"
 #include "distributed/process_group.h"
 #include "distributed/reducer.h"
+#include "distributed/zero.h"
 #include "models/gpt2.h"
 #include "nn/flat_parameters.h"
 #include "optim/lr_schedule.h"
@@ -83,6 +84,8 @@ class Trainer {
   Task& task() { return *task_; }
   // The GPT-2 of a language-model run (an error for another task).
   models::GPT2& gpt2();
+  // This rank's optimizer (under ZeRO-1: over its shard of the parameters).
+  const optim::Optimizer& optimizer() const { return *optimizer_; }
   const TrainConfig& config() const { return config_; }
   const amp::PrecisionPolicy& policy() const { return policy_; }
   const amp::GradScaler& scaler() const { return *scaler_; }
@@ -119,6 +122,7 @@ class Trainer {
   void resolve_step_values();
   void save_checkpoint();
   bool report_due() const;
+  void print_zero_line() const;
   void start_numerics();
   void finish_numerics(const std::vector<Tensor>& params_before);
   bool try_resume();
@@ -130,6 +134,7 @@ class Trainer {
   Device device_;
   std::shared_ptr<distributed::ProcessGroup> group_;  // null for one process
   std::unique_ptr<distributed::Reducer> reducer_;     // with group_
+  std::unique_ptr<distributed::Zero1> zero_;          // with group_ and distributed.zero 1
   int rank_ = 0, world_size_ = 1;
   std::unique_ptr<Task> task_;
   std::shared_ptr<nn::FlatParameters> flat_;

@@ -133,16 +133,20 @@ class NcclProcessGroup final : public ProcessGroup {
     });
   }
 
-  std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) override {
+  std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op,
+                                       Profiler* profiler) override {
     check_collective_tensor(*this, output, "reduce_scatter");
     check_collective_tensor(*this, input, "reduce_scatter");
     check_gathered_sizes(*this, input, output, "reduce_scatter");
     check_reduce_op(input, op, "reduce_scatter");
-    return enqueue("reduce_scatter", {output, input}, [&](ncclComm_t comm, cudaStream_t stream) {
-      PRECIS_NCCL_CHECK(ncclReduceScatter(input.raw_data(), output.raw_data(), output.numel(), nccl_type(input.dtype()),
-                                          nccl_op(op), comm, stream),
-                        "reduce_scatter");
-    });
+    return enqueue(
+        "reduce_scatter", {output, input},
+        [&](ncclComm_t comm, cudaStream_t stream) {
+          PRECIS_NCCL_CHECK(ncclReduceScatter(input.raw_data(), output.raw_data(), output.numel(),
+                                              nccl_type(input.dtype()), nccl_op(op), comm, stream),
+                            "reduce_scatter");
+        },
+        profiler);
   }
 
   // An all-reduce of one element every rank must join, then the host waits for it.

@@ -147,7 +147,8 @@ void sum_of_squares_into(const std::vector<Tensor>& tensors, double* partial, do
 }  // namespace
 
 void grad_norm_and_factor(const std::vector<Tensor>& tensors, double max_norm, const Tensor& scale,
-                          const Tensor& found_inf, const Tensor& out) {
+                          const Tensor& found_inf, const Tensor& out,
+                          const std::function<void(const Tensor&)>& reduce_sum) {
   const char* op = "clip_grad_norm";
   cudaStream_t stream = stream_for(out);
   Tensor buffer;  // the partials, then the total
@@ -158,6 +159,12 @@ void grad_norm_and_factor(const std::vector<Tensor>& tensors, double max_norm, c
     double* partial = static_cast<double*>(buffer.raw_data());
     total = partial + blocks;
     sum_of_squares_into(tensors, partial, total, stream);
+    if (reduce_sum) reduce_sum(buffer.slice(0, blocks, blocks + 1));
+  } else if (reduce_sum) {
+    // No gradients here, but this rank's zero still joins the other ranks' sum.
+    buffer = zeros({1}, DType::f64, out.device());
+    total = static_cast<double*>(buffer.raw_data());
+    reduce_sum(buffer);
   }
   precis::cuda::launch(norm_and_factor_kernel, 1, 1, 0, stream, total, max_norm,
                        scale.defined() ? scale.data<double>() : nullptr,

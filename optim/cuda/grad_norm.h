@@ -4,6 +4,7 @@
 // each block a chunk of one tensor.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "core/tensor.h"
@@ -16,8 +17,11 @@ inline constexpr int kGradNormBatch = 256;
 // block adds the partials in a fixed order, so the result is the same on every run), then
 // optim/grad_norm_rule.h's rule in a one-thread kernel: out = {norm, factor}, and
 // *found_inf when given. `scale`, `found_inf`: f64 scalars or undefined; `out` a dense
-// f64 [2]; all on the tensors' device. Nothing is copied back: capturable into a CUDA graph.
+// f64 [2]; all on the tensors' device. `reduce_sum`, when given, is called with the total
+// (an f64 [1] on the device) between the sum and the rule (optim/clip_grad.h). Nothing is
+// copied back: capturable into a CUDA graph.
 void grad_norm_and_factor(const std::vector<Tensor>& tensors, double max_norm, const Tensor& scale,
-                          const Tensor& found_inf, const Tensor& out);
+                          const Tensor& found_inf, const Tensor& out,
+                          const std::function<void(const Tensor&)>& reduce_sum = {});
 
 }  // namespace precis::optim::cuda

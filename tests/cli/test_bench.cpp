@@ -134,6 +134,7 @@ TEST(Bench, WrongArgumentsAreOneClearLine) {
       {"bench gpt2 --attention fast --device cpu", "'model.attention' must be one of"},
       {"bench gpt2 --seq 0", "bench: --seq must be an integer >= 1, got '0'"},
       {"bench gpt2 --device tpu", "'device' must be one of auto, cpu, cuda, cuda:N, got 'tpu'"},
+      {"bench gpt2 --zero 2 --device cpu", "'distributed.zero' must be 0 or 1, got 2"},
       {"bench gpt2 --preset tiny --device cpu --trace /no-such-dir/t.json",
        "cannot write profile.trace '/no-such-dir/t.json'"},
   };

@@ -27,6 +27,12 @@ inline const distributed::LaunchInfo& launch() {
 }
 inline Device my_gpu() { return distributed::rank_device(launch(), Device::cuda()); }
 
+// Returns once every rank has called it (through MPI, whatever the GPUs are doing).
+inline void mpi_barrier() {
+  int token = 0;
+  distributed::mpi_broadcast_bytes(&token, sizeof token, 0);
+}
+
 // The group of the run, its unique id shared through MPI (mpirun sets no MASTER_ADDR).
 inline const std::shared_ptr<distributed::ProcessGroup>& nccl_world() {
   static const std::shared_ptr<distributed::ProcessGroup> group =

@@ -1,5 +1,6 @@
 // Bucket assignment as a pure function of the flat buffers' layout: sizes,
-// reverse registration order, contiguous slices, one dtype per bucket.
+// reverse registration order, contiguous slices, one dtype per bucket; ZeRO-1's buckets
+// tile each buffer in aligned multiples of the world size, parameters cut between them.
 #include <gtest/gtest.h>
 
 #include "distributed/buckets.h"
@@ -92,4 +93,39 @@ TEST(Buckets, BucketsOfAFlatModelAreContiguousSlicesCoveringEveryParameter) {
 
 TEST(Buckets, SizesMustBePositive) {
   expect_error([] { assign_buckets({}, BucketSizes{0, 100}); }, "bucket sizes must be positive");
+}
+
+TEST(ShardBuckets, TileTheBufferFromItsEndInWorldSizeMultiplesOfTheAlignment) {
+  // f32 slots of 100 elements, 800 in all, alignment 16, 2 ranks: granule 32 elements.
+  BufferLayout layout = packed(DType::f32, std::vector<int64_t>(8, 100));
+  layout.numel = 800;
+  layout.alignment = 16;
+  // First bucket 600 bytes = 150 elements -> 160; then 1200 bytes = 300 -> 320; the rest 320.
+  auto buckets = distributed::assign_shard_buckets({layout}, BucketSizes{600, 1200}, 2);
+  ASSERT_EQ(buckets.size(), 3u);
+  EXPECT_EQ(buckets[0].begin, 640);
+  EXPECT_EQ(buckets[0].end, 800);
+  EXPECT_EQ(buckets[1].begin, 320);
+  EXPECT_EQ(buckets[1].end, 640);
+  EXPECT_EQ(buckets[2].begin, 0);
+  EXPECT_EQ(buckets[2].end, 320);
+  // Slots 6 (600..699) and 3 (300..399) straddle a boundary: each is in both buckets it touches.
+  EXPECT_EQ(slots_of(buckets), (std::vector<std::vector<size_t>>{{7, 6}, {6, 5, 4, 3}, {3, 2, 1, 0}}));
+}
+
+TEST(ShardBuckets, APaddingOnlyBucketHasNoSlotsAndABadSizeIsAnError) {
+  BufferLayout layout = packed(DType::f64, {10});
+  layout.numel = 64;
+  layout.alignment = 8;
+  // 2 ranks, granule 16: buckets of at least 16 elements from the end; only the last holds slot 0.
+  auto buckets = distributed::assign_shard_buckets({layout}, BucketSizes{8, 8}, 2);
+  ASSERT_EQ(buckets.size(), 4u);
+  for (size_t k = 0; k < 3; ++k) EXPECT_TRUE(buckets[k].slots.empty()) << k;
+  EXPECT_EQ(buckets[3].slots, (std::vector<size_t>{0}));
+  layout.numel = 60;
+  expect_error(
+      [&] {
+        distributed::assign_shard_buckets({layout}, BucketSizes{8, 8}, 2);
+      },
+      "not a multiple of 16 (world size 2 x alignment 8)");
 }

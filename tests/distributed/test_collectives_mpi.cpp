@@ -3,6 +3,7 @@
 // rank's input, and the values are exact in every dtype, so the comparisons are too).
 #include <gtest/gtest.h>
 
+#include "core/copy.h"
 #include "distributed/collective_inputs.h"
 #include "distributed/mpi_world.h"
 #include "support/errors.h"
@@ -116,6 +117,33 @@ TEST(MpiCollectives, ReduceScatterGivesEachRankItsChunkOfTheReduction) {
                 std::vector<double>(all.begin() + rank * chunk, all.begin() + (rank + 1) * chunk))
           << dtype << " " << distributed::reduce_op_name(op);
       EXPECT_EQ(input.to_vector<double>(), input_values(rank, chunk * world)) << "the input is left as it was";
+    }
+  }
+}
+
+TEST(MpiCollectives, InPlaceAllGatherAndReduceScatterUseThisRanksChunk) {
+  // ZeRO-1's calls: the input of all_gather, and the output of reduce_scatter, is this rank's
+  // chunk of the other tensor.
+  const int64_t chunk = 29;
+  const int world = mpi_world().world_size();
+  const int rank = mpi_world().rank();
+  for (DType dtype : kFloatDtypes) {
+    Tensor gathered = full({world * chunk}, -99.0, dtype);
+    Tensor mine = gathered.slice(0, rank * chunk, (rank + 1) * chunk);
+    copy_(mine, input_tensor(dtype, rank, chunk));
+    mpi_world().all_gather(gathered, mine)->wait();
+    std::vector<double> expected;
+    for (int r = 0; r < world; ++r)
+      for (double v : input_values(r, chunk)) expected.push_back(v);
+    EXPECT_EQ(gathered.to_vector<double>(), expected) << dtype;
+
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
+      Tensor input = input_tensor(dtype, rank, chunk * world);
+      mpi_world().reduce_scatter(input.slice(0, rank * chunk, (rank + 1) * chunk), input, op)->wait();
+      std::vector<double> all = reduced_values(chunk * world, op, world), got = input.to_vector<double>();
+      EXPECT_EQ(std::vector<double>(got.begin() + rank * chunk, got.begin() + (rank + 1) * chunk),
+                std::vector<double>(all.begin() + rank * chunk, all.begin() + (rank + 1) * chunk))
+          << dtype << " " << distributed::reduce_op_name(op);
     }
   }
 }

@@ -12,10 +12,8 @@
 #include <fstream>
 
 #include "data/tokenize.h"
-#include "distributed/mpi_world.h"
 #include "support/errors.h"
-#include "train/config.h"
-#include "train/trainer.h"
+#include "trainer_mpi.h"
 
 using namespace precis;
 using namespace precis::testing;  // NOLINT: the test helpers of this folder and support/
@@ -26,69 +24,10 @@ namespace {
 int rank() { return mpi_world().rank(); }
 int world_size() { return mpi_world().world_size(); }
 
-fs::path test_root() { return fs::temp_directory_path() / "precis_trainer_ddp"; }
-
-// A directory for this test (`per_rank`: one per rank), empty.
-std::string fresh_dir(const std::string& name, bool per_rank = false) {
-  fs::path dir = test_root() / (per_rank ? name + "_rank" + std::to_string(rank()) : name);
-  if (per_rank || rank() == 0) fs::remove_all(dir);
-  mpi_world().barrier();
-  return dir.string();
-}
-
-// A small text of words in a seeded order, written once by rank 0 (every rank reads it).
-std::string text_file() {
-  const fs::path path = test_root() / "words.txt";
-  if (rank() == 0) {
-    fs::create_directories(test_root());
-    const char* words[] = {"the ", "quick ", "brown ", "fox ", "jumps ", "over ", "a ", "lazy ", "dog. ", "\n"};
-    std::ofstream out(path);
-    uint64_t state = 12345;
-    for (int i = 0; i < 4000; ++i) {
-      state = state * 6364136223846793005ull + 1442695040888963407ull;
-      out << words[(state >> 33) % 10];
-    }
-  }
-  mpi_world().barrier();
-  return path.string();
-}
-
-// A tiny GPT-2 in f32 on the CPU: `rows` rows per rank and micro-step, `accum` micro-steps.
+const TrainerMpiFiles files("precis_trainer_ddp");
+std::string fresh_dir(const std::string& name, bool per_rank = false) { return files.fresh_dir(name, per_rank); }
 train::TrainConfig tiny_config(const std::string& out_dir, int64_t rows, int64_t accum, int64_t steps = 4) {
-  return train::parse_config(
-      R"(
-model: {n_layer: 2, n_head: 2, n_embd: 32, block_size: 16}
-data: {tokenizer: char, order: random}
-precision: fp32
-optimizer: {lr: 1.0e-2, weight_decay: 0.1}
-schedule: {kind: cosine, warmup_steps: 1, min_lr: 1.0e-3}
-sample: {tokens: 0}
-eval_steps: 2
-log_interval: 2
-device: cpu
-threads: 1
-distributed: {bucket_mb: 0.005, first_bucket_mb: 0.001}
-)",
-      {"data.text_file=" + text_file(), "out_dir=" + out_dir, "batch.micro_batch=" + std::to_string(rows),
-       "batch.seq_len=16", "batch.grad_accum=" + std::to_string(accum), "max_steps=" + std::to_string(steps),
-       "eval_interval=" + std::to_string(steps)});
-}
-
-std::vector<float> parameters_of(train::Trainer& trainer) {
-  std::vector<float> all;
-  for (const Tensor& p : trainer.model().parameters()) {
-    std::vector<float> values = p.to_vector<float>();
-    all.insert(all.end(), values.begin(), values.end());
-  }
-  return all;
-}
-
-double max_abs_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double most = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-    most = std::max(most, std::abs(static_cast<double>(a[i]) - static_cast<double>(b[i])));
-  return most;
+  return files.tiny_config(out_dir, rows, accum, steps);
 }
 
 // Data-parallel training on every rank (`rows` per rank, `accum` micro-steps) against one
@@ -113,11 +52,7 @@ void expect_same_training(int64_t rows, int64_t accum, int64_t reference_rows, i
   // other summation order stays far below that.
   EXPECT_LT(max_abs_difference(parameters_of(ddp), parameters_of(reference)), 2e-5);
   // Every rank holds the same parameters, bit for bit: rank 0's reach the others unchanged.
-  std::vector<float> mine = parameters_of(ddp);
-  Tensor local = from_vector<float>(mine, {static_cast<int64_t>(mine.size())});
-  Tensor from_rank0 = local.clone();
-  mpi_world().broadcast(from_rank0, 0)->wait();
-  EXPECT_EQ(from_rank0.to_vector<float>(), mine) << "rank " << rank();
+  EXPECT_TRUE(same_on_every_rank(parameters_of(ddp))) << "rank " << rank();
 }
 
 }  // namespace

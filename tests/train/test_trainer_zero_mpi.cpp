@@ -1,0 +1,100 @@
+// The Trainer under ZeRO-1 (distributed.zero: 1, MPI backend, CPU), run by mpirun on N
+// ranks: it trains as plain DDP does (the same losses and parameters to f32 round-off,
+// gradients clipped on every step, with and without accumulation); each rank holds
+// about 1/N of the optimizer state and says so at the start; a checkpoint it writes
+// holds the whole state, so it resumes under zero 0, under zero 1 and in one process.
+#include <gtest/gtest.h>
+
+#include "trainer_mpi.h"
+
+using namespace precis;
+using namespace precis::testing;  // NOLINT: the test helpers of this folder and support/
+
+namespace {
+
+int rank() { return mpi_world().rank(); }
+int world_size() { return mpi_world().world_size(); }
+
+const TrainerMpiFiles files("precis_trainer_zero");
+
+// The tiny config with distributed.zero `zero`, its gradients clipped at every step.
+train::TrainConfig config_of(const std::string& name, int64_t zero, int64_t rows, int64_t accum, int64_t steps = 4,
+                             bool per_rank = false) {
+  train::TrainConfig config = files.tiny_config(files.fresh_dir(name, per_rank), rows, accum, steps);
+  config.distributed.zero = zero;
+  config.optimizer.grad_clip = 0.05;  // the tiny model's gradient norm is above it
+  config.schedule.decay_steps = 4;    // runs of 2 steps follow the 4-step schedule
+  return config;
+}
+
+void expect_same_run(train::Trainer& a, train::Trainer& b, size_t first_loss = 0) {
+  ASSERT_EQ(a.losses().size() + first_loss, b.losses().size());
+  for (size_t i = 0; i < a.losses().size(); ++i)
+    EXPECT_NEAR(a.losses()[i], b.losses()[i + first_loss], 2e-5 * std::abs(b.losses()[i + first_loss]))
+        << "step " << i + first_loss + 1;
+  // AdamW steps of lr <= 1e-2 move a parameter by about 1e-2 each; round-off stays far below.
+  EXPECT_LT(max_abs_difference(parameters_of(a), parameters_of(b)), 2e-5);
+}
+
+void expect_zero_trains_as_ddp(int64_t accum) {
+  train::Trainer zero(config_of("zero", 1, 2, accum), mpi_world_group());
+  zero.run();
+  train::Trainer ddp(config_of("ddp", 0, 2, accum), mpi_world_group());
+  ddp.run();
+  expect_same_run(zero, ddp);
+  for (const train::StepReport& report : ddp.reports()) EXPECT_GT(report.grad_norm, 0.05) << "the test clips";
+  ASSERT_EQ(zero.reports().size(), ddp.reports().size());
+  for (size_t i = 0; i < ddp.reports().size(); ++i)
+    EXPECT_NEAR(zero.reports()[i].grad_norm, ddp.reports()[i].grad_norm, 1e-5 * ddp.reports()[i].grad_norm);
+  EXPECT_TRUE(same_on_every_rank(parameters_of(zero))) << "rank " << rank();
+}
+
+}  // namespace
+
+TEST(TrainerZero1, TrainsAsDdp) { expect_zero_trains_as_ddp(/*accum=*/1); }
+
+TEST(TrainerZero1, TrainsAsDdpWithAccumulation) { expect_zero_trains_as_ddp(/*accum=*/2); }
+
+TEST(TrainerZero1, EachRankHoldsItsShardOfTheStateAndSaysSo) {
+  train::Trainer zero(config_of("state_zero", 1, 2, 1, 2), mpi_world_group());
+  ::testing::internal::CaptureStdout();
+  zero.run();
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  train::Trainer ddp(config_of("state_ddp", 0, 2, 1, 2), mpi_world_group());
+  ddp.run();
+  const int64_t mine = zero.optimizer().state_bytes(), whole = ddp.optimizer().state_bytes();
+  EXPECT_EQ(sum_over_ranks(mine), whole);
+  // A shard is whole / N elements, give or take one parameter's padding to 64 bytes per rank.
+  EXPECT_NEAR(static_cast<double>(mine), static_cast<double>(whole) / world_size(), 0.02 * whole);
+  if (rank() == 0) EXPECT_NE(out.find("optimizer state " + std::to_string(mine) + " bytes"), std::string::npos) << out;
+  if (rank() == 0) EXPECT_NE(out.find("of " + std::to_string(whole) + " bytes"), std::string::npos) << out;
+}
+
+TEST(TrainerZero1, CheckpointResumesUnderZero0Zero1AndInOneProcess) {
+  train::Trainer straight(config_of("resume_straight", 0, 2, 1), mpi_world_group());
+  straight.run();
+  train::Trainer first(config_of("resume_first", 1, 2, 1, 2), mpi_world_group());
+  first.run();
+  mpi_world().barrier();  // rank 0's checkpoint is written
+
+  for (int64_t zero : {0, 1}) {
+    train::TrainConfig config = config_of("resume_zero" + std::to_string(zero), zero, 2, 1);
+    config.checkpoint.dir = first.config().checkpoint.dir;
+    config.checkpoint.resume = true;
+    config.checkpoint.save_final = false;  // the checkpoint stays the one of step 2
+    train::Trainer resumed(config, mpi_world_group());
+    resumed.run();
+    SCOPED_TRACE("resumed under zero " + std::to_string(zero));
+    expect_same_run(resumed, straight, /*first_loss=*/2);
+  }
+
+  // One process on the global batch: the data position is global, so it sees the same windows.
+  train::TrainConfig single = config_of("resume_single", 0, 2 * world_size(), 1, 4, /*per_rank=*/true);
+  single.checkpoint.dir = first.config().checkpoint.dir;
+  single.checkpoint.resume = true;
+  single.checkpoint.save_final = false;
+  train::Trainer resumed(single, nullptr);
+  resumed.run();
+  expect_same_run(resumed, straight, /*first_loss=*/2);
+  mpi_world().barrier();
+}
