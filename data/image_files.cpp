@@ -110,7 +110,12 @@ ImageSet synthetic_images(int64_t count, int64_t channels, int64_t size, int64_t
                channels, ", ", size, ", ", num_classes);
   ImageSet set{count, channels, size, size, num_classes, {}, {}};
   set.pixels.resize(static_cast<size_t>(count * set.image_numel()));
-  for (size_t i = 0; i < set.pixels.size(); ++i) set.pixels[i] = static_cast<uint8_t>(philox_word(seed, 0, i));
+  // Pixel i is a byte of word i % 4 of Philox block i / 4 (philox_word's numbering, one block per four pixels).
+  for (size_t block = 0; block * 4 < set.pixels.size(); ++block) {
+    const Philox4 words = philox4x32(block, 0, seed);
+    for (size_t k = 0; k < 4 && block * 4 + k < set.pixels.size(); ++k)
+      set.pixels[block * 4 + k] = static_cast<uint8_t>(words.x[k]);
+  }
   for (int64_t i = 0; i < count; ++i)
     set.labels.push_back(static_cast<int32_t>(philox_word(seed, 1ull << 40, i) % num_classes));
   return set;
