@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/bench_common.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/gpu.h"
@@ -49,21 +50,6 @@ struct BenchOptions {
   std::vector<std::string> settings;  // KEY=VALUE config overrides, applied after the bench's own
 };
 
-int64_t parse_count(const Options& o, const std::string& name, int64_t fallback, int64_t min) {
-  std::string text = o.get(name, "");
-  if (text.empty()) return fallback;
-  size_t used = 0;
-  int64_t value = -1;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  PRECIS_CHECK(used == text.size() && value >= min, "bench: --", name, " must be an integer >= ", min, ", got '", text,
-               "'");
-  return value;
-}
-
 BenchOptions parse_bench_options(const Args& args) {
   Args rest;
   BenchOptions b;
@@ -84,7 +70,7 @@ BenchOptions parse_bench_options(const Args& args) {
     else
       models += (models.empty() ? "" : " ") + p;
   }
-  PRECIS_CHECK(models == "gpt2", "bench: give the model to benchmark, gpt2 (",
+  PRECIS_CHECK(models == "gpt2", "bench: give the model to benchmark, gpt2 or resnet (",
                models.empty() ? std::string("none given") : "got '" + models + "'", "); ", kUsage);
   b.preset = o.get("preset", b.preset);
   const std::vector<std::string> presets = bench_presets();
@@ -150,14 +136,8 @@ train::TrainConfig bench_config(const BenchOptions& b) {
   }
 }
 
-std::string format(const char* pattern, double value) {
-  char text[64];
-  std::snprintf(text, sizeof text, pattern, value);
-  return text;
-}
-
 void print_figures(const BenchOptions& b, train::Trainer& trainer, const train::SteadyState& s) {
-  const models::GPT2Config& model = trainer.model().config();
+  const models::GPT2Config& model = trainer.gpt2().config();
   Device device = resolve_device(trainer.config().device, /*quiet=*/true);
   const int ranks = trainer.world_size();
   const double tokens_per_step = static_cast<double>(b.batch * b.seq * trainer.config().batch.grad_accum * ranks);
@@ -171,7 +151,7 @@ void print_figures(const BenchOptions& b, train::Trainer& trainer, const train::
 
   std::cout << "\n==== precis bench gpt2 ====\n"
             << "model        " << b.preset << ": " << model.n_layer << " layers, " << model.n_head << " heads, "
-            << model.n_embd << " wide, " << format("%.1f", trainer.model().num_parameters_unpadded() / 1e6)
+            << model.n_embd << " wide, " << format("%.1f", trainer.gpt2().num_parameters_unpadded() / 1e6)
             << "M parameters, attention " << model.attention << "\n"
             << "run          " << device_text << ", " << trainer.policy().describe() << ", B=" << b.batch
             << " x T=" << b.seq
@@ -185,18 +165,7 @@ void print_figures(const BenchOptions& b, train::Trainer& trainer, const train::
             << (b.trace.empty() ? "" : " and the traced step") << "\n"
             << "tokens/s     " << format("%.0f", tokens_per_s) << "\n"
             << "ms/step      " << format("%.2f", s.ms_per_step) << "\n";
-  double phases_ms = 0;
-  for (const auto& [name, ms] : s.phase_ms) {
-    // The all-reduces run during the backward (docs/distributed.md): their time is not a phase of its own.
-    const bool overlapped = name == "comm";
-    if (!overlapped) phases_ms += ms;
-    std::printf("  %-12s %8.2f ms %5.1f%%%s\n", name.c_str(), ms, 100.0 * ms / s.ms_per_step,
-                overlapped ? "   (during backward and comm_exposed; not added)" : "");
-  }
-  double other = std::max(0.0, s.ms_per_step - phases_ms);
-  std::printf("  %-12s %8.2f ms %5.1f%%   (host time outside the phases)\n", "other", other,
-              100.0 * other / s.ms_per_step);
-  std::fflush(stdout);
+  print_phases(s);
   std::cout << "achieved     " << format(tflops >= 1 ? "%.1f" : "%.3g", tflops) << " TFLOP/s"
             << (ranks > 1 ? " per GPU" : "") << " (6N + attention FLOPs per token)\n"
             << "MFU          "
@@ -223,6 +192,7 @@ void print_figures(const BenchOptions& b, train::Trainer& trainer, const train::
 
 int bench_command(const Args& args) {
   if (!args.empty() && args[0] == "attention") return bench_attention_command(Args(args.begin() + 1, args.end()));
+  if (!args.empty() && args[0] == "resnet") return bench_resnet_command(Args(args.begin() + 1, args.end()));
   BenchOptions b = parse_bench_options(args);
   train::TrainConfig config = bench_config(b);
   if (b.preset != "tiny" && !resolve_device(config.device, /*quiet=*/true).is_cuda())

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -18,7 +19,8 @@ namespace {
 
 struct SweepRow {
   std::string policy;
-  double train_loss = 0, val_loss = 0, tokens_per_s = 0;
+  double train_loss = 0, val_loss = 0, items_per_s = 0;
+  std::optional<double> val_accuracy;  // classification
   int64_t peak_bytes = 0, skipped = 0;
 };
 
@@ -32,23 +34,30 @@ std::vector<std::string> split_list(const std::string& text) {
 }
 
 // Median tokens/s over the log lines after the first (which includes warm-up).
-double steady_tokens_per_s(const std::vector<train::StepReport>& reports) {
+double steady_items_per_s(const std::vector<train::StepReport>& reports) {
   std::vector<double> v;
-  for (size_t i = reports.size() > 1 ? 1 : 0; i < reports.size(); ++i) v.push_back(reports[i].tokens_per_s);
+  for (size_t i = reports.size() > 1 ? 1 : 0; i < reports.size(); ++i) v.push_back(reports[i].items_per_s);
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
 
-std::string markdown_table(const std::vector<SweepRow>& rows) {
+// `unit`: what the throughput counts ("tokens", "images").
+std::string markdown_table(const std::vector<SweepRow>& rows, const std::string& unit) {
+  const bool accuracy = !rows.empty() && rows.front().val_accuracy.has_value();
   std::string out =
-      "| precision | final train loss | final val loss | tokens/s | peak memory (MiB) | skipped steps |\n"
-      "|---|---|---|---|---|---|\n";
+      "| precision | final train loss | final val loss |" + std::string(accuracy ? " val accuracy |" : "") + " " +
+      unit + "/s | peak memory (MiB) | skipped steps |\n" + (accuracy ? "|---" : "") + "|---|---|---|---|---|---|\n";
   char line[256];
   for (const auto& r : rows) {
-    std::snprintf(line, sizeof line, "| %s | %.4f | %.4f | %.0f | %.1f | %lld |\n", r.policy.c_str(), r.train_loss,
-                  r.val_loss, r.tokens_per_s, static_cast<double>(r.peak_bytes) / (1 << 20),
-                  static_cast<long long>(r.skipped));
+    std::snprintf(line, sizeof line, "| %s | %.4f | %.4f |", r.policy.c_str(), r.train_loss, r.val_loss);
+    out += line;
+    if (accuracy) {
+      std::snprintf(line, sizeof line, " %.2f%% |", 100.0 * r.val_accuracy.value_or(std::nan("")));
+      out += line;
+    }
+    std::snprintf(line, sizeof line, " %.0f | %.1f | %lld |\n", r.items_per_s,
+                  static_cast<double>(r.peak_bytes) / (1 << 20), static_cast<long long>(r.skipped));
     out += line;
   }
   return out;
@@ -70,7 +79,7 @@ int sweep_command(const Args& args) {
 
   std::vector<SweepRow> rows;
   std::vector<train::PlotSeries> curves;
-  std::string out_dir;
+  std::string out_dir, unit = "tokens";
   for (const std::string& policy : policies) {
     std::vector<std::string> run_overrides = overrides;
     run_overrides.push_back("precision=" + policy);
@@ -85,7 +94,9 @@ int sweep_command(const Args& args) {
     row.policy = policy;
     row.train_loss = trainer.losses().empty() ? std::nan("") : trainer.losses().back();
     row.val_loss = trainer.final_val_loss();
-    row.tokens_per_s = steady_tokens_per_s(trainer.reports());
+    row.items_per_s = steady_items_per_s(trainer.reports());
+    row.val_accuracy = trainer.last_val_accuracy();
+    unit = trainer.task().item_unit() == std::string("img") ? "images" : "tokens";
     row.peak_bytes = trainer.peak_memory_bytes();
     row.skipped = trainer.scaler().skipped_steps();
     rows.push_back(row);
@@ -98,7 +109,7 @@ int sweep_command(const Args& args) {
                           "step", "loss", {curve});
     curves.push_back(curve);
   }
-  std::string table = markdown_table(rows);
+  std::string table = markdown_table(rows, unit);
   std::cout << "\n" << table;
   std::filesystem::path dir(out_dir);
   std::ofstream(dir / "sweep.md") << "# Precision sweep: " << o.positional[0] << "\n\n" << table;

@@ -75,10 +75,14 @@ TokenDataset::TokenDataset(const std::vector<std::string>& files, const TokenDat
       order_(windows_per_shard_, options_.shuffle, options_.seed) {
   for (int64_t windows : windows_per_shard_) num_windows_ += windows;
   for (const TokenFileView& shard : shards_) num_tokens_ += shard.size();
-  start_prefetch();
+  if (options_.prefetch) {
+    prefetch_ = std::make_unique<PrefetchQueue<TokenBatch, WindowCursor>>(
+        [this](WindowCursor& cursor) { return make_batch(cursor); }, options_.prefetch_depth);
+    prefetch_->start(next_);
+  }
 }
 
-TokenDataset::~TokenDataset() { stop_prefetch(); }
+TokenDataset::~TokenDataset() = default;
 
 double TokenDataset::batches_per_epoch() const {
   return static_cast<double>(num_windows_) / static_cast<double>(options_.batch_size * options_.world_size);
@@ -105,16 +109,10 @@ TokenBatch TokenDataset::make_batch(WindowCursor& cursor) {
 }
 
 TokenBatch TokenDataset::next_batch() {
-  if (!options_.prefetch) return make_batch(next_);
-  std::unique_lock<std::mutex> lock(mutex_);
-  ready_.wait(lock, [&] { return !queue_.empty(); });
-  // A failure stays at the head of the queue (the prefetcher has stopped), so every later call reports it too.
-  if (queue_.front().error) std::rethrow_exception(queue_.front().error);
-  Prepared prepared = std::move(queue_.front());
-  queue_.pop_front();
-  space_.notify_one();
-  next_ = prepared.after;
-  return std::move(prepared.batch);
+  if (!prefetch_) return make_batch(next_);
+  auto [batch, after] = prefetch_->take();
+  next_ = after;
+  return std::move(batch);
 }
 
 TokenDatasetPosition TokenDataset::position() const {
@@ -136,51 +134,9 @@ void TokenDataset::restore(const TokenDatasetPosition& position) {
                    cursor.window >= 0,
                "TokenDataset: the data position (epoch ", cursor.epoch, ", shard ", cursor.shard, ", window ",
                cursor.window, ") lies outside a dataset of ", shards_.size(), " shards; it is damaged");
-  stop_prefetch();
+  if (prefetch_) prefetch_->stop();
   next_ = position.cursor;
-  start_prefetch();
-}
-
-void TokenDataset::start_prefetch() {
-  if (!options_.prefetch) return;
-  prefetch_at_ = next_;
-  stop_ = false;
-  prefetcher_ = std::thread([this] { prefetch_loop(); });
-}
-
-void TokenDataset::stop_prefetch() {
-  if (!prefetcher_.joinable()) return;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
-  }
-  space_.notify_all();
-  prefetcher_.join();
-  queue_.clear();
-}
-
-void TokenDataset::prefetch_loop() {
-  while (true) {
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      space_.wait(lock, [&] { return stop_ || static_cast<int64_t>(queue_.size()) < options_.prefetch_depth; });
-      if (stop_) return;
-    }
-    Prepared prepared;
-    try {
-      prepared.batch = make_batch(prefetch_at_);
-      prepared.after = prefetch_at_;
-    } catch (...) {
-      prepared.error = std::current_exception();
-    }
-    bool failed = prepared.error != nullptr;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      queue_.push_back(std::move(prepared));
-    }
-    ready_.notify_one();
-    if (failed) return;
-  }
+  if (prefetch_) prefetch_->start(next_);
 }
 
 }  // namespace precis

@@ -13,17 +13,14 @@
 // with another batch size.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <exception>
-#include <mutex>
+#include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "core/json.h"
 #include "core/tensor.h"
+#include "data/prefetch_queue.h"
 #include "data/token_file.h"
 #include "data/window_order.h"
 
@@ -79,16 +76,7 @@ class TokenDataset {
   const TokenDatasetOptions& options() const { return options_; }
 
  private:
-  struct Prepared {
-    TokenBatch batch;
-    WindowCursor after;        // the cursor once this batch is taken
-    std::exception_ptr error;  // set instead of a batch when preparing failed
-  };
-
   TokenBatch make_batch(WindowCursor& cursor);
-  void start_prefetch();
-  void stop_prefetch();
-  void prefetch_loop();
 
   TokenDatasetOptions options_;
   std::vector<TokenFileView> shards_;
@@ -96,15 +84,8 @@ class TokenDataset {
   WindowOrder order_;  // used by one thread at a time: the prefetcher while it runs
   int64_t num_windows_ = 0;
   int64_t num_tokens_ = 0;
-  WindowCursor next_;         // where the next batch returned by next_batch() starts
-  WindowCursor prefetch_at_;  // where the prefetcher's next batch starts
-
-  std::thread prefetcher_;
-  std::mutex mutex_;
-  std::condition_variable ready_;  // a batch was queued
-  std::condition_variable space_;  // a batch was taken, or stop was asked
-  std::deque<Prepared> queue_;
-  bool stop_ = false;
+  WindowCursor next_;  // where the next batch returned by next_batch() starts
+  std::unique_ptr<PrefetchQueue<TokenBatch, WindowCursor>> prefetch_;  // with options_.prefetch
 };
 
 }  // namespace precis

@@ -30,4 +30,11 @@ Tensor Dropout::forward(const Tensor& x) { return ops::dropout(x, p, is_training
 
 Tensor GELU::forward(const Tensor& x) { return ops::gelu(x); }
 
+Tensor ReLU::forward(const Tensor& x) { return ops::relu(x); }
+
+Tensor Flatten::forward(const Tensor& x) {
+  PRECIS_CHECK(x.dim() >= 1, "Flatten: the input needs a batch dim, got a scalar");
+  return x.reshape({x.size(0), -1});
+}
+
 }  // namespace precis::nn

@@ -1,4 +1,4 @@
-// The small layers: Embedding, LayerNorm, Dropout, GELU.
+// The small layers: Embedding, LayerNorm, Dropout, GELU, ReLU, Flatten.
 #pragma once
 
 #include "core/random.h"
@@ -39,6 +39,20 @@ class Dropout : public Module {
 class GELU : public Module {
  public:
   GELU() : Module("GELU") {}
+  Tensor forward(const Tensor& x) override;
+};
+
+class ReLU : public Module {
+ public:
+  ReLU() : Module("ReLU") {}
+  Tensor forward(const Tensor& x) override;
+};
+
+// [N, d1, d2, ...] -> [N, d1 * d2 * ...] (torch.nn.Flatten with start_dim 1), in the logical
+// (NCHW) order whatever the memory layout.
+class Flatten : public Module {
+ public:
+  Flatten() : Module("Flatten") {}
   Tensor forward(const Tensor& x) override;
 };
 

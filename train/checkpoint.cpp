@@ -154,10 +154,10 @@ void prune_checkpoints(const fs::path& dir, int64_t current, int64_t keep_last) 
   for (size_t i = static_cast<size_t>(keep_last); i < steps.size(); ++i) fs::remove_all(steps[i].second);
 }
 
-void load_weights_file(const std::string& file, models::GPT2& model) {
+void load_weights_file(const std::string& file, const CheckpointModel& model) {
   SafetensorsFile weights = read_safetensors(file);
   try {
-    load_hf_state_dict(model, weights.tensors);
+    model.load(weights.tensors);
   } catch (const Error& e) {
     PRECIS_FAIL("checkpoint '", file, "': ", e.what());
   }
@@ -297,13 +297,52 @@ std::string checkpoint_step_name(int64_t step) {
   return name;
 }
 
+CheckpointModel gpt2_checkpoint_model(models::GPT2& model) {
+  CheckpointModel m;
+  m.tensors = [&model] { return hf_state_dict(model); };
+  m.config = [&model] { return model.config().to_json(); };
+  m.load = [&model](const std::vector<nn::NamedTensor>& tensors) { load_hf_state_dict(model, tensors); };
+  m.check_config = [&model](const Json& saved, const std::string& source) {
+    check_config(source, models::GPT2Config::from_json(saved, config_path_for(source).string()), model.config());
+  };
+  return m;
+}
+
+CheckpointModel module_checkpoint_model(nn::Module& model, Json config) {
+  CheckpointModel m;
+  m.tensors = [&model] {
+    std::vector<nn::NamedTensor> tensors;
+    for (const auto& [name, tensor] : model.state_dict()) tensors.push_back({name, tensor});
+    return tensors;
+  };
+  m.config = [config] { return config; };
+  m.load = [&model](const std::vector<nn::NamedTensor>& tensors) {
+    std::map<std::string, Tensor> state;
+    for (const auto& [name, tensor] : tensors) state[name] = tensor;
+    model.load_state_dict(state);
+  };
+  return m;
+}
+
 std::string save_checkpoint(const std::string& dir, int64_t step, models::GPT2& model,
+                            const optim::Optimizer* optimizer, const Json& train_state, int64_t keep_last) {
+  return save_checkpoint(dir, step, gpt2_checkpoint_model(model),
+                         optimizer ? optimizer->state_dict() : std::map<std::string, Tensor>(), train_state, keep_last);
+}
+
+std::string save_checkpoint(const std::string& dir, int64_t step, models::GPT2& model,
+                            const std::map<std::string, Tensor>& optimizer_state, const Json& train_state,
+                            int64_t keep_last) {
+  return save_checkpoint(dir, step, gpt2_checkpoint_model(model), optimizer_state, train_state, keep_last);
+}
+
+std::string save_checkpoint(const std::string& dir, int64_t step, const CheckpointModel& model,
                             const optim::Optimizer* optimizer, const Json& train_state, int64_t keep_last) {
   return save_checkpoint(dir, step, model, optimizer ? optimizer->state_dict() : std::map<std::string, Tensor>(),
                          train_state, keep_last);
 }
 
-std::string save_checkpoint(const std::string& dir, int64_t step, models::GPT2& model,
+std::string save_checkpoint(const std::string& dir, int64_t step, const CheckpointModel& model,
                             const std::map<std::string, Tensor>& optimizer_state, const Json& train_state,
                             int64_t keep_last) {
   const std::string name = checkpoint_step_name(step);
@@ -315,11 +354,11 @@ std::string save_checkpoint(const std::string& dir, int64_t step, models::GPT2& 
   fs::create_directory(tmp, ec);
   PRECIS_CHECK(!ec, "checkpoint: cannot create '", tmp.string(), "': ", ec.message());
 
-  write_safetensors((tmp / kModelFile).string(), hf_state_dict(model), {{"format", "pt"}});
+  write_safetensors((tmp / kModelFile).string(), model.tensors(), {{"format", "pt"}});
   std::vector<nn::NamedTensor> state;
   for (const auto& [key, value] : optimizer_state) state.push_back({kOptimizerPrefix + key, value});
   write_safetensors((tmp / kTrainStateFile).string(), state, {{"train_state", train_state.dump()}});
-  write_text_file(tmp / kConfigFile, model.config().to_json().dump() + "\n");
+  write_text_file(tmp / kConfigFile, model.config().dump() + "\n");
   fsync_directory(tmp);
 
   install_directory(tmp, target);
@@ -358,22 +397,41 @@ std::optional<models::GPT2Config> checkpoint_model_config(const std::string& pat
   const fs::path config = config_path_for(resolve_checkpoint(path_or_dir));
   std::error_code ec;
   if (!fs::exists(config, ec)) return std::nullopt;
-  return models::GPT2Config::from_json(read_json_file(config.string()), config.string());
+  const Json json = read_json_file(config.string());
+  // An image classifier's checkpoint (train/image_task.cpp writes {"model": "resnet18", ...}).
+  PRECIS_CHECK(!(json.is_object() && json.contains("model") && json.contains("num_classes")), "checkpoint '",
+               path_or_dir, "' holds an image classifier (", json.dump(),
+               "), not a GPT-2; its model.safetensors is a PyTorch state_dict (torchvision's names for a ResNet), "
+               "and `precis train` resumes it with checkpoint.resume=true");
+  return models::GPT2Config::from_json(json, config.string());
 }
 
 Json load_checkpoint(const std::string& path_or_dir, models::GPT2& model, optim::Optimizer* optimizer) {
   OptimizerStateLoader load_optimizer;
   if (optimizer)
     load_optimizer = [optimizer](const std::map<std::string, Tensor>& state) { optimizer->load_state_dict(state); };
-  return load_checkpoint_into(path_or_dir, model, load_optimizer);
+  return load_checkpoint_into(path_or_dir, gpt2_checkpoint_model(model), load_optimizer);
 }
 
 Json load_checkpoint_into(const std::string& path_or_dir, models::GPT2& model,
                           const OptimizerStateLoader& load_optimizer) {
+  return load_checkpoint_into(path_or_dir, gpt2_checkpoint_model(model), load_optimizer);
+}
+
+Json load_checkpoint(const std::string& path_or_dir, const CheckpointModel& model, optim::Optimizer* optimizer) {
+  OptimizerStateLoader load_optimizer;
+  if (optimizer)
+    load_optimizer = [optimizer](const std::map<std::string, Tensor>& state) { optimizer->load_state_dict(state); };
+  return load_checkpoint_into(path_or_dir, model, load_optimizer);
+}
+
+Json load_checkpoint_into(const std::string& path_or_dir, const CheckpointModel& model,
+                          const OptimizerStateLoader& load_optimizer) {
   const bool optimizer = static_cast<bool>(load_optimizer);
   const std::string target = resolve_checkpoint(path_or_dir);
   std::error_code ec;
-  if (auto saved = checkpoint_model_config(target)) check_config(target, *saved, model.config());
+  const fs::path config = config_path_for(target);
+  if (model.check_config && fs::exists(config, ec)) model.check_config(read_json_file(config.string()), target);
   if (!fs::is_directory(target, ec)) {
     PRECIS_CHECK(!optimizer, "checkpoint '", target, "' is a bare weights file: it has no optimizer state to ",
                  "resume from (give a step folder written by training)");

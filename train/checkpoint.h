@@ -47,6 +47,24 @@ void load_hf_state_dict(models::GPT2& model, const std::vector<nn::NamedTensor>&
 // "step_00001000"
 std::string checkpoint_step_name(int64_t step);
 
+// What a checkpoint holds of a model, for any model: the tensors of model.safetensors
+// (in the names and layouts of the model's reference implementation), config.json,
+// and how to load the tensors back and check a saved config against the model.
+struct CheckpointModel {
+  std::function<std::vector<nn::NamedTensor>()> tensors;
+  std::function<Json()> config;
+  // Checks every name and shape before changing anything; errors name the tensors.
+  std::function<void(const std::vector<nn::NamedTensor>&)> load;
+  // Throws when a saved config.json does not describe the model; may be empty.
+  std::function<void(const Json& saved, const std::string& source)> check_config;
+};
+
+// GPT-2's: Hugging Face's layout (hf_state_dict, load_hf_state_dict) and GPT2Config's JSON.
+CheckpointModel gpt2_checkpoint_model(models::GPT2& model);
+// A module's state_dict (parameters and buffers by their dotted names, as PyTorch's
+// state_dict) loaded with load_state_dict; `config` is config.json.
+CheckpointModel module_checkpoint_model(nn::Module& model, Json config);
+
 // Writes dir/step_XXXXXXXX/ (see above), points dir/latest at it, then deletes
 // the step folders older than the newest `keep_last` (keep_last <= 0 keeps all;
 // folders of later steps, from another run, are left alone). `optimizer` may
@@ -76,6 +94,17 @@ Json load_checkpoint(const std::string& path_or_dir, models::GPT2& model, optim:
 // its errors are reported as the checkpoint's.
 using OptimizerStateLoader = std::function<void(const std::map<std::string, Tensor>& state)>;
 Json load_checkpoint_into(const std::string& path_or_dir, models::GPT2& model,
+                          const OptimizerStateLoader& load_optimizer);
+
+// The forms of save_checkpoint and load_checkpoint above for any model (the GPT-2 ones call these).
+std::string save_checkpoint(const std::string& dir, int64_t step, const CheckpointModel& model,
+                            const optim::Optimizer* optimizer, const Json& train_state, int64_t keep_last);
+std::string save_checkpoint(const std::string& dir, int64_t step, const CheckpointModel& model,
+                            const std::map<std::string, Tensor>& optimizer_state, const Json& train_state,
+                            int64_t keep_last);
+Json load_checkpoint(const std::string& path_or_dir, const CheckpointModel& model,
+                     optim::Optimizer* optimizer = nullptr);
+Json load_checkpoint_into(const std::string& path_or_dir, const CheckpointModel& model,
                           const OptimizerStateLoader& load_optimizer);
 
 // The model configuration stored beside a checkpoint's weights (the config.json

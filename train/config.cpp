@@ -285,6 +285,8 @@ std::vector<Field> make_fields(TrainConfig& c) {
   const IntRule decay_rule{[](int64_t value) { return value == -1 || value >= 1; }, ">= 1, or -1 for max_steps"};
   return {
       text("model.preset", c.model_preset, one_of(model_preset_names())),
+      text("model.name", c.image_model.name, one_of(models::image_model_names())),
+      boolean("model.cifar_stem", c.image_model.cifar_stem),
       integer("model.vocab_size", m.vocab_size, at_least(1)),
       integer("model.block_size", m.block_size, at_least(1)),
       integer("model.n_layer", m.n_layer, at_least(1)),
@@ -303,6 +305,13 @@ std::vector<Field> make_fields(TrainConfig& c) {
       number("data.val_fraction", d.val_fraction, kOpenUnit),
       text("data.order", d.order, one_of({"random", "sequential"})),
       boolean("data.prefetch", d.prefetch),
+      text("data.dataset", d.dataset, one_of({"mnist", "cifar10", "synthetic"})),
+      text("data.dir", d.dir),
+      integer("data.crop_padding", d.crop_padding, at_least(0)),
+      boolean("data.flip", d.flip),
+      integer("data.image_size", d.image_size, at_least(1)),
+      integer("data.channels", d.channels, at_least(1)),
+      integer("data.num_classes", d.num_classes, at_least(2)),
 
       text("optimizer.name", o.name, one_of({"adamw", "sgd"})),
       number("optimizer.lr", o.lr, kPositive),
@@ -363,6 +372,7 @@ std::vector<Field> make_fields(TrainConfig& c) {
       number("distributed.timeout_s", c.distributed.timeout_s, kPositive),
       integer("distributed.zero", c.distributed.zero, zero_rule),
 
+      text("task", c.task, one_of({"language_model", "image_classification"})),
       integer("max_steps", c.max_steps, at_least(1)),
       integer("eval_interval", c.eval_interval, at_least(0)),
       integer("eval_steps", c.eval_steps, at_least(0)),
@@ -373,6 +383,7 @@ std::vector<Field> make_fields(TrainConfig& c) {
       boolean("cuda_graphs", c.cuda_graphs),
       boolean("matmul_autotune", c.matmul_autotune),
       boolean("fused_classifier", c.fused_classifier),
+      text("channels_last", c.channels_last, one_of({"auto", "true", "false"})),
       text("out_dir", c.out_dir),
   };
 }
@@ -587,6 +598,19 @@ void ConfigReader::resolve_precision() {
 }
 
 void ConfigReader::check_model() const {
+  // A key of the other task would be ignored without a word: say so instead.
+  const bool images = config_.task == "image_classification";
+  for (const char* key : {"model.name", "model.cifar_stem", "data.dataset", "data.dir", "data.crop_padding",
+                          "data.flip", "data.image_size", "data.channels", "data.num_classes", "channels_last"})
+    if (!images && was_set(key))
+      fail(where_set({key}),
+           quoted(key) + " is a setting of 'task: image_classification'; this run's task is " + config_.task);
+  for (const char* key : {"model.preset", "model.n_layer", "model.n_head", "model.n_embd", "model.block_size",
+                          "data.text_file", "data.train_bin", "data.val_bin", "data.tokenizer", "batch.seq_len"})
+    if (images && was_set(key))
+      fail(where_set({key}), quoted(key) + " is a setting of 'task: language_model' (GPT-2); this run's task is " +
+                                 config_.task + " (its model is model.name)");
+  if (images) return;
   const models::GPT2Config& model = config_.model;
   if (model.n_embd % model.n_head != 0) {
     fail(where_set({"model.n_embd", "model.n_head", "model.preset"}),
@@ -602,6 +626,13 @@ void ConfigReader::check_model() const {
 
 void ConfigReader::check_data() const {
   const DataConfig& data = config_.data;
+  if (config_.task == "image_classification") {
+    if (data.dataset == "cifar10" && data.dir.empty())
+      fail(where_set({"data.dataset"}),
+           "'data.dataset: cifar10' needs 'data.dir': the folder with CIFAR-10's binary files (data_batch_1.bin .. "
+           "data_batch_5.bin, test_batch.bin)");
+    return;
+  }
   if (data.text_file.empty() && data.train_bin.empty()) {
     fail(source_, "no training data: set 'data.text_file' (a text file) or 'data.train_bin' (token shards)");
   }

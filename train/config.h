@@ -8,6 +8,7 @@
 #include "amp/grad_scaler.h"
 #include "amp/precision_policy.h"
 #include "models/gpt2_config.h"
+#include "models/image_classifier.h"
 
 namespace precis::train {
 
@@ -19,6 +20,14 @@ struct DataConfig {
   double val_fraction = 0.1;       // last fraction of text_file used for validation
   std::string order = "random";    // random | sequential
   bool prefetch = true;
+  // image_classification:
+  std::string dataset = "mnist";  // mnist | cifar10 | synthetic
+  std::string dir;                // the dataset's files; empty: assets/mnist for mnist
+  int64_t crop_padding = 0;       // random crop after padding by this many pixels; 0: none
+  bool flip = false;              // random horizontal flip
+  int64_t image_size = 32;        // synthetic: square images of this side
+  int64_t channels = 3;           // synthetic
+  int64_t num_classes = 10;       // synthetic
 };
 
 struct OptimizerConfig {
@@ -90,8 +99,11 @@ struct DistributedConfig {
 };
 
 struct TrainConfig {
+  std::string task = "language_model";  // language_model (GPT-2) | image_classification
   models::GPT2Config model;             // vocab_size: the trainer sets it from the data's tokenizer
   std::string model_preset = "custom";  // model.preset: gpt2 | gpt2-medium | gpt2-large | gpt2-xl | custom
+  // image_classification: model.name and model.cifar_stem; channels and classes come from the data.
+  models::ImageModelConfig image_model;
   DataConfig data;
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
@@ -106,11 +118,12 @@ struct TrainConfig {
   int64_t eval_steps = 10;     // batches per validation
   int64_t log_interval = 10;
   uint64_t seed = 1337;
-  std::string device = "auto";   // auto | cpu | cuda | cuda:N
-  int64_t threads = 0;           // CPU threads, 0: all cores
-  bool cuda_graphs = false;      // capture the training step in a CUDA graph after warm-up and replay it
-  bool matmul_autotune = true;   // GPU: time cuBLASLt's candidate algorithms once per large product
-  bool fused_classifier = true;  // the loss and the logits' gradient in one pass over the logits
+  std::string device = "auto";         // auto | cpu | cuda | cuda:N
+  int64_t threads = 0;                 // CPU threads, 0: all cores
+  bool cuda_graphs = false;            // capture the training step in a CUDA graph after warm-up and replay it
+  bool matmul_autotune = true;         // GPU: time cuBLASLt's candidate algorithms once per large product
+  bool fused_classifier = true;        // the loss and the logits' gradient in one pass over the logits
+  std::string channels_last = "auto";  // image_classification: auto (on for fp16/bf16 on a GPU) | true | false
   std::string out_dir = "out";
   std::string config_path;  // the file it was loaded from
 };

@@ -24,12 +24,20 @@ std::string StepReport::line() const {
   char buf[512];
   int width = static_cast<int>(std::to_string(max_steps).size());
   int n = std::snprintf(buf, sizeof buf,
-                        "step %*lld/%lld %5.1f%% | loss %.4f | lr %.2e | norm %6.3f | %7.1f ms | %9.0f tok/s", width,
+                        "step %*lld/%lld %5.1f%% | loss %.4f | lr %.2e | norm %6.3f | %7.1f ms | %9.0f %s/s", width,
                         (long long)step, (long long)max_steps, 100.0 * step / std::max<int64_t>(max_steps, 1), loss, lr,
-                        grad_norm, ms, tokens_per_s);
+                        grad_norm, ms, items_per_s, item_unit.c_str());
   std::string out(buf, n);
+  if (accuracy) {
+    std::snprintf(buf, sizeof buf, " | acc %.2f%%", 100.0 * *accuracy);
+    out += buf;
+  }
   if (val_loss) {
     std::snprintf(buf, sizeof buf, " | val %.4f", *val_loss);
+    out += buf;
+  }
+  if (val_accuracy) {
+    std::snprintf(buf, sizeof buf, " acc %.2f%%", 100.0 * *val_accuracy);
     out += buf;
   }
   if (loss_scale) {
@@ -70,11 +78,13 @@ Json StepReport::json() const {
   j["lr"] = lr;
   j["grad_norm"] = grad_norm;
   j["ms"] = ms;
-  j["tokens_per_s"] = tokens_per_s;
+  j[item_unit == "img" ? "images_per_s" : "tokens_per_s"] = items_per_s;
   Json phases = Json::object();
   for (const auto& [name, value] : phase_ms) phases[name] = value;
   j["phase_ms"] = phases;
   if (val_loss) j["val_loss"] = *val_loss;
+  if (accuracy) j["accuracy"] = *accuracy;
+  if (val_accuracy) j["val_accuracy"] = *val_accuracy;
   if (loss_scale) {
     j["loss_scale"] = *loss_scale;
     j["skipped_steps"] = skipped_steps;

@@ -19,12 +19,15 @@ struct StepReport {
   double loss = 0;  // this step's training loss (mean over its micro-batches)
   double lr = 0;
   double grad_norm = 0;
-  double ms = 0;  // mean wall time per step over the interval
-  double tokens_per_s = 0;
+  double ms = 0;                                         // mean wall time per step over the interval
+  double items_per_s = 0;                                // tokens or images per second
+  std::string item_unit = "tok";                         // "tok" (metrics key tokens_per_s) or "img" (images_per_s)
   std::vector<std::pair<std::string, double>> phase_ms;  // mean per step
   std::optional<double> val_loss;
-  std::optional<double> tflops;  // achieved, from the model's FLOP count
-  std::optional<double> mfu;     // fraction of the device's peak
+  std::optional<double> accuracy;      // classification: of the step's last micro-batch
+  std::optional<double> val_accuracy;  // classification: on the validation batches
+  std::optional<double> tflops;        // achieved, from the model's FLOP count
+  std::optional<double> mfu;           // fraction of the device's peak
   int64_t peak_memory_bytes = 0;
   std::optional<double> loss_scale;  // with loss scaling
   int64_t skipped_steps = 0;         // steps skipped for inf/NaN gradients so far

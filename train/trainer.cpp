@@ -13,9 +13,6 @@
 #include "core/copy.h"
 #include "core/gpu.h"
 #include "core/pinned.h"
-#include "data/char_tokenizer.h"
-#include "data/gpt2_tokenizer.h"
-#include "data/tokenize.h"
 #include "distributed/launch.h"
 #include "nn/observer.h"
 #include "ops/autocast.h"
@@ -27,6 +24,8 @@
 #include "optim/sgd.h"
 #include "train/checkpoint.h"
 #include "train/device_peak.h"
+#include "train/image_task.h"
+#include "train/lm_task.h"
 #include "train/step_trace.h"
 
 namespace precis::train {
@@ -63,13 +62,9 @@ void Trainer::setup() {
   if (config_.checkpoint.dir.empty()) config_.checkpoint.dir = (fs::path(config_.out_dir) / "checkpoints").string();
   if (config_.schedule.decay_steps < 0) config_.schedule.decay_steps = config_.max_steps;
   if (group_) check_same_config_on_every_rank();
-  setup_data();
+  setup_task();
   setup_model();
   setup_step();
-  if (config_.batch.seq_len < config_.model.block_size && is_main())
-    std::cerr << "note: seq_len " << config_.batch.seq_len << " < block_size " << config_.model.block_size
-              << ": positions from " << config_.batch.seq_len << " on are never trained, so samples longer than "
-              << config_.batch.seq_len << " tokens degrade; set block_size to seq_len for sampling\n";
 }
 
 void Trainer::setup_distributed(bool detect, std::shared_ptr<distributed::ProcessGroup> group) {
@@ -127,62 +122,34 @@ std::vector<double> Trainer::mean_over_ranks(std::vector<double> values) {
 
 Trainer::~Trainer() = default;
 
-void Trainer::setup_data() {
-  const DataConfig& d = config_.data;
-  if (!d.text_file.empty()) {
-    // Tokenise the text into shards under out_dir/data (fast: a char vocabulary
-    // is immediate, GPT-2 BPE takes about a second for tinyshakespeare).
-    fs::path dir = fs::path(config_.out_dir) / "data";
-    fs::create_directories(dir);
-    std::string prefix = (dir / (fs::path(d.text_file).stem().string() + "_" + d.tokenizer)).string();
-    // One rank writes the shards, the others read them once it is done.
-    if (is_main()) tokenize_file(d.text_file, prefix, d.tokenizer, d.val_fraction, /*quiet=*/true);
-    if (group_) group_->barrier();
-    train_files_ = {prefix + "_train.bin"};
-    val_files_ = {prefix + "_val.bin"};
-    if (d.tokenizer == "char") {
-      auto tok = std::make_unique<CharTokenizer>(CharTokenizer::load(prefix + "_vocab.json"));
-      tokenizer_json_ = tok->to_json();
-      tokenizer_ = std::move(tok);
-    }
+void Trainer::setup_task() {
+  if (config_.task == "image_classification") {
+    // Channels-last pays where the convolutions run on tensor cores in f16/bf16 (cuDNN's NHWC kernels).
+    const bool low_precision = policy_.compute_dtype == DType::f16 || policy_.compute_dtype == DType::bf16;
+    const bool channels_last =
+        config_.channels_last == "auto" ? device_.is_cuda() && low_precision : config_.channels_last == "true";
+    // The loader thread makes batches in pinned memory on a GPU, but not when a CUDA graph will be
+    // captured: no pinned memory can be taken from CUDA during a capture, and the thread does not
+    // know when one is under way (the trainer then stages each batch itself, between steps).
+    const bool pinned = device_.is_cuda() && !config_.cuda_graphs;
+    task_ = std::make_unique<ImageTask>(config_, rank_, world_size_, channels_last, policy_, pinned);
   } else {
-    train_files_ = find_token_files(d.train_bin);
-    if (!d.val_bin.empty()) val_files_ = find_token_files(d.val_bin);
-  }
-  if (!tokenizer_) {
-    tokenizer_ = std::make_unique<GPT2Tokenizer>();
-    tokenizer_json_ = Json::object();
-    tokenizer_json_["tokenizer"] = "gpt2";
-  }
-  config_.model.vocab_size = tokenizer_->vocab_size();
-
-  TokenDatasetOptions train_options;
-  train_options.batch_size = config_.batch.micro_batch;
-  train_options.seq_len = config_.batch.seq_len;
-  train_options.shuffle = d.order == "random";
-  train_options.seed = config_.seed;
-  train_options.prefetch = d.prefetch;
-  // Rank r takes rows r*B..r*B+B-1 of each global batch of B*world_size windows; the
-  // dataset's position counts global windows, the same on every rank.
-  train_options.rank = rank_;
-  train_options.world_size = world_size_;
-  train_data_ = std::make_unique<TokenDataset>(train_files_, train_options);
-  if (!val_files_.empty()) {
-    TokenDatasetOptions val_options = train_options;
-    val_options.shuffle = false;
-    val_options.prefetch = false;  // rank and world_size as for training: each rank its own rows
-    val_data_ = std::make_unique<TokenDataset>(val_files_, val_options);
-    val_start_ = val_data_->position();
+    task_ = std::make_unique<LmTask>(config_, rank_, world_size_, group_.get());
   }
 }
 
+models::GPT2& Trainer::gpt2() {
+  auto* lm = dynamic_cast<LmTask*>(task_.get());
+  PRECIS_CHECK(lm, "Trainer::gpt2: this run's task is ", config_.task, ", not language_model");
+  return lm->gpt2();
+}
+
 void Trainer::setup_model() {
-  model_ = std::make_unique<models::GPT2>(config_.model, config_.seed);
   std::optional<DType> param_dtype;
   if (policy_.param_dtype != DType::f32) param_dtype = policy_.param_dtype;
   // ZeRO-1 pads every flat buffer into world_size equal shards (distributed/zero.h).
   const bool zero = group_ && config_.distributed.zero == 1;
-  flat_ = nn::flatten_parameters(*model_, device_, param_dtype, zero ? world_size_ : 1);
+  flat_ = nn::flatten_parameters(model(), device_, param_dtype, zero ? world_size_ : 1);
   if (group_) {
     // Before the optimizer copies them (master weights): every rank starts from rank 0's parameters.
     distributed::broadcast_parameters(*flat_, *group_);
@@ -196,7 +163,7 @@ void Trainer::setup_model() {
     if (zero) zero_ = std::make_unique<distributed::Zero1>(flat_, group_, *reducer_);
   }
   const OptimizerConfig& o = config_.optimizer;
-  auto groups = optim::default_param_groups(*model_, o.weight_decay);
+  auto groups = optim::default_param_groups(model(), o.weight_decay);
   if (zero_) groups = zero_->shard_groups(groups);  // the optimizer steps this rank's shard only
   if (o.name == "adamw") {
     optim::AdamWOptions options{o.lr, o.beta1, o.beta2, o.eps};
@@ -221,8 +188,13 @@ namespace {
 
 // `host` (a CPU batch) into the device buffer `dst` through pinned memory: the copy is queued
 // on the compute stream and the host moves on (the pinned allocator holds the staging buffer
-// until the copy has run).
+// until the copy has run). A batch the loader already made in pinned memory (never written
+// again) is copied from where it is.
 void stage(const Tensor& dst, const Tensor& host) {
+  if (is_pinned(host)) {
+    copy_(dst, host);
+    return;
+  }
   Tensor pinned = empty_pinned(host.shape(), host.dtype());
   copy_(pinned, host);
   copy_(dst, pinned);
@@ -232,7 +204,7 @@ void stage(const Tensor& dst, const Tensor& host) {
 
 void Trainer::stage_batches(std::vector<Tensor>& inputs, std::vector<Tensor>& targets) {
   for (size_t micro = 0; micro < static_cast<size_t>(config_.batch.grad_accum); ++micro) {
-    TokenBatch batch = train_data_->next_batch();
+    TaskBatch batch = task_->next_batch();
     if (!device_.is_cuda()) {
       inputs.push_back(batch.inputs);
       targets.push_back(batch.targets);
@@ -242,7 +214,11 @@ void Trainer::stage_batches(std::vector<Tensor>& inputs, std::vector<Tensor>& ta
     if (device_inputs_.size() == micro) {
       device_inputs_.push_back(empty(batch.inputs.shape(), batch.inputs.dtype(), device_));
       device_targets_.push_back(empty(batch.targets.shape(), batch.targets.dtype(), device_));
+      staged_inputs_.emplace_back();
     }
+    // A task that gives the same host batch every step (synthetic images) is copied once.
+    if (staged_inputs_[micro].impl_ptr() == batch.inputs.impl_ptr()) continue;
+    staged_inputs_[micro] = batch.inputs;
     stage(device_inputs_[micro], batch.inputs);
     stage(device_targets_[micro], batch.targets);
   }
@@ -285,10 +261,7 @@ void Trainer::resolve_step_values() {
 
 std::string Trainer::graph_fallback_reason() const {
   if (!device_.is_cuda()) return "this run is on the CPU, and CUDA graphs need a GPU";
-  if (config_.model.dropout > 0)
-    return "dropout draws its random offset on the host every step (model.dropout is " +
-           std::to_string(config_.model.dropout) + "; 0 allows the graph)";
-  return "";
+  return task_->graph_fallback_reason();
 }
 
 namespace {
@@ -332,17 +305,17 @@ void Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Tens
   // The gradient each micro-batch's loss receives: 1/accum of the step's mean, times the loss
   // scale (read from device memory on the GPU). The fused classifier makes the logits'
   // gradient with it in the loss's own pass; otherwise the backward starts from the loss.
-  const Tensor loss_gradient = config_.fused_classifier
+  const Tensor loss_gradient = task_->fuses_loss_gradient()
                                    ? scaler_->scale(full({}, 1.0 / static_cast<double>(accum), DType::f32, device_))
                                    : Tensor();
   for (int64_t micro = 0; micro < accum; ++micro) {
     if (reporting_ && micro == 0) start_numerics();
-    models::GPT2Output out;
+    TaskLoss out;
     Tensor loss;
     {
       MaybePhase phase(profiler, "forward");
       ops::autocast::Scope autocast(policy_.compute_dtype, policy_.autocasts());
-      out = model_->forward(inputs[micro], targets[micro], loss_gradient);
+      out = task_->forward(inputs[micro], targets[micro], loss_gradient);
       loss = out.loss;
       // The sum stays on the device (f64): no read-back per micro-batch.
       accumulate_(loss_sum_, loss);
@@ -353,8 +326,8 @@ void Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Tens
       // Only the last micro-step's backward reduces: the gradients summed over the micro-steps.
       std::optional<distributed::NoSync> no_sync;
       if (reducer_ && micro + 1 < accum) no_sync.emplace(*reducer_);
-      if (out.fused_classifier()) {
-        out.backward();
+      if (out.backward_grad.defined()) {
+        autograd::backward(out.backward_output, out.backward_grad, /*retain_graph=*/false);
       } else {
         // Each micro-batch contributes 1/accum of the step's mean gradient, times the loss scale.
         if (accum > 1) loss = ops::mul(loss, 1.0 / static_cast<double>(accum));
@@ -374,7 +347,7 @@ void Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Tens
     for (const auto& b : flat_->buffers())
       for (const auto& s : b.slots)
         numerics_.record(amp::NumericsKind::gradient, amp::layer_of(s.name), s.param.grad());
-    for (const Tensor& p : model_->parameters()) params_before.push_back(p.detach().clone());
+    for (const Tensor& p : model().parameters()) params_before.push_back(p.detach().clone());
   }
   finish_step(profiler);
   if (reporting_) finish_numerics(params_before);
@@ -397,7 +370,7 @@ void Trainer::finish_step(Profiler* profiler) {
       optim::clip_grad_norm(shard_params, config_.optimizer.grad_clip, scaler_->scale_tensor(), found_inf, grad_norm_,
                             [this](const Tensor& sum) { zero_->sum_over_ranks(sum); });
     } else {
-      optim::clip_grad_norm(model_->parameters(), config_.optimizer.grad_clip, scaler_->scale_tensor(), found_inf,
+      optim::clip_grad_norm(model().parameters(), config_.optimizer.grad_clip, scaler_->scale_tensor(), found_inf,
                             grad_norm_);
     }
     optimizer_->step({.grad_factor = grad_norm_.select(0, 1), .skip_if = found_inf});
@@ -441,7 +414,7 @@ void Trainer::start_numerics() {
 }
 
 void Trainer::finish_numerics(const std::vector<Tensor>& params_before) {
-  auto named = model_->named_parameters();
+  auto named = model().named_parameters();
   for (size_t i = 0; i < named.size(); ++i)
     numerics_.record_update(amp::layer_of(named[i].name), params_before[i], named[i].tensor, named[i].tensor.grad());
   std::cout << numerics_.table(step_ + 1, scaler_->scale());
@@ -453,39 +426,29 @@ void Trainer::finish_numerics(const std::vector<Tensor>& params_before) {
 int64_t Trainer::peak_memory_bytes() const { return static_cast<int64_t>(allocator_for(device_).stats().peak_bytes); }
 
 double Trainer::evaluate() {
-  if (!val_data_) return std::nan("");
+  if (!task_->has_validation()) return std::nan("");
   NoGradGuard no_grad;
-  model_->eval();
-  // The same batches every time, so the curve shows the model, not the sampling noise.
-  val_data_->restore(val_start_);
-  double total = 0;
-  for (int64_t i = 0; i < config_.eval_steps; ++i) {
-    TokenBatch batch = val_data_->next_batch();
-    total += model_->forward(batch.inputs.to(device_), batch.targets.to(device_)).loss.item();
-  }
-  model_->train();
-  // Each rank saw its own rows of the validation batches: their mean is the global batch's.
-  return mean_over_ranks({total / static_cast<double>(std::max<int64_t>(config_.eval_steps, 1))})[0];
+  model().eval();
+  EvalTotals totals = task_->evaluate();
+  model().train();
+  // Each rank saw its own rows or batches: the means of the sums are in the ratio of the sums.
+  const std::vector<double> sums =
+      mean_over_ranks({totals.loss_sum, totals.loss_count, totals.correct, totals.examples});
+  last_val_accuracy_.reset();
+  if (sums[3] > 0) last_val_accuracy_ = sums[2] / sums[3];
+  return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
 }
 
 std::string Trainer::sample(const std::string& prompt, int64_t tokens) {
-  std::vector<int32_t> ids = tokenizer_->encode(prompt);
-  if (ids.empty()) ids.push_back(tokenizer_->eot_token() >= 0 ? tokenizer_->eot_token() : 0);
-  std::vector<int32_t> out =
-      model_->generate(ids, tokens, config_.sample.temperature, config_.sample.top_k, config_.seed);
-  return tokenizer_->decode(out);
+  auto* lm = dynamic_cast<LmTask*>(task_.get());
+  PRECIS_CHECK(lm, "sample: this run's task is ", config_.task, "; only a language model generates text");
+  return lm->sample(prompt, tokens);
 }
 
 Json Trainer::train_state() const {
-  Json state = Json::object();
+  Json state = task_->state();  // the data position, random streams, model config, tokenizer
+  state["task"] = config_.task;
   state["step"] = step_;
-  state["data"] = train_data_->position().to_json();
-  Json rng = Json::object();
-  rng["dropout_seed"] = static_cast<int64_t>(model_->dropout_generator().seed());
-  rng["dropout_offset"] = static_cast<int64_t>(model_->dropout_generator().offset());
-  state["rng"] = rng;
-  state["model"] = model_->config().to_json();
-  state["tokenizer"] = tokenizer_json_;
   state["scaler"] = scaler_->state();
   state["precision"] = policy_.describe();
   state["config_path"] = config_.config_path;
@@ -497,12 +460,12 @@ void Trainer::save_checkpoint() {
     // Every rank gives its shard; rank 0 writes the whole state, as an unsharded run would.
     const std::map<std::string, Tensor> state = zero_->gather_state(optimizer_->state_dict());
     if (is_main())
-      train::save_checkpoint(config_.checkpoint.dir, step_, *model_, state, train_state(),
+      train::save_checkpoint(config_.checkpoint.dir, step_, task_->checkpoint_model(), state, train_state(),
                              config_.checkpoint.keep_last);
     return;
   }
   if (!is_main()) return;  // every rank holds the same parameters and optimizer state
-  train::save_checkpoint(config_.checkpoint.dir, step_, *model_, optimizer_.get(), train_state(),
+  train::save_checkpoint(config_.checkpoint.dir, step_, task_->checkpoint_model(), optimizer_.get(), train_state(),
                          config_.checkpoint.keep_last);
 }
 
@@ -516,18 +479,15 @@ bool Trainer::try_resume() {
   }
   // The checkpoint holds the whole optimizer state (of any world size, sharded or not): under
   // ZeRO-1 each rank takes its shard of it.
-  Json state = zero_ ? load_checkpoint_into(config_.checkpoint.dir, *model_,
-                                            [this](const std::map<std::string, Tensor>& full) {
-                                              optimizer_->load_state_dict(zero_->shard_state(full));
-                                            })
-                     : load_checkpoint(config_.checkpoint.dir, *model_, optimizer_.get());
+  OptimizerStateLoader load_optimizer = [this](const std::map<std::string, Tensor>& full) {
+    optimizer_->load_state_dict(zero_ ? zero_->shard_state(full) : full);
+  };
+  Json state = load_checkpoint_into(config_.checkpoint.dir, task_->checkpoint_model(), load_optimizer);
+  const std::string saved_task = state.contains("task") ? state.at("task").as_string() : "language_model";
+  PRECIS_CHECK(saved_task == config_.task, "checkpoint in '", config_.checkpoint.dir, "' was written by a ", saved_task,
+               " run; this run is ", config_.task, "; resume with the same task or another checkpoint.dir");
   step_ = state.at("step").as_int();
-  // The position is in global windows: a run resumed under another world size (or per-rank
-  // batch) continues the same stream of windows, split over its own ranks from there on.
-  train_data_->restore(TokenDatasetPosition::from_json(state.at("data")));
-  const Json& rng = state.at("rng");
-  model_->dropout_generator().manual_seed(static_cast<uint64_t>(rng.at("dropout_seed").as_int()));
-  model_->dropout_generator().set_offset(static_cast<uint64_t>(rng.at("dropout_offset").as_int()));
+  task_->restore(state);
   if (state.contains("scaler")) scaler_->load_state(state.at("scaler"));
   if (is_main()) std::cout << "resumed from " << config_.checkpoint.dir << " at step " << step_ << "\n";
   return true;
@@ -543,19 +503,21 @@ void Trainer::log_interval(double loss, double grad_norm, double lr, double inte
   r.grad_norm = grad_norm;
   double steps = static_cast<double>(std::max<int64_t>(steps_in_interval, 1));
   r.ms = 1000.0 * interval_seconds / steps;
-  // Every rank's tokens; TFLOP/s and MFU below are per device.
-  double tokens_per_step =
-      static_cast<double>(config_.batch.micro_batch * config_.batch.seq_len * config_.batch.grad_accum * world_size_);
-  r.tokens_per_s = tokens_per_step * steps / std::max(interval_seconds, 1e-9);
+  // Every rank's tokens (or images); TFLOP/s and MFU below are per device.
+  double items_per_step = static_cast<double>(task_->items_per_batch() * config_.batch.grad_accum * world_size_);
+  r.items_per_s = items_per_step * steps / std::max(interval_seconds, 1e-9);
+  r.item_unit = task_->item_unit();
   for (auto& [name, ms] : profiler_.take_ms()) r.phase_ms.emplace_back(name, ms / steps);
-  // Training FLOPs: 3x the forward (backward is twice the forward).
-  r.tflops = 3.0 * model_->config().flops_per_token_forward(config_.batch.seq_len) * r.tokens_per_s /
-             static_cast<double>(world_size_) / 1e12;
-  if (device_.is_cuda()) {
+  if (task_->train_flops_per_item() > 0)
+    r.tflops = task_->train_flops_per_item() * r.items_per_s / static_cast<double>(world_size_) / 1e12;
+  if (device_.is_cuda() && r.tflops) {
     double peak = device_peak_tflops(device_, policy_.compute_dtype, policy_.allow_tf32);
     if (peak > 0) r.mfu = *r.tflops / peak;
   }
   r.val_loss = val_loss;
+  if (val_loss) r.val_accuracy = last_val_accuracy_;
+  // Every rank runs the same task, so all of them take part in the mean or none.
+  if (std::optional<double> accuracy = task_->last_train_accuracy()) r.accuracy = mean_over_ranks({*accuracy})[0];
   if (scaler_->enabled()) {
     r.loss_scale = scaler_->scale();
     r.skipped_steps = scaler_->skipped_steps();
@@ -572,18 +534,13 @@ void Trainer::log_interval(double loss, double grad_norm, double lr, double inte
 void Trainer::run() {
   bool resumed = try_resume();
   if (is_main()) metrics_.open((fs::path(config_.out_dir) / "metrics.jsonl").string(), /*append=*/resumed);
-  const auto& c = model_->config();
   if (is_main() && group_ && !zero_)
     std::cout << "data parallel: " << world_size_ << " ranks (" << group_->backend_name() << "), rank 0 on " << device_
               << "; the batch below is per rank; " << reducer_->buckets().size() << " gradient buckets, reduced in "
               << dtype_name(policy_.grad_reduce_dtype) << "\n";
   if (is_main() && zero_) print_zero_line();
   if (is_main())
-    std::cout << "precis: GPT-2 " << c.n_layer << " layers, " << c.n_head << " heads, " << c.n_embd << " wide, vocab "
-              << c.vocab_size << " (" << model_->num_parameters_unpadded() / 1e6 << "M parameters) on " << device_
-              << "; " << config_.batch.micro_batch << " x " << config_.batch.seq_len << " tokens x "
-              << config_.batch.grad_accum << " micro-steps per step; " << train_data_->num_tokens()
-              << " training tokens\n"
+    std::cout << "precis: " << task_->describe() << " on " << device_ << "; " << task_->data_description() << "\n"
               << "precision " << policy_.describe() << "\n";
   // The notes about the graph come from rank 0 (every rank takes the same path).
   const std::string fallback = graph_fallback_reason();
@@ -603,8 +560,8 @@ void Trainer::run() {
     if (tracing) step_trace_->end(profiler_, step_ + 1, std::cout);
     ++step_;
     ++interval_steps;
-    bool eval_now =
-        val_data_ && config_.eval_interval > 0 && (step_ % config_.eval_interval == 0 || step_ == config_.max_steps);
+    bool eval_now = task_->has_validation() && config_.eval_interval > 0 &&
+                    (step_ % config_.eval_interval == 0 || step_ == config_.max_steps);
     bool log_now = step_ % config_.log_interval == 0 || step_ == config_.max_steps || eval_now;
     if (log_now) {
       resolve_step_values();  // waits for the queued steps, so the interval's time is theirs
@@ -618,13 +575,9 @@ void Trainer::run() {
     }
     if (config_.checkpoint.interval > 0 && step_ % config_.checkpoint.interval == 0) save_checkpoint();
   }
-  if (!val_data_) final_val_loss_ = std::nan("");
+  if (!task_->has_validation()) final_val_loss_ = std::nan("");
   if (config_.checkpoint.save_final) save_checkpoint();
-  if (config_.sample.tokens > 0 && is_main()) {
-    std::cout << "---- sample (" << config_.sample.tokens << " tokens, temperature " << config_.sample.temperature
-              << ", top_k " << config_.sample.top_k << ") ----\n"
-              << sample(config_.sample.prompt, config_.sample.tokens) << "\n----\n";
-  }
+  if (is_main()) task_->finish();
 }
 
 }  // namespace precis::train

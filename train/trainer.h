@@ -1,12 +1,13 @@
 // Trainer: the training loop of `precis train CONFIG` (docs/architecture.md, "How a step flows").
 //
-// Builds the data, the GPT-2 model (parameters packed into flat buffers on the
-// device), the optimizer and the schedule from a TrainConfig; then per step:
+// Builds the task (train/task.h: the data and the model; GPT-2 language modelling or
+// image classification), packs the model's parameters into flat buffers on the
+// device, and makes the optimizer and the schedule from a TrainConfig; then per step:
 // grad_accum micro-batches of forward + backward (loss scaled by 1/grad_accum),
 // gradient clipping, the learning rate for this step, the optimizer update.
 // Every log_interval it prints one line with the phase breakdown and writes
 // the same record to out_dir/metrics.jsonl; every eval_interval it measures the
-// validation loss; it checkpoints, and it prints a text sample at the end.
+// validation loss (and accuracy); it checkpoints, and the task finishes (GPT-2 prints a text sample).
 //
 // The step is the same calls on both devices, and on a GPU it never waits for
 // the host: the loss is summed into a tensor, the loss scaler's state, the
@@ -38,8 +39,6 @@
 #include "amp/precision_policy.h"
 #include "core/json.h"
 #include "core/profiler.h"
-#include "data/token_dataset.h"
-#include "data/tokenizer.h"
 #include "distributed/process_group.h"
 #include "distributed/reducer.h"
 #include "distributed/zero.h"
@@ -50,6 +49,7 @@
 #include "train/config.h"
 #include "train/step_graph.h"
 #include "train/step_report.h"
+#include "train/task.h"
 
 namespace precis::train {
 
@@ -65,9 +65,11 @@ class Trainer {
 
   // Trains to max_steps (from the latest checkpoint when checkpoint.resume is set).
   void run();
-  // Mean validation loss over eval_steps batches (the same batches each time).
+  // Mean validation loss over the task's validation batches (the same batches each time);
+  // a classification's accuracy on them is then last_val_accuracy().
   double evaluate();
-  // Generates from the prompt and returns the decoded text.
+  std::optional<double> last_val_accuracy() const { return last_val_accuracy_; }
+  // GPT-2: generates from the prompt and returns the decoded text.
   std::string sample(const std::string& prompt, int64_t tokens);
 
   // The per-step training losses of this run (for tests and the sweep), complete after run().
@@ -78,7 +80,10 @@ class Trainer {
   int64_t step() const { return step_; }
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
-  models::GPT2& model() { return *model_; }
+  nn::Module& model() { return task_->model(); }
+  Task& task() { return *task_; }
+  // The GPT-2 of a language-model run (an error for another task).
+  models::GPT2& gpt2();
   // This rank's optimizer (under ZeRO-1: over its shard of the parameters).
   const optim::Optimizer& optimizer() const { return *optimizer_; }
   const TrainConfig& config() const { return config_; }
@@ -98,7 +103,7 @@ class Trainer {
   std::vector<double> mean_over_ranks(std::vector<double> values);
   bool is_main() const { return rank_ == 0; }
   void setup();
-  void setup_data();
+  void setup_task();
   void setup_model();
   void setup_step();  // the step's device tensors (loss sum, grad norm)
   void train_step();  // one optimizer step; its loss goes to losses_, resolved at the next log
@@ -131,12 +136,7 @@ class Trainer {
   std::unique_ptr<distributed::Reducer> reducer_;     // with group_
   std::unique_ptr<distributed::Zero1> zero_;          // with group_ and distributed.zero 1
   int rank_ = 0, world_size_ = 1;
-  std::unique_ptr<Tokenizer> tokenizer_;
-  Json tokenizer_json_;  // how to rebuild the tokenizer (saved with checkpoints)
-  std::vector<std::string> train_files_, val_files_;
-  std::unique_ptr<TokenDataset> train_data_, val_data_;
-  TokenDatasetPosition val_start_;
-  std::unique_ptr<models::GPT2> model_;
+  std::unique_ptr<Task> task_;
   std::shared_ptr<nn::FlatParameters> flat_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   amp::PrecisionPolicy policy_;
@@ -145,6 +145,7 @@ class Trainer {
   JsonlWriter numerics_out_;
   bool reporting_ = false;  // the numerics report is recording this step
   double final_val_loss_ = 0;
+  std::optional<double> last_val_accuracy_;
   optim::LrSchedule schedule_;
   Profiler profiler_;
   std::unique_ptr<StepTrace> step_trace_;  // profile.trace
@@ -158,6 +159,7 @@ class Trainer {
   Tensor loss_sum_, grad_norm_;
   std::vector<std::pair<size_t, Tensor>> pending_losses_;
   std::vector<Tensor> device_inputs_, device_targets_;
+  std::vector<Tensor> staged_inputs_;      // the host batches last copied into them (the same one is not copied again)
   std::unique_ptr<StepGraph> step_graph_;  // made by run()
   std::vector<StepReport> reports_;
 };

@@ -71,6 +71,32 @@ TEST(Bench, TinyPresetOnTheCpuPrintsTheFigures) {
   EXPECT_NE(r.output.find("step 3/3"), std::string::npos) << r.output;
 }
 
+// `precis bench resnet` on the CPU at a toy size: the figures and the record agree, images/s
+// is the batch over the measured step time.
+TEST(Bench, ResnetOnTheCpuPrintsImagesPerSecond) {
+  fs::path dir = fresh_dir("resnet");
+  auto r = run_cli(
+      "bench resnet --model resnet18 --batch 2 --image 8 --steps 2 --warmup 1 --precision fp32 "
+      "--device cpu --out " +
+      dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("==== precis bench resnet ===="), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ResNet-18 (CIFAR stem)"), std::string::npos) << r.output;
+  auto f = result_fields(r.output);
+  ASSERT_FALSE(f.empty()) << r.output;
+  EXPECT_EQ(f["bench"], "resnet");
+  EXPECT_EQ(f["channels_last"], "false");
+  EXPECT_EQ(f["steps"], "2");
+  const double ms = std::stod(f["ms_per_step"]), images_per_s = std::stod(f["images_per_s"]);
+  EXPECT_NEAR(images_per_s, 2 * 1000.0 / ms, 1.0 + 1e-3 * images_per_s);
+  EXPECT_GT(std::stod(f["forward_ms"]) + std::stod(f["backward_ms"]), 0);
+  EXPECT_FALSE(fs::exists(dir / "checkpoints")) << "the benchmark writes no checkpoint";
+  auto bad = run_cli("bench resnet --model vgg16");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.output.find("bench: unknown --model 'vgg16' (known: resnet18, resnet34, resnet50)"), std::string::npos)
+      << bad.output;
+}
+
 TEST(Bench, ConfigSettingsAfterTheModelApplyToTheRun) {
   fs::path dir = fresh_dir("settings");
   auto r = run_cli(
@@ -94,9 +120,9 @@ TEST(Bench, WrongArgumentsAreOneClearLine) {
     std::string args, message;
   };
   std::vector<Case> cases = {
-      {"bench", "bench: give the model to benchmark, gpt2 (none given)"},
-      {"bench llama", "bench: give the model to benchmark, gpt2 (got 'llama')"},
-      {"bench gpt2 gpt2", "bench: give the model to benchmark, gpt2 (got 'gpt2 gpt2')"},
+      {"bench", "bench: give the model to benchmark, gpt2 or resnet (none given)"},
+      {"bench llama", "bench: give the model to benchmark, gpt2 or resnet (got 'llama')"},
+      {"bench gpt2 gpt2", "bench: give the model to benchmark, gpt2 or resnet (got 'gpt2 gpt2')"},
       {"bench gpt2 --preset huge",
        "bench: unknown --preset 'huge' (known: gpt2, gpt2-medium, gpt2-large, gpt2-xl, tiny)"},
       {"bench gpt2 --batch 0", "bench: --batch must be an integer >= 1, got '0'"},

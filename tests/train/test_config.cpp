@@ -305,8 +305,8 @@ TEST(ConfigErrors, UnknownKeyNamesTheKeyItsPositionAndTheKnownKeys) {
   EXPECT_EQ(
       parse_error(kData + "max_step: 5\n"),
       "config.yaml:3:1: unknown key 'max_step' (known keys: model, data, optimizer, schedule, batch, "
-      "precision, checkpoint, sample, profile, distributed, max_steps, eval_interval, eval_steps, log_interval, seed, "
-      "device, threads, cuda_graphs, matmul_autotune, fused_classifier, out_dir)");
+      "precision, checkpoint, sample, profile, distributed, task, max_steps, eval_interval, eval_steps, log_interval, "
+      "seed, device, threads, cuda_graphs, matmul_autotune, fused_classifier, channels_last, out_dir)");
   EXPECT_EQ(parse_error(kData + "precision: {policy: fp32, loss_scal: 2}\n"),
             "config.yaml:3:27: unknown key 'precision.loss_scal' (known keys: policy, params, compute, output, "
             "grad_reduce, master_weights, allow_tf32, loss_scaling, loss_scale, growth_interval, growth_factor, "
@@ -344,8 +344,8 @@ TEST(ConfigErrors, SectionMustBeAMapping) {
   EXPECT_EQ(
       parse_error("- a\n- b\n"),
       "config.yaml:1:1: a config must be a mapping of keys (model, data, optimizer, schedule, batch, "
-      "precision, checkpoint, sample, profile, distributed, max_steps, eval_interval, eval_steps, log_interval, seed, "
-      "device, threads, cuda_graphs, matmul_autotune, fused_classifier, out_dir), got a sequence");
+      "precision, checkpoint, sample, profile, distributed, task, max_steps, eval_interval, eval_steps, log_interval, "
+      "seed, device, threads, cuda_graphs, matmul_autotune, fused_classifier, channels_last, out_dir), got a sequence");
 }
 
 TEST(ConfigErrors, OutOfRange) {
@@ -440,8 +440,8 @@ TEST(ConfigErrors, BadOverride) {
   EXPECT_EQ(
       parse_error(kData, {"optimiser.lr=1"}),
       "override 'optimiser.lr=1': unknown key 'optimiser' (known keys: model, data, optimizer, schedule, "
-      "batch, precision, checkpoint, sample, profile, distributed, max_steps, eval_interval, eval_steps, log_interval, "
-      "seed, device, threads, cuda_graphs, matmul_autotune, fused_classifier, out_dir)");
+      "batch, precision, checkpoint, sample, profile, distributed, task, max_steps, eval_interval, eval_steps, "
+      "log_interval, seed, device, threads, cuda_graphs, matmul_autotune, fused_classifier, channels_last, out_dir)");
   EXPECT_EQ(parse_error(kData, {"max_steps"}), "override 'max_steps': expected key=value, e.g. optimizer.lr=1e-3");
   EXPECT_EQ(parse_error(kData, {"checkpoint.resume=sure"}),
             "override 'checkpoint.resume=sure': 'checkpoint.resume' must be true or false, got 'sure'");

@@ -13,10 +13,12 @@
 #include <vector>
 
 #include "support/gpu.h"
+#include "support/loss_curves.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
 using namespace precis;
+using precis::testing::largest_relative_difference;
 namespace fs = std::filesystem;
 
 namespace {
@@ -44,29 +46,17 @@ threads: 2
   return trainer.losses();
 }
 
-// The largest relative difference between the two runs' losses, step by step.
-double largest_relative_difference(const std::vector<double>& cpu, const std::vector<double>& gpu) {
-  EXPECT_EQ(cpu.size(), 50u);
-  EXPECT_EQ(gpu.size(), cpu.size());
-  double largest = 0;
-  for (size_t i = 0; i < std::min(cpu.size(), gpu.size()); ++i) {
-    EXPECT_TRUE(std::isfinite(gpu[i])) << "step " << i + 1;
-    largest = std::max(largest, std::abs(gpu[i] - cpu[i]) / std::abs(cpu[i]));
-  }
-  return largest;
-}
-
 }  // namespace
 
 TEST(CpuGpuTraining, Fp32LossesAgreeForFiftySteps) {
   PRECIS_SKIP_WITHOUT_GPU();
   const std::vector<double> cpu = train_losses("cpu", "fp32"), gpu = train_losses("cuda", "fp32");
-  EXPECT_LE(largest_relative_difference(cpu, gpu), 1e-4);
+  EXPECT_LE(largest_relative_difference(cpu, gpu, 50u), 1e-4);
   EXPECT_LT(cpu.back(), cpu.front() - 0.5) << "the model learns: from ln(65) = 4.17";
 }
 
 TEST(CpuGpuTraining, Bf16LossesAgreeForFiftySteps) {
   PRECIS_SKIP_WITHOUT_GPU();
   const std::vector<double> cpu = train_losses("cpu", "bf16"), gpu = train_losses("cuda", "bf16");
-  EXPECT_LE(largest_relative_difference(cpu, gpu), 0.02);
+  EXPECT_LE(largest_relative_difference(cpu, gpu, 50u), 0.02);
 }

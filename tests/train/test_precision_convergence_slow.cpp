@@ -26,6 +26,6 @@ TEST(PrecisionTraining, Fp16WithDynamicScalingMatchesFp32AfterTheDemo) {
 TEST(PrecisionTraining, Bf16PureConverges) {
   train::Trainer pure(demo_config("bf16_pure", {"precision=bf16-pure", "max_steps=150", "eval_interval=150"}));
   pure.run();
-  EXPECT_EQ(pure.model().wte().dtype(), DType::bf16);
+  EXPECT_EQ(pure.gpt2().wte().dtype(), DType::bf16);
   EXPECT_LT(pure.final_val_loss(), 2.7) << "from 4.17 (uniform over 65 chars)";
 }

@@ -111,8 +111,8 @@ TEST(Trainer, CheckpointRecordsTheModelConfigOnce) {
   trainer.run();
   fs::path folder = fs::path(dir) / "checkpoints" / train::checkpoint_step_name(2);
   Json config_json = read_json_file((folder / "config.json").string());
-  EXPECT_EQ(models::GPT2Config::from_json(config_json), trainer.model().config());
-  EXPECT_EQ(trainer.model().config().dropout, 0.1);
+  EXPECT_EQ(models::GPT2Config::from_json(config_json), trainer.gpt2().config());
+  EXPECT_EQ(trainer.gpt2().config().dropout, 0.1);
   train::SafetensorsMetadata metadata = train::read_safetensors_metadata((folder / "train_state.safetensors").string());
   Json state = Json::parse(metadata.at("train_state"));
   EXPECT_EQ(state.at("model"), config_json);

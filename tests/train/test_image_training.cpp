@@ -1,0 +1,187 @@
+// Image classification through the Trainer (task: image_classification) on the CPU: a tiny
+// ResNet learns, a run resumed from a checkpoint continues exactly (data order, augmentation,
+// batch-norm buffers, optimizer), the log and metrics count images and accuracy, and the
+// config's mistakes are clear errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/autograd.h"
+#include "core/source_dir.h"
+#include "ops/nn_functional.h"
+#include "support/errors.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/image_task.h"
+#include "train/trainer.h"
+
+using namespace precis;
+using precis::testing::expect_error;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("precis_test_image_training_" + name);
+  fs::remove_all(dir);
+  return dir;
+}
+
+// ResNet-18 with the CIFAR stem on one fixed batch of 8 synthetic 8x8 images of 4 classes.
+const char* kTinyResNet = R"(
+task: image_classification
+model: {name: resnet18, cifar_stem: true}
+data: {dataset: synthetic, image_size: 8, channels: 3, num_classes: 4}
+optimizer: {name: adamw, lr: 1.0e-3, weight_decay: 0.0, grad_clip: 1.0}
+schedule: {kind: constant}
+batch: {micro_batch: 8}
+max_steps: 20
+eval_interval: 0
+log_interval: 5
+device: cpu
+threads: 2
+)";
+
+// LeNet-5 on shuffled, augmented MNIST batches.
+const char* kLeNet = R"(
+task: image_classification
+model: {name: lenet5}
+data: {dataset: mnist, order: random, crop_padding: 2, flip: true}
+optimizer: {name: adamw, lr: 1.0e-3, weight_decay: 0.01}
+schedule: {kind: cosine, warmup_steps: 2, min_lr: 1.0e-4}
+batch: {micro_batch: 16, grad_accum: 2}
+max_steps: 6
+eval_interval: 3
+eval_steps: 4
+log_interval: 1
+device: cpu
+threads: 2
+)";
+
+std::string read_file(const fs::path& path) {
+  std::stringstream text;
+  text << std::ifstream(path).rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+TEST(ImageTraining, TinyResNetLossDecreases) {
+  const fs::path dir = fresh_dir("tiny_resnet");
+  train::Trainer trainer(train::parse_config(kTinyResNet, {"out_dir=" + dir.string()}));
+  trainer.run();
+  const std::vector<double>& losses = trainer.losses();
+  ASSERT_EQ(losses.size(), 20u);
+  double first = 0, last = 0;
+  for (int i = 0; i < 5; ++i) first += losses[i], last += losses[15 + i];
+  EXPECT_LT(last, 0.5 * first) << "the mean loss of the last 5 steps should be under half that of the first 5";
+  EXPECT_NEAR(losses[0], std::log(4.0), 0.5) << "4 classes: the first loss is near ln 4";
+  EXPECT_TRUE(fs::exists(dir / "checkpoints" / "latest"));
+  // `precis sample` and other GPT-2 readers say what the checkpoint is.
+  expect_error([&] { train::checkpoint_model_config((dir / "checkpoints").string()); },
+               "holds an image classifier ({\"model\":\"resnet18\"");
+}
+
+TEST(ImageTraining, ResumeContinuesExactly) {
+  for (const char* yaml : {kLeNet, kTinyResNet}) {
+    const fs::path whole = fresh_dir("whole"), split = fresh_dir("split");
+    train::Trainer straight(train::parse_config(yaml, {"out_dir=" + whole.string(), "max_steps=6"}));
+    straight.run();
+
+    train::Trainer first(train::parse_config(yaml, {"out_dir=" + split.string(), "max_steps=3"}));
+    first.run();  // the final checkpoint at step 3
+    train::Trainer second(
+        train::parse_config(yaml, {"out_dir=" + split.string(), "max_steps=6", "checkpoint.resume=true"}));
+    second.run();
+    ASSERT_EQ(second.losses().size(), 3u);
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(second.losses()[i], straight.losses()[3 + i]) << yaml << " step " << 4 + i;
+    // Parameters and the batch-norm buffers (running statistics, batch counts) end the same.
+    const auto a = straight.model().state_dict(), b = second.model().state_dict();
+    for (const auto& [name, tensor] : a) {
+      if (tensor.dtype() == DType::i64) {
+        EXPECT_EQ(b.at(name).to_vector<int64_t>(), tensor.to_vector<int64_t>()) << name;
+      } else {
+        EXPECT_EQ(b.at(name).to_vector<float>(), tensor.to_vector<float>()) << name;
+      }
+    }
+  }
+}
+
+TEST(ImageTraining, LogAndMetricsCountImagesAndAccuracy) {
+  const fs::path dir = fresh_dir("metrics");
+  train::Trainer trainer(train::parse_config(kLeNet, {"out_dir=" + dir.string()}));
+  ::testing::internal::CaptureStdout();
+  trainer.run();
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_NE(out.find("precis: LeNet-5"), std::string::npos) << out;
+  EXPECT_NE(out.find("img/s | acc "), std::string::npos) << out;
+  ASSERT_TRUE(trainer.last_val_accuracy().has_value());
+  EXPECT_GE(*trainer.last_val_accuracy(), 0.0);
+  EXPECT_LE(*trainer.last_val_accuracy(), 1.0);
+  const std::string metrics = read_file(dir / "metrics.jsonl");
+  for (const char* key : {"\"images_per_s\"", "\"accuracy\"", "\"val_accuracy\"", "\"val_loss\""})
+    EXPECT_NE(metrics.find(key), std::string::npos) << key << " in " << metrics;
+  EXPECT_EQ(metrics.find("tokens_per_s"), std::string::npos);
+}
+
+// The validation pass: 4 batches of 16 test images, in order, unaugmented.
+TEST(ImageTraining, EvaluationMatchesTheModelOnTheTestImages) {
+  const fs::path dir = fresh_dir("eval");
+  train::Trainer trainer(train::parse_config(kLeNet, {"out_dir=" + dir.string(), "max_steps=2"}));
+  trainer.run();
+  const double loss = trainer.evaluate();
+  const ImageSet test = read_mnist(PRECIS_SOURCE_DIR "/assets/mnist", false);
+  ImageBatch batch = image_batch(test, 0, 64, {{0.1307f}, {0.3081f}});
+  NoGradGuard no_grad;
+  trainer.model().eval();
+  auto& model = dynamic_cast<models::ImageClassifier&>(trainer.model());
+  Tensor logits = model.forward(batch.images);
+  EXPECT_NEAR(*trainer.last_val_accuracy(), train::accuracy(logits, batch.labels), 1e-12);
+  EXPECT_NEAR(loss, ops::cross_entropy(logits, batch.labels).item(), 1e-5);
+}
+
+// Training and evaluation under each policy: the images enter in the compute dtype, and the
+// validation pass runs under the same autocast as the step.
+TEST(ImageTraining, EveryPrecisionPolicyTrainsAndEvaluates) {
+  for (const char* precision : {"fp16", "bf16", "bf16-pure"}) {
+    const fs::path dir = fresh_dir(std::string("policy_") + precision);
+    train::Trainer trainer(train::parse_config(
+        kLeNet, {"out_dir=" + dir.string(), "max_steps=2", "eval_interval=2", std::string("precision=") + precision}));
+    trainer.run();
+    EXPECT_TRUE(std::isfinite(trainer.losses().back())) << precision;
+    EXPECT_TRUE(std::isfinite(trainer.final_val_loss())) << precision;
+    ASSERT_TRUE(trainer.last_val_accuracy().has_value()) << precision;
+  }
+}
+
+TEST(ImageTraining, AccuracyCountsTheFirstLargestLogit) {
+  Tensor logits = from_vector<float>({0.1f, 0.9f, 0.0f, 2.0f, 2.0f, 1.0f, -1.0f, -3.0f, -2.0f}, {3, 3});
+  EXPECT_EQ(train::count_correct(logits, from_vector<int32_t>({1, 0, 0}, {3})), 3);
+  EXPECT_EQ(train::count_correct(logits, from_vector<int32_t>({1, 1, 2}, {3})), 1);
+  EXPECT_NEAR(train::accuracy(logits, from_vector<int32_t>({2, 0, 0}, {3})), 2.0 / 3.0, 1e-12);
+}
+
+TEST(ImageTraining, ConfigMistakesAreClear) {
+  expect_error([] { train::parse_config("task: image_classification\ndata: {dataset: cifar10}\n"); },
+               "'data.dataset: cifar10' needs 'data.dir'");
+  expect_error([] { train::parse_config("task: image_classification\nmodel: {name: vgg}\n"); },
+               "'model.name' must be one of lenet5, resnet18, resnet34, resnet50, got 'vgg'");
+  expect_error([] { train::parse_config("data: {text_file: a.txt}\nmodel: {name: resnet18}\n"); },
+               "'model.name' is a setting of 'task: image_classification'; this run's task is language_model");
+  expect_error([] { train::parse_config("task: image_classification\nmodel: {n_layer: 4}\n"); },
+               "'model.n_layer' is a setting of 'task: language_model' (GPT-2)");
+  expect_error([] { train::parse_config("task: images\n"); },
+               "'task' must be one of language_model, image_classification");
+  const fs::path dir = fresh_dir("cifar_missing");
+  fs::create_directories(dir);
+  expect_error(
+      [&] {
+        train::Trainer trainer(train::parse_config(
+            "task: image_classification\nmodel: {name: resnet18}\ndata: {dataset: cifar10, dir: " + dir.string() +
+            "}\ndevice: cpu\n"));
+      },
+      "lacks data_batch_1.bin, data_batch_2.bin, data_batch_3.bin, data_batch_4.bin, data_batch_5.bin");
+}
