@@ -8,7 +8,8 @@
 #   NGPUS     GPUs to use (default: all)            ROUNDS   rounds of the main runs (default 2)
 #   STEPS     timed steps (default 30)              WARMUP   steps before them (default 10)
 #   VARIANTS  extra N-GPU Precis runs, ';'-separated "name:ENV=V ENV2=W|config.key=value ...":
-#             env assignments before the '|', config settings after it
+#             env assignments before the '|', config settings after it (a name 1gpu-...: one GPU)
+#   EXTRAS    0: only the main rounds and the variants (no eager/traced/ZeRO/llm.c-option runs)
 #   SIMULATE  1: also the two-"host" runs on NCCL's socket transport (see docs/distributed.md)
 #   TESTS     0: skip the GPU tests (TESTS_REGEX: which; default the distributed ones)
 #   LLMC      0: skip llm.c
@@ -20,6 +21,7 @@ BUILD=build-gpu
 OUT=${OUT:-/tmp/precis-ddp-check}
 LOGS=$OUT/logs
 mkdir -p "$LOGS"
+: >"$OUT/rows.txt"
 NGPUS=${NGPUS:-$(nvidia-smi -L | wc -l)}
 ROUNDS=${ROUNDS:-2}
 STEPS=${STEPS:-30}
@@ -54,10 +56,15 @@ fi
 
 BENCH="$BUILD/precis bench gpt2 --preset gpt2 --batch 16 --seq 1024 --precision bf16-pure --steps $STEPS --warmup $WARMUP --device cuda"
 rows=()
+# A result row, also appended to $OUT/rows.txt at once (a call cut short keeps what ran).
+row() {
+  rows+=("$1")
+  echo "$1" >>"$OUT/rows.txt"
+}
 # Whether the time is up: the runs come in order of importance, the late ones are left out.
 out_of_time() {
   if (($(date +%s) - start > ${BUDGET_S:-540})); then
-    rows+=("$(printf "%-28s %6s GPU  %12s" "$1" "$2" "not run (BUDGET_S)")")
+    row "$(printf "%-28s %6s GPU  %12s" "$1" "$2" "not run (BUDGET_S)")"
     return 0
   fi
   return 1
@@ -81,8 +88,8 @@ precis_run() {
   local tps=$(sed -n 's/.* tokens_per_s=\([0-9.]*\).*/\1/p' <<<"$fields")
   local comm=$(sed -n 's/.* comm_ms=\([0-9.]*\).*/\1/p' <<<"$fields")
   local exposed=$(sed -n 's/.* comm_exposed_ms=\([0-9.]*\).*/\1/p' <<<"$fields")
-  rows+=("$(printf "%-28s %6s GPU  %12s tok/s  %s" "$name" "$gpus" "${tps:-FAILED}" \
-    "${comm:+comm $comm ms, exposed $exposed ms}")")
+  row "$(printf "%-28s %6s GPU  %12s tok/s  %s" "$name" "$gpus" "${tps:-FAILED}" \
+    "${comm:+comm $comm ms, exposed $exposed ms}")"
   [[ -z $tps ]] && tail -5 "$log"
 }
 # llmc NAME GPUS ARGS...: one llm.c run; tokens/s from the mean step time of the steps after the warm-up.
@@ -100,7 +107,7 @@ llmc_run() {
   tps=$(awk -v w="$WARMUP" -v tok=$((16 * 1024 * gpus)) '
     /^step +[0-9]+\/[0-9]+ \|/ { split($2, s, "/"); if (s[1] + 0 > w) { for (i = 1; i < NF; i++) if ($(i + 1) == "ms") { sum += $i; n++ } } }
     END { if (n) printf "%.0f", tok * 1000.0 * n / sum }' "$log")
-  rows+=("$(printf "%-28s %6s GPU  %12s tok/s  (%s)" "$name" "$gpus" "${tps:-FAILED}" "$*")")
+  row "$(printf "%-28s %6s GPU  %12s tok/s  (%s)" "$name" "$gpus" "${tps:-FAILED}" "$*")"
   [[ -z $tps ]] && tail -5 "$log"
 }
 
@@ -111,6 +118,7 @@ main_round() {
   llmc_run "llmc-z1-r$1" "$NGPUS" -r 0 -z 1
 }
 main_round 1
+if [[ ${EXTRAS:-1} == 1 ]]; then
 # Eager steps time their phases (forward, backward, comm, comm_exposed, optimizer), and the
 # traced step lists every kernel's time: what the N-GPU step spends beyond the 1-GPU one.
 precis_run "precis-eager" 1
@@ -127,6 +135,7 @@ done
 MPI="mpirun --allow-run-as-root" precis_run "precis-graphs-boundcore" "$NGPUS" -- cuda_graphs=true
 llmc_run "llmc-recompute" 1 -r 1
 llmc_run "llmc-z0" "$NGPUS" -r 0 -z 0
+fi
 IFS=';' read -ra variants <<<"${VARIANTS:-}"
 for v in "${variants[@]}"; do
   [[ -n $v ]] || continue
@@ -135,7 +144,9 @@ for v in "${variants[@]}"; do
   envs=${spec%%|*}
   settings=""
   [[ $spec == *"|"* ]] && settings=${spec#*|}
-  precis_run "$name" "$NGPUS" $envs -- $settings
+  gpus=$NGPUS
+  [[ $name == 1gpu-* ]] && gpus=1  # a variant named 1gpu-... runs on one GPU
+  precis_run "$name" "$gpus" $envs -- $settings
 done
 for ((round = 2; round <= ROUNDS; round++)); do main_round "$round"; done
 if [[ ${SIMULATE:-0} == 1 ]]; then

@@ -21,7 +21,13 @@ namespace {
 int world_size() { return mpi_world().world_size(); }
 int rank() { return mpi_world().rank(); }
 
-RunOptions on_cpu(DType dtype, bool sgd = false) { return {.group = mpi_world_group(), .dtype = dtype, .sgd = sgd}; }
+RunOptions on_cpu(DType dtype, bool sgd = false) {
+  RunOptions options;
+  options.group = mpi_world_group();
+  options.dtype = dtype;
+  options.sgd = sgd;
+  return options;
+}
 
 }  // namespace
 

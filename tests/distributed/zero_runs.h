@@ -48,8 +48,9 @@ struct DdpRun {
   explicit DdpRun(RunOptions options) : o(std::move(options)), model(o.dtype) {
     flat = nn::flatten_parameters(model, o.group->device());
     distributed::broadcast_parameters(*flat, *o.group);
-    reducer = std::make_unique<distributed::Reducer>(flat, o.group,
-                                                     distributed::ReducerOptions{.reduce_dtype = o.reduce_dtype});
+    distributed::ReducerOptions reducer_options;
+    reducer_options.reduce_dtype = o.reduce_dtype;
+    reducer = std::make_unique<distributed::Reducer>(flat, o.group, reducer_options);
     optimizer = make_optimizer(optim::default_param_groups(model, 0.1), o.sgd);
   }
   // One step; returns {norm, factor}.

@@ -66,8 +66,10 @@ TEST(TrainerZero1, EachRankHoldsItsShardOfTheStateAndSaysSo) {
   EXPECT_EQ(sum_over_ranks(mine), whole);
   // A shard is whole / N elements, give or take one parameter's padding to 64 bytes per rank.
   EXPECT_NEAR(static_cast<double>(mine), static_cast<double>(whole) / world_size(), 0.02 * whole);
-  if (rank() == 0) EXPECT_NE(out.find("optimizer state " + std::to_string(mine) + " bytes"), std::string::npos) << out;
-  if (rank() == 0) EXPECT_NE(out.find("of " + std::to_string(whole) + " bytes"), std::string::npos) << out;
+  if (rank() == 0) {
+    EXPECT_NE(out.find("optimizer state " + std::to_string(mine) + " bytes"), std::string::npos) << out;
+    EXPECT_NE(out.find("of " + std::to_string(whole) + " bytes"), std::string::npos) << out;
+  }
 }
 
 TEST(TrainerZero1, CheckpointResumesUnderZero0Zero1AndInOneProcess) {
