@@ -13,6 +13,7 @@ BUILD=${1:-build-gpu}
 shift || true
 OUT_DIR=${OUT_DIR:-/tmp/precis-bench-resnet}
 mkdir -p "$OUT_DIR"
+: >"$OUT_DIR/rows.md"
 
 # The value of key $1 in the bench's last line ("result: key=value ...").
 field() { tr ' ' '\n' <<<"$2" | sed -n "s/^$1=//p"; }
@@ -35,6 +36,7 @@ run() {  # model image batch precision layout mode
     return
   fi
   table+=$'\n'"| $1 | $2 | $3 | $4 | $5 | $6 | $(field images_per_s "$result") | $(printf %.2f "$(field ms_per_step "$result")") | $(printf %.2f "$(field peak_gib "$result")") |"
+  echo "${table##*$'\n'}" >>"$OUT_DIR/rows.md"  # each row as it comes (a run cut short keeps them)
 }
 # PyTorch with the same settings: model image batch precision layout eager|compile.
 torch_run() {
@@ -51,6 +53,7 @@ torch_run() {
     return
   fi
   table+=$'\n'"| torch $1 | $2 | $3 | $4 | $5 | $6 | $(field images_per_s "$result") | $(printf %.2f "$(field ms_per_step "$result")") | $(printf %.2f "$(field peak_gib "$result")") |"
+  echo "${table##*$'\n'}" >>"$OUT_DIR/rows.md"
 }
 EXTRA=("$@")
 if [ -n "${RUNS:-}" ]; then
