@@ -305,9 +305,12 @@ void set_cudnn_benchmark(bool benchmark) { g_cudnn_benchmark = benchmark; }
 bool cudnn_benchmark() { return g_cudnn_benchmark; }
 
 Tensor conv2d(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_arg, const Conv2dOptions& options) {
-  // autocast: conv2d runs in the compute dtype, like matmul.
-  const Tensor x = autocast::to_compute(x_arg), weight = autocast::to_compute(weight_arg),
-               bias = autocast::to_compute(bias_arg);
+  // autocast: conv2d runs in the compute dtype, like matmul, and in the caller's layout (a
+  // cast is written NCHW: a channels-last input's is laid out again, one more pass, paid by
+  // the network's first f32 input only).
+  Tensor x = autocast::to_compute(x_arg);
+  if (is_channels_last(x_arg) && !is_channels_last(x)) x = to_memory_format(x, MemoryFormat::channels_last);
+  const Tensor weight = autocast::to_compute(weight_arg), bias = autocast::to_compute(bias_arg);
   const Geometry g = geometry(x, weight, bias, options);
   common_device(kOp, {&x, &weight, &bias});
   Tensor y;

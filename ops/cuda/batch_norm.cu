@@ -7,7 +7,9 @@
 //                  partial (no atomics: the same order every run);
 //   finalize       one thread per channel adds its G partials in order and derives the
 //                  per-channel coefficients;
-//   apply          one thread per element: y = x scale + shift (then max(0, .)), or dx.
+//   apply          one thread per element: y = (x - mean) scale + bias (then max(0, .)), or dx.
+//                  (Not x scale + (bias - mean scale): with |mean| >> std its two large
+//                  terms cancel and the output loses the f32 digits the CPU keeps.)
 //
 // Forward sums (x - p) and (x - p)^2, p = the channel's first value (a "shifted" variance:
 // p lies in the data, so the difference E[(x-p)^2] - E[x-p]^2 does not cancel as
@@ -129,7 +131,7 @@ __device__ Pair<float> total(const float* partial, int64_t G, int64_t C, int64_t
 template <typename T>
 __global__ void forward_finalize_kernel(const T* x, const float* partial, int64_t G, Layout l, const float* weight,
                                         const float* bias, float* running_mean, float* running_var, float* save_mean,
-                                        float* save_invstd, float* scale, float* shift, float momentum, float eps) {
+                                        float* save_invstd, float* scale, float momentum, float eps) {
   wait_for_previous_grid();
   allow_next_grid_to_start();
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -152,19 +154,18 @@ __global__ void forward_finalize_kernel(const T* x, const float* partial, int64_
   save_mean[c] = mean;
   save_invstd[c] = invstd;
   scale[c] = weight[c] * invstd;
-  shift[c] = bias[c] - mean * weight[c] * invstd;
 }
 
-// y = x scale + shift, then max(0, .) for batch_norm_relu (a NaN stays NaN, as on the CPU).
+// y = (x - mean) scale + bias, then max(0, .) for batch_norm_relu (a NaN stays NaN, as on the CPU).
 template <typename T>
-__global__ void forward_apply_kernel(const T* x, T* y, Layout l, const float* scale, const float* shift, bool relu,
-                                     int64_t n) {
+__global__ void forward_apply_kernel(const T* x, T* y, Layout l, const float* mean, const float* scale,
+                                     const float* bias, bool relu, int64_t n) {
   wait_for_previous_grid();
   allow_next_grid_to_start();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const int64_t c = l.channel(i);
-  float v = convert_to<float>(x[i]) * scale[c] + shift[c];
+  float v = (convert_to<float>(x[i]) - mean[c]) * scale[c] + bias[c];
   if (relu && v < 0.f) v = 0.f;
   y[i] = convert_to<T>(v);
 }
@@ -234,7 +235,7 @@ void batch_norm_forward(const BatchNormForward& f) {
   const Layout l = layout_of(f.x, f.format);
   const Device device = f.x.device();
   if (l.C == 0) return;
-  Tensor coefficients = empty({2 * l.C}, DType::f32, device);  // scale, shift
+  Tensor coefficients = empty({l.C}, DType::f32, device);  // scale = weight invstd
   float* scale = data_of<float>(coefficients);
   dispatch_batch_norm(f.x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -245,13 +246,14 @@ void batch_norm_forward(const BatchNormForward& f) {
     launch(forward_finalize_kernel<T>, grid_for(l.C), kBlockSize, 0, stream_for(f.y), x,
            partial.defined() ? data_of<const float>(partial) : nullptr, G, l, data_of<const float>(f.weight),
            data_of<const float>(f.bias), data_or_null(f.running_mean), data_or_null(f.running_var),
-           data_of<float>(f.save_mean), data_of<float>(f.save_invstd), scale, scale + l.C,
-           static_cast<float>(f.momentum), static_cast<float>(f.eps));
+           data_of<float>(f.save_mean), data_of<float>(f.save_invstd), scale, static_cast<float>(f.momentum),
+           static_cast<float>(f.eps));
     PRECIS_CUDA_CHECK_LAUNCH(op);
     const int64_t n = f.x.numel();
     if (n == 0) return;
     launch(forward_apply_kernel<T>, grid_for(n), kBlockSize, 0, stream_for(f.y), x, data_of<T>(f.y), l,
-           static_cast<const float*>(scale), static_cast<const float*>(scale + l.C), f.relu, n);
+           data_of<const float>(f.save_mean), static_cast<const float*>(scale), data_of<const float>(f.bias), f.relu,
+           n);
     PRECIS_CUDA_CHECK_LAUNCH(op);
   });
 }
