@@ -16,6 +16,8 @@
 
 #include "core/autograd.h"
 #include "core/copy.h"
+#include "train/exit_codes.h"
+#include "train/nonfinite.h"
 #include "train/safetensors.h"
 
 namespace precis::train {
@@ -154,8 +156,34 @@ void prune_checkpoints(const fs::path& dir, int64_t current, int64_t keep_last) 
   for (size_t i = static_cast<size_t>(keep_last); i < steps.size(); ++i) fs::remove_all(steps[i].second);
 }
 
+// A checkpoint with an inf or NaN would resume into garbage and, through keep_last, push out
+// the good ones: nothing is written (and nothing pruned) when any value is not finite.
+void check_finite_before_saving(const std::string& dir, int64_t step, const std::vector<nn::NamedTensor>& weights,
+                                const std::vector<nn::NamedTensor>& state) {
+  for (const auto* group : {&weights, &state})
+    for (const auto& [name, t] : *group)
+      if (int64_t i = first_nonfinite(t); i >= 0)
+        throw StoppedRun(detail::concat("checkpoint: not writing step ", step, " to '", dir, "': '", name,
+                                        "' holds inf or NaN (element ", i, ")",
+                                        has_checkpoint(dir) ? "; the newest checkpoint, " + resolve_checkpoint(dir) +
+                                                                  ", is kept and has finite weights"
+                                                            : "",
+                                        ". The run diverged: lower optimizer.lr or set optimizer.grad_clip"),
+                         kExitNonFinite);
+}
+
+// Loaded values must be finite: a NaN in a checkpoint is damage (checkpoints are checked before
+// they are written), and it would resume or sample garbage.
+void check_finite_after_loading(const std::string& file, const std::vector<nn::NamedTensor>& tensors) {
+  for (const auto& [name, t] : tensors)
+    if (int64_t i = first_nonfinite(t); i >= 0)
+      PRECIS_FAIL("checkpoint '", file, "': tensor '", name, "' holds inf or NaN (element ", i,
+                  "); the file is damaged. Use an older checkpoint (the step_XXXXXXXX folders beside it)");
+}
+
 void load_weights_file(const std::string& file, models::GPT2& model) {
   SafetensorsFile weights = read_safetensors(file);
+  check_finite_after_loading(file, weights.tensors);
   try {
     load_hf_state_dict(model, weights.tensors);
   } catch (const Error& e) {
@@ -299,6 +327,12 @@ std::string checkpoint_step_name(int64_t step) {
 
 std::string save_checkpoint(const std::string& dir, int64_t step, models::GPT2& model,
                             const optim::Optimizer* optimizer, const Json& train_state, int64_t keep_last) {
+  const std::vector<nn::NamedTensor> weights = hf_state_dict(model);
+  std::vector<nn::NamedTensor> state;
+  if (optimizer)
+    for (const auto& [key, value] : optimizer->state_dict()) state.push_back({kOptimizerPrefix + key, value});
+  check_finite_before_saving(dir, step, weights, state);
+
   const std::string name = checkpoint_step_name(step);
   const fs::path root(dir), target = root / name, tmp = root / (name + ".tmp");
   std::error_code ec;
@@ -308,10 +342,7 @@ std::string save_checkpoint(const std::string& dir, int64_t step, models::GPT2& 
   fs::create_directory(tmp, ec);
   PRECIS_CHECK(!ec, "checkpoint: cannot create '", tmp.string(), "': ", ec.message());
 
-  write_safetensors((tmp / kModelFile).string(), hf_state_dict(model), {{"format", "pt"}});
-  std::vector<nn::NamedTensor> state;
-  if (optimizer)
-    for (const auto& [key, value] : optimizer->state_dict()) state.push_back({kOptimizerPrefix + key, value});
+  write_safetensors((tmp / kModelFile).string(), weights, {{"format", "pt"}});
   write_safetensors((tmp / kTrainStateFile).string(), state, {{"train_state", train_state.dump()}});
   write_text_file(tmp / kConfigFile, model.config().to_json().dump() + "\n");
   fsync_directory(tmp);
@@ -378,6 +409,7 @@ Json load_checkpoint(const std::string& path_or_dir, models::GPT2& model, optim:
   std::map<std::string, Tensor> optimizer_state;
   if (optimizer) {
     SafetensorsFile state = read_safetensors(state_file);
+    check_finite_after_loading(state_file, state.tensors);
     metadata = std::move(state.metadata);
     for (auto& [key, value] : state.tensors) {
       PRECIS_CHECK(key.starts_with(kOptimizerPrefix), "checkpoint '", state_file, "': unexpected tensor '", key, "'");

@@ -346,6 +346,7 @@ std::vector<Field> make_fields(TrainConfig& c) {
       integer("checkpoint.interval", k.interval, at_least(0)),
       integer("checkpoint.keep_last", k.keep_last, at_least(1)),
       boolean("checkpoint.resume", k.resume),
+      boolean("checkpoint.overwrite", k.overwrite),
       boolean("checkpoint.save_final", k.save_final),
 
       integer("sample.tokens", p.tokens, at_least(0)),
@@ -372,6 +373,8 @@ std::vector<Field> make_fields(TrainConfig& c) {
       boolean("cuda_graphs", c.cuda_graphs),
       boolean("matmul_autotune", c.matmul_autotune),
       boolean("fused_classifier", c.fused_classifier),
+      text("on_nonfinite", c.on_nonfinite, one_of({"stop", "skip"})),
+      integer("max_nonfinite_steps", c.max_nonfinite_steps, at_least(1)),
       text("out_dir", c.out_dir),
   };
 }

@@ -65,6 +65,7 @@ struct CheckpointConfig {
   int64_t interval = 0;    // steps between checkpoints; 0: only at the end
   int64_t keep_last = 2;   // older checkpoints are deleted
   bool resume = false;     // continue from the latest checkpoint in dir
+  bool overwrite = false;  // a new run in a folder with checkpoints deletes them (else an error)
   bool save_final = true;  // write a checkpoint at the end of run() (the benchmark turns it off)
 };
 
@@ -111,6 +112,10 @@ struct TrainConfig {
   bool cuda_graphs = false;      // capture the training step in a CUDA graph after warm-up and replay it
   bool matmul_autotune = true;   // GPU: time cuBLASLt's candidate algorithms once per large product
   bool fused_classifier = true;  // the loss and the logits' gradient in one pass over the logits
+  // A step whose gradients hold inf or NaN is skipped under every policy; `stop` ends the run
+  // with an error once max_nonfinite_steps steps in a row were skipped, `skip` never does.
+  std::string on_nonfinite = "stop";  // stop | skip
+  int64_t max_nonfinite_steps = 25;   // more than the 24 halvings from the scaler's ceiling 2^24 to 1
   std::string out_dir = "out";
   std::string config_path;  // the file it was loaded from
 };

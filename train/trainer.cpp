@@ -27,6 +27,7 @@
 #include "optim/sgd.h"
 #include "train/checkpoint.h"
 #include "train/device_peak.h"
+#include "train/nonfinite.h"
 #include "train/step_trace.h"
 
 namespace precis::train {
@@ -384,15 +385,14 @@ void Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Tens
 void Trainer::finish_step(Profiler* profiler) {
   {
     MaybePhase phase(profiler, "optimizer");
-    const Tensor found_inf = scaler_->found_inf();  // both undefined without loss scaling
+    const Tensor found_inf = scaler_->found_inf();  // set on inf/NaN gradients under every policy
     optim::clip_grad_norm(model_->parameters(), config_.optimizer.grad_clip, scaler_->scale_tensor(), found_inf,
                           grad_norm_);
     optimizer_->step({.grad_factor = grad_norm_.select(0, 1), .skip_if = found_inf});
   }
-  if (scaler_->enabled()) {
-    MaybePhase phase(profiler, "scaler");
-    scaler_->update();
-  }
+  // Without loss scaling the update only counts a skipped non-finite step (train/nonfinite.h).
+  MaybePhase phase(scaler_->enabled() ? profiler : nullptr, "scaler");
+  scaler_->update();
 }
 
 bool Trainer::report_due() const {
@@ -462,7 +462,10 @@ Json Trainer::train_state() const {
   return state;
 }
 
+void Trainer::check_nonfinite() { enforce_nonfinite_rule(config_, step_, scaler_->consecutive_overflows()); }
+
 void Trainer::save_checkpoint() {
+  check_nonfinite();       // every rank: the same gradients, so the same count and the same decision
   if (!is_main()) return;  // every rank holds the same parameters and optimizer state
   train::save_checkpoint(config_.checkpoint.dir, step_, *model_, optimizer_.get(), train_state(),
                          config_.checkpoint.keep_last);
@@ -512,10 +515,8 @@ void Trainer::log_interval(double loss, double grad_norm, double lr, double inte
     if (peak > 0) r.mfu = *r.tflops / peak;
   }
   r.val_loss = val_loss;
-  if (scaler_->enabled()) {
-    r.loss_scale = scaler_->scale();
-    r.skipped_steps = scaler_->skipped_steps();
-  }
+  if (scaler_->enabled()) r.loss_scale = scaler_->scale();
+  r.skipped_steps = scaler_->skipped_steps();
   r.peak_memory_bytes = peak_memory_bytes();
   r.eta_s = r.ms / 1000.0 * static_cast<double>(config_.max_steps - step_);
   if (is_main()) {
@@ -571,9 +572,11 @@ void Trainer::run() {
       interval_start = Clock::now();
       interval_steps = 0;
     }
+    if (log_now || step_ % config_.max_nonfinite_steps == 0) check_nonfinite();
     if (config_.checkpoint.interval > 0 && step_ % config_.checkpoint.interval == 0) save_checkpoint();
   }
   if (!val_data_) final_val_loss_ = std::nan("");
+  check_nonfinite();
   if (config_.checkpoint.save_final) save_checkpoint();
   if (config_.sample.tokens > 0 && is_main()) {
     std::cout << "---- sample (" << config_.sample.tokens << " tokens, temperature " << config_.sample.temperature

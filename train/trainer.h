@@ -113,6 +113,8 @@ class Trainer {
   // Waits for the queued steps once and fills in their losses and the last grad norm.
   void resolve_step_values();
   void save_checkpoint();
+  // Stops the run under on_nonfinite: stop after too many skipped steps in a row (a read-back).
+  void check_nonfinite();
   bool report_due() const;
   void start_numerics();
   void finish_numerics(const std::vector<Tensor>& params_before);
