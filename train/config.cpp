@@ -195,45 +195,62 @@ void check_precision(const std::string& key, const std::string& text, const std:
 // ---- the field table
 
 // One settable key. `set` parses the text, checks type and range, and stores the
-// value; `text_field` says whether an empty YAML value means the empty string.
+// value; `get` writes the value back as text `set` reads (the resolved config);
+// `text_field` says whether an empty YAML value means the empty string.
 struct Field {
   std::string key;       // dotted: "optimizer.lr"
   std::string expected;  // completes "must be ...": "an integer"
   bool text_field;
   std::function<void(const std::string& text, const std::string& where)> set;
+  std::function<std::string()> get;
 };
 
+// The shortest text that reads back as exactly `value`.
+std::string number_text(double value) {
+  char buffer[64];
+  auto [end, error] = std::to_chars(buffer, buffer + sizeof buffer, value);
+  return std::string(buffer, end);
+}
+
 Field integer(const std::string& key, int64_t& slot, IntRule rule) {
-  return {key, "an integer", false, [key, &slot, rule](const std::string& text, const std::string& where) {
+  return {key, "an integer", false,
+          [key, &slot, rule](const std::string& text, const std::string& where) {
             int64_t value = parse_integer(key, text, where);
             if (!rule.allows(value)) fail(where, quoted(key) + " must be " + rule.text + ", got " + text);
             slot = value;
-          }};
+          },
+          [&slot] { return std::to_string(slot); }};
 }
 
 Field unsigned_integer(const std::string& key, uint64_t& slot) {
   return {key, "an integer", false,
-          [key, &slot](const std::string& text, const std::string& where) { slot = parse_unsigned(key, text, where); }};
+          [key, &slot](const std::string& text, const std::string& where) { slot = parse_unsigned(key, text, where); },
+          [&slot] { return std::to_string(slot); }};
 }
 
 Field number(const std::string& key, double& slot, Range range) {
-  return {key, "a number", false, [key, &slot, range](const std::string& text, const std::string& where) {
+  return {key, "a number", false,
+          [key, &slot, range](const std::string& text, const std::string& where) {
             double value = parse_number(key, text, where);
             if (!range.contains(value)) fail(where, quoted(key) + " must be " + range.text() + ", got " + text);
             slot = value;
-          }};
+          },
+          [&slot] { return number_text(slot); }};
 }
 
 Field boolean(const std::string& key, bool& slot) {
   return {key, "true or false", false,
-          [key, &slot](const std::string& text, const std::string& where) { slot = parse_bool(key, text, where); }};
+          [key, &slot](const std::string& text, const std::string& where) { slot = parse_bool(key, text, where); },
+          [&slot] { return std::string(slot ? "true" : "false"); }};
 }
 
 Field text(const std::string& key, std::string& slot, TextCheck check = {}) {
-  return {key, "a string", true, [key, &slot, check](const std::string& value, const std::string& where) {
+  return {key, "a string", true,
+          [key, &slot, check](const std::string& value, const std::string& where) {
             if (check) check(key, value, where);
             slot = value;
-          }};
+          },
+          [&slot] { return slot; }};
 }
 
 // A string from a fixed list, stored as the value it names ("static" -> LossScaling::fixed).
@@ -246,6 +263,11 @@ Field choice(const std::string& key, T& slot, std::vector<std::pair<std::string,
             check(key, text, where);
             for (const auto& [name, value] : choices)
               if (name == text) slot = value;
+          },
+          [&slot, choices] {
+            for (const auto& [name, value] : choices)
+              if (value == slot) return name;
+            return choices.front().first;
           }};
 }
 
@@ -701,6 +723,27 @@ TrainConfig parse_config(const std::string& yaml_text, const std::vector<std::st
   for (const std::string& override_text : overrides) reader.apply_override(override_text);
   reader.finish();
   return config;
+}
+
+std::string resolved_config_yaml(const TrainConfig& config) {
+  TrainConfig copy = config;
+  YAML::Node root(YAML::NodeType::Map);
+  for (const Field& field : make_fields(copy)) {
+    std::string value = field.get();
+    // A refined policy's name ends in "*" (not a policy name); its refining keys are written too.
+    if (field.key == "precision.policy" && value.ends_with("*")) value.pop_back();
+    // tokens_per_step sets grad_accum: writing both would be a contradiction.
+    if (field.key == "batch.grad_accum" && config.batch.tokens_per_step > 0) continue;
+    const size_t dot = field.key.find('.');
+    if (dot == std::string::npos) {
+      root[field.key] = value;
+    } else {
+      root[field.key.substr(0, dot)][field.key.substr(dot + 1)] = value;
+    }
+  }
+  YAML::Emitter out;
+  out << root;
+  return std::string(out.c_str()) + "\n";
 }
 
 TrainConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {

@@ -128,4 +128,8 @@ TrainConfig load_config(const std::string& path, const std::vector<std::string>&
 TrainConfig parse_config(const std::string& yaml_text, const std::vector<std::string>& overrides = {},
                          const std::string& source_name = "<config>");
 
+// Every key of `config` as YAML (defaults, presets and overrides resolved) that reads back
+// into the same config; the trainer saves it as out_dir/resolved_config.yaml.
+std::string resolved_config_yaml(const TrainConfig& config);
+
 }  // namespace precis::train

@@ -4,6 +4,7 @@
 
 #include <Eigen/Core>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -27,7 +28,10 @@
 #include "optim/sgd.h"
 #include "train/checkpoint.h"
 #include "train/device_peak.h"
+#include "train/exit_codes.h"
+#include "train/interrupt.h"
 #include "train/nonfinite.h"
+#include "train/run_folder.h"
 #include "train/step_trace.h"
 
 namespace precis::train {
@@ -62,9 +66,14 @@ void Trainer::setup() {
   if (config_.precision.report_interval == 0) config_.precision.report_interval = config_.log_interval;
   fs::create_directories(config_.out_dir);
   if (config_.checkpoint.dir.empty()) config_.checkpoint.dir = (fs::path(config_.out_dir) / "checkpoints").string();
+  if (is_main()) {
+    run_lock_ = std::make_unique<RunLock>(config_.out_dir);  // before anything in out_dir is written
+    prepare_run_folder(config_);
+  }
   if (config_.schedule.decay_steps < 0) config_.schedule.decay_steps = config_.max_steps;
   if (group_) check_same_config_on_every_rank();
   setup_data();
+  if (is_main()) save_resolved_config(config_);  // with the vocabulary the data decided
   setup_model();
   setup_step();
   if (config_.batch.seq_len < config_.model.block_size && is_main())
@@ -416,7 +425,7 @@ void Trainer::finish_numerics(const std::vector<Tensor>& params_before) {
     numerics_.record_update(amp::layer_of(named[i].name), params_before[i], named[i].tensor, named[i].tensor.grad());
   std::cout << numerics_.table(step_ + 1, scaler_->scale());
   if (!numerics_out_.is_open())
-    numerics_out_.open((fs::path(config_.out_dir) / "numerics.jsonl").string(), /*append=*/step_ > 0);
+    numerics_out_.open((fs::path(config_.out_dir) / "numerics.jsonl").string(), /*append=*/true);
   for (const Json& row : numerics_.json(step_ + 1, scaler_->scale())) numerics_out_.write(row);
 }
 
@@ -526,9 +535,35 @@ void Trainer::log_interval(double loss, double grad_norm, double lr, double inte
   reports_.push_back(r);
 }
 
+int Trainer::pending_interrupt(bool log_step) {
+  const int local = interrupt_signal();
+  if (!group_) return local;
+  if (!log_step) return 0;
+  const bool any = mean_over_ranks({static_cast<double>(local)})[0] > 0;
+  return any ? (local != 0 ? local : SIGTERM) : 0;
+}
+
+void Trainer::stop_on_signal(int signal, bool checkpoint_written) {
+  if (!checkpoint_written) save_checkpoint();
+  const std::string where = (fs::path(config_.checkpoint.dir) / checkpoint_step_name(step_)).string();
+  throw StoppedRun(detail::concat("interrupted by ", signal_name(signal), " after step ", step_,
+                                  ": checkpoint written to ", where, "; continue the run with checkpoint.resume=true"),
+                   exit_code_for_signal(signal));
+}
+
 void Trainer::run() {
-  bool resumed = try_resume();
-  if (is_main()) metrics_.open((fs::path(config_.out_dir) / "metrics.jsonl").string(), /*append=*/resumed);
+  InterruptScope interrupts;
+  // However run() ends, it is done with out_dir: another run may start there.
+  struct ReleaseLock {
+    std::unique_ptr<RunLock>& lock;
+    ~ReleaseLock() { lock.reset(); }
+  } release_lock{run_lock_};
+  try_resume();
+  if (is_main()) {
+    // The rows of the steps this run will redo go (a fresh run's folder has none: run_folder.h).
+    for (const char* file : kRunLogFiles) drop_rows_after_step((fs::path(config_.out_dir) / file).string(), step_);
+    metrics_.open((fs::path(config_.out_dir) / "metrics.jsonl").string(), /*append=*/true);
+  }
   const auto& c = model_->config();
   if (is_main() && group_)
     std::cout << "data parallel: " << world_size_ << " ranks (" << group_->backend_name() << "), rank 0 on " << device_
@@ -573,7 +608,9 @@ void Trainer::run() {
       interval_steps = 0;
     }
     if (log_now || step_ % config_.max_nonfinite_steps == 0) check_nonfinite();
-    if (config_.checkpoint.interval > 0 && step_ % config_.checkpoint.interval == 0) save_checkpoint();
+    const bool checkpoint_now = config_.checkpoint.interval > 0 && step_ % config_.checkpoint.interval == 0;
+    if (checkpoint_now) save_checkpoint();
+    if (const int signal = pending_interrupt(log_now)) stop_on_signal(signal, checkpoint_now);
   }
   if (!val_data_) final_val_loss_ = std::nan("");
   check_nonfinite();
