@@ -176,6 +176,7 @@ void Trainer::setup_data() {
   // dataset's position counts global windows, the same on every rank.
   train_options.rank = rank_;
   train_options.world_size = world_size_;
+  train_options.vocab_size = config_.model.vocab_size;
   train_data_ = std::make_unique<TokenDataset>(train_files_, train_options);
   if (!val_files_.empty()) {
     TokenDatasetOptions val_options = train_options;
