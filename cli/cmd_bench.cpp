@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -46,21 +47,6 @@ struct BenchOptions {
   bool cuda_graphs = false;
 };
 
-int64_t parse_count(const Options& o, const std::string& name, int64_t fallback, int64_t min) {
-  std::string text = o.get(name, "");
-  if (text.empty()) return fallback;
-  size_t used = 0;
-  int64_t value = -1;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  PRECIS_CHECK(used == text.size() && value >= min, "bench: --", name, " must be an integer >= ", min, ", got '", text,
-               "'");
-  return value;
-}
-
 BenchOptions parse_bench_options(const Args& args) {
   Args rest;
   BenchOptions b;
@@ -84,10 +70,10 @@ BenchOptions parse_bench_options(const Args& args) {
     for (const std::string& p : presets) known += (known.empty() ? "" : ", ") + p;
     PRECIS_FAIL("bench: unknown --preset '", b.preset, "' (known: ", known, ")");
   }
-  b.batch = parse_count(o, "batch", b.batch, 1);
-  b.seq = parse_count(o, "seq", b.seq, 1);
-  b.steps = parse_count(o, "steps", b.steps, 1);
-  b.warmup = parse_count(o, "warmup", b.warmup, 0);
+  b.batch = o.integer("batch", b.batch, 1, std::numeric_limits<int64_t>::max());
+  b.seq = o.integer("seq", b.seq, 1, std::numeric_limits<int64_t>::max());
+  b.steps = o.integer("steps", b.steps, 1, std::numeric_limits<int64_t>::max());
+  b.warmup = o.integer("warmup", b.warmup, 0, std::numeric_limits<int64_t>::max());
   b.precision = o.get("precision", b.precision);
   b.attention = o.get("attention", b.attention);
   b.trace = o.get("trace", b.trace);

@@ -386,6 +386,16 @@ std::optional<models::GPT2Config> checkpoint_model_config(const std::string& pat
   return models::GPT2Config::from_json(read_json_file(config.string()), config.string());
 }
 
+Json read_train_state(const std::string& path_or_dir) {
+  const fs::path state_file = fs::path(resolve_checkpoint(path_or_dir)) / kTrainStateFile;
+  std::error_code ec;
+  if (!fs::is_regular_file(state_file, ec)) return Json::object();
+  const SafetensorsMetadata metadata = read_safetensors_metadata(state_file.string());
+  auto it = metadata.find("train_state");
+  return it == metadata.end() ? Json::object()
+                              : Json::parse(it->second, state_file.string() + " (train_state metadata)");
+}
+
 Json load_checkpoint(const std::string& path_or_dir, models::GPT2& model, optim::Optimizer* optimizer) {
   const std::string target = resolve_checkpoint(path_or_dir);
   std::error_code ec;

@@ -115,6 +115,13 @@ IntRule at_least(int64_t min) {
   return {[min](int64_t value) { return value >= min; }, ">= " + std::to_string(min)};
 }
 
+// Sizes with a ceiling far above any real run, so a slip of the keyboard (threads=100000,
+// n_layer=1e6) is an error here rather than a crash in OpenMP or an allocation.
+IntRule between(int64_t min, int64_t max) {
+  return {[min, max](int64_t value) { return value >= min && value <= max; },
+          "in [" + std::to_string(min) + ", " + std::to_string(max) + "]"};
+}
+
 struct Range {
   double low;
   bool low_closed;
@@ -307,11 +314,11 @@ std::vector<Field> make_fields(TrainConfig& c) {
   const IntRule decay_rule{[](int64_t value) { return value == -1 || value >= 1; }, ">= 1, or -1 for max_steps"};
   return {
       text("model.preset", c.model_preset, one_of(model_preset_names())),
-      integer("model.vocab_size", m.vocab_size, at_least(1)),
-      integer("model.block_size", m.block_size, at_least(1)),
-      integer("model.n_layer", m.n_layer, at_least(1)),
-      integer("model.n_head", m.n_head, at_least(1)),
-      integer("model.n_embd", m.n_embd, at_least(1)),
+      integer("model.vocab_size", m.vocab_size, between(1, 1 << 24)),
+      integer("model.block_size", m.block_size, between(1, 1 << 20)),
+      integer("model.n_layer", m.n_layer, between(1, 1024)),
+      integer("model.n_head", m.n_head, between(1, 1024)),
+      integer("model.n_embd", m.n_embd, between(1, 1 << 16)),
       number("model.dropout", m.dropout, kProbability),
       boolean("model.bias", m.bias),
       boolean("model.tie_embeddings", m.tie_embeddings),
@@ -341,9 +348,9 @@ std::vector<Field> make_fields(TrainConfig& c) {
       number("schedule.min_lr", s.min_lr, kNonNegative),
       integer("schedule.decay_steps", s.decay_steps, decay_rule),
 
-      integer("batch.micro_batch", b.micro_batch, at_least(1)),
-      integer("batch.seq_len", b.seq_len, at_least(1)),
-      integer("batch.grad_accum", b.grad_accum, at_least(1)),
+      integer("batch.micro_batch", b.micro_batch, between(1, 1 << 20)),
+      integer("batch.seq_len", b.seq_len, between(1, 1 << 20)),
+      integer("batch.grad_accum", b.grad_accum, between(1, 1 << 20)),
       integer("batch.tokens_per_step", b.tokens_per_step, at_least(0)),
 
       text("precision.policy", policy.name, check_precision),
@@ -371,7 +378,7 @@ std::vector<Field> make_fields(TrainConfig& c) {
       boolean("checkpoint.overwrite", k.overwrite),
       boolean("checkpoint.save_final", k.save_final),
 
-      integer("sample.tokens", p.tokens, at_least(0)),
+      integer("sample.tokens", p.tokens, between(0, 1000000)),
       number("sample.temperature", p.temperature, kPositive),
       integer("sample.top_k", p.top_k, at_least(0)),
       text("sample.prompt", p.prompt),
@@ -391,7 +398,7 @@ std::vector<Field> make_fields(TrainConfig& c) {
       integer("log_interval", c.log_interval, at_least(1)),
       unsigned_integer("seed", c.seed),
       text("device", c.device, check_device),
-      integer("threads", c.threads, at_least(0)),
+      integer("threads", c.threads, between(0, 4096)),
       boolean("cuda_graphs", c.cuda_graphs),
       boolean("matmul_autotune", c.matmul_autotune),
       boolean("fused_classifier", c.fused_classifier),
@@ -431,6 +438,7 @@ class ConfigReader {
   void resolve_schedule();
   void check_profile() const;
   void check_distributed() const;
+  void check_checkpoint() const;
 
   TrainConfig& config_;
   std::string source_;
@@ -438,6 +446,7 @@ class ConfigReader {
   // Key -> where it was last set. A preset fills only the keys not in here, and
   // errors that involve several keys point at one that the user wrote.
   std::map<std::string, std::string> set_at_;
+  bool empty_document_ = false;  // the file holds no keys (only comments, or nothing)
 };
 
 const Field* ConfigReader::find(const std::string& key) const {
@@ -491,7 +500,10 @@ void ConfigReader::for_each_entry(
 }
 
 void ConfigReader::read_document(const YAML::Node& root) {
-  if (root.IsNull()) return;  // an empty file: every default
+  if (root.IsNull()) {  // no keys: every default, and no data (check_data says the file is empty)
+    empty_document_ = true;
+    return;
+  }
   if (!root.IsMap()) {
     fail(position(source_, root.Mark()),
          "a config must be a mapping of keys (" + join(known_keys("")) + "), got " + describe(root));
@@ -628,7 +640,14 @@ void ConfigReader::check_model() const {
 void ConfigReader::check_data() const {
   const DataConfig& data = config_.data;
   if (data.text_file.empty() && data.train_bin.empty()) {
-    fail(source_, "no training data: set 'data.text_file' (a text file) or 'data.train_bin' (token shards)");
+    fail(source_, std::string(empty_document_ ? "the config is empty (no keys, only comments or blank lines): " : "") +
+                      "no training data: set 'data.text_file' (a text file) or 'data.train_bin' (token shards); "
+                      "examples/configs/ has complete configs");
+  }
+  if (!data.train_bin.empty() && data.tokenizer == "char" && was_set("data.tokenizer")) {
+    fail(where_set({"data.tokenizer"}),
+         "'data.tokenizer: char' cannot read 'data.train_bin': token shards hold GPT-2 tokens (a char vocabulary is "
+         "made from 'data.text_file'); drop data.tokenizer or set it to gpt2");
   }
   if (!data.text_file.empty() && !data.train_bin.empty()) {
     fail(where_set({"data.train_bin"}), "'data.text_file' and 'data.train_bin' are both set; set exactly one");
@@ -675,7 +694,22 @@ void ConfigReader::check_distributed() const {
 }
 
 void ConfigReader::resolve_schedule() {
+  const ScheduleConfig& schedule = config_.schedule;
+  if (schedule.kind == "cosine" && schedule.min_lr > config_.optimizer.lr) {
+    fail(where_set({"schedule.min_lr", "optimizer.lr"}),
+         "'schedule.min_lr' (" + detail::concat(schedule.min_lr) + (was_set("schedule.min_lr") ? "" : ", the default") +
+             ") is above 'optimizer.lr' (" + detail::concat(config_.optimizer.lr) +
+             "): the cosine schedule decays from lr down to min_lr; set min_lr at most lr (lr / 10 is usual)");
+  }
   if (config_.schedule.decay_steps == -1) config_.schedule.decay_steps = config_.max_steps;
+}
+
+void ConfigReader::check_checkpoint() const {
+  if (config_.checkpoint.resume && config_.checkpoint.overwrite) {
+    fail(where_set({"checkpoint.overwrite", "checkpoint.resume"}),
+         "'checkpoint.resume' and 'checkpoint.overwrite' are both true: resume continues the run in the folder, "
+         "overwrite deletes its checkpoints; set one");
+  }
 }
 
 // Runs after every value is in, so the order of keys in the file never matters.
@@ -688,11 +722,19 @@ void ConfigReader::finish() {
   resolve_schedule();
   check_profile();
   check_distributed();
+  check_checkpoint();
 }
 
 YAML::Node parse_yaml(const std::string& yaml_text, const std::string& source_name) {
   try {
-    return YAML::Load(yaml_text);
+    std::vector<YAML::Node> documents = YAML::LoadAll(yaml_text);
+    if (documents.size() > 1) {
+      const YAML::Mark mark = documents[1].Mark();  // no mark for an empty document
+      fail(mark.line >= 0 ? position(source_name, mark) : source_name,
+           "the file holds " + std::to_string(documents.size()) +
+               " YAML documents (separated by '---'); a config is one document: merge them or remove the '---'");
+    }
+    return documents.empty() ? YAML::Node() : documents.front();
   } catch (const YAML::ParserException& e) {
     fail(position(source_name, e.mark), "invalid YAML: " + e.msg);
   } catch (const YAML::Exception& e) {

@@ -31,6 +31,7 @@
 #include "train/exit_codes.h"
 #include "train/interrupt.h"
 #include "train/nonfinite.h"
+#include "train/resume_check.h"
 #include "train/run_folder.h"
 #include "train/step_trace.h"
 
@@ -468,6 +469,9 @@ Json Trainer::train_state() const {
   state["tokenizer"] = tokenizer_json_;
   state["scaler"] = scaler_->state();
   state["precision"] = policy_.describe();
+  state["optimizer"] = config_.optimizer.name;
+  state["param_dtype"] = dtype_name(policy_.param_dtype);
+  state["master_weights"] = policy_.master_weights;
   state["config_path"] = config_.config_path;
   return state;
 }
@@ -489,6 +493,8 @@ bool Trainer::try_resume() {
                 << "' yet; starting from step 0\n";
     return false;
   }
+  check_resume_compatible(read_train_state(config_.checkpoint.dir), config_, policy_,
+                          resolve_checkpoint(config_.checkpoint.dir));
   Json state = load_checkpoint(config_.checkpoint.dir, *model_, optimizer_.get());
   step_ = state.at("step").as_int();
   // The position is in global windows: a run resumed under another world size (or per-rank
