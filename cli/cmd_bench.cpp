@@ -100,6 +100,7 @@ train::TrainConfig bench_config(const BenchOptions& b) {
       "eval_interval=0",
       "sample.tokens=0",
       "checkpoint.save_final=false",
+      "checkpoint.overwrite=true",  // each benchmark replaces the last one's logs (train/run_folder.h)
   };
   int64_t first_measured = first_measured_step(b);
   overrides.push_back("max_steps=" + std::to_string(first_measured + b.steps));

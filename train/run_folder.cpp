@@ -96,6 +96,12 @@ void prepare_run_folder(const TrainConfig& config) {
   for (const char* file : kRunLogFiles) {
     const fs::path path = fs::path(config.out_dir) / file;
     if (!nonempty_file(path)) continue;
+    if (c.overwrite) {  // starting over was asked for: the old run's logs go with its checkpoints
+      std::error_code ec;
+      fs::remove(path, ec);
+      PRECIS_CHECK(!ec, "checkpoint.overwrite: cannot delete '", path.string(), "': ", ec.message());
+      continue;
+    }
     const fs::path aside = free_numbered_name(path);
     std::error_code ec;
     fs::rename(path, aside, ec);

@@ -4,8 +4,8 @@
 //     kernel drops it when the process ends, however it ends, so a lock left by a killed run
 //     never blocks the next one; the file keeps the holder's pid and host for the message.
 //   - prepare_run_folder: a new run (not a resume) in a folder that holds checkpoints is an
-//     error unless checkpoint.overwrite deletes them; a fresh run's old metrics.jsonl and
-//     numerics.jsonl are moved aside (metrics.jsonl.1, ...), never truncated.
+//     error unless checkpoint.overwrite deletes them (and the old logs); otherwise a new run's
+//     old metrics.jsonl and numerics.jsonl are moved aside (metrics.jsonl.1, ...), never truncated.
 //   - drop_rows_after_step: a resumed run first drops the log rows of the steps it will redo,
 //     so no step appears twice (and a line torn by a kill is dropped with them).
 #pragma once

@@ -115,8 +115,20 @@ TEST(RunFolder, ANewRunOverCheckpointsIsRefusedUnlessResumedOrOverwritten) {
 
   Trainer(tiny_run(dir, {"max_steps=2", "checkpoint.overwrite=true"})).run();
   EXPECT_FALSE(fs::exists(dir / "checkpoints" / "step_00000003")) << "overwrite deletes the old run's checkpoints";
-  EXPECT_EQ(read_text(dir / "metrics.jsonl.1"), metrics) << "the old metrics are moved aside, not truncated";
-  EXPECT_EQ(logged_steps(dir / "metrics.jsonl"), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(logged_steps(dir / "metrics.jsonl"), (std::vector<int64_t>{1, 2})) << "and its logs";
+  EXPECT_FALSE(fs::exists(dir / "metrics.jsonl.1"));
+}
+
+// A run that left logs but no checkpoint (killed before its first): a new run keeps them aside.
+TEST(RunFolder, ANewRunMovesOldLogsAsideInsteadOfTruncatingThem) {
+  fs::path dir = scratch_dir("logs_aside");
+  Trainer(tiny_run(dir, {"max_steps=3", "checkpoint.save_final=false"})).run();
+  const std::string first = read_text(dir / "metrics.jsonl");
+  Trainer(tiny_run(dir, {"max_steps=2", "checkpoint.save_final=false"})).run();
+  Trainer(tiny_run(dir, {"max_steps=1", "checkpoint.save_final=false"})).run();
+  EXPECT_EQ(read_text(dir / "metrics.jsonl.1"), first);
+  EXPECT_EQ(logged_steps(dir / "metrics.jsonl.2"), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(logged_steps(dir / "metrics.jsonl"), (std::vector<int64_t>{1}));
 }
 
 // A run killed after step 5 with its last checkpoint at step 4 (and a torn last line): the
