@@ -340,7 +340,8 @@ TEST(ConfigErrors, SectionMustBeAMapping) {
       parse_error("- a\n- b\n"),
       "config.yaml:1:1: a config must be a mapping of keys (model, data, optimizer, schedule, batch, "
       "precision, checkpoint, sample, profile, distributed, max_steps, eval_interval, eval_steps, log_interval, seed, "
-      "device, threads, cuda_graphs, matmul_autotune, fused_classifier, on_nonfinite, max_nonfinite_steps, out_dir), got a sequence");
+      "device, threads, cuda_graphs, matmul_autotune, fused_classifier, on_nonfinite, max_nonfinite_steps, out_dir), "
+      "got a sequence");
 }
 
 TEST(ConfigErrors, OutOfRange) {
@@ -349,7 +350,8 @@ TEST(ConfigErrors, OutOfRange) {
             "config.yaml:4:12: 'model.dropout' must be in [0, 1), got 1.0");
   EXPECT_EQ(parse_error("data:\n  text_file: a.txt\n  val_fraction: 0\n"),
             "config.yaml:3:17: 'data.val_fraction' must be in (0, 1), got 0");
-  EXPECT_EQ(parse_error(kData + "model:\n  n_layer: 0\n"), "config.yaml:4:12: 'model.n_layer' must be in [1, 1024], got 0");
+  EXPECT_EQ(parse_error(kData + "model:\n  n_layer: 0\n"),
+            "config.yaml:4:12: 'model.n_layer' must be in [1, 1024], got 0");
   EXPECT_EQ(parse_error(kData + "optimizer:\n  weight_decay: -0.1\n"),
             "config.yaml:4:17: 'optimizer.weight_decay' must be >= 0, got -0.1");
   EXPECT_EQ(parse_error(kData + "schedule:\n  decay_steps: 0\n"),
@@ -438,7 +440,7 @@ TEST(ConfigErrors, BadOverride) {
       "override 'optimiser.lr=1': unknown key 'optimiser' (known keys: model, data, optimizer, schedule, "
       "batch, precision, checkpoint, sample, profile, distributed, max_steps, eval_interval, eval_steps, log_interval, "
       "seed, device, threads, cuda_graphs, matmul_autotune, fused_classifier, on_nonfinite, max_nonfinite_steps, "
-            "out_dir)");
+      "out_dir)");
   EXPECT_EQ(parse_error(kData, {"max_steps"}), "override 'max_steps': expected key=value, e.g. optimizer.lr=1e-3");
   EXPECT_EQ(parse_error(kData, {"checkpoint.resume=sure"}),
             "override 'checkpoint.resume=sure': 'checkpoint.resume' must be true or false, got 'sure'");

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "support/errors.h"
+#include "support/tiny_run.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
@@ -44,10 +45,23 @@ TEST(ConfigValidation, NumbersNameTheKeyAndTheText) {
 }
 
 TEST(ConfigValidation, ASecondYamlDocumentIsAnError) {
-  const std::string message = parse_error(kData + "---\nmax_steps: 5\n");
-  EXPECT_NE(message.find("config.yaml:4:1:"), std::string::npos) << message;
-  EXPECT_NE(message.find("holds 2 YAML documents"), std::string::npos) << message;
-  EXPECT_NE(message.find("remove the '---'"), std::string::npos) << message;
+  const std::string second =
+      "a second YAML document starts here; a config is one document: merge them or remove the '---'";
+  EXPECT_EQ(parse_error(kData + "---\nmax_steps: 5\n"), "config.yaml:3:1: " + second);
+  EXPECT_EQ(parse_error(kData + "...\nmax_steps: 5\n"), "config.yaml:4:1: " + second);
+  EXPECT_EQ(parse_error("# c\n--- # first\n" + kData + "--- {}\n"), "config.yaml:5:1: " + second);
+  // A "---" that opens the only document, and one inside a string, are fine.
+  EXPECT_EQ(parse_config("%YAML 1.2\n---\n" + kData + "...\n# end\n").data.text_file, "assets/tinyshakespeare.txt");
+  EXPECT_EQ(parse_config(kData + "sample: {prompt: \"a\n  --- b\"}\n").sample.prompt, "a --- b");
+}
+
+// Found by the fuzzer: yaml-cpp loops forever on some bytes that are not UTF-8.
+TEST(ConfigValidation, TextThatIsNotUtf8IsAnErrorBeforeParsing) {
+  EXPECT_EQ(parse_error(",\xff\xff"), "config.yaml:1:2: the file is not UTF-8 text (byte 0xff); save it as UTF-8");
+  EXPECT_EQ(parse_error(kData + "sample: {prompt: caf\xe9}\n"),
+            "config.yaml:3:21: the file is not UTF-8 text (byte 0xe9); save it as UTF-8");
+  EXPECT_EQ(parse_config(kData + "sample: {prompt: \"caf\xc3\xa9 \xe2\x80\x94\"}\n").sample.prompt,
+            "caf\xc3\xa9 \xe2\x80\x94");
 }
 
 TEST(ConfigValidation, AnEmptyConfigSaysItIsEmpty) {
@@ -83,27 +97,23 @@ TEST(ConfigValidation, ContradictionsAreErrors) {
 // Resuming with another optimizer (or another parameter storage) is refused before anything
 // is loaded, naming the setting, both values and the way out.
 TEST(ConfigValidation, AResumeThatWouldBreakTheOptimizerStateIsRefused) {
-  fs::path dir = fs::temp_directory_path() / "precis_test_config_validation_resume";
-  fs::remove_all(dir);
-  std::vector<std::string> overrides = {
-      "out_dir=" + dir.string(), "model.n_layer=1",     "model.n_head=2",   "model.n_embd=16",
-      "model.block_size=16",     "batch.micro_batch=2", "batch.seq_len=16", "sample.tokens=0",
-      "eval_interval=0",         "device=cpu",          "max_steps=2"};
-  Trainer(parse_config(kData, overrides)).run();
+  const fs::path dir = precis::testing::empty_temp_dir("config_validation_resume");
+  std::vector<std::string> overrides = {"max_steps=2"};
+  Trainer(precis::testing::tiny_run(dir, overrides)).run();
   overrides.push_back("checkpoint.resume=true");
   overrides.push_back("max_steps=3");
   std::vector<std::string> sgd = overrides;
   sgd.push_back("optimizer.name=sgd");
-  const std::string message = error_of([&] { Trainer(parse_config(kData, sgd)).run(); });
+  const std::string message = error_of([&] { Trainer(precis::testing::tiny_run(dir, sgd)).run(); });
   EXPECT_NE(message.find("step_00000002 was written with optimizer.name adamw, but this config has sgd"),
             std::string::npos)
       << message;
   EXPECT_NE(message.find("checkpoint.overwrite=true"), std::string::npos) << message;
   std::vector<std::string> bf16 = overrides;
   bf16.push_back("precision=bf16-pure");
-  EXPECT_NE(error_of([&] { Trainer(parse_config(kData, bf16)).run(); }).find("precision.params float32"),
+  EXPECT_NE(error_of([&] { Trainer(precis::testing::tiny_run(dir, bf16)).run(); }).find("precision.params float32"),
             std::string::npos);
-  Trainer same(parse_config(kData, overrides));
+  Trainer same(precis::testing::tiny_run(dir, overrides));
   same.run();
   EXPECT_EQ(same.losses().size(), 1u) << "the unchanged config resumes";
 }

@@ -9,6 +9,7 @@
 #include "core/copy.h"
 #include "optim/adamw.h"
 #include "support/errors.h"
+#include "support/tiny_run.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/exit_codes.h"
@@ -19,6 +20,7 @@
 using namespace precis;
 using namespace precis::train;
 using precis::testing::error_of;
+using precis::testing::tiny_run;
 namespace fs = std::filesystem;
 
 namespace {
@@ -26,11 +28,7 @@ namespace {
 #define EXPECT_CONTAINS(text, part) \
   EXPECT_NE(std::string(text).find(part), std::string::npos) << "'" << (part) << "' not in: " << (text)
 
-fs::path scratch_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("precis_test_nonfinite_" + name);
-  fs::remove_all(dir);
-  return dir;
-}
+fs::path scratch_dir(const std::string& name) { return precis::testing::empty_temp_dir("nonfinite_" + name); }
 
 models::GPT2Config tiny_model() {
   models::GPT2Config c;
@@ -40,21 +38,6 @@ models::GPT2Config tiny_model() {
   c.n_head = 2;
   c.n_embd = 8;
   return c;
-}
-
-TrainConfig tiny_run(const fs::path& dir, std::vector<std::string> overrides) {
-  overrides.push_back("out_dir=" + dir.string());
-  return parse_config(R"(
-model: {n_layer: 1, n_head: 2, n_embd: 16, block_size: 16}
-data: {text_file: assets/tinyshakespeare.txt, tokenizer: char}
-batch: {micro_batch: 2, seq_len: 16}
-sample: {tokens: 0}
-eval_interval: 0
-log_interval: 1
-device: cpu
-threads: 2
-)",
-                      overrides);
 }
 
 // Every tensor of every checkpoint under `dir` is finite.

@@ -12,6 +12,7 @@
 
 #include "core/json.h"
 #include "support/errors.h"
+#include "support/tiny_run.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/exit_codes.h"
@@ -22,6 +23,7 @@
 using namespace precis;
 using namespace precis::train;
 using precis::testing::error_of;
+using precis::testing::tiny_run;
 namespace fs = std::filesystem;
 
 namespace {
@@ -29,27 +31,7 @@ namespace {
 #define EXPECT_CONTAINS(text, part) \
   EXPECT_NE(std::string(text).find(part), std::string::npos) << "'" << (part) << "' not in: " << (text)
 
-fs::path scratch_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("precis_test_run_folder_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-TrainConfig tiny_run(const fs::path& dir, std::vector<std::string> overrides) {
-  overrides.push_back("out_dir=" + dir.string());
-  return parse_config(R"(
-model: {n_layer: 1, n_head: 2, n_embd: 16, block_size: 16}
-data: {text_file: assets/tinyshakespeare.txt, tokenizer: char}
-batch: {micro_batch: 2, seq_len: 16}
-sample: {tokens: 0}
-eval_interval: 0
-log_interval: 1
-device: cpu
-threads: 2
-)",
-                      overrides);
-}
+fs::path scratch_dir(const std::string& name) { return precis::testing::empty_temp_dir("run_folder_" + name); }
 
 std::string read_text(const fs::path& path) {
   std::ifstream in(path);
@@ -172,6 +154,7 @@ optimizer: {lr: 0.1}
   EXPECT_EQ(again.sample.prompt, "ROMEO:\n  yes: no");
   EXPECT_EQ(again.optimizer.lr, 0.1);
   EXPECT_EQ(again.precision.policy.describe(), config.precision.policy.describe());
+  EXPECT_EQ(again.data.tokenizer, "gpt2") << "shards are GPT-2 tokens, whatever the default says";
 }
 
 TEST(ResolvedConfig, TheTrainerSavesItInTheRunFolder) {
