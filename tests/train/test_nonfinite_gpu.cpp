@@ -22,8 +22,8 @@ struct Stopped {
 };
 
 Stopped diverge(const std::string& name, const std::string& device, const std::string& precision, bool graphs) {
-  Trainer trainer(testing::tiny_run(
-      testing::empty_temp_dir("nonfinite_gpu_" + name),
+  Trainer trainer(precis::testing::tiny_run(
+      precis::testing::empty_temp_dir("nonfinite_gpu_" + name),
       {"device=" + device, "precision=" + precision, std::string("cuda_graphs=") + (graphs ? "true" : "false"),
        "optimizer.lr=1e6", "schedule.kind=constant", "optimizer.grad_clip=0", "max_steps=60", "log_interval=7",
        "max_nonfinite_steps=4", "checkpoint.interval=5"}));
