@@ -5,7 +5,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: setup configure build test test-slow demo clean format check-format
+.PHONY: setup configure build test test-slow fuzz demo clean format check-format
 
 setup:
 	@bash scripts/setup.sh
@@ -22,6 +22,10 @@ test: setup build
 
 test-slow: setup build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -L slow
+
+# The libFuzzer targets (tests/fuzz), FUZZ_SECONDS each (default 30), with ASan and UBSan.
+fuzz: setup
+	@bash scripts/fuzz.sh
 
 # The demo needs only the `precis` binary, not the test executables.
 demo: setup configure

@@ -92,7 +92,7 @@ void unscale_gradient(const Tensor& grad, const Tensor& state) {
 }
 
 ScalerRule rule_of(const GradScalerOptions& o) {
-  return {o.mode == ScalerMode::dynamic,
+  return {o.enabled && o.mode == ScalerMode::dynamic,
           o.growth_factor,
           o.backoff_factor,
           o.min_scale,
@@ -117,7 +117,6 @@ void GradScaler::unscale_(const std::vector<Tensor>& gradients) {
 }
 
 void GradScaler::update() {
-  if (!options_.enabled) return;
 #if PRECIS_WITH_CUDA
   if (state_.is_cuda()) return cuda::update_(state_, scale_f32_, rule_of(options_));
 #endif
@@ -125,7 +124,7 @@ void GradScaler::update() {
   scale_f32_.data<float>()[0] = static_cast<float>(state_.data<double>()[kScale]);
 }
 
-Tensor GradScaler::found_inf() const { return options_.enabled ? state_.select(0, kFoundInf) : Tensor(); }
+Tensor GradScaler::found_inf() const { return state_.select(0, kFoundInf); }
 
 Tensor GradScaler::scale_tensor() const { return options_.enabled ? state_.select(0, kScale) : Tensor(); }
 

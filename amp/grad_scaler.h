@@ -13,8 +13,11 @@
 // optim::clip_grad_norm can take the place of unscale_ (it reads scale_tensor() and
 // sets found_inf(), and the optimizer applies 1/scale as it reads each gradient), so
 // the trainer makes no pass over the gradients of its own to unscale them.
-// Fixed mode keeps init_scale forever and still skips overflow steps. Disabled:
-// scale() is the identity, unscale_ and update do nothing, found_inf() is undefined.
+// Fixed mode keeps init_scale forever and still skips overflow steps. Disabled (no loss
+// scaling: fp32, tf32, bf16): scale() is the identity, unscale_ does nothing and
+// scale_tensor() is undefined, but found_inf() is still the flag clip_grad_norm sets and
+// update() still counts the skipped steps, so a non-finite step is skipped and counted
+// under every policy (train/nonfinite.h stops a run after too many).
 // The getters (scale(), skipped_steps(), state(), ...) read the state back (on a
 // GPU a copy and a sync each: ask at log time, not every step).
 #pragma once
@@ -64,11 +67,12 @@ class GradScaler {
   void unscale_(nn::FlatParameters& flat);
   void unscale_(const std::vector<Tensor>& gradients);
 
-  // Advances the state machine after a step, with found_inf() saying it overflowed.
+  // Advances the state machine after a step, with found_inf() saying it overflowed (when
+  // disabled: counts the skipped steps only).
   void update();
 
-  // Views of the state (f64 scalars on device()), undefined when disabled: nonzero when the
-  // step overflowed (unscale_ or optim::clip_grad_norm set it), and the scale.
+  // Views of the state (f64 scalars on device()): nonzero when the step overflowed (unscale_
+  // or optim::clip_grad_norm set it), and the scale (undefined when disabled: 1).
   Tensor found_inf() const;
   Tensor scale_tensor() const;
   Device device() const { return state_.device(); }

@@ -6,8 +6,10 @@
 // consecutive overflow steps (and on every further one until a clean step) the
 // scale backs off: scale = max(scale * backoff_factor, min_scale). Every
 // `growth_interval` consecutive clean steps it grows: scale =
-// min(scale * growth_factor, max_scale). Fixed mode only counts skipped steps.
-// The counters are whole numbers, exact in f64.
+// min(scale * growth_factor, max_scale). Fixed mode, and a scaler that does not scale
+// (rule.dynamic false), only count the skipped and the consecutive skipped steps (the
+// trainer stops a run after too many: train/nonfinite.h). The counters are whole
+// numbers, exact in f64.
 #pragma once
 
 #include <cstdint>
@@ -28,16 +30,15 @@ struct ScalerRule {
 PRECIS_HOST_DEVICE inline void advance_scaler_state(double* s, const ScalerRule& rule) {
   const bool found = s[kFoundInf] != 0;
   if (found) s[kSkippedSteps] += 1;
+  s[kConsecutiveOverflows] = found ? s[kConsecutiveOverflows] + 1 : 0;
   if (!rule.dynamic) return;
   if (found) {
     s[kGrowthTracker] = 0;
-    s[kConsecutiveOverflows] += 1;
     if (s[kConsecutiveOverflows] >= rule.hysteresis) {
       const double backed_off = s[kScale] * rule.backoff_factor;
       s[kScale] = backed_off < rule.min_scale ? rule.min_scale : backed_off;
     }
   } else {
-    s[kConsecutiveOverflows] = 0;
     s[kGrowthTracker] += 1;
     if (s[kGrowthTracker] == rule.growth_interval) {
       const double grown = s[kScale] * rule.growth_factor;

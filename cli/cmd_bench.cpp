@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -79,10 +80,10 @@ BenchOptions parse_bench_options(const Args& args) {
     for (const std::string& p : presets) known += (known.empty() ? "" : ", ") + p;
     PRECIS_FAIL("bench: unknown --preset '", b.preset, "' (known: ", known, ")");
   }
-  b.batch = parse_count(o, "batch", b.batch, 1);
-  b.seq = parse_count(o, "seq", b.seq, 1);
-  b.steps = parse_count(o, "steps", b.steps, 1);
-  b.warmup = parse_count(o, "warmup", b.warmup, 0);
+  b.batch = o.integer("batch", b.batch, 1, std::numeric_limits<int64_t>::max());
+  b.seq = o.integer("seq", b.seq, 1, std::numeric_limits<int64_t>::max());
+  b.steps = o.integer("steps", b.steps, 1, std::numeric_limits<int64_t>::max());
+  b.warmup = o.integer("warmup", b.warmup, 0, std::numeric_limits<int64_t>::max());
   b.precision = o.get("precision", b.precision);
   b.attention = o.get("attention", b.attention);
   b.trace = o.get("trace", b.trace);
@@ -111,6 +112,7 @@ train::TrainConfig bench_config(const BenchOptions& b) {
       "eval_interval=0",
       "sample.tokens=0",
       "checkpoint.save_final=false",
+      "checkpoint.overwrite=true",  // each benchmark replaces the last one's logs (train/run_folder.h)
   };
   int64_t first_measured = first_measured_step(b);
   overrides.push_back("max_steps=" + std::to_string(first_measured + b.steps));

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -144,9 +145,10 @@ int bench_attention_command(const Args& args) {
   const std::string which = o.get("impl", "both");
   PRECIS_CHECK(which == "flash" || which == "reference" || which == "both",
                "bench attention: --impl is flash, reference or both, not '", which, "'");
-  const int64_t tokens = std::stoll(o.get("tokens", "16384")), H = std::stoll(o.get("heads", "12")),
-                D = std::stoll(o.get("head-dim", "64"));
-  const int iters = std::stoi(o.get("iters", "20"));
+  constexpr int64_t kLarge = std::numeric_limits<int64_t>::max();
+  const int64_t tokens = o.integer("tokens", 16384, 1, kLarge), H = o.integer("heads", 12, 1, kLarge),
+                D = o.integer("head-dim", 64, 1, kLarge);
+  const int iters = static_cast<int>(o.integer("iters", 20, 1, kLarge));
   const std::vector<int64_t> lengths = parse_list(o.get("seq", "512,1024,2048,4096,8192,16384"), "--seq");
   const DType dtype = parse_dtype(o.get("dtype", "bf16"));
   const Device device = resolve_device(o.get("device", "cuda"));

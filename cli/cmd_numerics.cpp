@@ -16,6 +16,8 @@ int numerics_command(const Args& args) {
   overrides.insert(overrides.end(), args.begin() + 1, args.end());
   train::TrainConfig config = train::load_config(args[0], overrides);
   config.out_dir += "/numerics";
+  // Each report is a new short run: it replaces the last one's checkpoints (train/run_folder.h).
+  if (!config.checkpoint.resume) config.checkpoint.overwrite = true;
   train::Trainer trainer(config);
   trainer.run();
   std::cout << "numerics written to " << config.out_dir << "/numerics.jsonl\n";

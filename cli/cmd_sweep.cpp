@@ -87,6 +87,8 @@ int sweep_command(const Args& args) {
     train::TrainConfig config = train::load_config(o.positional[0], run_overrides);
     out_dir = config.out_dir;
     config.out_dir = (std::filesystem::path(out_dir) / ("sweep-" + policy)).string();
+    // Each sweep is a new comparison: its runs replace the last sweep's (train/run_folder.h).
+    if (!config.checkpoint.resume) config.checkpoint.overwrite = true;
     std::cout << "==== sweep: " << policy << " ====" << std::endl;
     train::Trainer trainer(config);
     trainer.run();

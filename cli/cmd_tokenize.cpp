@@ -11,7 +11,7 @@ int tokenize_command(const Args& args) {
   PRECIS_CHECK(o.positional.size() == 2, "tokenize: usage: precis tokenize --tokenizer gpt2|char INPUT.txt ",
                "OUT_PREFIX [--val-fraction 0.1]");
   std::string kind = o.get("tokenizer", "gpt2");
-  double val_fraction = std::stod(o.get("val-fraction", "0.1"));
+  double val_fraction = o.number("val-fraction", 0.1, 0.0, 1.0);
   tokenize_file(o.positional[0], o.positional[1], kind, val_fraction);
   return 0;
 }

@@ -20,9 +20,16 @@ int bench_resnet_command(const Args& args);     // precis bench resnet [--model 
 
 // "--name value" options after the positional arguments; unknown options are errors.
 struct Options {
+  std::string command;  // for messages: "sample"
   std::vector<std::string> positional;
   std::vector<std::pair<std::string, std::string>> named;
   std::string get(const std::string& name, const std::string& fallback) const;
+  // The option as a whole number or a finite number in [min, max] (the whole text must be the
+  // value: "1e9" is not an integer), else `fallback`; errors name the command, option and text
+  // (an integer's max of INT64_MAX is "no upper bound").
+  int64_t integer(const std::string& name, int64_t fallback, int64_t min, int64_t max) const;
+  uint64_t unsigned_integer(const std::string& name, uint64_t fallback) const;
+  double number(const std::string& name, double fallback, double min, double max) const;
 };
 Options parse_options(const Args& args, const std::vector<std::string>& known, const std::string& command);
 

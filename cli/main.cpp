@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "train/exit_codes.h"
 
 namespace {
 
@@ -65,11 +66,14 @@ int run(const std::vector<std::string>& args) {
 int main(int argc, char** argv) {
   try {
     return run(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const precis::train::StoppedRun& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return e.exit_code();
   } catch (const precis::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
-    return 1;
+    return precis::train::kExitError;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
-    return 2;
+    return precis::train::kExitInternal;
   }
 }

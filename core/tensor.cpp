@@ -42,9 +42,9 @@ T Tensor::item() const {
   return to_vector<T>()[0];
 }
 
-#define PRECIS_INSTANTIATE(T)                        \
-  template std::vector<T> Tensor::to_vector() const; \
-  template T Tensor::item() const;                   \
+#define PRECIS_INSTANTIATE(T)                           \
+  template std::vector<T> Tensor::to_vector<T>() const; \
+  template T Tensor::item<T>() const;                   \
   template Tensor from_vector<T>(const std::vector<T>&, const Shape&);
 
 Tensor Tensor::as_strided(const Shape& shape, const Shape& strides, int64_t offset) const {

@@ -43,11 +43,14 @@ const TokenDatasetOptions& checked(const TokenDatasetOptions& options) {
   return options;
 }
 
-std::vector<TokenFileView> open_shards(const std::vector<std::string>& files) {
+std::vector<TokenFileView> open_shards(const std::vector<std::string>& files, int64_t vocab_size) {
   PRECIS_CHECK(!files.empty(), "TokenDataset: no token files given; make them with `precis tokenize`");
   std::vector<TokenFileView> shards;
   shards.reserve(files.size());
-  for (const std::string& file : files) shards.emplace_back(file);
+  for (const std::string& file : files) {
+    shards.emplace_back(file);
+    if (vocab_size > 0) check_token_ids(shards.back(), vocab_size);
+  }
   return shards;
 }
 
@@ -70,7 +73,7 @@ std::vector<int64_t> windows_per_shard(const std::vector<TokenFileView>& shards,
 
 TokenDataset::TokenDataset(const std::vector<std::string>& files, const TokenDatasetOptions& options)
     : options_(checked(options)),
-      shards_(open_shards(files)),
+      shards_(open_shards(files, options_.vocab_size)),
       windows_per_shard_(windows_per_shard(shards_, options_.seq_len)),
       order_(windows_per_shard_, options_.shuffle, options_.seed) {
   for (int64_t windows : windows_per_shard_) num_windows_ += windows;

@@ -35,6 +35,9 @@ struct TokenDatasetOptions {
   int64_t prefetch_depth = 2;
   int64_t rank = 0;
   int64_t world_size = 1;
+  // When > 0, every token of every shard must be below it: checked once when the shards are
+  // opened (check_token_ids), so a shard of another tokenizer fails there, naming file and offset.
+  int64_t vocab_size = 0;
 };
 
 struct TokenBatch {

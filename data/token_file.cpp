@@ -112,6 +112,21 @@ TokenFileView::TokenFileView(TokenFileView&& other) noexcept
       tokens_(other.tokens_),
       num_tokens_(other.num_tokens_) {}
 
+void check_token_ids(const TokenFileView& view, int64_t vocab_size) {
+  const uint16_t* tokens = view.tokens();
+  const int64_t n = view.size();
+  // The largest token first (a vectorisable pass); the position only when one is out of range.
+  uint16_t largest = 0;
+  for (int64_t i = 0; i < n; ++i) largest = std::max(largest, tokens[i]);
+  if (largest < vocab_size) return;
+  int64_t i = 0;
+  while (tokens[i] < vocab_size) ++i;
+  PRECIS_FAIL("token file ", view.path(), ": token ", tokens[i], " at byte offset ", kTokenFileHeaderBytes + 2 * i,
+              " (token ", i, ") is outside the model's vocabulary of ", vocab_size,
+              " tokens; the shard was made with another tokenizer or is damaged. Make it again with `precis "
+              "tokenize` and the tokenizer of this run");
+}
+
 std::vector<std::string> find_token_files(const std::string& pattern) {
   glob_t matches{};
   int status = ::glob(pattern.c_str(), 0, nullptr, &matches);

@@ -50,6 +50,10 @@ class TokenFileView {
   int64_t num_tokens_ = 0;
 };
 
+// Checks that every token of `view` is below `vocab_size` (one pass over the mapped file);
+// a precis::Error names the file, the first bad token and its byte offset otherwise.
+void check_token_ids(const TokenFileView& view, int64_t vocab_size);
+
 // The token files a path or glob pattern ("data/fineweb_train_*.bin") names, sorted;
 // an error if there are none.
 std::vector<std::string> find_token_files(const std::string& pattern);

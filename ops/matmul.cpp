@@ -225,7 +225,6 @@ Tensor linear_cuda(const char* op, const Tensor& x_in, const Tensor& weight_in, 
   }
   return y;
 }
-#endif
 
 // linear_gelu_linear on the GPU: linear_gelu's call (GELU_AUX_BIAS, keeping z1 = x W1^T + b1),
 // then linear's (BIAS), one autograd node. With g the gradient of y = h W2^T + b2,
@@ -277,6 +276,7 @@ Tensor linear_gelu_linear_cuda(const char* op, const Tensor& x_in, const Tensor&
   }
   return y;
 }
+#endif
 
 // The forward product on the operands' device.
 Tensor product(const Tensor& a, const Tensor& b) {

@@ -3,8 +3,9 @@
 # Idempotent; runs as root without sudo (or with sudo when not root).
 set -euo pipefail
 
+# clang and libclang-rt-dev: the libFuzzer targets (scripts/fuzz.sh).
 packages=(cmake make g++ ccache pkg-config clang-format libeigen3-dev libyaml-cpp-dev libgtest-dev libgmock-dev
-          libopenmpi-dev openmpi-bin python3)
+          libopenmpi-dev openmpi-bin python3 clang libclang-rt-dev)
 
 missing=()
 for p in "${packages[@]}"; do

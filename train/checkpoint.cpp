@@ -16,6 +16,8 @@
 
 #include "core/autograd.h"
 #include "core/copy.h"
+#include "train/exit_codes.h"
+#include "train/nonfinite.h"
 #include "train/safetensors.h"
 
 namespace precis::train {
@@ -154,8 +156,34 @@ void prune_checkpoints(const fs::path& dir, int64_t current, int64_t keep_last) 
   for (size_t i = static_cast<size_t>(keep_last); i < steps.size(); ++i) fs::remove_all(steps[i].second);
 }
 
+// A checkpoint with an inf or NaN would resume into garbage and, through keep_last, push out
+// the good ones: nothing is written (and nothing pruned) when any value is not finite.
+void check_finite_before_saving(const std::string& dir, int64_t step, const std::vector<nn::NamedTensor>& weights,
+                                const std::vector<nn::NamedTensor>& state) {
+  for (const auto* group : {&weights, &state})
+    for (const auto& [name, t] : *group)
+      if (int64_t i = first_nonfinite(t); i >= 0)
+        throw StoppedRun(detail::concat("checkpoint: not writing step ", step, " to '", dir, "': '", name,
+                                        "' holds inf or NaN (element ", i, ")",
+                                        has_checkpoint(dir) ? "; the newest checkpoint, " + resolve_checkpoint(dir) +
+                                                                  ", is kept and has finite weights"
+                                                            : "",
+                                        ". The run diverged: lower optimizer.lr or set optimizer.grad_clip"),
+                         kExitNonFinite);
+}
+
+// Loaded values must be finite: a NaN in a checkpoint is damage (checkpoints are checked before
+// they are written), and it would resume or sample garbage.
+void check_finite_after_loading(const std::string& file, const std::vector<nn::NamedTensor>& tensors) {
+  for (const auto& [name, t] : tensors)
+    if (int64_t i = first_nonfinite(t); i >= 0)
+      PRECIS_FAIL("checkpoint '", file, "': tensor '", name, "' holds inf or NaN (element ", i,
+                  "); the file is damaged. Use an older checkpoint (the step_XXXXXXXX folders beside it)");
+}
+
 void load_weights_file(const std::string& file, const CheckpointModel& model) {
   SafetensorsFile weights = read_safetensors(file);
+  check_finite_after_loading(file, weights.tensors);
   try {
     model.load(weights.tensors);
   } catch (const Error& e) {
@@ -345,6 +373,11 @@ std::string save_checkpoint(const std::string& dir, int64_t step, const Checkpoi
 std::string save_checkpoint(const std::string& dir, int64_t step, const CheckpointModel& model,
                             const std::map<std::string, Tensor>& optimizer_state, const Json& train_state,
                             int64_t keep_last) {
+  const std::vector<nn::NamedTensor> weights = model.tensors();
+  std::vector<nn::NamedTensor> state;
+  for (const auto& [key, value] : optimizer_state) state.push_back({kOptimizerPrefix + key, value});
+  check_finite_before_saving(dir, step, weights, state);
+
   const std::string name = checkpoint_step_name(step);
   const fs::path root(dir), target = root / name, tmp = root / (name + ".tmp");
   std::error_code ec;
@@ -354,9 +387,7 @@ std::string save_checkpoint(const std::string& dir, int64_t step, const Checkpoi
   fs::create_directory(tmp, ec);
   PRECIS_CHECK(!ec, "checkpoint: cannot create '", tmp.string(), "': ", ec.message());
 
-  write_safetensors((tmp / kModelFile).string(), model.tensors(), {{"format", "pt"}});
-  std::vector<nn::NamedTensor> state;
-  for (const auto& [key, value] : optimizer_state) state.push_back({kOptimizerPrefix + key, value});
+  write_safetensors((tmp / kModelFile).string(), weights, {{"format", "pt"}});
   write_safetensors((tmp / kTrainStateFile).string(), state, {{"train_state", train_state.dump()}});
   write_text_file(tmp / kConfigFile, model.config().dump() + "\n");
   fsync_directory(tmp);
@@ -406,6 +437,16 @@ std::optional<models::GPT2Config> checkpoint_model_config(const std::string& pat
   return models::GPT2Config::from_json(json, config.string());
 }
 
+Json read_train_state(const std::string& path_or_dir) {
+  const fs::path state_file = fs::path(resolve_checkpoint(path_or_dir)) / kTrainStateFile;
+  std::error_code ec;
+  if (!fs::is_regular_file(state_file, ec)) return Json::object();
+  const SafetensorsMetadata metadata = read_safetensors_metadata(state_file.string());
+  auto it = metadata.find("train_state");
+  return it == metadata.end() ? Json::object()
+                              : Json::parse(it->second, state_file.string() + " (train_state metadata)");
+}
+
 Json load_checkpoint(const std::string& path_or_dir, models::GPT2& model, optim::Optimizer* optimizer) {
   OptimizerStateLoader load_optimizer;
   if (optimizer)
@@ -451,6 +492,7 @@ Json load_checkpoint_into(const std::string& path_or_dir, const CheckpointModel&
   std::map<std::string, Tensor> optimizer_state;
   if (optimizer) {
     SafetensorsFile state = read_safetensors(state_file);
+    check_finite_after_loading(state_file, state.tensors);
     metadata = std::move(state.metadata);
     for (auto& [key, value] : state.tensors) {
       PRECIS_CHECK(key.starts_with(kOptimizerPrefix), "checkpoint '", state_file, "': unexpected tensor '", key, "'");

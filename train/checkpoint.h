@@ -107,6 +107,10 @@ Json load_checkpoint(const std::string& path_or_dir, const CheckpointModel& mode
 Json load_checkpoint_into(const std::string& path_or_dir, const CheckpointModel& model,
                           const OptimizerStateLoader& load_optimizer);
 
+// The trainer's JSON state of a checkpoint (as load_checkpoint returns it) read without
+// loading anything: an empty object for weights-only checkpoints.
+Json read_train_state(const std::string& path_or_dir);
+
 // The model configuration stored beside a checkpoint's weights (the config.json
 // of its step folder, or beside a bare .safetensors file), so `sample` can build
 // the model without the training YAML; nullopt when there is none.

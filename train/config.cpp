@@ -20,6 +20,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "data/unicode_classes.h"
 
 namespace precis::train {
 namespace {
@@ -115,6 +116,13 @@ IntRule at_least(int64_t min) {
   return {[min](int64_t value) { return value >= min; }, ">= " + std::to_string(min)};
 }
 
+// Sizes with a ceiling far above any real run, so a slip of the keyboard (threads=100000,
+// n_layer=1e6) is an error here rather than a crash in OpenMP or an allocation.
+IntRule between(int64_t min, int64_t max) {
+  return {[min, max](int64_t value) { return value >= min && value <= max; },
+          "in [" + std::to_string(min) + ", " + std::to_string(max) + "]"};
+}
+
 struct Range {
   double low;
   bool low_closed;
@@ -195,45 +203,62 @@ void check_precision(const std::string& key, const std::string& text, const std:
 // ---- the field table
 
 // One settable key. `set` parses the text, checks type and range, and stores the
-// value; `text_field` says whether an empty YAML value means the empty string.
+// value; `get` writes the value back as text `set` reads (the resolved config);
+// `text_field` says whether an empty YAML value means the empty string.
 struct Field {
   std::string key;       // dotted: "optimizer.lr"
   std::string expected;  // completes "must be ...": "an integer"
   bool text_field;
   std::function<void(const std::string& text, const std::string& where)> set;
+  std::function<std::string()> get;
 };
 
+// The shortest text that reads back as exactly `value`.
+std::string number_text(double value) {
+  char buffer[64];
+  auto [end, error] = std::to_chars(buffer, buffer + sizeof buffer, value);
+  return std::string(buffer, end);
+}
+
 Field integer(const std::string& key, int64_t& slot, IntRule rule) {
-  return {key, "an integer", false, [key, &slot, rule](const std::string& text, const std::string& where) {
+  return {key, "an integer", false,
+          [key, &slot, rule](const std::string& text, const std::string& where) {
             int64_t value = parse_integer(key, text, where);
             if (!rule.allows(value)) fail(where, quoted(key) + " must be " + rule.text + ", got " + text);
             slot = value;
-          }};
+          },
+          [&slot] { return std::to_string(slot); }};
 }
 
 Field unsigned_integer(const std::string& key, uint64_t& slot) {
   return {key, "an integer", false,
-          [key, &slot](const std::string& text, const std::string& where) { slot = parse_unsigned(key, text, where); }};
+          [key, &slot](const std::string& text, const std::string& where) { slot = parse_unsigned(key, text, where); },
+          [&slot] { return std::to_string(slot); }};
 }
 
 Field number(const std::string& key, double& slot, Range range) {
-  return {key, "a number", false, [key, &slot, range](const std::string& text, const std::string& where) {
+  return {key, "a number", false,
+          [key, &slot, range](const std::string& text, const std::string& where) {
             double value = parse_number(key, text, where);
             if (!range.contains(value)) fail(where, quoted(key) + " must be " + range.text() + ", got " + text);
             slot = value;
-          }};
+          },
+          [&slot] { return number_text(slot); }};
 }
 
 Field boolean(const std::string& key, bool& slot) {
   return {key, "true or false", false,
-          [key, &slot](const std::string& text, const std::string& where) { slot = parse_bool(key, text, where); }};
+          [key, &slot](const std::string& text, const std::string& where) { slot = parse_bool(key, text, where); },
+          [&slot] { return std::string(slot ? "true" : "false"); }};
 }
 
 Field text(const std::string& key, std::string& slot, TextCheck check = {}) {
-  return {key, "a string", true, [key, &slot, check](const std::string& value, const std::string& where) {
+  return {key, "a string", true,
+          [key, &slot, check](const std::string& value, const std::string& where) {
             if (check) check(key, value, where);
             slot = value;
-          }};
+          },
+          [&slot] { return slot; }};
 }
 
 // A string from a fixed list, stored as the value it names ("static" -> LossScaling::fixed).
@@ -246,6 +271,11 @@ Field choice(const std::string& key, T& slot, std::vector<std::pair<std::string,
             check(key, text, where);
             for (const auto& [name, value] : choices)
               if (name == text) slot = value;
+          },
+          [&slot, choices] {
+            for (const auto& [name, value] : choices)
+              if (value == slot) return name;
+            return choices.front().first;
           }};
 }
 
@@ -287,11 +317,11 @@ std::vector<Field> make_fields(TrainConfig& c) {
       text("model.preset", c.model_preset, one_of(model_preset_names())),
       text("model.name", c.image_model.name, one_of(models::image_model_names())),
       boolean("model.cifar_stem", c.image_model.cifar_stem),
-      integer("model.vocab_size", m.vocab_size, at_least(1)),
-      integer("model.block_size", m.block_size, at_least(1)),
-      integer("model.n_layer", m.n_layer, at_least(1)),
-      integer("model.n_head", m.n_head, at_least(1)),
-      integer("model.n_embd", m.n_embd, at_least(1)),
+      integer("model.vocab_size", m.vocab_size, between(1, 1 << 24)),
+      integer("model.block_size", m.block_size, between(1, 1 << 20)),
+      integer("model.n_layer", m.n_layer, between(1, 1024)),
+      integer("model.n_head", m.n_head, between(1, 1024)),
+      integer("model.n_embd", m.n_embd, between(1, 1 << 16)),
       number("model.dropout", m.dropout, kProbability),
       boolean("model.bias", m.bias),
       boolean("model.tie_embeddings", m.tie_embeddings),
@@ -328,9 +358,9 @@ std::vector<Field> make_fields(TrainConfig& c) {
       number("schedule.min_lr", s.min_lr, kNonNegative),
       integer("schedule.decay_steps", s.decay_steps, decay_rule),
 
-      integer("batch.micro_batch", b.micro_batch, at_least(1)),
-      integer("batch.seq_len", b.seq_len, at_least(1)),
-      integer("batch.grad_accum", b.grad_accum, at_least(1)),
+      integer("batch.micro_batch", b.micro_batch, between(1, 1 << 20)),
+      integer("batch.seq_len", b.seq_len, between(1, 1 << 20)),
+      integer("batch.grad_accum", b.grad_accum, between(1, 1 << 20)),
       integer("batch.tokens_per_step", b.tokens_per_step, at_least(0)),
 
       text("precision.policy", policy.name, check_precision),
@@ -356,9 +386,10 @@ std::vector<Field> make_fields(TrainConfig& c) {
       integer("checkpoint.interval", k.interval, at_least(0)),
       integer("checkpoint.keep_last", k.keep_last, at_least(1)),
       boolean("checkpoint.resume", k.resume),
+      boolean("checkpoint.overwrite", k.overwrite),
       boolean("checkpoint.save_final", k.save_final),
 
-      integer("sample.tokens", p.tokens, at_least(0)),
+      integer("sample.tokens", p.tokens, between(0, 1000000)),
       number("sample.temperature", p.temperature, kPositive),
       integer("sample.top_k", p.top_k, at_least(0)),
       text("sample.prompt", p.prompt),
@@ -379,11 +410,13 @@ std::vector<Field> make_fields(TrainConfig& c) {
       integer("log_interval", c.log_interval, at_least(1)),
       unsigned_integer("seed", c.seed),
       text("device", c.device, check_device),
-      integer("threads", c.threads, at_least(0)),
+      integer("threads", c.threads, between(0, 4096)),
       boolean("cuda_graphs", c.cuda_graphs),
       boolean("matmul_autotune", c.matmul_autotune),
       boolean("fused_classifier", c.fused_classifier),
       text("channels_last", c.channels_last, one_of({"auto", "true", "false"})),
+      text("on_nonfinite", c.on_nonfinite, one_of({"stop", "skip"})),
+      integer("max_nonfinite_steps", c.max_nonfinite_steps, at_least(1)),
       text("out_dir", c.out_dir),
   };
 }
@@ -414,9 +447,11 @@ class ConfigReader {
   void resolve_precision();
   void check_model() const;
   void check_data() const;
+  void resolve_data();
   void resolve_batch();
   void resolve_schedule();
   void check_profile() const;
+  void check_checkpoint() const;
 
   TrainConfig& config_;
   std::string source_;
@@ -424,6 +459,7 @@ class ConfigReader {
   // Key -> where it was last set. A preset fills only the keys not in here, and
   // errors that involve several keys point at one that the user wrote.
   std::map<std::string, std::string> set_at_;
+  bool empty_document_ = false;  // the file holds no keys (only comments, or nothing)
 };
 
 const Field* ConfigReader::find(const std::string& key) const {
@@ -477,7 +513,10 @@ void ConfigReader::for_each_entry(
 }
 
 void ConfigReader::read_document(const YAML::Node& root) {
-  if (root.IsNull()) return;  // an empty file: every default
+  if (root.IsNull()) {  // no keys: every default, and no data (check_data says the file is empty)
+    empty_document_ = true;
+    return;
+  }
   if (!root.IsMap()) {
     fail(position(source_, root.Mark()),
          "a config must be a mapping of keys (" + join(known_keys("")) + "), got " + describe(root));
@@ -634,7 +673,14 @@ void ConfigReader::check_data() const {
     return;
   }
   if (data.text_file.empty() && data.train_bin.empty()) {
-    fail(source_, "no training data: set 'data.text_file' (a text file) or 'data.train_bin' (token shards)");
+    fail(source_, std::string(empty_document_ ? "the config is empty (no keys, only comments or blank lines): " : "") +
+                      "no training data: set 'data.text_file' (a text file) or 'data.train_bin' (token shards); "
+                      "examples/configs/ has complete configs");
+  }
+  if (!data.train_bin.empty() && data.tokenizer == "char" && was_set("data.tokenizer")) {
+    fail(where_set({"data.tokenizer"}),
+         "'data.tokenizer: char' cannot read 'data.train_bin': token shards hold GPT-2 tokens (a char vocabulary is "
+         "made from 'data.text_file'); drop data.tokenizer or set it to gpt2");
   }
   if (!data.text_file.empty() && !data.train_bin.empty()) {
     fail(where_set({"data.train_bin"}), "'data.text_file' and 'data.train_bin' are both set; set exactly one");
@@ -644,6 +690,11 @@ void ConfigReader::check_data() const {
          "'data.val_bin' needs 'data.train_bin' (with 'data.text_file' the validation split is the last "
          "'data.val_fraction' of the text)");
   }
+}
+
+// Token shards are GPT-2 tokens, whatever the default tokenizer: the resolved config says so.
+void ConfigReader::resolve_data() {
+  if (!config_.data.train_bin.empty()) config_.data.tokenizer = "gpt2";
 }
 
 void ConfigReader::resolve_batch() {
@@ -674,7 +725,22 @@ void ConfigReader::check_profile() const {
 }
 
 void ConfigReader::resolve_schedule() {
+  const ScheduleConfig& schedule = config_.schedule;
+  if (schedule.kind == "cosine" && schedule.min_lr > config_.optimizer.lr) {
+    fail(where_set({"schedule.min_lr", "optimizer.lr"}),
+         "'schedule.min_lr' (" + detail::concat(schedule.min_lr) + (was_set("schedule.min_lr") ? "" : ", the default") +
+             ") is above 'optimizer.lr' (" + detail::concat(config_.optimizer.lr) +
+             "): the cosine schedule decays from lr down to min_lr; set min_lr at most lr (lr / 10 is usual)");
+  }
   if (config_.schedule.decay_steps == -1) config_.schedule.decay_steps = config_.max_steps;
+}
+
+void ConfigReader::check_checkpoint() const {
+  if (config_.checkpoint.resume && config_.checkpoint.overwrite) {
+    fail(where_set({"checkpoint.overwrite", "checkpoint.resume"}),
+         "'checkpoint.resume' and 'checkpoint.overwrite' are both true: resume continues the run in the folder, "
+         "overwrite deletes its checkpoints; set one");
+  }
 }
 
 // Runs after every value is in, so the order of keys in the file never matters.
@@ -683,12 +749,68 @@ void ConfigReader::finish() {
   resolve_precision();
   check_model();
   check_data();
+  resolve_data();
   resolve_batch();
   resolve_schedule();
   check_profile();
+  check_checkpoint();
+}
+
+// YAML is Unicode text, and yaml-cpp 0.7 can loop forever on bytes that are not UTF-8 (the
+// fuzzer found ",\xff\xff": tests/fuzz/repro/config): such a file is an error before it is parsed.
+void check_utf8(const std::string& text, const std::string& source_name) {
+  int64_t line = 1, column = 1;
+  for (size_t pos = 0; pos < text.size();) {
+    const Utf8Char c = decode_utf8(text, pos);
+    if (c.code_point == 0xFFFD && c.length == 1) {
+      char byte[8];
+      std::snprintf(byte, sizeof byte, "0x%02x", static_cast<unsigned char>(text[pos]));
+      fail(source_name + ":" + std::to_string(line) + ":" + std::to_string(column),
+           std::string("the file is not UTF-8 text (byte ") + byte + "); save it as UTF-8");
+    }
+    if (text[pos] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+    pos += c.length;
+  }
+}
+
+// The line where a second YAML document starts, or 0: a "---" at the start of a line after
+// content (before any, it opens the first document), or content after a "..." end marker.
+// Found in the text because yaml-cpp 0.7's LoadAll can loop forever (on "," for one).
+int64_t second_document_line(const std::string& text) {
+  std::istringstream lines(text);
+  std::string line;
+  bool content = false, ended = false;
+  for (int64_t number = 1; std::getline(lines, line); ++number) {
+    auto marker = [&](const char* m) {
+      return line.compare(0, 3, m) == 0 && (line.size() == 3 || std::isspace(static_cast<unsigned char>(line[3])));
+    };
+    const bool start = marker("---"), end = marker("...");
+    const std::string body = start || end ? line.substr(3) : line;
+    const size_t first = body.find_first_not_of(" \t\r");
+    const bool directive = !start && !end && !line.empty() && line[0] == '%';
+    const bool has_content = first != std::string::npos && body[first] != '#' && !directive;
+    if (start && (content || ended)) return number;
+    if (end) {
+      ended = true;
+    } else if (has_content) {
+      if (ended) return number;
+      content = true;
+    }
+  }
+  return 0;
 }
 
 YAML::Node parse_yaml(const std::string& yaml_text, const std::string& source_name) {
+  check_utf8(yaml_text, source_name);
+  if (const int64_t line = second_document_line(yaml_text)) {
+    fail(source_name + ":" + std::to_string(line) + ":1",
+         "a second YAML document starts here; a config is one document: merge them or remove the '---'");
+  }
   try {
     return YAML::Load(yaml_text);
   } catch (const YAML::ParserException& e) {
@@ -721,6 +843,27 @@ TrainConfig parse_config(const std::string& yaml_text, const std::vector<std::st
   for (const std::string& override_text : overrides) reader.apply_override(override_text);
   reader.finish();
   return config;
+}
+
+std::string resolved_config_yaml(const TrainConfig& config) {
+  TrainConfig copy = config;
+  YAML::Node root(YAML::NodeType::Map);
+  for (const Field& field : make_fields(copy)) {
+    std::string value = field.get();
+    // A refined policy's name ends in "*" (not a policy name); its refining keys are written too.
+    if (field.key == "precision.policy" && value.ends_with("*")) value.pop_back();
+    // tokens_per_step sets grad_accum: writing both would be a contradiction.
+    if (field.key == "batch.grad_accum" && config.batch.tokens_per_step > 0) continue;
+    const size_t dot = field.key.find('.');
+    if (dot == std::string::npos) {
+      root[field.key] = value;
+    } else {
+      root[field.key.substr(0, dot)][field.key.substr(dot + 1)] = value;
+    }
+  }
+  YAML::Emitter out;
+  out << root;
+  return std::string(out.c_str()) + "\n";
 }
 
 TrainConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {

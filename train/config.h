@@ -74,6 +74,7 @@ struct CheckpointConfig {
   int64_t interval = 0;    // steps between checkpoints; 0: only at the end
   int64_t keep_last = 2;   // older checkpoints are deleted
   bool resume = false;     // continue from the latest checkpoint in dir
+  bool overwrite = false;  // a new run in a folder with checkpoints deletes them (else an error)
   bool save_final = true;  // write a checkpoint at the end of run() (the benchmark turns it off)
 };
 
@@ -124,6 +125,10 @@ struct TrainConfig {
   bool matmul_autotune = true;         // GPU: time cuBLASLt's candidate algorithms once per large product
   bool fused_classifier = true;        // the loss and the logits' gradient in one pass over the logits
   std::string channels_last = "auto";  // image_classification: auto (on for fp16/bf16 on a GPU) | true | false
+  // A step whose gradients hold inf or NaN is skipped under every policy; `stop` ends the run
+  // with an error once max_nonfinite_steps steps in a row were skipped, `skip` never does.
+  std::string on_nonfinite = "stop";  // stop | skip
+  int64_t max_nonfinite_steps = 25;   // more than the 24 halvings from the scaler's ceiling 2^24 to 1
   std::string out_dir = "out";
   std::string config_path;  // the file it was loaded from
 };
@@ -135,5 +140,9 @@ TrainConfig load_config(const std::string& path, const std::vector<std::string>&
 // Applies overrides to a YAML document given as text (the same rules; for tests and tools).
 TrainConfig parse_config(const std::string& yaml_text, const std::vector<std::string>& overrides = {},
                          const std::string& source_name = "<config>");
+
+// Every key of `config` as YAML (defaults, presets and overrides resolved) that reads back
+// into the same config; the trainer saves it as out_dir/resolved_config.yaml.
+std::string resolved_config_yaml(const TrainConfig& config);
 
 }  // namespace precis::train

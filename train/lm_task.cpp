@@ -60,6 +60,7 @@ void LmTask::setup_data(int rank, int world_size, distributed::ProcessGroup* gro
   // dataset's position counts global windows, the same on every rank.
   train_options.rank = rank;
   train_options.world_size = world_size;
+  train_options.vocab_size = tokenizer_->vocab_size();  // a shard's token ids are checked against it
   train_data_ = std::make_unique<TokenDataset>(train_files_, train_options);
   if (!val_files_.empty()) {
     TokenDatasetOptions val_options = train_options;

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "core/copy.h"
+#include "core/crc32c.h"
 #include "core/json.h"
 
 namespace precis::train {
@@ -39,6 +40,14 @@ const char* dtype_code(DType dtype) {
 }
 
 std::string prefix(const std::string& path) { return "safetensors file '" + path + "': "; }
+
+constexpr const char* kChecksumKey = "precis.crc32c";
+
+std::string hex32(uint32_t value) {
+  char text[9];
+  std::snprintf(text, sizeof text, "%08x", value);
+  return text;
+}
 
 // One tensor as the header describes it.
 struct Entry {
@@ -183,6 +192,36 @@ Tensor host_contiguous(const Tensor& t) {
   return host;
 }
 
+// The checksums of the file's tensors (an empty object for files of other writers), removed
+// from the metadata the caller sees.
+Json take_checksums(SafetensorsMetadata& metadata, const std::string& path) {
+  auto it = metadata.find(kChecksumKey);
+  if (it == metadata.end()) return Json::object();
+  Json checksums;
+  try {
+    checksums = Json::parse(it->second, kChecksumKey);
+  } catch (const Error& e) {
+    PRECIS_FAIL(prefix(path), "the tensor checksums in its metadata are damaged (", e.what(),
+                "); the file is corrupt. Use an older copy (another step_XXXXXXXX folder of the run)");
+  }
+  PRECIS_CHECK(checksums.is_object(), prefix(path), "the tensor checksums in its metadata are damaged; the ",
+               "file is corrupt. Use an older copy (another step_XXXXXXXX folder of the run)");
+  metadata.erase(it);
+  return checksums;
+}
+
+void verify_checksum(const Json& checksums, const std::string& name, const Tensor& t, const std::string& path) {
+  if (checksums.as_object().empty()) return;
+  PRECIS_CHECK(checksums.contains(name) && checksums.at(name).is_string(), prefix(path), "tensor '", name,
+               "' has no checksum in the metadata; the header is damaged. Use an older copy (another ",
+               "step_XXXXXXXX folder of the run)");
+  const std::string computed = hex32(crc32c(t.raw_data(), t.nbytes()));
+  PRECIS_CHECK(computed == checksums.at(name).as_string(), prefix(path), "tensor '", name,
+               "' does not match its checksum (stored ", checksums.at(name).as_string(), ", computed ", computed,
+               "): its bytes were changed after it was written; the file is damaged. Use an older copy (another "
+               "step_XXXXXXXX folder of the run)");
+}
+
 // Makes a rename in `dir` durable.
 void fsync_directory(const fs::path& dir) {
   int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
@@ -195,12 +234,19 @@ void fsync_directory(const fs::path& dir) {
 
 void write_safetensors(const std::string& path, const std::vector<nn::NamedTensor>& tensors,
                        const SafetensorsMetadata& metadata) {
-  Json header = Json::object();
-  if (!metadata.empty()) {
-    Json meta = Json::object();
-    for (const auto& [key, value] : metadata) meta[key] = value;
-    header["__metadata__"] = meta;
+  // The checksums go in the header, which precedes the data: one pass over the tensors for
+  // them, one to write (a GPU tensor is copied to the host twice, one at a time).
+  Json checksums = Json::object();
+  for (const auto& [name, t] : tensors) {
+    if (!t.defined()) continue;  // an error below
+    Tensor host = host_contiguous(t);
+    checksums[name] = hex32(crc32c(host.raw_data(), host.nbytes()));
   }
+  Json header = Json::object();
+  Json meta = Json::object();
+  for (const auto& [key, value] : metadata) meta[key] = value;
+  meta[kChecksumKey] = checksums.dump();
+  header["__metadata__"] = meta;
   std::set<std::string> names;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
@@ -263,6 +309,7 @@ void write_safetensors(const std::string& path, const std::vector<nn::NamedTenso
 SafetensorsFile read_safetensors(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
   Header header = read_header(file, path);
+  const Json checksums = take_checksums(header.metadata, path);
   SafetensorsFile out;
   out.metadata = std::move(header.metadata);
   for (const Entry& e : header.entries) {
@@ -279,6 +326,7 @@ SafetensorsFile read_safetensors(const std::string& path) {
         PRECIS_CHECK(bytes[i] <= 1, prefix(path), "tensor '", e.name, "' is BOOL but holds the byte ", int(bytes[i]),
                      " (only 0 and 1 are booleans)");
     }
+    verify_checksum(checksums, e.name, t, path);
     out.tensors.push_back({e.name, t});
   }
   return out;
@@ -286,7 +334,9 @@ SafetensorsFile read_safetensors(const std::string& path) {
 
 SafetensorsMetadata read_safetensors_metadata(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
-  return read_header(file, path).metadata;
+  SafetensorsMetadata metadata = read_header(file, path).metadata;
+  metadata.erase(kChecksumKey);
+  return metadata;
 }
 
 }  // namespace precis::train

@@ -7,6 +7,12 @@
 // (byte offsets into the data section) and may hold "__metadata__", a
 // string-to-string map. Tensors are stored contiguous, row-major, little-endian,
 // and together cover the data section exactly.
+//
+// Files written here also carry a CRC-32C of each tensor's bytes (core/crc32c.h) in the
+// metadata, under "precis.crc32c" (a JSON object: tensor name -> 8 hex digits). Other tools
+// ignore it; read_safetensors verifies it when present, so a flipped byte in a checkpoint
+// is an error naming the file and the tensor, not a silently different model. The key is
+// not among the metadata returned.
 #pragma once
 
 #include <map>

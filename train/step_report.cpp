@@ -43,6 +43,9 @@ std::string StepReport::line() const {
   if (loss_scale) {
     std::snprintf(buf, sizeof buf, " | scale %g skipped %lld", *loss_scale, static_cast<long long>(skipped_steps));
     out += buf;
+  } else if (skipped_steps > 0) {
+    std::snprintf(buf, sizeof buf, " | skipped %lld (inf/NaN)", static_cast<long long>(skipped_steps));
+    out += buf;
   }
   if (!phase_ms.empty()) {
     out += " |";
@@ -85,10 +88,8 @@ Json StepReport::json() const {
   if (val_loss) j["val_loss"] = *val_loss;
   if (accuracy) j["accuracy"] = *accuracy;
   if (val_accuracy) j["val_accuracy"] = *val_accuracy;
-  if (loss_scale) {
-    j["loss_scale"] = *loss_scale;
-    j["skipped_steps"] = skipped_steps;
-  }
+  if (loss_scale) j["loss_scale"] = *loss_scale;
+  if (loss_scale || skipped_steps > 0) j["skipped_steps"] = skipped_steps;
   if (tflops) j["tflops"] = *tflops;
   if (mfu) j["mfu"] = *mfu;
   if (peak_memory_bytes > 0) j["peak_memory_bytes"] = peak_memory_bytes;

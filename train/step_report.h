@@ -30,7 +30,7 @@ struct StepReport {
   std::optional<double> mfu;           // fraction of the device's peak
   int64_t peak_memory_bytes = 0;
   std::optional<double> loss_scale;  // with loss scaling
-  int64_t skipped_steps = 0;         // steps skipped for inf/NaN gradients so far
+  int64_t skipped_steps = 0;         // steps skipped for inf/NaN gradients so far (any policy)
   double eta_s = 0;
 
   std::string line() const;

@@ -4,6 +4,7 @@
 
 #include <Eigen/Core>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -24,8 +25,13 @@
 #include "optim/sgd.h"
 #include "train/checkpoint.h"
 #include "train/device_peak.h"
+#include "train/exit_codes.h"
 #include "train/image_task.h"
+#include "train/interrupt.h"
 #include "train/lm_task.h"
+#include "train/nonfinite.h"
+#include "train/resume_check.h"
+#include "train/run_folder.h"
 #include "train/step_trace.h"
 
 namespace precis::train {
@@ -60,9 +66,14 @@ void Trainer::setup() {
   if (config_.precision.report_interval == 0) config_.precision.report_interval = config_.log_interval;
   fs::create_directories(config_.out_dir);
   if (config_.checkpoint.dir.empty()) config_.checkpoint.dir = (fs::path(config_.out_dir) / "checkpoints").string();
+  if (is_main()) {
+    run_lock_ = std::make_unique<RunLock>(config_.out_dir);  // before anything in out_dir is written
+    prepare_run_folder(config_);
+  }
   if (config_.schedule.decay_steps < 0) config_.schedule.decay_steps = config_.max_steps;
   if (group_) check_same_config_on_every_rank();
   setup_task();
+  if (is_main()) save_resolved_config(config_);  // with the vocabulary the data decided
   setup_model();
   setup_step();
 }
@@ -361,7 +372,7 @@ void Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Tens
 void Trainer::finish_step(Profiler* profiler) {
   {
     MaybePhase phase(profiler, "optimizer");
-    const Tensor found_inf = scaler_->found_inf();  // both undefined without loss scaling
+    const Tensor found_inf = scaler_->found_inf();  // set on inf/NaN gradients under every policy
     if (zero_) {
       // The shard's gradients, their sum of squares summed over the ranks: the whole gradient's norm.
       std::vector<Tensor> shard_params;
@@ -376,10 +387,9 @@ void Trainer::finish_step(Profiler* profiler) {
     optimizer_->step({.grad_factor = grad_norm_.select(0, 1), .skip_if = found_inf});
     if (zero_) zero_->gather_parameters();  // every rank's updated shard into every rank's parameters
   }
-  if (scaler_->enabled()) {
-    MaybePhase phase(profiler, "scaler");
-    scaler_->update();
-  }
+  // Without loss scaling the update only counts a skipped non-finite step (train/nonfinite.h).
+  MaybePhase phase(scaler_->enabled() ? profiler : nullptr, "scaler");
+  scaler_->update();
 }
 
 // What ZeRO-1 saves: the optimizer state this rank holds against the whole, unsharded state.
@@ -419,7 +429,7 @@ void Trainer::finish_numerics(const std::vector<Tensor>& params_before) {
     numerics_.record_update(amp::layer_of(named[i].name), params_before[i], named[i].tensor, named[i].tensor.grad());
   std::cout << numerics_.table(step_ + 1, scaler_->scale());
   if (!numerics_out_.is_open())
-    numerics_out_.open((fs::path(config_.out_dir) / "numerics.jsonl").string(), /*append=*/step_ > 0);
+    numerics_out_.open((fs::path(config_.out_dir) / "numerics.jsonl").string(), /*append=*/true);
   for (const Json& row : numerics_.json(step_ + 1, scaler_->scale())) numerics_out_.write(row);
 }
 
@@ -451,11 +461,17 @@ Json Trainer::train_state() const {
   state["step"] = step_;
   state["scaler"] = scaler_->state();
   state["precision"] = policy_.describe();
+  state["optimizer"] = config_.optimizer.name;
+  state["param_dtype"] = dtype_name(policy_.param_dtype);
+  state["master_weights"] = policy_.master_weights;
   state["config_path"] = config_.config_path;
   return state;
 }
 
+void Trainer::check_nonfinite() { enforce_nonfinite_rule(config_, step_, scaler_->consecutive_overflows()); }
+
 void Trainer::save_checkpoint() {
+  check_nonfinite();  // every rank: the same gradients, so the same count and the same decision
   if (zero_) {
     // Every rank gives its shard; rank 0 writes the whole state, as an unsharded run would.
     const std::map<std::string, Tensor> state = zero_->gather_state(optimizer_->state_dict());
@@ -477,6 +493,8 @@ bool Trainer::try_resume() {
                 << "' yet; starting from step 0\n";
     return false;
   }
+  check_resume_compatible(read_train_state(config_.checkpoint.dir), config_, policy_,
+                          resolve_checkpoint(config_.checkpoint.dir));
   // The checkpoint holds the whole optimizer state (of any world size, sharded or not): under
   // ZeRO-1 each rank takes its shard of it.
   OptimizerStateLoader load_optimizer = [this](const std::map<std::string, Tensor>& full) {
@@ -518,10 +536,8 @@ void Trainer::log_interval(double loss, double grad_norm, double lr, double inte
   if (val_loss) r.val_accuracy = last_val_accuracy_;
   // Every rank runs the same task, so all of them take part in the mean or none.
   if (std::optional<double> accuracy = task_->last_train_accuracy()) r.accuracy = mean_over_ranks({*accuracy})[0];
-  if (scaler_->enabled()) {
-    r.loss_scale = scaler_->scale();
-    r.skipped_steps = scaler_->skipped_steps();
-  }
+  if (scaler_->enabled()) r.loss_scale = scaler_->scale();
+  r.skipped_steps = scaler_->skipped_steps();
   r.peak_memory_bytes = peak_memory_bytes();
   r.eta_s = r.ms / 1000.0 * static_cast<double>(config_.max_steps - step_);
   if (is_main()) {
@@ -531,9 +547,35 @@ void Trainer::log_interval(double loss, double grad_norm, double lr, double inte
   reports_.push_back(r);
 }
 
+int Trainer::pending_interrupt(bool log_step) {
+  const int local = interrupt_signal();
+  if (!group_) return local;
+  if (!log_step) return 0;
+  const bool any = mean_over_ranks({static_cast<double>(local)})[0] > 0;
+  return any ? (local != 0 ? local : SIGTERM) : 0;
+}
+
+void Trainer::stop_on_signal(int signal, bool checkpoint_written) {
+  if (!checkpoint_written) save_checkpoint();
+  const std::string where = (fs::path(config_.checkpoint.dir) / checkpoint_step_name(step_)).string();
+  throw StoppedRun(detail::concat("interrupted by ", signal_name(signal), " after step ", step_,
+                                  ": checkpoint written to ", where, "; continue the run with checkpoint.resume=true"),
+                   exit_code_for_signal(signal));
+}
+
 void Trainer::run() {
-  bool resumed = try_resume();
-  if (is_main()) metrics_.open((fs::path(config_.out_dir) / "metrics.jsonl").string(), /*append=*/resumed);
+  InterruptScope interrupts;
+  // However run() ends, it is done with out_dir: another run may start there.
+  struct ReleaseLock {
+    std::unique_ptr<RunLock>& lock;
+    ~ReleaseLock() { lock.reset(); }
+  } release_lock{run_lock_};
+  try_resume();
+  if (is_main()) {
+    // The rows of the steps this run will redo go (a fresh run's folder has none: run_folder.h).
+    for (const char* file : kRunLogFiles) drop_rows_after_step((fs::path(config_.out_dir) / file).string(), step_);
+    metrics_.open((fs::path(config_.out_dir) / "metrics.jsonl").string(), /*append=*/true);
+  }
   if (is_main() && group_ && !zero_)
     std::cout << "data parallel: " << world_size_ << " ranks (" << group_->backend_name() << "), rank 0 on " << device_
               << "; the batch below is per rank; " << reducer_->buckets().size() << " gradient buckets, reduced in "
@@ -573,9 +615,13 @@ void Trainer::run() {
       interval_start = Clock::now();
       interval_steps = 0;
     }
-    if (config_.checkpoint.interval > 0 && step_ % config_.checkpoint.interval == 0) save_checkpoint();
+    if (log_now || step_ % config_.max_nonfinite_steps == 0) check_nonfinite();
+    const bool checkpoint_now = config_.checkpoint.interval > 0 && step_ % config_.checkpoint.interval == 0;
+    if (checkpoint_now) save_checkpoint();
+    if (const int signal = pending_interrupt(log_now)) stop_on_signal(signal, checkpoint_now);
   }
   if (!task_->has_validation()) final_val_loss_ = std::nan("");
+  check_nonfinite();
   if (config_.checkpoint.save_final) save_checkpoint();
   if (is_main()) task_->finish();
 }

@@ -54,6 +54,7 @@
 namespace precis::train {
 
 class StepTrace;
+class RunLock;
 
 class Trainer {
  public:
@@ -121,6 +122,12 @@ class Trainer {
   // Waits for the queued steps once and fills in their losses and the last grad norm.
   void resolve_step_values();
   void save_checkpoint();
+  // The signal to stop on (train/interrupt.h), or 0; with several ranks agreed on at log steps.
+  int pending_interrupt(bool log_step);
+  // Writes a checkpoint (unless this step already did), then throws StoppedRun naming it.
+  [[noreturn]] void stop_on_signal(int signal, bool checkpoint_written);
+  // Stops the run under on_nonfinite: stop after too many skipped steps in a row (a read-back).
+  void check_nonfinite();
   bool report_due() const;
   void print_zero_line() const;
   void start_numerics();
@@ -131,6 +138,7 @@ class Trainer {
                     std::optional<double> val_loss);
 
   TrainConfig config_;
+  std::unique_ptr<RunLock> run_lock_;  // rank 0's hold on out_dir from setup to the end of run()
   Device device_;
   std::shared_ptr<distributed::ProcessGroup> group_;  // null for one process
   std::unique_ptr<distributed::Reducer> reducer_;     // with group_

@@ -244,10 +244,33 @@ TEST_P(GradScalerOn, DisabledIsTheIdentity) {
   Tensor g = tensor({1.0, kInf}).to(device());
   scaler.unscale_({g});
   EXPECT_EQ(g.to_vector<float>()[0], 1.0f);
-  EXPECT_FALSE(scaler.found_inf().defined()) << "nothing for the optimizer to skip on";
   EXPECT_FALSE(scaler.scale_tensor().defined());
+  EXPECT_EQ(scaler.found_inf().item<double>(), 0.0) << "unscale_ does not check when nothing is scaled";
   scaler.update();
   EXPECT_EQ(scaler.skipped_steps(), 0);
+}
+
+// Without loss scaling the flag clip_grad_norm sets still skips and counts non-finite steps
+// (what the trainer's on_nonfinite rule reads), and the scale stays 1.
+TEST_P(GradScalerOn, DisabledStillCountsNonFiniteSteps) {
+  GradScaler scaler = make({.enabled = false});
+  for (double found : {1.0, 1.0, 1.0, 0.0, 1.0}) {
+    fill_(scaler.found_inf(), found);
+    scaler.update();
+  }
+  EXPECT_EQ(scaler.skipped_steps(), 4);
+  EXPECT_EQ(scaler.consecutive_overflows(), 1) << "the clean step reset the run of bad ones";
+  EXPECT_EQ(scaler.scale(), 1.0);
+}
+
+TEST_P(GradScalerOn, FixedModeCountsConsecutiveSkippedSteps) {
+  GradScaler scaler = make({.mode = ScalerMode::fixed, .init_scale = 128.0});
+  for (int i = 0; i < 3; ++i) {
+    fill_(scaler.found_inf(), 1.0);
+    scaler.update();
+  }
+  EXPECT_EQ(scaler.consecutive_overflows(), 3);
+  EXPECT_EQ(scaler.scale(), 128.0) << "a fixed scale never backs off";
 }
 
 }  // namespace grad_scaler_cases

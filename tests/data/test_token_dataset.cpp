@@ -276,3 +276,18 @@ TEST(WindowOrder, ShuffledShardsAreVisitedOneAtATime) {
   EXPECT_EQ(std::set<int64_t>(shards.begin(), shards.end()).size(), 3u);
   EXPECT_EQ(cursor, (WindowCursor{1, 0, 0}));
 }
+
+// The dataset checks its shards against the vocabulary it is given, when it opens them.
+TEST(TokenDatasetVocabulary, AShardWithTooLargeTokensIsAnErrorAtOpen) {
+  const std::string file = (std::filesystem::temp_directory_path() / "precis_test_dataset_vocab.bin").string();
+  std::vector<int32_t> tokens(64, 5);
+  tokens[40] = 100;
+  write_token_file(file, tokens);
+  TokenDatasetOptions options;
+  options.seq_len = 4;
+  options.prefetch = false;
+  TokenDataset unchecked({file}, options);  // vocab_size 0: not checked
+  options.vocab_size = 65;
+  const std::string message = precis::testing::error_of([&] { TokenDataset dataset({file}, options); });
+  EXPECT_NE(message.find("token 100 at byte offset 1104 (token 40)"), std::string::npos) << message;
+}

@@ -136,3 +136,16 @@ TEST_F(TokenFileTest, FindTokenFilesExpandsGlobsInOrder) {
   std::string message = error_of([&] { find_token_files(path("test_*.bin")); });
   EXPECT_NE(message.find("no token files match " + path("test_*.bin")), std::string::npos) << message;
 }
+
+// A shard of a larger vocabulary (or a damaged one) fails when it is opened, naming the file,
+// the token and its byte offset, instead of deep inside an embedding lookup mid-run.
+TEST_F(TokenFileTest, OutOfVocabularyTokensAreFoundWhenOpened) {
+  const std::string file = path("big_vocab.bin");
+  write_token_file(file, std::vector<int32_t>{1, 64, 3, 50000, 70, 2});
+  TokenFileView view(file);
+  check_token_ids(view, 50001);  // all in range
+  const std::string message = precis::testing::error_of([&] { check_token_ids(view, 65); });
+  EXPECT_NE(message.find(file), std::string::npos) << message;
+  EXPECT_NE(message.find("token 50000 at byte offset 1030 (token 3)"), std::string::npos) << message;
+  EXPECT_NE(message.find("vocabulary of 65 tokens"), std::string::npos) << message;
+}

@@ -306,7 +306,8 @@ TEST(ConfigErrors, UnknownKeyNamesTheKeyItsPositionAndTheKnownKeys) {
       parse_error(kData + "max_step: 5\n"),
       "config.yaml:3:1: unknown key 'max_step' (known keys: model, data, optimizer, schedule, batch, "
       "precision, checkpoint, sample, profile, distributed, task, max_steps, eval_interval, eval_steps, log_interval, "
-      "seed, device, threads, cuda_graphs, matmul_autotune, fused_classifier, channels_last, out_dir)");
+      "seed, device, threads, cuda_graphs, matmul_autotune, fused_classifier, channels_last, on_nonfinite, "
+      "max_nonfinite_steps, out_dir)");
   EXPECT_EQ(parse_error(kData + "precision: {policy: fp32, loss_scal: 2}\n"),
             "config.yaml:3:27: unknown key 'precision.loss_scal' (known keys: policy, params, compute, output, "
             "grad_reduce, master_weights, allow_tf32, loss_scaling, loss_scale, growth_interval, growth_factor, "
@@ -345,7 +346,8 @@ TEST(ConfigErrors, SectionMustBeAMapping) {
       parse_error("- a\n- b\n"),
       "config.yaml:1:1: a config must be a mapping of keys (model, data, optimizer, schedule, batch, "
       "precision, checkpoint, sample, profile, distributed, task, max_steps, eval_interval, eval_steps, log_interval, "
-      "seed, device, threads, cuda_graphs, matmul_autotune, fused_classifier, channels_last, out_dir), got a sequence");
+      "seed, device, threads, cuda_graphs, matmul_autotune, fused_classifier, channels_last, on_nonfinite, "
+      "max_nonfinite_steps, out_dir), got a sequence");
 }
 
 TEST(ConfigErrors, OutOfRange) {
@@ -354,7 +356,8 @@ TEST(ConfigErrors, OutOfRange) {
             "config.yaml:4:12: 'model.dropout' must be in [0, 1), got 1.0");
   EXPECT_EQ(parse_error("data:\n  text_file: a.txt\n  val_fraction: 0\n"),
             "config.yaml:3:17: 'data.val_fraction' must be in (0, 1), got 0");
-  EXPECT_EQ(parse_error(kData + "model:\n  n_layer: 0\n"), "config.yaml:4:12: 'model.n_layer' must be >= 1, got 0");
+  EXPECT_EQ(parse_error(kData + "model:\n  n_layer: 0\n"),
+            "config.yaml:4:12: 'model.n_layer' must be in [1, 1024], got 0");
   EXPECT_EQ(parse_error(kData + "optimizer:\n  weight_decay: -0.1\n"),
             "config.yaml:4:17: 'optimizer.weight_decay' must be >= 0, got -0.1");
   EXPECT_EQ(parse_error(kData + "schedule:\n  decay_steps: 0\n"),
@@ -400,7 +403,8 @@ TEST(ConfigErrors, CrossField) {
   EXPECT_EQ(parse_error(kData + "model:\n  block_size: 32\n"),
             "config.yaml:4:15: 'batch.seq_len' (64) must be <= 'model.block_size' (32)");
   EXPECT_EQ(parse_error("max_steps: 5\n"),
-            "config.yaml: no training data: set 'data.text_file' (a text file) or 'data.train_bin' (token shards)");
+            "config.yaml: no training data: set 'data.text_file' (a text file) or 'data.train_bin' (token shards); "
+            "examples/configs/ has complete configs");
   EXPECT_EQ(parse_error(kData + "  train_bin: out/train_*.bin\n"),
             "config.yaml:3:14: 'data.text_file' and 'data.train_bin' are both set; set exactly one");
   EXPECT_EQ(parse_error(kData + "  val_bin: out/val.bin\n"),
@@ -437,11 +441,11 @@ TEST(ConfigErrors, BadOverride) {
   EXPECT_EQ(parse_error(kData, {"optimizer.lrr=1"}),
             "override 'optimizer.lrr=1': unknown key 'optimizer.lrr' (known keys: name, lr, beta1, beta2, eps, "
             "weight_decay, momentum, nesterov, grad_clip)");
-  EXPECT_EQ(
-      parse_error(kData, {"optimiser.lr=1"}),
-      "override 'optimiser.lr=1': unknown key 'optimiser' (known keys: model, data, optimizer, schedule, "
-      "batch, precision, checkpoint, sample, profile, distributed, task, max_steps, eval_interval, eval_steps, "
-      "log_interval, seed, device, threads, cuda_graphs, matmul_autotune, fused_classifier, channels_last, out_dir)");
+  EXPECT_EQ(parse_error(kData, {"optimiser.lr=1"}),
+            "override 'optimiser.lr=1': unknown key 'optimiser' (known keys: model, data, optimizer, schedule, "
+            "batch, precision, checkpoint, sample, profile, distributed, task, max_steps, eval_interval, eval_steps, "
+            "log_interval, seed, device, threads, cuda_graphs, matmul_autotune, fused_classifier, channels_last, "
+            "on_nonfinite, max_nonfinite_steps, out_dir)");
   EXPECT_EQ(parse_error(kData, {"max_steps"}), "override 'max_steps': expected key=value, e.g. optimizer.lr=1e-3");
   EXPECT_EQ(parse_error(kData, {"checkpoint.resume=sure"}),
             "override 'checkpoint.resume=sure': 'checkpoint.resume' must be true or false, got 'sure'");

@@ -261,3 +261,39 @@ TEST(Safetensors, UnwritableDirectoryIsAnErrorAndLeavesNothing) {
   EXPECT_NE(message.find("cannot create"), std::string::npos) << message;
   EXPECT_FALSE(fs::exists(path));
 }
+
+// Every byte of the data section is covered: flipping any one bit of a tensor's bytes is an
+// error naming the file and that tensor.
+TEST(Safetensors, AFlippedByteIsCaughtByTheTensorChecksum) {
+  fs::path dir = scratch_dir("checksum");
+  const fs::path file = dir / "t.safetensors";
+  write_safetensors(file.string(), {{"a", arange(0, 6, 1, DType::f32)}, {"b", arange(0, 3, 1, DType::i64)}},
+                    {{"note", "kept"}});
+  const std::string good = read_bytes(file);
+  SafetensorsFile read = read_safetensors(file.string());
+  EXPECT_EQ(read.metadata, (SafetensorsMetadata{{"note", "kept"}})) << "the checksums are not user metadata";
+  EXPECT_EQ(read_safetensors_metadata(file.string()), (SafetensorsMetadata{{"note", "kept"}}));
+
+  uint64_t header_length = 0;
+  std::memcpy(&header_length, good.data(), 8);
+  const size_t data_start = 8 + header_length;
+  ASSERT_EQ(good.size() - data_start, 6 * 4 + 3 * 8u);
+  for (size_t offset = data_start; offset < good.size(); ++offset) {
+    std::string bad = good;
+    bad[offset] ^= 0x10;
+    write_bytes(file, bad);
+    const std::string message = error_of([&] { read_safetensors(file.string()); });
+    const char* tensor = offset - data_start < 24 ? "'a'" : "'b'";
+    EXPECT_NE(message.find(file.string()), std::string::npos) << message;
+    EXPECT_NE(message.find(std::string("tensor ") + tensor + " does not match its checksum"), std::string::npos)
+        << offset << ": " << message;
+  }
+}
+
+// Files of other writers (Hugging Face's) have no checksums and read as before.
+TEST(Safetensors, FilesWithoutChecksumsStillRead) {
+  fs::path dir = scratch_dir("no_checksum");
+  const std::string data(8, '\0');
+  write_raw(dir / "hf.safetensors", R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", data);
+  EXPECT_EQ(read_safetensors((dir / "hf.safetensors").string()).tensors.size(), 1u);
+}
