@@ -16,6 +16,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <span>
 #include <sstream>
 
 #include "core/dtype.h"
@@ -160,6 +161,24 @@ TextCheck one_of(std::vector<std::string> choices) {
       fail(where, quoted(key) + " must be one of " + join(choices) + ", got " + quoted(text));
     }
   };
+}
+
+// The keys of one task only: a run of the other task may not set them (check_model), and its
+// resolved config leaves them out.
+constexpr const char* kImageOnlyKeys[] = {"model.name",        "model.cifar_stem", "data.dataset",    "data.dir",
+                                          "data.crop_padding", "data.flip",        "data.image_size", "data.channels",
+                                          "data.num_classes",  "channels_last"};
+constexpr const char* kLanguageModelOnlyKeys[] = {
+    "model.preset",   "model.n_layer",  "model.n_head", "model.n_embd",   "model.block_size",
+    "data.text_file", "data.train_bin", "data.val_bin", "data.tokenizer", "batch.seq_len"};
+
+// Whether `key` is one of the other task's (see above).
+bool of_another_task(const std::string& key, const std::string& task) {
+  const bool images = task == "image_classification";
+  for (const char* k :
+       images ? std::span<const char* const>(kLanguageModelOnlyKeys) : std::span<const char* const>(kImageOnlyKeys))
+    if (key == k) return true;
+  return false;
 }
 
 void check_device(const std::string& key, const std::string& text, const std::string& where) {
@@ -639,13 +658,11 @@ void ConfigReader::resolve_precision() {
 void ConfigReader::check_model() const {
   // A key of the other task would be ignored without a word: say so instead.
   const bool images = config_.task == "image_classification";
-  for (const char* key : {"model.name", "model.cifar_stem", "data.dataset", "data.dir", "data.crop_padding",
-                          "data.flip", "data.image_size", "data.channels", "data.num_classes", "channels_last"})
+  for (const char* key : kImageOnlyKeys)
     if (!images && was_set(key))
       fail(where_set({key}),
            quoted(key) + " is a setting of 'task: image_classification'; this run's task is " + config_.task);
-  for (const char* key : {"model.preset", "model.n_layer", "model.n_head", "model.n_embd", "model.block_size",
-                          "data.text_file", "data.train_bin", "data.val_bin", "data.tokenizer", "batch.seq_len"})
+  for (const char* key : kLanguageModelOnlyKeys)
     if (images && was_set(key))
       fail(where_set({key}), quoted(key) + " is a setting of 'task: language_model' (GPT-2); this run's task is " +
                                  config_.task + " (its model is model.name)");
@@ -854,6 +871,7 @@ std::string resolved_config_yaml(const TrainConfig& config) {
     if (field.key == "precision.policy" && value.ends_with("*")) value.pop_back();
     // tokens_per_step sets grad_accum: writing both would be a contradiction.
     if (field.key == "batch.grad_accum" && config.batch.tokens_per_step > 0) continue;
+    if (of_another_task(field.key, config.task)) continue;
     const size_t dot = field.key.find('.');
     if (dot == std::string::npos) {
       root[field.key] = value;
