@@ -34,6 +34,7 @@
 #include "ops/cpu/loops.h"
 #include "ops/memory_format.h"
 #include "ops/reduce.h"
+#include "ops/op_cost.h"
 
 #if PRECIS_WITH_CUDA
 #include "ops/cuda/conv.h"
@@ -309,6 +310,9 @@ Tensor conv2d(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_
   const Tensor x = autocast::to_compute(x_arg), weight = autocast::to_compute(weight_arg),
                bias = autocast::to_compute(bias_arg);
   const Geometry g = geometry(x, weight, bias, options);
+  OpScope timed(kOp, [&] {
+    return cost::conv2d({g.N, g.Cin, g.H, g.W, g.Cout, g.kH, g.kW, g.OH, g.OW, g.groups, bias.defined()}, x.dtype());
+  });
   common_device(kOp, {&x, &weight, &bias});
   Tensor y;
   if (x.is_cpu()) {

@@ -13,6 +13,7 @@
 #include "core/gpu.h"
 #include "ops/checks.h"
 #include "ops/nn_functional.h"
+#include "ops/op_cost.h"
 
 #if PRECIS_WITH_CUDA
 #include "ops/cuda/flash_attention.h"
@@ -84,6 +85,9 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool c
   if (auto why = flash_attention_unsupported(q, k, v, 0.0))
     PRECIS_FAIL(kOp, ": cannot run on query ", q.shape(), " ", q.dtype(), " on ", q.device(), ": ", *why,
                 "; use scaled_dot_product_attention (model.attention: reference)");
+  OpScope timed(kOp, [&] {
+    return cost::attention(q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), causal, false, q.dtype());
+  });
 #if PRECIS_WITH_CUDA
   const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), D = q.size(3);
   const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(D)));

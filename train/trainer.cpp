@@ -556,7 +556,10 @@ void Trainer::run() {
     reporting_ = report_due() && is_main();  // the report is printed and written by rank 0
     bool tracing = step_trace_ && step_ + 1 == config_.profile.trace_step;
     if (tracing) step_trace_->begin(profiler_);
+    const bool profiling_ops = op_profile_ && step_ + 1 >= op_profile_from_;
+    if (profiling_ops) op_profile_->begin_step();
     train_step();
+    if (profiling_ops) op_profile_->end_step();
     if (tracing) step_trace_->end(profiler_, step_ + 1, std::cout);
     ++step_;
     ++interval_steps;
