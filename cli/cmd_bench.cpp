@@ -49,7 +49,7 @@ struct BenchOptions {
   std::string precision = "bf16", attention, trace, device = "auto";  // attention: empty keeps the config's default
   std::string out_dir = (std::filesystem::temp_directory_path() / "precis-bench").string();
   bool cuda_graphs = false;
-  bool profile = false;  // the measured steps profiled op by op (docs/profiling.md)
+  bool profile = false;               // the measured steps profiled op by op (docs/profiling.md)
   std::vector<std::string> settings;  // KEY=VALUE config overrides, applied after the bench's own
 };
 
@@ -203,8 +203,6 @@ int bench_command(const Args& args) {
   if (b.preset != "tiny" && !resolve_device(config.device, /*quiet=*/true).is_cuda())
     std::cerr << "note: bench " << b.preset << " at B=" << b.batch << ", T=" << b.seq
               << " on the CPU is slow and can need tens of GiB; --preset tiny --batch 2 --seq 64 is sized for a CPU\n";
-  PRECIS_CHECK(!(b.profile && b.cuda_graphs), "bench: --profile times every op, which a replayed CUDA graph hides; ",
-               "leave out --cuda-graphs");
   train::Trainer trainer(config);
   OpProfile profile(resolve_device(config.device, /*quiet=*/true));
   if (b.profile) trainer.profile_ops(&profile, first_measured_step(b) + 1);
@@ -214,12 +212,12 @@ int bench_command(const Args& args) {
                " (the log intervals did not line up with the warm-up)");
   if (trainer.rank() == 0) print_figures(b, trainer, s);
   if (trainer.rank() == 0 && b.profile) {
-    std::cout << "profile      the figures above include the profiler's cost (a device sync per step, a timer per op)\n";
+    std::cout
+        << "profile      the figures above include the profiler's cost (a device sync per step, a timer per op)\n";
     const Device device = resolve_device(config.device, /*quiet=*/true);
-    train::print_op_profile(
-        std::cout, profile.steps(),
-        train::device_roofline(device, trainer.policy().compute_dtype, trainer.policy().allow_tf32),
-        (std::filesystem::path(config.out_dir) / "roofline.svg").string());
+    train::print_op_profile(std::cout, profile.steps(),
+                            train::device_roofline(device, trainer.policy().compute_dtype, trainer.policy().allow_tf32),
+                            (std::filesystem::path(config.out_dir) / "roofline.svg").string());
   }
   return 0;
 }

@@ -47,10 +47,10 @@ int profile_command(const Args& args) {
     PRECIS_CHECK(kv.find('=') != std::string::npos, "profile: '", kv, "' is not an override; write key=value");
   train::TrainConfig base = train::load_config(o.positional[0], overrides);
   if (base.cuda_graphs) std::cout << "note: profile runs without CUDA graphs (a replayed graph has no ops to time)\n";
-  overrides.insert(overrides.end(), {"cuda_graphs=false", "eval_interval=0", "sample.tokens=0",
-                                     "checkpoint.save_final=false", "checkpoint.interval=0",
-                                     "max_steps=" + std::to_string(warmup + steps),
-                                     "log_interval=" + std::to_string(warmup + steps)});
+  overrides.insert(overrides.end(),
+                   {"cuda_graphs=false", "eval_interval=0", "sample.tokens=0", "checkpoint.save_final=false",
+                    "checkpoint.interval=0", "max_steps=" + std::to_string(warmup + steps),
+                    "log_interval=" + std::to_string(warmup + steps)});
   train::TrainConfig config = train::load_config(o.positional[0], overrides);
   train::Trainer trainer(config);
   OpProfile profile(resolve_device(config.device, /*quiet=*/true));

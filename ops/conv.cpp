@@ -33,8 +33,8 @@
 #include "ops/checks.h"
 #include "ops/cpu/loops.h"
 #include "ops/memory_format.h"
-#include "ops/reduce.h"
 #include "ops/op_cost.h"
+#include "ops/reduce.h"
 
 #if PRECIS_WITH_CUDA
 #include "ops/cuda/conv.h"

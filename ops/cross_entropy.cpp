@@ -207,8 +207,8 @@ Saved prepare(const char* op, const Tensor& logits_in, const Tensor& targets_in,
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t ignore_index, int64_t classes) {
   Saved saved = prepare("cross_entropy", logits_in, targets_in, ignore_index, classes);
   OpScope timed("cross_entropy", [&] {
-    return cost::cross_entropy(saved.logits.size(0), classes > 0 ? classes : saved.logits.size(1),
-                               saved.logits.dtype(), false);
+    return cost::cross_entropy(saved.logits.size(0), classes > 0 ? classes : saved.logits.size(1), saved.logits.dtype(),
+                               false);
   });
   Tensor out;
   if (saved.logits.is_cpu()) {
@@ -240,8 +240,8 @@ LossAndGradient cross_entropy_with_grad(const Tensor& logits_in, const Tensor& t
   const char* op = "cross_entropy_with_grad";
   Saved saved = prepare(op, logits_in, targets_in, ignore_index, classes);
   OpScope timed(op, [&] {
-    return cost::cross_entropy(saved.logits.size(0), classes > 0 ? classes : saved.logits.size(1),
-                               saved.logits.dtype(), true);
+    return cost::cross_entropy(saved.logits.size(0), classes > 0 ? classes : saved.logits.size(1), saved.logits.dtype(),
+                               true);
   });
   require_defined(op, grad_factor, "grad_factor");
   const Device device = saved.logits.device();

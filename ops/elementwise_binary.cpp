@@ -10,8 +10,8 @@
 #include "ops/cpu/loops.h"
 #include "ops/cuda/elementwise.h"
 #include "ops/elementwise.h"
-#include "ops/reduce.h"
 #include "ops/op_cost.h"
+#include "ops/reduce.h"
 
 namespace precis::ops {
 

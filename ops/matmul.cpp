@@ -19,9 +19,9 @@
 #include "ops/cpu/loops.h"
 #include "ops/elementwise.h"
 #include "ops/matrix_layout.h"
+#include "ops/op_cost.h"
 #include "ops/param_grad.h"
 #include "ops/reduce.h"
-#include "ops/op_cost.h"
 #if PRECIS_WITH_CUDA
 #include "ops/cuda/matmul.h"
 #endif

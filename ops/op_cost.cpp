@@ -54,8 +54,7 @@ OpWork linear_gelu_linear(int64_t M, int64_t K, int64_t H, int64_t N, DType dtyp
           {first.backward.flops + second.backward.flops, first.backward.bytes + second.backward.bytes, true}};
 }
 
-OpWork attention(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t D, bool causal, bool materialized,
-                 DType dtype) {
+OpWork attention(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t D, bool causal, bool materialized, DType dtype) {
   const double heads = d(B) * d(H), s = size(dtype);
   const double scores = heads * d(Tq) * d(Tk) * (causal ? 0.5 : 1.0);
   const double q = heads * d(Tq) * d(D) * s, kv = heads * d(Tk) * d(D) * s, lse = heads * d(Tq) * kF32;
@@ -91,8 +90,7 @@ OpWork softmax(int64_t rows, int64_t C, DType dtype) {
 OpWork cross_entropy(int64_t N, int64_t C, DType dtype, bool fused) {
   const double logits = d(N) * d(C), targets = d(N) * 8;
   if (fused) return {{7 * logits, 2 * logits * size(dtype) + targets + kF32}, {}};
-  return {{4 * logits + d(N), logits * size(dtype) + targets + kF32},
-          {3 * logits, 2 * logits * size(dtype) + targets}};
+  return {{4 * logits + d(N), logits * size(dtype) + targets + kF32}, {3 * logits, 2 * logits * size(dtype) + targets}};
 }
 
 OpWork embedding(int64_t N, int64_t C, DType dtype, DType index_dtype) {

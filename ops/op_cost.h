@@ -63,8 +63,7 @@ OpWork linear_gelu_linear(int64_t M, int64_t K, int64_t H, int64_t N, DType dtyp
 // products, 10 B H Tq Tk D (halved when causal), + 4 per score for dS = P (dP - rowsum(dO O));
 // bytes: read Q, K, V, O, dO and the log-sum-exp, write dQ, dK, dV. The reference path (no
 // recomputation) does four products, 8 B H Tq Tk D, and reads P and writes dS: + 3 B H Tq Tk s.
-OpWork attention(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t D, bool causal, bool materialized,
-                 DType dtype);
+OpWork attention(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t D, bool causal, bool materialized, DType dtype);
 
 // Layer norm of `rows` rows of C: x in x_dtype, y out y_dtype, f32 weight and bias.
 // forward: mean (1), variance (3: subtract, square, add), normalise (2), affine (2): 8 rows C

@@ -3,9 +3,9 @@
 #include <cmath>
 
 #include "core/strided_loop.h"
+#include "ops/op_cost.h"
 #include "optim/cuda/adamw.h"  // plain C++: the parameter table both steps use
 #include "optim/low_precision.h"
-#include "ops/op_cost.h"
 
 namespace precis::optim {
 
@@ -78,7 +78,7 @@ void AdamW::step(const StepInputs& inputs) {
     int64_t n = 0;
     for (const cuda::AdamWTensors& a : params) n += a.param.numel();
     return OpWork{ops::cost::adamw(n, params.empty() ? DType::f32 : params[0].param.dtype(),
-                              !params.empty() && params[0].master.defined()),
+                                   !params.empty() && params[0].master.defined()),
                   {}};
   });
 #if PRECIS_WITH_CUDA

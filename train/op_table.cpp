@@ -61,7 +61,8 @@ RooflinePlace place(const OpRow& row, const Roofline& roofline) {
   p.intensity = row.cost.flops / row.cost.bytes;
   p.flops_per_s = row.cost.flops / seconds;
   p.bytes_per_s = row.cost.bytes / seconds;
-  const double compute_s = roofline.compute(row.cost.matrix) > 0 ? row.cost.flops / roofline.compute(row.cost.matrix) : 0;
+  const double compute_s =
+      roofline.compute(row.cost.matrix) > 0 ? row.cost.flops / roofline.compute(row.cost.matrix) : 0;
   const double memory_s = roofline.bytes_per_s > 0 ? row.cost.bytes / roofline.bytes_per_s : 0;
   p.ms_at_roof = std::max(compute_s, memory_s) * 1e3;
   p.memory_bound = memory_s >= compute_s;

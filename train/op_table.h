@@ -35,12 +35,12 @@ OpTable op_table(const std::vector<ProfiledStep>& steps);
 // bandwidth alone; rows with no cost known (`costed` false) are not placed.
 struct RooflinePlace {
   bool costed = false;
-  double intensity = 0;     // FLOPs per byte
-  double flops_per_s = 0;   // achieved
-  double bytes_per_s = 0;   // achieved
-  double roof = 0;          // attainable FLOP/s at this intensity (bandwidth x bytes for FLOP-free rows)
-  double of_roof = 0;       // achieved / attainable
-  double ms_at_roof = 0;    // the row's time at its roof: max(FLOPs / compute peak, bytes / bandwidth)
+  double intensity = 0;    // FLOPs per byte
+  double flops_per_s = 0;  // achieved
+  double bytes_per_s = 0;  // achieved
+  double roof = 0;         // attainable FLOP/s at this intensity (bandwidth x bytes for FLOP-free rows)
+  double of_roof = 0;      // achieved / attainable
+  double ms_at_roof = 0;   // the row's time at its roof: max(FLOPs / compute peak, bytes / bandwidth)
   bool memory_bound = false;
 };
 RooflinePlace place(const OpRow& row, const Roofline& roofline);

@@ -531,6 +531,13 @@ void Trainer::log_interval(double loss, double grad_norm, double lr, double inte
   reports_.push_back(r);
 }
 
+void Trainer::profile_ops(OpProfile* profile, int64_t first_step) {
+  PRECIS_CHECK(!config_.cuda_graphs, "profiling ops times every op, which a replayed CUDA graph hides; ",
+               "set cuda_graphs=false");
+  op_profile_ = profile;
+  op_profile_from_ = first_step;
+}
+
 void Trainer::run() {
   bool resumed = try_resume();
   if (is_main()) metrics_.open((fs::path(config_.out_dir) / "metrics.jsonl").string(), /*append=*/resumed);

@@ -68,7 +68,8 @@ class Trainer {
   void run();
   // Steps from `first_step` on (1-based, as in the log line) are recorded into `profile`
   // (core/op_profile.h: every op timed with its cost); the caller keeps it alive through run().
-  void profile_ops(OpProfile* profile, int64_t first_step) { op_profile_ = profile, op_profile_from_ = first_step; }
+  // Not with cuda_graphs: a replayed graph has no ops to time.
+  void profile_ops(OpProfile* profile, int64_t first_step);
   // Mean validation loss over the task's validation batches (the same batches each time);
   // a classification's accuracy on them is then last_val_accuracy().
   double evaluate();

@@ -30,7 +30,8 @@ TEST(OpProfileGpu, AnOpsEventTimeMatchesItsHostTimeAlone) {
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < 5; ++i) ops::matmul(a, a);
   synchronize(gpu);
-  const double host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / 5;
+  const double host_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / 5;
 
   OpProfile profile(gpu);
   profile.begin_step();

@@ -110,10 +110,10 @@ TEST(OpTable, RooflineSvgHasAPointPerOpTheRoofsAndTheRidges) {
 
 TEST(OpTable, TinyGpt2OnTheCpuAddsUpToTheStep) {
   const int64_t B = 2, T = 32;
-  TrainConfig config = test::demo_config(
-      "op_profile", {"model.n_layer=2", "model.n_head=2", "model.n_embd=64", "model.block_size=32",
-                     "batch.micro_batch=2", "batch.seq_len=32", "max_steps=4", "log_interval=4", "eval_interval=0",
-                     "checkpoint.save_final=false", "model.attention=reference"});
+  TrainConfig config =
+      test::demo_config("op_profile", {"model.n_layer=2", "model.n_head=2", "model.n_embd=64", "model.block_size=32",
+                                       "batch.micro_batch=2", "batch.seq_len=32", "max_steps=4", "log_interval=4",
+                                       "eval_interval=0", "checkpoint.save_final=false", "model.attention=reference"});
   Trainer trainer(config);
   OpProfile profile(Device::cpu());
   trainer.profile_ops(&profile, 2);
@@ -128,7 +128,8 @@ TEST(OpTable, TinyGpt2OnTheCpuAddsUpToTheStep) {
   const models::GPT2Config& model = trainer.gpt2().config();
   const double C = static_cast<double>(model.n_embd), tokens = static_cast<double>(B * T);
   const double products =
-      2 * tokens * (static_cast<double>(model.n_layer) * 12 * C * C + static_cast<double>(model.padded_vocab_size()) * C);
+      2 * tokens *
+      (static_cast<double>(model.n_layer) * 12 * C * C + static_cast<double>(model.padded_vocab_size()) * C);
   double linear_flops = 0, attention_flops = 0;
   for (const OpRow& r : table.rows) {
     if (r.pass != OpPass::forward) continue;
