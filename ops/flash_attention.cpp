@@ -139,6 +139,10 @@ Tensor flash_attention_packed(const Tensor& qkv, int64_t n_head, bool causal) {
   if (auto why = flash_attention_packed_unsupported(qkv, n_head))
     PRECIS_FAIL(op, ": cannot run on qkv ", qkv.shape(), " ", qkv.dtype(), " on ", qkv.device(), " with ", n_head,
                 " heads: ", *why);
+  OpScope timed(op, [&] {
+    const int64_t C = qkv.size(2) / 3;
+    return cost::attention(qkv.size(0), n_head, qkv.size(1), qkv.size(1), C / n_head, causal, false, qkv.dtype());
+  });
 #if PRECIS_WITH_CUDA
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, D = C / n_head;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
