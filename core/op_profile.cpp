@@ -32,7 +32,17 @@ struct OpProfile::GpuEvents : cuda::PhaseEvents {
 struct OpProfile::GpuEvents {};
 #endif
 
-const char* op_pass_name(OpPass pass) { return pass == OpPass::forward ? "fwd" : "bwd"; }
+const char* op_pass_name(OpPass pass) {
+  switch (pass) {
+    case OpPass::forward:
+      return "fwd";
+    case OpPass::backward:
+      return "bwd";
+    case OpPass::step:
+      return "step";
+  }
+  return "?";
+}
 
 OpProfile::OpProfile(Device device) : device_(device) {
 #if PRECIS_WITH_CUDA

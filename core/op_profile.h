@@ -44,8 +44,9 @@ struct OpWork {
   OpCost forward, backward;
 };
 
-enum class OpPass { forward, backward };
-const char* op_pass_name(OpPass pass);  // "fwd", "bwd"
+// An optimizer's update is neither pass of the model: `step`.
+enum class OpPass { forward, backward, step };
+const char* op_pass_name(OpPass pass);  // "fwd", "bwd", "step"
 
 struct OpSample {
   std::string op;
@@ -89,12 +90,13 @@ class OpProfile {
 // Times the enclosing op while a profile records on this thread (see the top).
 class OpScope {
  public:
-  // A forward op; `work()` returns its OpWork and is called only when the op is timed.
+  // A forward op (or an optimizer's `step`, costed by the forward half); `work()` returns its
+  // OpWork and is called only when the op is timed.
   template <class WorkFn>
-  OpScope(const char* op, WorkFn&& work) {
+  OpScope(const char* op, WorkFn&& work, OpPass pass = OpPass::forward) {
     if (!enter()) return;
     OpWork w = work();
-    open(op, OpPass::forward, w.forward, w.backward);
+    open(op, pass, w.forward, w.backward);
   }
   // The backward of an autograd node (core/autograd.cpp).
   OpScope(const char* op, const OpCost& backward_cost);

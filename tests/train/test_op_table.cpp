@@ -130,8 +130,9 @@ TEST(OpTable, TinyGpt2OnTheCpuAddsUpToTheStep) {
   const double products =
       2 * tokens *
       (static_cast<double>(model.n_layer) * 12 * C * C + static_cast<double>(model.padded_vocab_size()) * C);
-  double linear_flops = 0, attention_flops = 0;
+  double linear_flops = 0, attention_flops = 0, adamw_flops = 0;
   for (const OpRow& r : table.rows) {
+    if (r.op == "adamw" && r.pass == OpPass::step) adamw_flops += r.cost.flops;
     if (r.pass != OpPass::forward) continue;
     if (r.op.rfind("linear", 0) == 0) linear_flops += r.cost.flops;
     if (r.op == "attention") attention_flops += r.cost.flops;
@@ -140,5 +141,7 @@ TEST(OpTable, TinyGpt2OnTheCpuAddsUpToTheStep) {
   EXPECT_LE(linear_flops, 1.05 * products);
   // Reference attention: 4 T^2 C per layer and sequence for its two products, + 5 per score.
   const double scores = static_cast<double>(model.n_layer) * B * model.n_head * T * T;
+  // AdamW: 16 FLOPs per parameter, once per step.
+  EXPECT_DOUBLE_EQ(adamw_flops, 16.0 * static_cast<double>(trainer.gpt2().num_parameters()));
   EXPECT_DOUBLE_EQ(attention_flops, static_cast<double>(model.n_layer) * B * 4 * T * T * C + 5 * scores);
 }
