@@ -16,10 +16,12 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/gpu.h"
+#include "core/op_profile.h"
 #include "core/source_dir.h"
 #include "models/gpt2_config.h"
 #include "train/config.h"
 #include "train/device_peak.h"
+#include "train/op_table.h"
 #include "train/steady_state.h"
 #include "train/trainer.h"
 
@@ -30,7 +32,7 @@ namespace {
 const char* kUsage =
     "usage: precis bench gpt2 [--preset gpt2|gpt2-medium|gpt2-large|gpt2-xl|tiny] [--batch B] [--seq T] "
     "[--precision P] [--steps N] [--warmup W] [--attention reference|flash] [--cuda-graphs] [--trace PATH.json] "
-    "[--device auto|cuda|cpu] [--zero 0|1] [--out DIR] [KEY=VALUE ...] (config settings, e.g. "
+    "[--device auto|cuda|cpu] [--zero 0|1] [--out DIR] [--profile] [KEY=VALUE ...] (config settings, e.g. "
     "distributed.bucket_mb=50)";
 
 // The GPT-2 family (models::GPT2Config::preset, set through the config's model.preset) and
@@ -48,6 +50,7 @@ struct BenchOptions {
   std::string precision = "bf16", attention, trace, device = "auto";  // attention: empty keeps the config's default
   std::string out_dir = (std::filesystem::temp_directory_path() / "precis-bench").string();
   bool cuda_graphs = false;
+  bool profile = false;               // the measured steps profiled op by op (docs/profiling.md)
   std::vector<std::string> settings;  // KEY=VALUE config overrides, applied after the bench's own
 };
 
@@ -57,6 +60,8 @@ BenchOptions parse_bench_options(const Args& args) {
   for (const std::string& a : args) {
     if (a == "--cuda-graphs") {
       b.cuda_graphs = true;
+    } else if (a == "--profile") {
+      b.profile = true;
     } else {
       rest.push_back(a);
     }
@@ -201,11 +206,21 @@ int bench_command(const Args& args) {
     std::cerr << "note: bench " << b.preset << " at B=" << b.batch << ", T=" << b.seq
               << " on the CPU is slow and can need tens of GiB; --preset tiny --batch 2 --seq 64 is sized for a CPU\n";
   train::Trainer trainer(config);
+  OpProfile profile(resolve_device(config.device, /*quiet=*/true));
+  if (b.profile) trainer.profile_ops(&profile, first_measured_step(b) + 1);
   trainer.run();
   train::SteadyState s = train::steady_state(trainer.reports(), first_measured_step(b));
   PRECIS_CHECK(s.steps == b.steps, "bench: measured ", s.steps, " steps instead of ", b.steps,
                " (the log intervals did not line up with the warm-up)");
   if (trainer.rank() == 0) print_figures(b, trainer, s);
+  if (trainer.rank() == 0 && b.profile) {
+    std::cout
+        << "profile      the figures above include the profiler's cost (a device sync per step, a timer per op)\n";
+    const Device device = resolve_device(config.device, /*quiet=*/true);
+    train::print_op_profile(std::cout, profile.steps(),
+                            train::device_roofline(device, trainer.policy().compute_dtype, trainer.policy().allow_tf32),
+                            (std::filesystem::path(config.out_dir) / "roofline.svg").string());
+  }
   return 0;
 }
 

@@ -23,10 +23,13 @@ void print_usage() {
                "                                      max|x|, zeros, fp16 underflow, inf/nan, lost updates)\n"
                "  sweep CONFIG.yaml [--precisions fp32,tf32,fp16,bf16] [key=value ...]\n"
                "                                      train once per precision policy; table + loss plots\n"
+               "  profile CONFIG.yaml [key=value ...] [--steps 3] [--warmup 2]\n"
+               "                                      time every op of a few steps: per-op table (FLOPs, bytes,\n"
+               "                                      roofline), Amdahl table, OUT_DIR/roofline.svg\n"
                "  bench gpt2 [--preset gpt2|gpt2-medium|gpt2-large|gpt2-xl|tiny] [--batch 16] [--seq 1024]\n"
                "             [--precision bf16] [--steps 30] [--warmup 5] [--attention reference|flash]\n"
                "             [--cuda-graphs] [--trace PATH.json] [--device auto|cuda|cpu] [--zero 0|1]\n"
-               "             [--out DIR]\n"
+               "             [--out DIR] [--profile]\n"
                "                                      training throughput: tokens/s, ms/step, phase breakdown,\n"
                "                                      TFLOP/s, MFU, peak memory (warm-up steps left out);\n"
                "                                      --trace writes a Perfetto trace of one step's kernels;\n"
@@ -58,6 +61,7 @@ int run(const std::vector<std::string>& args) {
   if (command == "numerics") return numerics_command(rest);
   if (command == "sweep") return sweep_command(rest);
   if (command == "bench") return bench_command(rest);
+  if (command == "profile") return profile_command(rest);
   PRECIS_FAIL("unknown command '", command, "'; run `precis help` for the list");
 }
 

@@ -113,6 +113,9 @@ void record(const char* op, const std::vector<Tensor>& inputs, const std::vector
     node->next_edges().push_back(input.defined() ? edge_to(input) : Edge{});
     node->input_shapes().push_back(input.defined() ? input.shape() : Shape{});
   }
+  const char* profile_op = nullptr;
+  OpCost backward_cost;
+  if (op_scope_label(&profile_op, &backward_cost)) node->set_profile(profile_op, backward_cost);
   for (uint32_t i = 0; i < outputs.size(); ++i) {
     TensorImpl* out = outputs[i].impl();
     out->requires_grad = true;
@@ -257,7 +260,11 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
     args.task = &task;
     args.node = node;
     task.taken.clear();
-    std::vector<Tensor> input_grads = node->apply(std::move(args));
+    std::vector<Tensor> input_grads;
+    {
+      OpScope timed(node->profile_op(), node->backward_cost());
+      input_grads = node->apply(std::move(args));
+    }
     if (!retain_graph) node->release();
 
     auto& edges = node->next_edges();

@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "core/op_profile.h"
 #include "core/tensor.h"
 
 namespace precis {
@@ -96,6 +97,11 @@ class Node {
   // Frees what the node saved for backward. Running it again afterwards is an error.
   virtual void release() { released_ = true; }
   bool released() const { return released_; }
+  // The op whose backward this is and that backward's cost, for an op profile (core/op_profile.h):
+  // the outermost op that recorded it; the node's name when recorded outside one.
+  void set_profile(const char* op, const OpCost& backward_cost) { profile_op_ = op, backward_cost_ = backward_cost; }
+  const char* profile_op() const { return profile_op_ ? profile_op_ : name_.c_str(); }
+  const OpCost& backward_cost() const { return backward_cost_; }
 
  private:
   std::string name_;
@@ -104,6 +110,8 @@ class Node {
   std::vector<Edge> next_edges_;
   std::vector<Shape> input_shapes_;
   bool released_ = false;
+  const char* profile_op_ = nullptr;
+  OpCost backward_cost_;
 };
 
 class FunctionNode final : public Node {

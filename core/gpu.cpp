@@ -71,6 +71,16 @@ double peak_tflops(int index, DType compute, bool tf32) {
   return 0.0;
 }
 
+double peak_memory_gbps(int index) {
+  // HBM bandwidth of the datasheets: H200 HBM3e, H100 SXM HBM3, H100 PCIe HBM2e, A100 80GB HBM2e.
+  static const std::pair<const char*, double> table[] = {
+      {"H200", 4800}, {"H100 PCIe", 2000}, {"H100", 3350}, {"A100", 2039}};
+  std::string name = cuda_device_name(index);
+  for (const auto& [part, gbps] : table)
+    if (name.find(part) != std::string::npos) return gbps;
+  return 0.0;
+}
+
 Device resolve_device(const std::string& setting, bool quiet) {
   if (setting == "cpu") return Device::cpu();
   if (setting == "auto") {

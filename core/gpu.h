@@ -22,6 +22,8 @@ int cuda_compute_capability(int index = 0);
 // device name (H100 SXM, H100 PCIe, H200, A100). 0 when the GPU is unknown.
 double peak_tflops(int index, DType compute, bool tf32);
 std::string cuda_device_name(int index = 0);
+// The memory bandwidth of GPU `index` in GB/s (1e9 bytes/s), from the same datasheets; 0 when unknown.
+double peak_memory_gbps(int index);
 
 // Resolves a `device:` setting: "auto" picks cuda:0 when a GPU is present, else
 // the CPU (printing a one-line note); "cuda[:N]" without that GPU is an error.

@@ -16,6 +16,7 @@
 #include "ops/elementwise.h"
 #include "ops/matmul.h"
 #include "ops/nn_functional.h"
+#include "ops/op_cost.h"
 
 namespace precis::ops {
 
@@ -71,6 +72,10 @@ Tensor scaled_dot_product_attention(const Tensor& q_arg, const Tensor& k_arg, co
   if (impl == AttentionImpl::flash && !flash_attention_unsupported(q, k, v, dropout_p))
     return flash_attention(q, k, v, causal, scale);
   const int64_t Tq = q.size(-2), Tk = k.size(-2), D = q.size(-1);
+  // The reference path computes every score, masked or not: costed as not causal.
+  OpScope timed("attention", [&] {
+    return cost::attention(1, q.numel() / std::max<int64_t>(Tq * D, 1), Tq, Tk, D, false, true, q.dtype());
+  });
   const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(D)));
   Tensor scores = mul(matmul(q, k.transpose(-2, -1)), s);
   if (causal)

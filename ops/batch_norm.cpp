@@ -28,6 +28,7 @@
 #include "ops/checks.h"
 #include "ops/cpu/loops.h"
 #include "ops/memory_format.h"
+#include "ops/op_cost.h"
 
 #if PRECIS_WITH_CUDA
 #include "ops/cuda/batch_norm.h"
@@ -283,6 +284,10 @@ std::vector<Tensor> backward_cuda(const Saved& s, const Tensor& grad, bool want_
 
 Tensor batch_norm_impl(const Arguments& a) {
   check(a);
+  OpScope timed(a.op, [&] {
+    const int64_t C = a.x.size(1);
+    return cost::batch_norm(a.x.numel() / std::max<int64_t>(C, 1), C, a.x.dtype(), a.relu);
+  });
   Saved saved;
   saved.format = a.x.dim() == 4 ? suggest_memory_format(a.x) : MemoryFormat::contiguous;
   saved.training = a.training;

@@ -33,6 +33,7 @@
 #include "ops/checks.h"
 #include "ops/cpu/loops.h"
 #include "ops/memory_format.h"
+#include "ops/op_cost.h"
 #include "ops/reduce.h"
 
 #if PRECIS_WITH_CUDA
@@ -312,6 +313,9 @@ Tensor conv2d(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_
   if (is_channels_last(x_arg) && !is_channels_last(x)) x = to_memory_format(x, MemoryFormat::channels_last);
   const Tensor weight = autocast::to_compute(weight_arg), bias = autocast::to_compute(bias_arg);
   const Geometry g = geometry(x, weight, bias, options);
+  OpScope timed(kOp, [&] {
+    return cost::conv2d({g.N, g.Cin, g.H, g.W, g.Cout, g.kH, g.kW, g.OH, g.OW, g.groups, bias.defined()}, x.dtype());
+  });
   common_device(kOp, {&x, &weight, &bias});
   Tensor y;
   if (x.is_cpu()) {

@@ -26,6 +26,7 @@
 #include "ops/checks.h"
 #include "ops/cpu/loops.h"
 #include "ops/nn_functional.h"
+#include "ops/op_cost.h"
 
 #if PRECIS_WITH_CUDA
 #include "ops/cuda/cross_entropy.h"
@@ -205,6 +206,10 @@ Saved prepare(const char* op, const Tensor& logits_in, const Tensor& targets_in,
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t ignore_index, int64_t classes) {
   Saved saved = prepare("cross_entropy", logits_in, targets_in, ignore_index, classes);
+  OpScope timed("cross_entropy", [&] {
+    return cost::cross_entropy(saved.logits.size(0), classes > 0 ? classes : saved.logits.size(1), saved.logits.dtype(),
+                               false);
+  });
   Tensor out;
   if (saved.logits.is_cpu()) {
     out = cross_entropy_forward_cpu(saved);
@@ -234,6 +239,10 @@ LossAndGradient cross_entropy_with_grad(const Tensor& logits_in, const Tensor& t
                                         int64_t ignore_index, int64_t classes, bool overwrite_logits) {
   const char* op = "cross_entropy_with_grad";
   Saved saved = prepare(op, logits_in, targets_in, ignore_index, classes);
+  OpScope timed(op, [&] {
+    return cost::cross_entropy(saved.logits.size(0), classes > 0 ? classes : saved.logits.size(1), saved.logits.dtype(),
+                               true);
+  });
   require_defined(op, grad_factor, "grad_factor");
   const Device device = saved.logits.device();
   PRECIS_CHECK(grad_factor.numel() == 1 && grad_factor.device() == device, op,

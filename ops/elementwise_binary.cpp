@@ -10,6 +10,7 @@
 #include "ops/cpu/loops.h"
 #include "ops/cuda/elementwise.h"
 #include "ops/elementwise.h"
+#include "ops/op_cost.h"
 #include "ops/reduce.h"
 
 namespace precis::ops {
@@ -36,6 +37,11 @@ Tensor arithmetic(const char* op, [[maybe_unused]] cuda::BinaryOp cuda_op, const
   return cpu::map_binary_with(dispatch, a, b, dtype, op, f);
 }
 
+// The cost of a tensor-tensor op: its output has the broadcast shape.
+OpWork binary_work(const Tensor& a, const Tensor& b) {
+  return cost::binary(std::max(a.numel(), b.numel()), a.dtype(), b.dtype(), promote_types(a.dtype(), b.dtype()));
+}
+
 // Tensor-scalar ops keep a floating tensor's dtype (ints become float32), and
 // compute in the compute type with the scalar unrounded, as PyTorch does.
 Tensor floating_operand(const char* op, const Tensor& a) {
@@ -56,6 +62,7 @@ Tensor scalar_op(const char* op, [[maybe_unused]] cuda::UnaryOp cuda_op, const T
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
+  OpScope timed("add", [&] { return binary_work(a, b); });
   Tensor out = arithmetic("add", cuda::BinaryOp::add, a, b, [](auto x, auto y) { return x + y; });
   autograd::record("add", {a, b}, {out},
                    [sa = a.shape(), sb = b.shape(), da = a.dtype(), db = b.dtype()](const BackwardArgs& g) {
@@ -66,6 +73,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
+  OpScope timed("sub", [&] { return binary_work(a, b); });
   Tensor out = arithmetic("sub", cuda::BinaryOp::sub, a, b, [](auto x, auto y) { return x - y; });
   autograd::record("sub", {a, b}, {out},
                    [sa = a.shape(), sb = b.shape(), da = a.dtype(), db = b.dtype()](const BackwardArgs& g) {
@@ -76,6 +84,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
+  OpScope timed("mul", [&] { return binary_work(a, b); });
   Tensor out = arithmetic("mul", cuda::BinaryOp::mul, a, b, [](auto x, auto y) { return x * y; });
   if (autograd::any_requires_grad({&a, &b})) {
     autograd::record("mul", {a, b}, {out}, [a = a.detach(), b = b.detach()](const BackwardArgs& g) {
@@ -87,6 +96,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
+  OpScope timed("div", [&] { return binary_work(a, b); });
   Tensor out = arithmetic("div", cuda::BinaryOp::div, a, b, [](auto x, auto y) { return x / y; });
   if (autograd::any_requires_grad({&a, &b})) {
     autograd::record("div", {a, b}, {out}, [a = a.detach(), b = b.detach()](const BackwardArgs& g) {

@@ -22,6 +22,7 @@
 #include "ops/cpu/loops.h"
 #include "ops/cuda/elementwise.h"
 #include "ops/elementwise.h"
+#include "ops/op_cost.h"
 
 namespace precis::ops {
 
@@ -139,6 +140,7 @@ Tensor sigmoid(const Tensor& x) {
 // std::max(v, 0) returns v when v is NaN, so NaNs propagate as in PyTorch.
 Tensor relu(const Tensor& x) {
   checked_input("relu", x);
+  OpScope timed("relu", [&] { return cost::unary(x.numel(), 1, 1, x.dtype()); });
   Tensor out = apply_unary("relu", cuda::UnaryOp::relu, x, 0.0, [](auto v) { return std::max(v, decltype(v)(0)); });
   record_unary("relu", cuda::UnaryOp::relu, 0.0, x, out, x,
                [](auto v) { return v > decltype(v)(0) ? decltype(v)(1) : decltype(v)(0); });
@@ -147,6 +149,7 @@ Tensor relu(const Tensor& x) {
 
 Tensor gelu(const Tensor& x) {
   checked_input("gelu", x);
+  OpScope timed("gelu", [&] { return cost::unary(x.numel(), cost::kGeluFlops, cost::kGeluBackwardFlops, x.dtype()); });
   Tensor out = apply_unary("gelu", cuda::UnaryOp::gelu, x, 0.0, [](auto v) {
     using C = decltype(v);
     using K = GeluConstants<C>;

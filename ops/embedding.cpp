@@ -17,6 +17,7 @@
 #include "ops/checks.h"
 #include "ops/cpu/loops.h"
 #include "ops/nn_functional.h"
+#include "ops/op_cost.h"
 
 #if PRECIS_WITH_CUDA
 #include "ops/cuda/embedding.h"
@@ -99,6 +100,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   PRECIS_CHECK(indices.dtype() == DType::i32 || indices.dtype() == DType::i64,
                "embedding: indices must be int32 or int64, got ", describe(indices));
   const int64_t N = indices.numel(), C = weight.shape()[1];
+  OpScope timed("embedding", [&] { return cost::embedding(N, C, weight.dtype(), indices.dtype()); });
   Shape out_shape = indices.shape();
   out_shape.push_back(C);
   Tensor idx, out;

@@ -13,6 +13,7 @@
 #include "core/gpu.h"
 #include "ops/checks.h"
 #include "ops/nn_functional.h"
+#include "ops/op_cost.h"
 
 #if PRECIS_WITH_CUDA
 #include "ops/cuda/flash_attention.h"
@@ -84,6 +85,9 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool c
   if (auto why = flash_attention_unsupported(q, k, v, 0.0))
     PRECIS_FAIL(kOp, ": cannot run on query ", q.shape(), " ", q.dtype(), " on ", q.device(), ": ", *why,
                 "; use scaled_dot_product_attention (model.attention: reference)");
+  OpScope timed(kOp, [&] {
+    return cost::attention(q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), causal, false, q.dtype());
+  });
 #if PRECIS_WITH_CUDA
   const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), D = q.size(3);
   const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(D)));
@@ -135,6 +139,10 @@ Tensor flash_attention_packed(const Tensor& qkv, int64_t n_head, bool causal) {
   if (auto why = flash_attention_packed_unsupported(qkv, n_head))
     PRECIS_FAIL(op, ": cannot run on qkv ", qkv.shape(), " ", qkv.dtype(), " on ", qkv.device(), " with ", n_head,
                 " heads: ", *why);
+  OpScope timed(op, [&] {
+    const int64_t C = qkv.size(2) / 3;
+    return cost::attention(qkv.size(0), n_head, qkv.size(1), qkv.size(1), C / n_head, causal, false, qkv.dtype());
+  });
 #if PRECIS_WITH_CUDA
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, D = C / n_head;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));

@@ -38,6 +38,7 @@
 #include "ops/cpu/loops.h"
 #include "ops/elementwise.h"
 #include "ops/nn_functional.h"
+#include "ops/op_cost.h"
 #include "ops/param_grad.h"
 #include "ops/reduce.h"
 
@@ -290,6 +291,9 @@ Tensor layer_norm(const Tensor& x_arg, const Tensor& weight, const Tensor& bias,
   require_defined(op, x_in);
   const Device device = common_device(op, {&x_in, &weight, &bias});
   const int64_t C = check_arguments(op, x_in, weight, bias);
+  OpScope timed(op, [&] {
+    return cost::layer_norm(x_in.numel() / std::max<int64_t>(C, 1), C, x_in.dtype(), out_dtype.value_or(x_in.dtype()));
+  });
   const DType stats = statistics_dtype(x_in.dtype());
   Shape row_shape(x_in.shape().begin(), x_in.shape().end() - 1);
   const DType params = device.is_cuda() && gpu_reads_as_given(x_in.dtype(), weight, bias) ? x_in.dtype() : stats;
@@ -333,6 +337,11 @@ AddLayerNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tenso
                  x.dim() >= 1 ? x.shape().back() : 0, "] (the last dim of input ", describe(x), "), got ",
                  describe(residual_bias));
   }
+  OpScope timed(op, [&] {
+    const int64_t C = x.dim() >= 1 ? x.shape().back() : 1;
+    const DType sum = promote_types(x.dtype(), residual.dtype());
+    return cost::add_layer_norm(x.numel() / std::max<int64_t>(C, 1), C, sum, out_dtype.value_or(sum));
+  });
 #if PRECIS_WITH_CUDA
   if (device.is_cuda()) {
     const bool x_wide = promote_types(x.dtype(), residual.dtype()) == x.dtype();

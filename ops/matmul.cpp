@@ -19,6 +19,7 @@
 #include "ops/cpu/loops.h"
 #include "ops/elementwise.h"
 #include "ops/matrix_layout.h"
+#include "ops/op_cost.h"
 #include "ops/param_grad.h"
 #include "ops/reduce.h"
 #if PRECIS_WITH_CUDA
@@ -307,6 +308,11 @@ Tensor matmul(const Tensor& a_arg, const Tensor& b_arg) {
   if (b.dim() == 1) return matmul(a, b.unsqueeze(-1)).squeeze(-1);
   PRECIS_CHECK(a.shape().back() == b.shape()[b.dim() - 2], "matmul: shapes ", a.shape(), " and ", b.shape(),
                " do not fit (inner dims ", a.shape().back(), " and ", b.shape()[b.dim() - 2], " differ)");
+  OpScope timed("matmul", [&] {
+    const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+    return cost::matmul(std::max(a.numel() / std::max<int64_t>(M * K, 1), b.numel() / std::max<int64_t>(K * N, 1)), M,
+                        N, K, a.dtype(), b.dtype(), a.dtype());
+  });
   Tensor out = product(a, b);
   if (autograd::any_requires_grad({&a, &b})) {
     autograd::record("matmul", {a, b}, {out}, [a = a.detach(), b = b.detach()](const BackwardArgs& g) {
@@ -323,6 +329,10 @@ Tensor linear(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_
   const Tensor x = autocast::to_compute(x_arg), weight = autocast::to_compute(weight_arg),
                bias = autocast::to_compute(bias_arg);
   check_linear("linear", x, weight, bias);
+  OpScope timed("linear", [&] {
+    const int64_t K = x.size(-1);
+    return cost::linear(x.numel() / std::max<int64_t>(K, 1), weight.size(0), K, bias.defined(), false, x.dtype());
+  });
 #if PRECIS_WITH_CUDA
   if (x.is_cuda()) return linear_cuda("linear", x, weight, bias, /*gelu=*/false);
 #endif
@@ -346,6 +356,10 @@ Tensor linear_gelu_linear(const Tensor& x_arg, const Tensor& w1_arg, const Tenso
                " must be [out_features, ", w1.shape()[0], "] (in_features = the first weight's out_features)");
   PRECIS_CHECK(!b2.defined() || (b2.dim() == 1 && b2.shape()[0] == w2.shape()[0]), op, ": second bias ", b2.shape(),
                " must be [out_features] = [", w2.shape()[0], "]");
+  OpScope timed(op, [&] {
+    const int64_t K = x.size(-1);
+    return cost::linear_gelu_linear(x.numel() / std::max<int64_t>(K, 1), K, w1.size(0), w2.size(0), x.dtype());
+  });
 #if PRECIS_WITH_CUDA
   if (x.is_cuda()) return linear_gelu_linear_cuda(op, x, w1, b1, w2, b2);
 #endif
@@ -356,6 +370,10 @@ Tensor linear_gelu(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& 
   const Tensor x = autocast::to_compute(x_arg), weight = autocast::to_compute(weight_arg),
                bias = autocast::to_compute(bias_arg);
   check_linear("linear_gelu", x, weight, bias);
+  OpScope timed("linear_gelu", [&] {
+    const int64_t K = x.size(-1);
+    return cost::linear(x.numel() / std::max<int64_t>(K, 1), weight.size(0), K, bias.defined(), true, x.dtype());
+  });
 #if PRECIS_WITH_CUDA
   if (x.is_cuda()) return linear_cuda("linear_gelu", x, weight, bias, /*gelu=*/true);
 #endif

@@ -25,6 +25,7 @@
 #include "ops/checks.h"
 #include "ops/cpu/loops.h"
 #include "ops/memory_format.h"
+#include "ops/op_cost.h"
 #include "ops/pool_window.h"
 
 #if PRECIS_WITH_CUDA
@@ -120,6 +121,13 @@ Tensor pool_backward_cpu(const Tensor& grad, const Tensor& indices, const PoolWi
 
 // The pooled x, with autograd: max pooling when `max`, else average pooling.
 Tensor pool(const Tensor& x, const PoolWindows& p, bool max, const char* op) {
+  // An adaptive window's size varies; its mean is the input over the output.
+  OpScope timed(op, [&] {
+    const int64_t out = p.N * p.C * p.OH * p.OW;
+    const int64_t window =
+        p.adaptive ? std::max<int64_t>((p.H * p.W) / std::max<int64_t>(p.OH * p.OW, 1), 1) : p.kH * p.kW;
+    return cost::pool(x.numel(), out, window, max, x.dtype());
+  });
   const MemoryFormat format = suggest_memory_format(x);
   Pooled out;
   if (x.is_cpu()) {

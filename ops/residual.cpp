@@ -9,6 +9,7 @@
 #include "ops/checks.h"
 #include "ops/cpu/loops.h"
 #include "ops/memory_format.h"
+#include "ops/op_cost.h"
 
 #if PRECIS_WITH_CUDA
 #include "ops/cuda/residual.h"
@@ -60,6 +61,12 @@ Tensor add_relu(const Tensor& x_in, const Tensor& residual_in) {
   PRECIS_CHECK(x_in.shape() == residual_in.shape() && x_in.dtype() == residual_in.dtype(), kOp, ": x ", describe(x_in),
                " and residual ", describe(residual_in), " must have one shape and dtype");
   common_device(kOp, {&x_in, &residual_in});
+  // relu(x + residual): 2 FLOPs per element forward; backward masks dy once for both inputs.
+  OpScope timed(kOp, [&] {
+    OpWork w = cost::binary(x_in.numel(), x_in.dtype(), x_in.dtype(), x_in.dtype());
+    w.forward.flops *= 2;
+    return w;
+  });
   const MemoryFormat format = x_in.dim() == 4 ? suggest_memory_format(x_in) : MemoryFormat::contiguous;
   const Tensor x = dense_like(x_in, format, x_in.dtype()), r = dense_like(residual_in, format, x_in.dtype());
   Tensor y = empty_like_format(x, format);

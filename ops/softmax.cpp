@@ -21,6 +21,7 @@
 #include "ops/checks.h"
 #include "ops/cpu/loops.h"
 #include "ops/nn_functional.h"
+#include "ops/op_cost.h"
 
 #if PRECIS_WITH_CUDA
 #include "ops/cuda/softmax.h"
@@ -171,6 +172,10 @@ Tensor softmax_impl(const Tensor& x_arg, int64_t dim, bool log, const char* op) 
   common_device(op, {&x_in});
   require_floating(op, x_in);
   const int64_t d = wrap_dim(dim, x_in.dim(), op);
+  OpScope timed(op, [&] {
+    const int64_t C = x_in.dim() == 0 ? 1 : x_in.size(d);
+    return cost::softmax(x_in.numel() / std::max<int64_t>(C, 1), C, x_in.dtype());
+  });
   // What the backward reads: y itself on the CPU, y with d moved last on the GPU.
   Tensor y, saved;
   if (x_in.is_cpu()) {

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/strided_loop.h"
+#include "ops/op_cost.h"
 #include "optim/cuda/adamw.h"  // plain C++: the parameter table both steps use
 #include "optim/low_precision.h"
 
@@ -73,6 +74,16 @@ void AdamW::step(const StepInputs& inputs) {
     const Tensor master = low_precision && options_.master_weights ? master_buffer(index, p) : Tensor();
     params.push_back({p, p.grad(), m, v, master, weight_decay, index});
   });
+  OpScope timed(
+      "adamw",
+      [&] {
+        int64_t n = 0;
+        for (const cuda::AdamWTensors& a : params) n += a.param.numel();
+        return OpWork{ops::cost::adamw(n, params.empty() ? DType::f32 : params[0].param.dtype(),
+                                       !params.empty() && params[0].master.defined()),
+                      {}};
+      },
+      OpPass::step);
 #if PRECIS_WITH_CUDA
   if (device().is_cuda()) {
     cuda::adamw_step(params,

@@ -1,5 +1,6 @@
 #include "train/device_peak.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -8,6 +9,7 @@
 #include <tuple>
 
 #include "core/autograd.h"
+#include "core/copy.h"
 #include "core/gpu.h"
 #include "core/pinned.h"
 #include "core/random.h"
@@ -52,6 +54,44 @@ double device_peak_tflops(Device device, DType compute, bool tf32) {
                 cuda_device_name(device.index).c_str());
   std::cerr << note << std::endl;
   return tflops;
+}
+
+double Roofline::roof(double intensity, bool matrix) const {
+  return std::min(compute(matrix), intensity * bytes_per_s);
+}
+
+double measure_copy_bytes_per_s(Device device, int64_t bytes, int reps) {
+  NoGradGuard no_grad;
+  Tensor source = zeros({bytes / 4}, DType::f32, device);
+  Tensor copy = source.clone();  // warm-up: the pages are touched, the kernel loaded
+  double best = 0;
+  for (int i = 0; i < reps; ++i) {
+    synchronize(device);
+    auto start = std::chrono::steady_clock::now();
+    copy_(copy, source);
+    synchronize(device);
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::max(best, 2.0 * static_cast<double>(source.numel() * 4) / seconds);
+  }
+  return best;
+}
+
+Roofline device_roofline(Device device, DType compute, bool tf32) {
+  Roofline r;
+  if (device.is_cuda()) {
+    r.matrix_flops = device_peak_tflops(device, compute, tf32) * 1e12;
+    const double vector = peak_tflops(device.index, DType::f32, false);
+    const double gbps = peak_memory_gbps(device.index);
+    r.vector_flops = vector > 0 ? vector * 1e12 : measure_matmul_tflops(device, DType::f32, false, 4096, 5) * 1e12;
+    r.bytes_per_s = gbps > 0 ? gbps * 1e9 : measure_copy_bytes_per_s(device);
+    r.source = cuda_device_name(device.index) + (vector > 0 && gbps > 0 ? ": datasheet peaks" : ": measured peaks");
+    return r;
+  }
+  // The CPU: one compute roof, the f32 matmul this build runs (Eigen), and a copy's bandwidth.
+  r.matrix_flops = r.vector_flops = measure_matmul_tflops(device, DType::f32, false, 512, 3) * 1e12;
+  r.bytes_per_s = measure_copy_bytes_per_s(device, int64_t{1} << 26, 5);
+  r.source = "this CPU: measured (an f32 512x512 matmul, a 64 MiB copy)";
+  return r;
 }
 
 }  // namespace precis::train

@@ -563,6 +563,13 @@ void Trainer::stop_on_signal(int signal, bool checkpoint_written) {
                    exit_code_for_signal(signal));
 }
 
+void Trainer::profile_ops(OpProfile* profile, int64_t first_step) {
+  PRECIS_CHECK(!config_.cuda_graphs, "profiling ops times every op, which a replayed CUDA graph hides; ",
+               "set cuda_graphs=false");
+  op_profile_ = profile;
+  op_profile_from_ = first_step;
+}
+
 void Trainer::run() {
   InterruptScope interrupts;
   // However run() ends, it is done with out_dir: another run may start there.
@@ -598,7 +605,10 @@ void Trainer::run() {
     reporting_ = report_due() && is_main();  // the report is printed and written by rank 0
     bool tracing = step_trace_ && step_ + 1 == config_.profile.trace_step;
     if (tracing) step_trace_->begin(profiler_);
+    const bool profiling_ops = op_profile_ && step_ + 1 >= op_profile_from_;
+    if (profiling_ops) op_profile_->begin_step();
     train_step();
+    if (profiling_ops) op_profile_->end_step();
     if (tracing) step_trace_->end(profiler_, step_ + 1, std::cout);
     ++step_;
     ++interval_steps;

@@ -38,6 +38,7 @@
 #include "amp/numerics.h"
 #include "amp/precision_policy.h"
 #include "core/json.h"
+#include "core/op_profile.h"
 #include "core/profiler.h"
 #include "distributed/process_group.h"
 #include "distributed/reducer.h"
@@ -66,6 +67,10 @@ class Trainer {
 
   // Trains to max_steps (from the latest checkpoint when checkpoint.resume is set).
   void run();
+  // Steps from `first_step` on (1-based, as in the log line) are recorded into `profile`
+  // (core/op_profile.h: every op timed with its cost); the caller keeps it alive through run().
+  // Not with cuda_graphs: a replayed graph has no ops to time.
+  void profile_ops(OpProfile* profile, int64_t first_step);
   // Mean validation loss over the task's validation batches (the same batches each time);
   // a classification's accuracy on them is then last_val_accuracy().
   double evaluate();
@@ -157,6 +162,8 @@ class Trainer {
   optim::LrSchedule schedule_;
   Profiler profiler_;
   std::unique_ptr<StepTrace> step_trace_;  // profile.trace
+  OpProfile* op_profile_ = nullptr;        // profile_ops
+  int64_t op_profile_from_ = 0;
   JsonlWriter metrics_;
   int64_t step_ = 0;
   double last_grad_norm_ = 0;

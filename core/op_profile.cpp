@@ -1,0 +1,141 @@
+#include "core/op_profile.h"
+
+#include "core/error.h"
+#include "core/pinned.h"
+
+#if PRECIS_WITH_CUDA
+#include "core/cuda/profiler_events.h"
+#endif
+
+namespace precis {
+
+namespace {
+
+// The scopes of this thread: the recording profile, how deep the open scopes nest, and the
+// outermost forward op (its name and its backward cost, until a node takes it).
+struct ScopeState {
+  OpProfile* profile = nullptr;
+  int depth = 0;
+  const char* forward_op = nullptr;
+  OpCost backward;
+  bool backward_taken = false;
+};
+thread_local ScopeState t_scopes;
+
+}  // namespace
+
+#if PRECIS_WITH_CUDA
+struct OpProfile::GpuEvents : cuda::PhaseEvents {
+  using cuda::PhaseEvents::PhaseEvents;
+};
+#else
+struct OpProfile::GpuEvents {};
+#endif
+
+const char* op_pass_name(OpPass pass) {
+  switch (pass) {
+    case OpPass::forward:
+      return "fwd";
+    case OpPass::backward:
+      return "bwd";
+    case OpPass::step:
+      return "step";
+  }
+  return "?";
+}
+
+OpProfile::OpProfile(Device device) : device_(device) {
+#if PRECIS_WITH_CUDA
+  if (device.is_cuda()) gpu_ = std::make_unique<GpuEvents>(device);
+#endif
+}
+
+OpProfile::~OpProfile() {
+  if (t_scopes.profile == this) t_scopes = ScopeState{};
+}
+
+void OpProfile::begin_step() {
+  PRECIS_CHECK(t_scopes.profile == nullptr, "OpProfile::begin_step: a profile already records on this thread");
+  synchronize(device_);  // the previous step's work stays out of this one
+  t_scopes = ScopeState{};
+  t_scopes.profile = this;
+  steps_.emplace_back();
+  step_start_ = Clock::now();
+}
+
+void OpProfile::end_step() {
+  PRECIS_CHECK(t_scopes.profile == this && t_scopes.depth == 0, "OpProfile::end_step without begin_step");
+  synchronize(device_);
+  ProfiledStep& step = steps_.back();
+  step.ms = std::chrono::duration<double, std::milli>(Clock::now() - step_start_).count();
+  t_scopes = ScopeState{};
+#if PRECIS_WITH_CUDA
+  if (gpu_) {
+    // The events resolve in the order the ops began, the order of the samples.
+    std::vector<std::pair<std::string, double>> times = gpu_->resolve();
+    PRECIS_CHECK(times.size() == step.ops.size(), "OpProfile: ", times.size(), " timed ops for ", step.ops.size(),
+                 " samples");
+    for (size_t i = 0; i < times.size(); ++i) step.ops[i].ms = times[i].second;
+  }
+#endif
+}
+
+void OpProfile::begin_op(const char* op, OpPass pass, const OpCost& cost) {
+  steps_.back().ops.push_back({op, pass, cost, 0.0});
+#if PRECIS_WITH_CUDA
+  if (gpu_) {
+    gpu_->begin(op);
+    return;
+  }
+#endif
+  op_start_ = Clock::now();
+}
+
+void OpProfile::end_op() {
+#if PRECIS_WITH_CUDA
+  if (gpu_) {
+    gpu_->end();
+    return;
+  }
+#endif
+  steps_.back().ops.back().ms = std::chrono::duration<double, std::milli>(Clock::now() - op_start_).count();
+}
+
+bool OpScope::enter() {
+  if (t_scopes.profile == nullptr) return false;
+  entered_ = true;
+  return ++t_scopes.depth == 1;
+}
+
+void OpScope::open(const char* op, OpPass pass, const OpCost& cost, const OpCost& backward) {
+  timed_ = true;
+  if (pass == OpPass::forward) {
+    t_scopes.forward_op = op;
+    t_scopes.backward = backward;
+    t_scopes.backward_taken = false;
+  }
+  t_scopes.profile->begin_op(op, pass, cost);
+}
+
+OpScope::OpScope(const char* op, const OpCost& backward_cost) {
+  if (enter()) open(op, OpPass::backward, backward_cost, {});
+}
+
+OpScope::~OpScope() {
+  if (!entered_ || t_scopes.profile == nullptr) return;
+  if (timed_) {
+    t_scopes.profile->end_op();
+    t_scopes.forward_op = nullptr;
+  }
+  --t_scopes.depth;
+}
+
+bool op_scope_label(const char** op, OpCost* backward_cost) {
+  if (t_scopes.forward_op == nullptr) return false;
+  *op = t_scopes.forward_op;
+  *backward_cost = t_scopes.backward_taken ? OpCost{} : t_scopes.backward;
+  t_scopes.backward_taken = true;
+  return true;
+}
+
+}  // namespace precis

@@ -1,0 +1,79 @@
+// `precis profile` and `precis bench gpt2 --profile` on the CPU: the per-op
+// table, the Amdahl table and the roofline plot come out, the table's ops and
+// the time outside them add up to the step, and wrong arguments are one clear line.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <regex>
+
+#include "support/cli.h"
+
+namespace fs = std::filesystem;
+using precis::testing::run_cli;
+using precis::testing::write_tiny_config;
+
+namespace {
+
+// The "step S ms (mean of N): ops O ms (P%), outside ops R ms (Q%" line.
+struct StepLine {
+  double step = 0, ops = 0, outside = 0;
+  bool found = false;
+};
+StepLine step_line(const std::string& output) {
+  std::smatch m;
+  StepLine s;
+  if (std::regex_search(output, m,
+                        std::regex(R"(step ([0-9.]+) ms \(mean of [0-9]+\): ops ([0-9.]+) ms \([0-9.]+%\), outside )"
+                                   R"(ops (-?[0-9.]+) ms)"))) {
+    s = {std::stod(m[1]), std::stod(m[2]), std::stod(m[3]), true};
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST(ProfileCommand, PrintsTheOpTablesAndWritesTheRoofline) {
+  fs::path dir = write_tiny_config("profile");
+  auto r = run_cli("profile " + (dir / "tiny.yaml").string() + " --steps 2 --warmup 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* label : {"==== ops per step", "linear", "fwd", "bwd", "% roof", "==== Amdahl",
+                            "roofs (this CPU: measured", "roofline     "})
+    EXPECT_NE(r.output.find(label), std::string::npos) << label << "\n" << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(\nadamw +step +1 )"))) << r.output;  // once per step
+  StepLine s = step_line(r.output);
+  ASSERT_TRUE(s.found) << r.output;
+  EXPECT_NEAR(s.ops + s.outside, s.step, 0.002 + 1e-6 * s.step);
+  EXPECT_GE(s.outside, 0.0);
+  EXPECT_TRUE(fs::exists(dir / "out" / "roofline.svg"));
+  // No checkpoint or sample: the profile changes nothing on disk but the metrics and the plot.
+  EXPECT_FALSE(fs::exists(dir / "out" / "checkpoints")) << r.output;
+}
+
+TEST(ProfileCommand, BenchProfilePrintsTheTablesAfterTheFigures) {
+  fs::path out = fs::temp_directory_path() / "precis_bench_profile";
+  fs::remove_all(out);
+  auto r = run_cli(
+      "bench gpt2 --preset tiny --batch 2 --seq 32 --precision fp32 --steps 2 --warmup 1 --device cpu --profile "
+      "--out " +
+      out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  size_t figures = r.output.find("==== precis bench gpt2 ===="), table = r.output.find("==== ops per step");
+  ASSERT_NE(figures, std::string::npos) << r.output;
+  ASSERT_NE(table, std::string::npos) << r.output;
+  EXPECT_LT(figures, table);
+  EXPECT_TRUE(step_line(r.output).found) << r.output;
+  EXPECT_TRUE(fs::exists(out / "roofline.svg"));
+}
+
+TEST(ProfileCommand, WrongArgumentsAreOneLine) {
+  auto none = run_cli("profile");
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_NE(none.output.find("profile: give a config file"), std::string::npos) << none.output;
+  fs::path dir = write_tiny_config("profile_args");
+  auto steps = run_cli("profile " + (dir / "tiny.yaml").string() + " --steps 0");
+  EXPECT_EQ(steps.exit_code, 1);
+  EXPECT_NE(steps.output.find("profile: --steps must be an integer >= 1, got '0'"), std::string::npos) << steps.output;
+  auto graphs = run_cli("bench gpt2 --preset tiny --device cpu --profile --cuda-graphs");
+  EXPECT_EQ(graphs.exit_code, 1);
+  EXPECT_NE(graphs.output.find("set cuda_graphs=false"), std::string::npos) << graphs.output;
+}
