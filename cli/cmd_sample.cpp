@@ -2,6 +2,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/usage.h"
 #include "core/error.h"
 #include "core/gpu.h"
 #include "data/char_tokenizer.h"
@@ -27,8 +28,7 @@ std::unique_ptr<Tokenizer> tokenizer_from(const Json& train_state) {
 
 int sample_command(const Args& args) {
   Options o = parse_options(args, {"prompt", "tokens", "temperature", "top-k", "seed", "device"}, "sample");
-  PRECIS_CHECK(o.positional.size() == 1, "sample: usage: precis sample CHECKPOINT [--prompt TEXT] [--tokens N] ",
-               "[--temperature T] [--top-k K] [--seed S] [--device auto|cpu|cuda]");
+  usage_check(o.positional.size() == 1, "sample", "give one checkpoint directory");
   const std::string& path = o.positional[0];
   std::optional<models::GPT2Config> config = train::checkpoint_model_config(path);
   PRECIS_CHECK(config.has_value(), "sample: no config.json beside the weights in '", path,

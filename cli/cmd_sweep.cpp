@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/usage.h"
 #include "core/error.h"
 #include "train/config.h"
 #include "train/svg_plot.h"
@@ -72,8 +73,7 @@ int sweep_command(const Args& args) {
   for (const auto& a : args)
     (a.find('=') != std::string::npos && a.rfind("--", 0) != 0 ? overrides : rest).push_back(a);
   Options o = parse_options(rest, {"precisions"}, "sweep");
-  PRECIS_CHECK(o.positional.size() == 1, "sweep: usage: precis sweep CONFIG.yaml [--precisions fp32,tf32,fp16,bf16] ",
-               "[key=value ...]");
+  usage_check(o.positional.size() == 1, "sweep", "give one config file");
   std::vector<std::string> policies = split_list(o.get("precisions", "fp32,tf32,fp16,bf16"));
   PRECIS_CHECK(!policies.empty(), "sweep: --precisions lists no policy");
 

@@ -17,8 +17,9 @@ int sweep_command(const Args& args);     // precis sweep CONFIG [--precisions a,
 int bench_command(const Args& args);     // precis bench gpt2 [--preset P] [--batch B] [--seq T] ...
 int bench_attention_command(const Args& args);  // precis bench attention [--tokens N] [--seq 512,1024,...] ...
 int bench_resnet_command(const Args& args);     // precis bench resnet [--model resnet18|resnet50] [--batch B] ...
+int version_command();                          // precis --version
 
-// "--name value" options after the positional arguments; unknown options are errors.
+// "--name value" options after the positional arguments; unknown options are usage errors (cli/usage.h).
 struct Options {
   std::vector<std::string> positional;
   std::vector<std::pair<std::string, std::string>> named;

@@ -73,12 +73,12 @@ TEST(Cli, NumericsPrintsTheReport) {
   EXPECT_TRUE(fs::exists(dir / "out" / "numerics" / "numerics.jsonl"));
 }
 
-TEST(Cli, MistakesGiveOneClearLineAndExitCode1) {
+TEST(Cli, MistakesGiveOneClearLineAndTheirExitCode) {
   Result missing = run("train does-not-exist.yaml");
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_EQ(missing.output, "error: cannot read config file 'does-not-exist.yaml': No such file or directory\n");
   Result unknown = run("frobnicate");
-  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_NE(unknown.output.find("unknown command 'frobnicate'"), std::string::npos);
   fs::path dir = write_tiny_config("mistake");
   Result bad_override = run("train " + (dir / "tiny.yaml").string() + " optimizer.lr=fast");
