@@ -20,6 +20,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "optim/lr_schedule.h"
 
 namespace precis::train {
 namespace {
@@ -323,10 +324,11 @@ std::vector<Field> make_fields(TrainConfig& c) {
       boolean("optimizer.nesterov", o.nesterov),
       number("optimizer.grad_clip", o.grad_clip, kNonNegative),
 
-      text("schedule.kind", s.kind, one_of({"cosine", "constant"})),
+      text("schedule.kind", s.kind, one_of(optim::LrSchedule::kinds())),
       integer("schedule.warmup_steps", s.warmup_steps, at_least(0)),
       number("schedule.min_lr", s.min_lr, kNonNegative),
       integer("schedule.decay_steps", s.decay_steps, decay_rule),
+      number("schedule.decay_fraction", s.decay_fraction, Range{0, false, 1, true}),
 
       integer("batch.micro_batch", b.micro_batch, at_least(1)),
       integer("batch.seq_len", b.seq_len, at_least(1)),
@@ -674,7 +676,9 @@ void ConfigReader::check_profile() const {
 }
 
 void ConfigReader::resolve_schedule() {
-  if (config_.schedule.decay_steps == -1) config_.schedule.decay_steps = config_.max_steps;
+  ScheduleConfig& s = config_.schedule;
+  s.decay_steps_from_max_steps = s.decay_steps == -1;
+  if (s.decay_steps_from_max_steps) s.decay_steps = config_.max_steps;
 }
 
 // Runs after every value is in, so the order of keys in the file never matters.

@@ -43,10 +43,14 @@ struct OptimizerConfig {
 };
 
 struct ScheduleConfig {
-  std::string kind = "cosine";  // cosine | constant
+  std::string kind = "cosine";  // cosine | constant | linear | wsd | inverse_sqrt (optim/lr_schedule.h)
   int64_t warmup_steps = 0;
   double min_lr = 6e-5;
-  int64_t decay_steps = -1;  // -1: max_steps
+  int64_t decay_steps = -1;     // -1: max_steps
+  double decay_fraction = 0.2;  // wsd: the share of the steps after warmup spent decaying
+  // Set when decay_steps came from max_steps: a resumed run then keeps the checkpoint's
+  // schedule instead of stretching it to a new max_steps (train/resume_schedule.h).
+  bool decay_steps_from_max_steps = false;
 };
 
 struct BatchConfig {

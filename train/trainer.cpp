@@ -26,6 +26,7 @@
 #include "train/device_peak.h"
 #include "train/image_task.h"
 #include "train/lm_task.h"
+#include "train/resume_schedule.h"
 #include "train/step_trace.h"
 
 namespace precis::train {
@@ -60,7 +61,10 @@ void Trainer::setup() {
   if (config_.precision.report_interval == 0) config_.precision.report_interval = config_.log_interval;
   fs::create_directories(config_.out_dir);
   if (config_.checkpoint.dir.empty()) config_.checkpoint.dir = (fs::path(config_.out_dir) / "checkpoints").string();
-  if (config_.schedule.decay_steps < 0) config_.schedule.decay_steps = config_.max_steps;
+  if (config_.schedule.decay_steps < 0) {
+    config_.schedule.decay_steps = config_.max_steps;
+    config_.schedule.decay_steps_from_max_steps = true;
+  }
   if (group_) check_same_config_on_every_rank();
   setup_task();
   setup_model();
@@ -175,8 +179,9 @@ void Trainer::setup_model() {
     optimizer_ = std::make_unique<optim::SGD>(
         groups, optim::SGDOptions{.lr = o.lr, .momentum = o.momentum, .dampening = 0.0, .nesterov = o.nesterov});
   }
-  schedule_ = optim::LrSchedule{config_.schedule.kind, o.lr, config_.schedule.min_lr, config_.schedule.warmup_steps,
-                                config_.schedule.decay_steps};
+  schedule_ = optim::LrSchedule{config_.schedule.kind,        o.lr,
+                                config_.schedule.min_lr,      config_.schedule.warmup_steps,
+                                config_.schedule.decay_steps, config_.schedule.decay_fraction};
 }
 
 void Trainer::setup_step() {
@@ -450,6 +455,7 @@ Json Trainer::train_state() const {
   state["task"] = config_.task;
   state["step"] = step_;
   state["scaler"] = scaler_->state();
+  state["schedule"] = schedule_.to_json();
   state["precision"] = policy_.describe();
   state["config_path"] = config_.config_path;
   return state;
@@ -489,7 +495,12 @@ bool Trainer::try_resume() {
   step_ = state.at("step").as_int();
   task_->restore(state);
   if (state.contains("scaler")) scaler_->load_state(state.at("scaler"));
-  if (is_main()) std::cout << "resumed from " << config_.checkpoint.dir << " at step " << step_ << "\n";
+  const ResumedSchedule resumed = resumed_schedule(
+      schedule_, config_.schedule.decay_steps_from_max_steps,
+      state.contains("schedule") ? std::optional(optim::LrSchedule::from_json(state.at("schedule"))) : std::nullopt);
+  schedule_ = resumed.schedule;
+  if (is_main())
+    std::cout << "resumed from " << config_.checkpoint.dir << " at step " << step_ << "\n" << resumed.line << "\n";
   return true;
 }
 

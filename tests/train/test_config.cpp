@@ -376,8 +376,8 @@ TEST(ConfigErrors, BadEnum) {
   EXPECT_EQ(parse_error(kData + "model:\n  preset: gpt3\n"),
             "config.yaml:4:11: 'model.preset' must be one of gpt2, gpt2-medium, gpt2-large, gpt2-xl, custom, got "
             "'gpt3'");
-  EXPECT_EQ(parse_error(kData + "schedule: {kind: linear}\n"),
-            "config.yaml:3:18: 'schedule.kind' must be one of cosine, constant, got 'linear'");
+  EXPECT_EQ(parse_error(kData + "schedule: {kind: step}\n"),
+            "config.yaml:3:18: 'schedule.kind' must be one of cosine, constant, linear, wsd, inverse_sqrt, got 'step'");
 }
 
 TEST(ConfigErrors, BadPrecision) {
@@ -447,7 +447,7 @@ TEST(ConfigErrors, BadOverride) {
             "override 'checkpoint.resume=sure': 'checkpoint.resume' must be true or false, got 'sure'");
   EXPECT_EQ(parse_error(kData, {"schedule=cosine"}),
             "override 'schedule=cosine': 'schedule' is a mapping; override one of its keys (kind, warmup_steps, "
-            "min_lr, decay_steps)");
+            "min_lr, decay_steps, decay_fraction)");
 }
 
 }  // namespace
