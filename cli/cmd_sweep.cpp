@@ -11,7 +11,7 @@
 #include "cli/usage.h"
 #include "core/error.h"
 #include "train/config.h"
-#include "train/svg_plot.h"
+#include "train/run_plot.h"
 #include "train/trainer.h"
 
 namespace precis::cli {
@@ -78,7 +78,7 @@ int sweep_command(const Args& args) {
   PRECIS_CHECK(!policies.empty(), "sweep: --precisions lists no policy");
 
   std::vector<SweepRow> rows;
-  std::vector<train::PlotSeries> curves;
+  std::vector<train::RunMetrics> runs;
   std::string out_dir, unit = "tokens";
   for (const std::string& policy : policies) {
     std::vector<std::string> run_overrides = overrides;
@@ -100,22 +100,19 @@ int sweep_command(const Args& args) {
     row.peak_bytes = trainer.peak_memory_bytes();
     row.skipped = trainer.scaler().skipped_steps();
     rows.push_back(row);
-    train::PlotSeries curve{policy, {}, {}};
-    for (size_t i = 0; i < trainer.losses().size(); ++i) {
-      curve.x.push_back(static_cast<double>(i + 1));
-      curve.y.push_back(trainer.losses()[i]);
-    }
-    train::write_svg_plot((std::filesystem::path(config.out_dir) / "loss.svg").string(), "training loss: " + policy,
-                          "step", "loss", {curve});
-    curves.push_back(curve);
+    runs.push_back(train::read_run_metrics(config.out_dir));
+    runs.back().label = policy;
+    train::write_metrics_svg((std::filesystem::path(config.out_dir) / "metrics.svg").string(), "precision " + policy,
+                             {runs.back()});
   }
   std::string table = markdown_table(rows, unit);
   std::cout << "\n" << table;
   std::filesystem::path dir(out_dir);
   std::ofstream(dir / "sweep.md") << "# Precision sweep: " << o.positional[0] << "\n\n" << table;
-  train::write_svg_plot((dir / "sweep-loss.svg").string(), "training loss by precision", "step", "loss", curves);
-  std::cout << "written: " << (dir / "sweep.md").string() << ", " << (dir / "sweep-loss.svg").string()
-            << " and a loss.svg per policy\n";
+  train::write_metrics_svg((dir / "sweep.svg").string(), "precision sweep: " + o.positional[0], runs);
+  train::write_metrics_csv((dir / "sweep.csv").string(), runs);
+  std::cout << "written: " << (dir / "sweep.md").string() << ", " << (dir / "sweep.svg").string() << ", "
+            << (dir / "sweep.csv").string() << " and a metrics.svg per policy\n";
   return 0;
 }
 

@@ -39,6 +39,7 @@ int run(const std::vector<std::string>& args) {
   }
   if (command == "train") return train_command(rest);
   if (command == "sample") return sample_command(rest);
+  if (command == "plot") return plot_command(rest);
   if (command == "tokenize") return tokenize_command(rest);
   if (command == "device") return device_command(rest);
   if (command == "numerics") return numerics_command(rest);

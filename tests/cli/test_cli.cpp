@@ -61,8 +61,11 @@ TEST(Cli, SweepWritesATableAndPlots) {
   std::string table = read_file(dir / "out" / "sweep.md");
   EXPECT_NE(table.find("| fp32 |"), std::string::npos) << table;
   EXPECT_NE(table.find("| bf16 |"), std::string::npos) << table;
-  EXPECT_NE(read_file(dir / "out" / "sweep-loss.svg").find("<polyline"), std::string::npos);
-  EXPECT_TRUE(fs::exists(dir / "out" / "sweep-bf16" / "loss.svg"));
+  const std::string svg = read_file(dir / "out" / "sweep.svg");
+  for (const char* policy : {"fp32", "bf16"})
+    EXPECT_NE(svg.find(std::string("<title>") + policy + "</title></polyline>"), std::string::npos) << policy;
+  EXPECT_TRUE(fs::exists(dir / "out" / "sweep.csv"));
+  EXPECT_TRUE(fs::exists(dir / "out" / "sweep-bf16" / "metrics.svg"));
 }
 
 TEST(Cli, NumericsPrintsTheReport) {
