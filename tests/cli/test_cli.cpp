@@ -88,3 +88,24 @@ TEST(Cli, MistakesGiveOneClearLineAndTheirExitCode) {
   EXPECT_EQ(bad_override.exit_code, 1);
   EXPECT_NE(bad_override.output.find("'optimizer.lr' must be a number"), std::string::npos) << bad_override.output;
 }
+
+TEST(Cli, SweepRunsCustomPolicyStringsAndSaysWhatWasNotEvaluated) {
+  fs::path dir = write_tiny_config("sweep_custom");
+  Result r = run("sweep " + (dir / "tiny.yaml").string() +
+                 " --policy params=float32,compute=bfloat16,output=float32"
+                 " --precisions 'fp32;params=float32,compute=float16,output=float32' max_steps=2 eval_interval=0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::string table = read_file(dir / "out" / "sweep.md");
+  for (const char* row : {"| params=float32,compute=bfloat16,output=float32 |", "| fp32 |",
+                          "| params=float32,compute=float16,output=float32 |"})
+    EXPECT_NE(table.find(row), std::string::npos) << row << "\n" << table;
+  EXPECT_EQ(table.find("0.0000"), std::string::npos) << table;
+  EXPECT_NE(table.find("| not evaluated |"), std::string::npos) << table;
+  EXPECT_TRUE(fs::exists(dir / "out" / "sweep-params-float32_compute-bfloat16_output-float32" / "metrics.jsonl"));
+  // On the CPU the 16-bit policies' speed is an emulation's.
+  EXPECT_NE(table.find("On the CPU, fp16 and bf16 are emulated"), std::string::npos) << table;
+  EXPECT_NE(table.find("the losses of params=float32,compute=bfloat16,output=float32, "
+                       "params=float32,compute=float16,output=float32 are what"),
+            std::string::npos)
+      << table;
+}
