@@ -38,6 +38,7 @@ int run(const std::vector<std::string>& args) {
     return 0;
   }
   if (command == "train") return train_command(rest);
+  if (command == "eval") return eval_command(rest);
   if (command == "sample") return sample_command(rest);
   if (command == "plot") return plot_command(rest);
   if (command == "tokenize") return tokenize_command(rest);

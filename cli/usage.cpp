@@ -18,6 +18,11 @@ const std::vector<CommandUsage>& usages() {
       {"train", "CONFIG.yaml [key=value ...]",
        "train a GPT-2 or an image classifier (LeNet-5, ResNet) from a YAML config (docs/config.md);\n"
        "key=value overrides a setting, e.g. optimizer.lr=1e-3"},
+      {"eval",
+       "CHECKPOINT_OR_RUN_DIR [--data SHARD_OR_TEXT] [--steps N] [--batch B] [--seq T] [--precision P]\n"
+       "     [--device auto|cpu|cuda]",
+       "loss and perplexity of a GPT-2 checkpoint, no training: on the run's validation data, or on\n"
+       "--data (a token shard .bin or a text file, tokenised with the checkpoint's tokenizer)"},
       {"sample",
        "CHECKPOINT [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--seed S]\n"
        "       [--device auto|cpu|cuda]",

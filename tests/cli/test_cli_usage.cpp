@@ -11,7 +11,7 @@ namespace {
 using precis::testing::CliResult;
 CliResult run(const std::string& args) { return precis::testing::run_cli(args); }
 
-const char* kCommands[] = {"train",      "sample",       "tokenize",        "numerics", "sweep",
+const char* kCommands[] = {"train",      "eval",         "sample",          "plot",  "tokenize", "numerics", "sweep",
                            "bench gpt2", "bench resnet", "bench attention", "device"};
 
 }  // namespace
