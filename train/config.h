@@ -106,6 +106,7 @@ struct TrainConfig {
   std::string task = "language_model";  // language_model (GPT-2) | image_classification
   models::GPT2Config model;             // vocab_size: the trainer sets it from the data's tokenizer
   std::string model_preset = "custom";  // model.preset: gpt2 | gpt2-medium | gpt2-large | gpt2-xl | custom
+  std::string init_from;                // model.init_from: pretrained weights (train/pretrained.h); empty: none
   // image_classification: model.name and model.cifar_stem; channels and classes come from the data.
   models::ImageModelConfig image_model;
   DataConfig data;

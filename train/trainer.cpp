@@ -26,6 +26,7 @@
 #include "train/device_peak.h"
 #include "train/image_task.h"
 #include "train/lm_task.h"
+#include "train/pretrained.h"
 #include "train/resume_schedule.h"
 #include "train/step_trace.h"
 
@@ -154,6 +155,12 @@ void Trainer::setup_model() {
   // ZeRO-1 pads every flat buffer into world_size equal shards (distributed/zero.h).
   const bool zero = group_ && config_.distributed.zero == 1;
   flat_ = nn::flatten_parameters(model(), device_, param_dtype, zero ? world_size_ : 1);
+  if (!config_.init_from.empty()) {
+    // Fine-tuning: the weights only; the optimizer, data position and step start fresh.
+    const PretrainedSource source = inspect_pretrained(config_.init_from);
+    load_pretrained(source, gpt2());
+    if (is_main()) std::cout << "init_from: " << source.format << " weights of " << source.path << "\n";
+  }
   if (group_) {
     // Before the optimizer copies them (master weights): every rank starts from rank 0's parameters.
     distributed::broadcast_parameters(*flat_, *group_);

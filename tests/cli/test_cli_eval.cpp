@@ -91,3 +91,28 @@ TEST_F(CliEval, MistakesSayWhatToGive) {
   auto not_a_checkpoint = precis::testing::run_cli("eval " + dir_.string() + " --device cpu");
   EXPECT_EQ(not_a_checkpoint.exit_code, 1) << not_a_checkpoint.output;
 }
+
+// model.init_from (train/pretrained.h) end to end: a run started from this run's weights with
+// a learning rate too small to move an fp32 weight evaluates exactly as its source.
+TEST_F(CliEval, InitFromStartsAFreshRunFromTheWeights) {
+  const std::string finetune = (dir_ / "finetune").string();
+  auto r = precis::testing::run_cli("train " + (dir_ / "tiny.yaml").string() +
+                                    " model.init_from=" + (dir_ / "out").string() + " out_dir=" + finetune +
+                                    " optimizer.lr=1e-30 schedule.kind=constant max_steps=1 sample.tokens=0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("init_from: Hugging Face / Precis checkpoint weights of " + (dir_ / "out").string()),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("step 1/1"), std::string::npos) << "a fresh run, from step 0: " << r.output;
+  auto source = eval("--steps 2");
+  auto tuned = precis::testing::run_cli("eval " + finetune + " --device cpu --steps 2");
+  ASSERT_EQ(tuned.exit_code, 0) << tuned.output;
+  EXPECT_DOUBLE_EQ(result_value(tuned.output, "loss"), result_value(source.output, "loss"));
+
+  auto contradiction = precis::testing::run_cli("train " + (dir_ / "tiny.yaml").string() + " model.init_from=" +
+                                                (dir_ / "out").string() + " out_dir=" + finetune + "2 model.n_embd=32");
+  EXPECT_EQ(contradiction.exit_code, 1);
+  EXPECT_NE(contradiction.output.find("'model.n_embd' (32) contradicts the weights of 'model.init_from' (16 in"),
+            std::string::npos)
+      << contradiction.output;
+}
