@@ -31,18 +31,13 @@
 #include "ops/autocast.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
+#include "train/pretrained.h"
 
 namespace precis::cli {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-// A run folder (out_dir) stands for its checkpoints.
-std::string checkpoint_path(const std::string& path) {
-  if (fs::exists(fs::path(path) / "checkpoints" / "latest")) return (fs::path(path) / "checkpoints").string();
-  return path;
-}
 
 // The run's config, when the checkpoint names one that still loads.
 std::optional<train::TrainConfig> run_config(const Json& state) {
@@ -86,7 +81,7 @@ std::vector<std::string> eval_files(const std::string& data, const std::string& 
 int eval_command(const Args& args) {
   Options o = parse_options(args, {"data", "steps", "batch", "seq", "precision", "device"}, "eval");
   usage_check(o.positional.size() == 1, "eval", "give one checkpoint directory or run folder");
-  const std::string path = checkpoint_path(o.positional[0]);
+  const std::string path = train::run_checkpoint_path(o.positional[0]);
   std::optional<models::GPT2Config> model_config = train::checkpoint_model_config(path);
   PRECIS_CHECK(model_config.has_value(), "eval: no GPT-2 config.json beside the weights in '", path,
                "'; point at a run folder or checkpoint directory written by `precis train`");
