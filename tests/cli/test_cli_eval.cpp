@@ -2,6 +2,7 @@
 // must be the one training logged, --data as a shard or as text must read the same tokens,
 // and the perplexity is exp(loss).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -39,7 +40,8 @@ double last_val_loss(const fs::path& metrics) {
 class CliEval : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = precis::testing::write_tiny_config("eval");
+    // A folder of this process's own: ctest runs each case as a process, several at once.
+    dir_ = precis::testing::write_tiny_config("eval_" + std::to_string(::getpid()));
     auto r = precis::testing::run_cli("train " + (dir_ / "tiny.yaml").string() + " sample.tokens=0");
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }
