@@ -7,7 +7,8 @@
 
 namespace precis::cli {
 
-int64_t parse_count(const Options& o, const std::string& name, int64_t fallback, int64_t min) {
+int64_t parse_count(const Options& o, const std::string& name, int64_t fallback, int64_t min,
+                    const std::string& command) {
   std::string text = o.get(name, "");
   if (text.empty()) return fallback;
   size_t used = 0;
@@ -17,8 +18,8 @@ int64_t parse_count(const Options& o, const std::string& name, int64_t fallback,
   } catch (const std::exception&) {
     used = 0;
   }
-  PRECIS_CHECK(used == text.size() && value >= min, "bench: --", name, " must be an integer >= ", min, ", got '", text,
-               "'");
+  PRECIS_CHECK(used == text.size() && value >= min, command, ": --", name, " must be an integer >= ", min, ", got '",
+               text, "'");
   return value;
 }
 

@@ -9,8 +9,10 @@
 
 namespace precis::cli {
 
-// The integer option --name (>= min), or `fallback` when it is absent; an error names it otherwise.
-int64_t parse_count(const Options& o, const std::string& name, int64_t fallback, int64_t min);
+// The integer option --name (>= min), or `fallback` when it is absent; an error names it otherwise
+// (`command` starts the message).
+int64_t parse_count(const Options& o, const std::string& name, int64_t fallback, int64_t min,
+                    const std::string& command = "bench");
 // printf-style formatting of one number.
 std::string format(const char* pattern, double value);
 // One line per phase (ms per step, share of the step) and "other" (host time outside them).

@@ -14,6 +14,7 @@
 
 #include "cli/bench_common.h"
 #include "cli/commands.h"
+#include "cli/usage.h"
 #include "core/error.h"
 #include "core/gpu.h"
 #include "core/op_profile.h"
@@ -28,12 +29,6 @@
 namespace precis::cli {
 
 namespace {
-
-const char* kUsage =
-    "usage: precis bench gpt2 [--preset gpt2|gpt2-medium|gpt2-large|gpt2-xl|tiny] [--batch B] [--seq T] "
-    "[--precision P] [--steps N] [--warmup W] [--attention reference|flash] [--cuda-graphs] [--trace PATH.json] "
-    "[--device auto|cuda|cpu] [--zero 0|1] [--out DIR] [--profile] [KEY=VALUE ...] (config settings, e.g. "
-    "distributed.bucket_mb=50)";
 
 // The GPT-2 family (models::GPT2Config::preset, set through the config's model.preset) and
 // `tiny` (2 layers, 2 heads of 64, 128 wide), which runs in seconds on a CPU.
@@ -76,8 +71,9 @@ BenchOptions parse_bench_options(const Args& args) {
     else
       models += (models.empty() ? "" : " ") + p;
   }
-  PRECIS_CHECK(models == "gpt2", "bench: give the model to benchmark, gpt2 or resnet (",
-               models.empty() ? std::string("none given") : "got '" + models + "'", "); ", kUsage);
+  usage_check(models == "gpt2", "bench",
+              "give the model to benchmark, gpt2, resnet or attention (" +
+                  (models.empty() ? std::string("none given") : "got '" + models + "'") + ")");
   b.preset = o.get("preset", b.preset);
   const std::vector<std::string> presets = bench_presets();
   if (std::find(presets.begin(), presets.end(), b.preset) == presets.end()) {

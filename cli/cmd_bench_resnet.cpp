@@ -12,6 +12,7 @@
 
 #include "cli/bench_common.h"
 #include "cli/commands.h"
+#include "cli/usage.h"
 #include "core/error.h"
 #include "core/gpu.h"
 #include "train/config.h"
@@ -21,11 +22,6 @@
 namespace precis::cli {
 
 namespace {
-
-const char* kUsage =
-    "usage: precis bench resnet [--model resnet18|resnet34|resnet50] [--batch B] [--image 32|224] [--precision P] "
-    "[--channels-last] [--steps N] [--warmup W] [--cuda-graphs] [--device auto|cuda|cpu] [--out DIR] [KEY=VALUE ...] "
-    "(config settings, e.g. optimizer.name=adamw)";
 
 struct ResnetBenchOptions {
   std::string model = "resnet18";
@@ -49,9 +45,9 @@ ResnetBenchOptions parse_resnet_options(const Args& args) {
     }
   }
   Options o =
-      parse_options(rest, {"model", "batch", "image", "precision", "steps", "warmup", "device", "out"}, "bench");
+      parse_options(rest, {"model", "batch", "image", "precision", "steps", "warmup", "device", "out"}, "bench resnet");
   for (const std::string& p : o.positional) {
-    PRECIS_CHECK(p.find('=') != std::string::npos, "bench resnet: unexpected argument '", p, "'; ", kUsage);
+    usage_check(p.find('=') != std::string::npos, "bench resnet", "unexpected argument '" + p + "'");
     b.settings.push_back(p);
   }
   b.model = o.get("model", b.model);

@@ -2,11 +2,11 @@
 #include <limits>
 #include <memory>
 
+#include "cli/checkpoint_tokenizer.h"
 #include "cli/commands.h"
+#include "cli/usage.h"
 #include "core/error.h"
 #include "core/gpu.h"
-#include "data/char_tokenizer.h"
-#include "data/gpt2_tokenizer.h"
 #include "models/gpt2.h"
 #include "nn/flat_parameters.h"
 #include "train/checkpoint.h"
@@ -14,16 +14,6 @@
 namespace precis::cli {
 
 namespace {
-// The tokenizer the run trained with: the char vocabulary saved in the train
-// state, else GPT-2 BPE.
-std::unique_ptr<Tokenizer> tokenizer_from(const Json& train_state) {
-  if (train_state.is_object() && train_state.contains("tokenizer")) {
-    const Json& t = train_state.at("tokenizer");
-    if (t.contains("tokenizer") && t.at("tokenizer").as_string() == "char")
-      return std::make_unique<CharTokenizer>(CharTokenizer::from_json(t, "the checkpoint's tokenizer"));
-  }
-  return std::make_unique<GPT2Tokenizer>();
-}
 
 struct SampleArgs {
   int64_t tokens, top_k;
@@ -47,8 +37,7 @@ SampleArgs sample_args(const Options& o) {
 
 int sample_command(const Args& args) {
   Options o = parse_options(args, {"prompt", "tokens", "temperature", "top-k", "seed", "device"}, "sample");
-  PRECIS_CHECK(o.positional.size() == 1, "sample: usage: precis sample CHECKPOINT [--prompt TEXT] [--tokens N] ",
-               "[--temperature T] [--top-k K] [--seed S] [--device auto|cpu|cuda]");
+  usage_check(o.positional.size() == 1, "sample", "give one checkpoint directory");
   const std::string& path = o.positional[0];
   // Checked before the checkpoint is read, so a typo costs no load; top-k once the vocabulary is known.
   const SampleArgs wanted = sample_args(o);
@@ -59,7 +48,7 @@ int sample_command(const Args& args) {
   Device device = resolve_device(o.get("device", "auto"));
   nn::flatten_parameters(model, device);
   Json state = train::load_checkpoint(path, model, nullptr);
-  std::unique_ptr<Tokenizer> tokenizer = tokenizer_from(state);
+  std::unique_ptr<Tokenizer> tokenizer = checkpoint_tokenizer(state);
   PRECIS_CHECK(tokenizer->vocab_size() == config->vocab_size, "sample: the tokenizer has ", tokenizer->vocab_size(),
                " tokens but the model's vocabulary is ", config->vocab_size);
   PRECIS_CHECK(wanted.top_k <= config->vocab_size, "sample: --top-k ", wanted.top_k, " is more than the model's ",

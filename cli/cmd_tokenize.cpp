@@ -1,6 +1,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/usage.h"
 #include "core/error.h"
 #include "data/tokenize.h"
 
@@ -8,8 +9,7 @@ namespace precis::cli {
 
 int tokenize_command(const Args& args) {
   Options o = parse_options(args, {"tokenizer", "val-fraction"}, "tokenize");
-  PRECIS_CHECK(o.positional.size() == 2, "tokenize: usage: precis tokenize --tokenizer gpt2|char INPUT.txt ",
-               "OUT_PREFIX [--val-fraction 0.1]");
+  usage_check(o.positional.size() == 2, "tokenize", "give an input text file and an output prefix");
   std::string kind = o.get("tokenizer", "gpt2");
   double val_fraction = o.number("val-fraction", 0.1, 0.0, 1.0);
   tokenize_file(o.positional[0], o.positional[1], kind, val_fraction);

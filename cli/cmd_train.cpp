@@ -1,6 +1,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/usage.h"
 #include "core/error.h"
 #include "train/config.h"
 #include "train/trainer.h"
@@ -8,11 +9,11 @@
 namespace precis::cli {
 
 int train_command(const Args& args) {
-  PRECIS_CHECK(!args.empty(), "train: give a config file, e.g. `precis train examples/configs/shakespeare-char.yaml`");
+  usage_check(!args.empty(), "train", "give a config file, e.g. `precis train examples/configs/shakespeare-char.yaml`");
   std::vector<std::string> overrides(args.begin() + 1, args.end());
   for (const auto& o : overrides)
-    PRECIS_CHECK(o.find('=') != std::string::npos, "train: '", o, "' is not an override; write key=value, e.g. ",
-                 "max_steps=100");
+    usage_check(o.find('=') != std::string::npos, "train",
+                "'" + o + "' is not an override; write key=value, e.g. max_steps=100");
   train::TrainConfig config = train::load_config(args[0], overrides);
   train::Trainer trainer(config);
   trainer.run();

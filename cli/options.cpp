@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "cli/usage.h"
 #include "core/error.h"
 
 namespace precis::cli {
@@ -72,11 +73,10 @@ Options parse_options(const Args& args, const std::vector<std::string>& known, c
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
     } else {
-      PRECIS_CHECK(i + 1 < args.size(), command, ": option --", name, " needs a value");
+      usage_check(i + 1 < args.size(), command, "option --" + name + " needs a value");
       value = args[++i];
     }
-    PRECIS_CHECK(std::find(known.begin(), known.end(), name) != known.end(), command, ": unknown option --", name,
-                 "; run `precis help`");
+    usage_check(std::find(known.begin(), known.end(), name) != known.end(), command, "unknown option --" + name);
     out.named.emplace_back(name, value);
   }
   return out;

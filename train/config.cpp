@@ -22,6 +22,8 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "data/unicode_classes.h"
+#include "optim/lr_schedule.h"
+#include "train/pretrained.h"
 
 namespace precis::train {
 namespace {
@@ -334,6 +336,7 @@ std::vector<Field> make_fields(TrainConfig& c) {
   const IntRule decay_rule{[](int64_t value) { return value == -1 || value >= 1; }, ">= 1, or -1 for max_steps"};
   return {
       text("model.preset", c.model_preset, one_of(model_preset_names())),
+      text("model.init_from", c.init_from),
       text("model.name", c.image_model.name, one_of(models::image_model_names())),
       boolean("model.cifar_stem", c.image_model.cifar_stem),
       integer("model.vocab_size", m.vocab_size, between(1, 1 << 24)),
@@ -372,10 +375,11 @@ std::vector<Field> make_fields(TrainConfig& c) {
       boolean("optimizer.nesterov", o.nesterov),
       number("optimizer.grad_clip", o.grad_clip, kNonNegative),
 
-      text("schedule.kind", s.kind, one_of({"cosine", "constant"})),
+      text("schedule.kind", s.kind, one_of(optim::LrSchedule::kinds())),
       integer("schedule.warmup_steps", s.warmup_steps, at_least(0)),
       number("schedule.min_lr", s.min_lr, kNonNegative),
       integer("schedule.decay_steps", s.decay_steps, decay_rule),
+      number("schedule.decay_fraction", s.decay_fraction, Range{0, false, 1, true}),
 
       integer("batch.micro_batch", b.micro_batch, between(1, 1 << 20)),
       integer("batch.seq_len", b.seq_len, between(1, 1 << 20)),
@@ -464,6 +468,7 @@ class ConfigReader {
 
   void apply_preset();
   void resolve_precision();
+  void resolve_init_from();
   void check_model() const;
   void check_data() const;
   void resolve_data();
@@ -623,6 +628,36 @@ void ConfigReader::apply_preset() {
   fill("model.block_size", model.block_size, preset.block_size);
 }
 
+// model.init_from: the model's shape is the weights'; a size the config gives must agree.
+void ConfigReader::resolve_init_from() {
+  if (config_.init_from.empty()) return;
+  if (config_.task != "language_model")
+    fail(where_set({"model.init_from"}), "'model.init_from' loads a GPT-2; this run's task is " + config_.task);
+  PretrainedSource source;
+  try {
+    source = inspect_pretrained(config_.init_from);
+  } catch (const Error& e) {
+    fail(where_set({"model.init_from"}), e.what());
+  }
+  models::GPT2Config& model = config_.model;
+  auto take = [&](const char* key, auto& slot, auto value) {
+    if ((was_set(key) || was_set("model.preset")) && slot != value) {
+      std::ostringstream message;
+      message << std::boolalpha << quoted(key) << " (" << slot << ") contradicts the weights of 'model.init_from' ("
+              << value << " in " << config_.init_from << "); leave it out: the shape comes from the weights";
+      fail(where_set({key, "model.preset"}), message.str());
+    }
+    slot = value;
+  };
+  take("model.n_layer", model.n_layer, source.config.n_layer);
+  take("model.n_head", model.n_head, source.config.n_head);
+  take("model.n_embd", model.n_embd, source.config.n_embd);
+  take("model.block_size", model.block_size, source.config.block_size);
+  take("model.vocab_size", model.vocab_size, source.config.vocab_size);
+  take("model.bias", model.bias, source.config.bias);
+  take("model.tie_embeddings", model.tie_embeddings, source.config.tie_embeddings);
+}
+
 // As the model preset: the keys after `precision.policy` refine the policy it names wherever
 // they were written, and a refined policy's name gets a "*". The loss scaler follows it.
 void ConfigReader::resolve_precision() {
@@ -749,7 +784,9 @@ void ConfigReader::resolve_schedule() {
              ") is above 'optimizer.lr' (" + detail::concat(config_.optimizer.lr) +
              "): the cosine schedule decays from lr down to min_lr; set min_lr at most lr (lr / 10 is usual)");
   }
-  if (config_.schedule.decay_steps == -1) config_.schedule.decay_steps = config_.max_steps;
+  ScheduleConfig& s = config_.schedule;
+  s.decay_steps_from_max_steps = s.decay_steps == -1;
+  if (s.decay_steps_from_max_steps) s.decay_steps = config_.max_steps;
 }
 
 void ConfigReader::check_checkpoint() const {
@@ -763,6 +800,7 @@ void ConfigReader::check_checkpoint() const {
 // Runs after every value is in, so the order of keys in the file never matters.
 void ConfigReader::finish() {
   apply_preset();
+  resolve_init_from();
   resolve_precision();
   check_model();
   check_data();

@@ -43,10 +43,14 @@ struct OptimizerConfig {
 };
 
 struct ScheduleConfig {
-  std::string kind = "cosine";  // cosine | constant
+  std::string kind = "cosine";  // cosine | constant | linear | wsd | inverse_sqrt (optim/lr_schedule.h)
   int64_t warmup_steps = 0;
   double min_lr = 6e-5;
-  int64_t decay_steps = -1;  // -1: max_steps
+  int64_t decay_steps = -1;     // -1: max_steps
+  double decay_fraction = 0.2;  // wsd: the share of the steps after warmup spent decaying
+  // Set when decay_steps came from max_steps: a resumed run then keeps the checkpoint's
+  // schedule instead of stretching it to a new max_steps (train/resume_schedule.h).
+  bool decay_steps_from_max_steps = false;
 };
 
 struct BatchConfig {
@@ -103,6 +107,7 @@ struct TrainConfig {
   std::string task = "language_model";  // language_model (GPT-2) | image_classification
   models::GPT2Config model;             // vocab_size: the trainer sets it from the data's tokenizer
   std::string model_preset = "custom";  // model.preset: gpt2 | gpt2-medium | gpt2-large | gpt2-xl | custom
+  std::string init_from;                // model.init_from: pretrained weights (train/pretrained.h); empty: none
   // image_classification: model.name and model.cifar_stem; channels and classes come from the data.
   models::ImageModelConfig image_model;
   DataConfig data;

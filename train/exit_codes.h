@@ -10,8 +10,9 @@
 namespace precis::train {
 
 inline constexpr int kExitError = 1;      // a precis::Error: a bad config, a damaged file, ...
-inline constexpr int kExitInternal = 2;   // any other exception (a bug)
+inline constexpr int kExitUsage = 2;      // the command line itself: an unknown command or option, missing arguments
 inline constexpr int kExitNonFinite = 3;  // training stopped on non-finite gradients or weights
+inline constexpr int kExitInternal = 70;  // any other exception (a bug; sysexits' EX_SOFTWARE)
 // A run stopped by a signal exits 128 + the signal's number: 130 for SIGINT, 143 for SIGTERM.
 inline constexpr int exit_code_for_signal(int signal) { return 128 + signal; }
 

@@ -14,6 +14,11 @@ namespace fs = std::filesystem;
 
 LmTask::LmTask(TrainConfig& config, int rank, int world_size, distributed::ProcessGroup* group) : config_(config) {
   setup_data(rank, world_size, group);
+  PRECIS_CHECK(config.init_from.empty() || config.model.vocab_size == tokenizer_->vocab_size(),
+               "model.init_from: the weights in '", config.init_from, "' have a vocabulary of ",
+               config.model.vocab_size, " tokens but the data's tokenizer (", config.data.tokenizer, ") has ",
+               tokenizer_->vocab_size(), "; fine-tune with the tokenizer the weights were trained with ",
+               "(data.tokenizer: gpt2 for GPT-2)");
   config.model.vocab_size = tokenizer_->vocab_size();
   model_ = std::make_unique<models::GPT2>(config_.model, config_.seed);
   if (config_.batch.seq_len < config_.model.block_size && rank == 0)

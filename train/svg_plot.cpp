@@ -37,33 +37,10 @@ std::string num(double v) {
   return buf;
 }
 
-// Writes `svg` to `path` through a temporary file, so a reader never sees half a plot.
-void write_svg(const std::string& path, const std::string& svg) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    PRECIS_CHECK(out.is_open(), "cannot write plot '", path, "': check that its directory exists and is writable");
-    out << svg;
-    PRECIS_CHECK(out.good(), "writing plot '", path, "' failed");
-  }
-  std::filesystem::rename(tmp, path);
-}
-
-std::string svg_head(const std::string& title) {
-  std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(kWidth) + "\" height=\"" + num(kHeight) +
-                    "\" font-family=\"sans-serif\" font-size=\"12\">\n";
-  svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  svg += "<text x=\"" + num(kWidth / 2) + "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">" + escape(title) +
-         "</text>\n";
-  return svg;
-}
-
-}  // namespace
-
-void write_svg_plot(const std::string& path, const std::string& title, const std::string& x_label,
-                    const std::string& y_label, const std::vector<PlotSeries>& series) {
+// One chart as an SVG group at (left, top): title, frame, 5 ticks per axis, a line per series, a legend.
+std::string chart(const PlotPanel& panel, double left, double top) {
   double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
-  for (const auto& s : series)
+  for (const auto& s : panel.series)
     for (size_t i = 0; i < s.x.size(); ++i) {
       if (!std::isfinite(s.y[i])) continue;
       x0 = std::min(x0, s.x[i]), x1 = std::max(x1, s.x[i]);
@@ -76,7 +53,9 @@ void write_svg_plot(const std::string& path, const std::string& title, const std
   auto px = [&](double x) { return kLeft + (x - x0) / (x1 - x0) * pw; };
   auto py = [&](double y) { return kTop + (1 - (y - y0) / (y1 - y0)) * ph; };
 
-  std::string svg = svg_head(title);
+  std::string svg = "<g transform=\"translate(" + num(left) + "," + num(top) + ")\">\n";
+  svg += "<text x=\"" + num(kWidth / 2) + "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">" + escape(panel.title) +
+         "</text>\n";
   svg += "<rect x=\"" + num(kLeft) + "\" y=\"" + num(kTop) + "\" width=\"" + num(pw) + "\" height=\"" + num(ph) +
          "\" fill=\"none\" stroke=\"#333\"/>\n";
   for (int i = 0; i <= 5; ++i) {
@@ -89,25 +68,61 @@ void write_svg_plot(const std::string& path, const std::string& title, const std
            num(py(yv)) + "\" stroke=\"#eee\"/>\n";
   }
   svg += "<text x=\"" + num(kLeft + pw / 2) + "\" y=\"" + num(kHeight - 10) + "\" text-anchor=\"middle\">" +
-         escape(x_label) + "</text>\n";
+         escape(panel.x_label) + "</text>\n";
   svg += "<text transform=\"translate(16," + num(kTop + ph / 2) + ") rotate(-90)\" text-anchor=\"middle\">" +
-         escape(y_label) + "</text>\n";
-  for (size_t k = 0; k < series.size(); ++k) {
-    const auto& s = series[k];
+         escape(panel.y_label) + "</text>\n";
+  for (size_t k = 0; k < panel.series.size(); ++k) {
+    const auto& s = panel.series[k];
     const char* color = kColors[k % (sizeof kColors / sizeof kColors[0])];
     std::string points;
     for (size_t i = 0; i < s.x.size(); ++i)
       if (std::isfinite(s.y[i])) points += num(px(s.x[i])) + "," + num(py(s.y[i])) + " ";
     svg += "<polyline fill=\"none\" stroke=\"" + std::string(color) + "\" stroke-width=\"1.5\" points=\"" + points +
-           "\"/>\n";
+           "\"><title>" + escape(s.label) + "</title></polyline>\n";
     double ly = kTop + 14 + 18.0 * static_cast<double>(k);
     svg += "<line x1=\"" + num(kLeft + pw + 12) + "\" x2=\"" + num(kLeft + pw + 32) + "\" y1=\"" + num(ly - 4) +
            "\" y2=\"" + num(ly - 4) + "\" stroke=\"" + color + "\" stroke-width=\"2\"/>\n";
     svg += "<text x=\"" + num(kLeft + pw + 36) + "\" y=\"" + num(ly) + "\">" + escape(s.label) + "</text>\n";
   }
-  svg += "</svg>\n";
+  return svg + "</g>\n";
+}
 
-  write_svg(path, svg);
+std::string svg_open(double width, double height) {
+  return "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(width) + "\" height=\"" + num(height) +
+         "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+}
+
+}  // namespace
+
+void write_plot_file(const std::string& path, const std::string& text) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    PRECIS_CHECK(out.is_open(), "cannot write '", path, "': check that its directory exists and is writable");
+    out << text;
+    PRECIS_CHECK(out.good(), "writing '", path, "' failed");
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+void write_svg_plot(const std::string& path, const std::string& title, const std::string& x_label,
+                    const std::string& y_label, const std::vector<PlotSeries>& series) {
+  write_plot_file(path,
+                  svg_open(kWidth, kHeight) + chart(PlotPanel{title, x_label, y_label, series}, 0, 0) + "</svg>\n");
+}
+
+void write_svg_panels(const std::string& path, const std::string& title, const std::vector<PlotPanel>& panels,
+                      int columns) {
+  PRECIS_CHECK(columns >= 1, "plot: columns must be >= 1");
+  const size_t rows = (panels.size() + static_cast<size_t>(columns) - 1) / static_cast<size_t>(columns);
+  const double header = 36;
+  std::string svg = svg_open(kWidth * std::min<double>(columns, std::max<size_t>(panels.size(), 1)),
+                             header + kHeight * static_cast<double>(rows));
+  svg += "<text x=\"12\" y=\"24\" font-size=\"17\">" + escape(title) + "</text>\n";
+  for (size_t i = 0; i < panels.size(); ++i)
+    svg += chart(panels[i], kWidth * static_cast<double>(i % columns),
+                 header + kHeight * static_cast<double>(i / columns));
+  write_plot_file(path, svg + "</svg>\n");
 }
 
 void write_svg_loglog(const std::string& path, const std::string& title, const std::string& x_label,
@@ -130,7 +145,9 @@ void write_svg_loglog(const std::string& path, const std::string& title, const s
   auto py = [&](double y) { return kTop + (1 - (std::log10(y) - ly0) / (ly1 - ly0)) * ph; };
   auto inside = [&](double x, double y) { return x > 0 && y > 0 && std::isfinite(px(x)) && std::isfinite(py(y)); };
 
-  std::string svg = svg_head(title);
+  std::string svg = svg_open(kWidth, kHeight);
+  svg += "<text x=\"" + num(kWidth / 2) + "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">" + escape(title) +
+         "</text>\n";
   svg += "<rect x=\"" + num(kLeft) + "\" y=\"" + num(kTop) + "\" width=\"" + num(pw) + "\" height=\"" + num(ph) +
          "\" fill=\"none\" stroke=\"#333\"/>\n";
   for (double e = lx0; e <= lx1; ++e)
@@ -173,7 +190,7 @@ void write_svg_loglog(const std::string& path, const std::string& title, const s
            "</text>\n";
   }
   svg += "</svg>\n";
-  write_svg(path, svg);
+  write_plot_file(path, svg);
 }
 
 }  // namespace precis::train

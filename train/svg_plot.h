@@ -1,5 +1,5 @@
-// Minimal plots written as SVG (no dependencies): loss curves for the
-// precision sweep, the roofline of the op profile.
+// Plots written as SVG (no dependencies): line charts, one or a grid of panels in one file
+// (precis plot, the precision sweep), and the log-log roofline of the op profile.
 #pragma once
 
 #include <string>
@@ -9,12 +9,22 @@ namespace precis::train {
 
 struct PlotSeries {
   std::string label;
-  std::vector<double> x, y;
+  std::vector<double> x, y;  // points with a non-finite y are left out
 };
 
+struct PlotPanel {
+  std::string title, x_label, y_label;
+  std::vector<PlotSeries> series;
+};
+
+// Writes `text` to `path` through path.tmp and a rename, so a reader never sees half a plot or table.
+void write_plot_file(const std::string& path, const std::string& text);
 // Writes an SVG line chart of `series` to `path` (tmp + rename), with axes, ticks and a legend.
 void write_svg_plot(const std::string& path, const std::string& title, const std::string& x_label,
                     const std::string& y_label, const std::vector<PlotSeries>& series);
+// Writes the panels as a grid `columns` wide under one title, each a chart as above.
+void write_svg_panels(const std::string& path, const std::string& title, const std::vector<PlotPanel>& panels,
+                      int columns = 2);
 
 struct PlotPoint {
   std::string label;

@@ -30,7 +30,9 @@
 #include "train/interrupt.h"
 #include "train/lm_task.h"
 #include "train/nonfinite.h"
+#include "train/pretrained.h"
 #include "train/resume_check.h"
+#include "train/resume_schedule.h"
 #include "train/run_folder.h"
 #include "train/step_trace.h"
 
@@ -70,7 +72,10 @@ void Trainer::setup() {
     run_lock_ = std::make_unique<RunLock>(config_.out_dir);  // before anything in out_dir is written
     prepare_run_folder(config_);
   }
-  if (config_.schedule.decay_steps < 0) config_.schedule.decay_steps = config_.max_steps;
+  if (config_.schedule.decay_steps < 0) {
+    config_.schedule.decay_steps = config_.max_steps;
+    config_.schedule.decay_steps_from_max_steps = true;
+  }
   if (group_) check_same_config_on_every_rank();
   setup_task();
   if (is_main()) save_resolved_config(config_);  // with the vocabulary the data decided
@@ -161,6 +166,12 @@ void Trainer::setup_model() {
   // ZeRO-1 pads every flat buffer into world_size equal shards (distributed/zero.h).
   const bool zero = group_ && config_.distributed.zero == 1;
   flat_ = nn::flatten_parameters(model(), device_, param_dtype, zero ? world_size_ : 1);
+  if (!config_.init_from.empty()) {
+    // Fine-tuning: the weights only; the optimizer, data position and step start fresh.
+    const PretrainedSource source = inspect_pretrained(config_.init_from);
+    load_pretrained(source, gpt2());
+    if (is_main()) std::cout << "init_from: " << source.format << " weights of " << source.path << "\n";
+  }
   if (group_) {
     // Before the optimizer copies them (master weights): every rank starts from rank 0's parameters.
     distributed::broadcast_parameters(*flat_, *group_);
@@ -186,8 +197,9 @@ void Trainer::setup_model() {
     optimizer_ = std::make_unique<optim::SGD>(
         groups, optim::SGDOptions{.lr = o.lr, .momentum = o.momentum, .dampening = 0.0, .nesterov = o.nesterov});
   }
-  schedule_ = optim::LrSchedule{config_.schedule.kind, o.lr, config_.schedule.min_lr, config_.schedule.warmup_steps,
-                                config_.schedule.decay_steps};
+  schedule_ = optim::LrSchedule{config_.schedule.kind,        o.lr,
+                                config_.schedule.min_lr,      config_.schedule.warmup_steps,
+                                config_.schedule.decay_steps, config_.schedule.decay_fraction};
 }
 
 void Trainer::setup_step() {
@@ -460,6 +472,7 @@ Json Trainer::train_state() const {
   state["task"] = config_.task;
   state["step"] = step_;
   state["scaler"] = scaler_->state();
+  state["schedule"] = schedule_.to_json();
   state["precision"] = policy_.describe();
   state["optimizer"] = config_.optimizer.name;
   state["param_dtype"] = dtype_name(policy_.param_dtype);
@@ -507,7 +520,12 @@ bool Trainer::try_resume() {
   step_ = state.at("step").as_int();
   task_->restore(state);
   if (state.contains("scaler")) scaler_->load_state(state.at("scaler"));
-  if (is_main()) std::cout << "resumed from " << config_.checkpoint.dir << " at step " << step_ << "\n";
+  const ResumedSchedule resumed = resumed_schedule(
+      schedule_, config_.schedule.decay_steps_from_max_steps,
+      state.contains("schedule") ? std::optional(optim::LrSchedule::from_json(state.at("schedule"))) : std::nullopt);
+  schedule_ = resumed.schedule;
+  if (is_main())
+    std::cout << "resumed from " << config_.checkpoint.dir << " at step " << step_ << "\n" << resumed.line << "\n";
   return true;
 }
 

@@ -115,20 +115,23 @@ TEST(Bench, ConfigSettingsAfterTheModelApplyToTheRun) {
   EXPECT_NE(bad.output.find("distributed.bucket"), std::string::npos) << bad.output;
 }
 
+// A bad value is an error (exit 1); a command line that does not fit is a usage error (exit 2,
+// the message followed by the command's usage).
 TEST(Bench, WrongArgumentsAreOneClearLine) {
   struct Case {
     std::string args, message;
+    int exit_code = 1;
   };
   std::vector<Case> cases = {
-      {"bench", "bench: give the model to benchmark, gpt2 or resnet (none given)"},
-      {"bench llama", "bench: give the model to benchmark, gpt2 or resnet (got 'llama')"},
-      {"bench gpt2 gpt2", "bench: give the model to benchmark, gpt2 or resnet (got 'gpt2 gpt2')"},
+      {"bench", "bench: give the model to benchmark, gpt2, resnet or attention (none given)", 2},
+      {"bench llama", "bench: give the model to benchmark, gpt2, resnet or attention (got 'llama')", 2},
+      {"bench gpt2 gpt2", "bench: give the model to benchmark, gpt2, resnet or attention (got 'gpt2 gpt2')", 2},
       {"bench gpt2 --preset huge",
        "bench: unknown --preset 'huge' (known: gpt2, gpt2-medium, gpt2-large, gpt2-xl, tiny)"},
       {"bench gpt2 --batch 0", "bench: --batch must be an integer >= 1, got '0'"},
       {"bench gpt2 --steps ten", "bench: --steps must be an integer >= 1, got 'ten'"},
       {"bench gpt2 --warmup -1", "bench: --warmup must be an integer >= 0, got '-1'"},
-      {"bench gpt2 --batchsize 4", "bench: unknown option --batchsize"},
+      {"bench gpt2 --batchsize 4", "bench: unknown option --batchsize", 2},
       {"bench gpt2 --precision fp8 --device cpu",
        "'precision.policy' must be one of fp32, tf32, fp16, bf16, bf16-pure"},
       {"bench gpt2 --attention fast --device cpu", "'model.attention' must be one of"},
@@ -140,7 +143,7 @@ TEST(Bench, WrongArgumentsAreOneClearLine) {
   };
   for (const Case& c : cases) {
     auto r = run_cli(c.args);
-    EXPECT_EQ(r.exit_code, 1) << c.args << "\n" << r.output;
+    EXPECT_EQ(r.exit_code, c.exit_code) << c.args << "\n" << r.output;
     EXPECT_NE(r.output.find(c.message), std::string::npos) << c.args << "\n" << r.output;
     EXPECT_EQ(r.output.rfind("error: ", 0), 0u) << c.args << "\n" << r.output;
   }

@@ -61,8 +61,11 @@ TEST(Cli, SweepWritesATableAndPlots) {
   std::string table = read_file(dir / "out" / "sweep.md");
   EXPECT_NE(table.find("| fp32 |"), std::string::npos) << table;
   EXPECT_NE(table.find("| bf16 |"), std::string::npos) << table;
-  EXPECT_NE(read_file(dir / "out" / "sweep-loss.svg").find("<polyline"), std::string::npos);
-  EXPECT_TRUE(fs::exists(dir / "out" / "sweep-bf16" / "loss.svg"));
+  const std::string svg = read_file(dir / "out" / "sweep.svg");
+  for (const char* policy : {"fp32", "bf16"})
+    EXPECT_NE(svg.find(std::string("<title>") + policy + "</title></polyline>"), std::string::npos) << policy;
+  EXPECT_TRUE(fs::exists(dir / "out" / "sweep.csv"));
+  EXPECT_TRUE(fs::exists(dir / "out" / "sweep-bf16" / "metrics.svg"));
 }
 
 TEST(Cli, NumericsPrintsTheReport) {
@@ -73,15 +76,36 @@ TEST(Cli, NumericsPrintsTheReport) {
   EXPECT_TRUE(fs::exists(dir / "out" / "numerics" / "numerics.jsonl"));
 }
 
-TEST(Cli, MistakesGiveOneClearLineAndExitCode1) {
+TEST(Cli, MistakesGiveOneClearLineAndTheirExitCode) {
   Result missing = run("train does-not-exist.yaml");
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_EQ(missing.output, "error: cannot read config file 'does-not-exist.yaml': No such file or directory\n");
   Result unknown = run("frobnicate");
-  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_NE(unknown.output.find("unknown command 'frobnicate'"), std::string::npos);
   fs::path dir = write_tiny_config("mistake");
   Result bad_override = run("train " + (dir / "tiny.yaml").string() + " optimizer.lr=fast");
   EXPECT_EQ(bad_override.exit_code, 1);
   EXPECT_NE(bad_override.output.find("'optimizer.lr' must be a number"), std::string::npos) << bad_override.output;
+}
+
+TEST(Cli, SweepRunsCustomPolicyStringsAndSaysWhatWasNotEvaluated) {
+  fs::path dir = write_tiny_config("sweep_custom");
+  Result r = run("sweep " + (dir / "tiny.yaml").string() +
+                 " --policy params=float32,compute=bfloat16,output=float32"
+                 " --precisions 'fp32;params=float32,compute=float16,output=float32' max_steps=2 eval_interval=0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::string table = read_file(dir / "out" / "sweep.md");
+  for (const char* row : {"| params=float32,compute=bfloat16,output=float32 |", "| fp32 |",
+                          "| params=float32,compute=float16,output=float32 |"})
+    EXPECT_NE(table.find(row), std::string::npos) << row << "\n" << table;
+  EXPECT_EQ(table.find("0.0000"), std::string::npos) << table;
+  EXPECT_NE(table.find("| not evaluated |"), std::string::npos) << table;
+  EXPECT_TRUE(fs::exists(dir / "out" / "sweep-params-float32_compute-bfloat16_output-float32" / "metrics.jsonl"));
+  // On the CPU the 16-bit policies' speed is an emulation's.
+  EXPECT_NE(table.find("On the CPU, fp16 and bf16 are emulated"), std::string::npos) << table;
+  EXPECT_NE(table.find("the losses of params=float32,compute=bfloat16,output=float32, "
+                       "params=float32,compute=float16,output=float32 are what"),
+            std::string::npos)
+      << table;
 }

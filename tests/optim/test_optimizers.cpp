@@ -27,5 +27,5 @@ TEST(LrSchedule, WarmupThenCosineToMin) {
   EXPECT_DOUBLE_EQ(s.at(110), 0.1);
   EXPECT_DOUBLE_EQ(s.at(500), 0.1);
   EXPECT_DOUBLE_EQ((optim::LrSchedule{"constant", 0.3}).at(1000), 0.3);
-  EXPECT_THROW((optim::LrSchedule{"linear"}).at(0), Error);
+  EXPECT_THROW((optim::LrSchedule{"exponential"}).at(0), Error);
 }

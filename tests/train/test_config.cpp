@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "support/errors.h"
+#include "train/checkpoint.h"
 #include "train/config.h"
 
 namespace precis::train {
@@ -71,10 +72,36 @@ TEST(Config, EveryShippedConfigLoads) {
     if (entry.path().extension() == ".yaml") files.push_back(entry.path());
   }
   EXPECT_GE(files.size(), 4u);
+  // The fine-tuning configs name weights that are not shipped: they load with a tiny model's
+  // weights in their place (the shape comes from the weights).
+  const std::filesystem::path weights = std::filesystem::temp_directory_path() / "precis_config_init_from";
+  std::filesystem::remove_all(weights);
+  models::GPT2Config tiny;
+  tiny.n_layer = 1, tiny.n_head = 2, tiny.n_embd = 8, tiny.block_size = 1024;
+  models::GPT2 model(tiny);
+  save_checkpoint(weights.string(), 1, model, nullptr, Json::object(), 1);
   for (const auto& file : files) {
     SCOPED_TRACE(file.string());
-    TrainConfig config = load_config(file.string());
+    std::ifstream text(file);
+    std::stringstream yaml;
+    yaml << text.rdbuf();
+    std::vector<std::string> overrides;
+    if (yaml.str().find("init_from:") != std::string::npos) overrides.push_back("model.init_from=" + weights.string());
+    TrainConfig config = load_config(file.string(), overrides);
     EXPECT_EQ(config.config_path, file.string());
+  }
+}
+
+TEST(Config, ShippedFinetuneConfigSaysWhereTheWeightsGo) {
+  if (std::filesystem::exists("out/gpt2")) GTEST_SKIP() << "out/gpt2 exists here: the weights are in place";
+  try {
+    load_config("examples/configs/finetune-shakespeare.yaml");
+    FAIL() << "loaded without weights";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("examples/configs/finetune-shakespeare.yaml:14:14: init_from: 'out/gpt2' "
+                                         "does not exist; give a Hugging Face GPT-2 folder"),
+              std::string::npos)
+        << e.what();
   }
 }
 
@@ -379,8 +406,8 @@ TEST(ConfigErrors, BadEnum) {
   EXPECT_EQ(parse_error(kData + "model:\n  preset: gpt3\n"),
             "config.yaml:4:11: 'model.preset' must be one of gpt2, gpt2-medium, gpt2-large, gpt2-xl, custom, got "
             "'gpt3'");
-  EXPECT_EQ(parse_error(kData + "schedule: {kind: linear}\n"),
-            "config.yaml:3:18: 'schedule.kind' must be one of cosine, constant, got 'linear'");
+  EXPECT_EQ(parse_error(kData + "schedule: {kind: step}\n"),
+            "config.yaml:3:18: 'schedule.kind' must be one of cosine, constant, linear, wsd, inverse_sqrt, got 'step'");
 }
 
 TEST(ConfigErrors, BadPrecision) {
@@ -451,7 +478,7 @@ TEST(ConfigErrors, BadOverride) {
             "override 'checkpoint.resume=sure': 'checkpoint.resume' must be true or false, got 'sure'");
   EXPECT_EQ(parse_error(kData, {"schedule=cosine"}),
             "override 'schedule=cosine': 'schedule' is a mapping; override one of its keys (kind, warmup_steps, "
-            "min_lr, decay_steps)");
+            "min_lr, decay_steps, decay_fraction)");
 }
 
 }  // namespace

@@ -88,10 +88,14 @@ TEST(ImageTraining, TinyResNetLossDecreases) {
 TEST(ImageTraining, ResumeContinuesExactly) {
   for (const char* yaml : {kLeNet, kTinyResNet}) {
     const fs::path whole = fresh_dir("whole"), split = fresh_dir("split");
-    train::Trainer straight(train::parse_config(yaml, {"out_dir=" + whole.string(), "max_steps=6"}));
+    // One schedule of 6 steps for all three runs (a resume keeps the checkpoint's schedule end
+    // rather than stretching it to a new max_steps: train/resume_schedule.h).
+    train::Trainer straight(
+        train::parse_config(yaml, {"out_dir=" + whole.string(), "max_steps=6", "schedule.decay_steps=6"}));
     straight.run();
 
-    train::Trainer first(train::parse_config(yaml, {"out_dir=" + split.string(), "max_steps=3"}));
+    train::Trainer first(
+        train::parse_config(yaml, {"out_dir=" + split.string(), "max_steps=3", "schedule.decay_steps=6"}));
     first.run();  // the final checkpoint at step 3
     train::Trainer second(
         train::parse_config(yaml, {"out_dir=" + split.string(), "max_steps=6", "checkpoint.resume=true"}));
