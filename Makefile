@@ -27,10 +27,11 @@ test-slow: setup build
 fuzz: setup
 	@bash scripts/fuzz.sh
 
-# The demo needs only the `precis` binary, not the test executables.
+# The demo needs only the `precis` binary, not the test executables. Each `make demo` starts
+# the run over (checkpoint.overwrite: a run folder with checkpoints is otherwise refused).
 demo: setup configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target precis_cli
-	@$(BUILD_DIR)/precis train examples/configs/shakespeare-char.yaml
+	@$(BUILD_DIR)/precis train examples/configs/shakespeare-char.yaml checkpoint.overwrite=true
 
 format:
 	@git ls-files '*.cpp' '*.h' '*.cu' '*.cuh' | xargs clang-format -i
