@@ -1,6 +1,7 @@
 // The subcommands of the `precis` command line, one file each.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
