@@ -106,14 +106,18 @@ void forward_cpu(const T* x, T* y, const A* w, const A* b, A* mean, A* invstd, A
     };
     A mu, var;
     if (a.training) {
-      A sum = 0;
-      for_each([&](int64_t i) { sum += convert<A>(x[i]); });
-      mu = sum / static_cast<A>(M);
-      A squares = 0;
+      // The sums run in f64 whatever A is: a naive f32 sum of M values near 100 drifts by
+      // ~M ulp(100 M) and moves the mean by more than the f32 output can tolerate.
+      double sum = 0;
+      for_each([&](int64_t i) { sum += convert<double>(x[i]); });
+      const double mean_exact = sum / static_cast<double>(M);
+      double squares_exact = 0;
       for_each([&](int64_t i) {
-        const A d = convert<A>(x[i]) - mu;
-        squares += d * d;
+        const double d = convert<double>(x[i]) - mean_exact;
+        squares_exact += d * d;
       });
+      mu = static_cast<A>(mean_exact);
+      const A squares = static_cast<A>(squares_exact);
       var = squares / static_cast<A>(M);
       if (running_mean) {
         const A m = static_cast<A>(a.momentum);
@@ -125,9 +129,11 @@ void forward_cpu(const T* x, T* y, const A* w, const A* b, A* mean, A* invstd, A
       var = running_var[c];
     }
     const A rs = A(1) / std::sqrt(var + static_cast<A>(a.eps));
-    const A scale = (w ? w[c] : A(1)) * rs, shift = (b ? b[c] : A(0)) - mu * scale;
+    // (x - mean) scale + bias, not x scale + (bias - mean scale): with |mean| >> std the two
+    // large terms of the latter cancel (the CUDA kernel computes it the same way).
+    const A scale = (w ? w[c] : A(1)) * rs, bias = b ? b[c] : A(0);
     for_each([&](int64_t i) {
-      const A v = convert<A>(x[i]) * scale + shift;
+      const A v = (convert<A>(x[i]) - mu) * scale + bias;
       y[i] = convert<T>(a.relu ? std::max(v, A(0)) : v);
     });
     mean[c] = mu;
