@@ -34,6 +34,7 @@ struct Reducer::State {
   size_t next_launch = 0;  // buckets before it are launched
   Profiler* profiler = nullptr;
   bool sync = true;
+  bool overlap = true;
 
   void on_ready(size_t slot_id) {
     if (!sync) return;
@@ -44,7 +45,7 @@ struct Reducer::State {
     slot.ready = true;
     bool completed = false;
     for (size_t bucket : slot_buckets[slot_id]) completed |= --runs[bucket].pending == 0;
-    if (completed) launch_ready();
+    if (completed && overlap) launch_ready();
   }
 
   // Launches ready buckets in list order, so every rank issues the same collectives in the same
@@ -133,6 +134,7 @@ Reducer::Reducer(std::shared_ptr<nn::FlatParameters> flat, std::shared_ptr<Proce
 Reducer::~Reducer() = default;
 
 void Reducer::set_sync(bool sync) { state_->sync = sync; }
+void Reducer::set_overlap(bool overlap) { state_->overlap = overlap; }
 bool Reducer::sync() const { return state_->sync; }
 void Reducer::set_profiler(Profiler* profiler) { state_->profiler = profiler; }
 const std::vector<Bucket>& Reducer::buckets() const { return state_->buckets; }
@@ -156,6 +158,7 @@ void Reducer::finish() {
                 " got no gradient in this step's backward; under data parallelism every parameter must take part "
                 "in the loss (remove unused ones from the model, or set requires_grad false on them)");
   }
+  s.launch_ready();  // all of them, without overlap; otherwise none is left
   for (State::BucketRun& run : s.runs) {
     if (!run.work) continue;
     run.work->wait();

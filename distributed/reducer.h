@@ -59,6 +59,11 @@ class Reducer {
   // Whether the next backward reduces (true) or only accumulates (false, no_sync).
   void set_sync(bool sync);
   bool sync() const;
+  // Whether the next synced backward launches each bucket as soon as it is ready (true, the
+  // default) or all of them in finish(), after the backward: a step whose products are
+  // autotuned (the first of a process, ops/cuda/matmul_autotune.h) must time them without
+  // NCCL's kernels running beside them, or it picks what is fastest under that contention.
+  void set_overlap(bool overlap);
   // Times each bucket's all-reduce of the next backwards as phase "comm" of `profiler`
   // (process_group.h); nullptr (the default) times nothing, as a step captured into a CUDA
   // graph must.

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <limits>
@@ -312,7 +313,13 @@ void Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Tens
   // Under data parallelism the buckets' all-reduces are launched from the backward's hooks on
   // the communication stream; a captured step records them (NCCL calls can be captured) as a
   // branch of the graph that joins the step before the optimizer, untimed.
-  if (reducer_) reducer_->set_profiler(profiler);
+  if (reducer_) {
+    reducer_->set_profiler(profiler);
+    // The first step of this process times its products (matmul_autotune): its buckets are
+    // reduced after the backward, so no NCCL kernel skews those timings.
+    reducer_->set_overlap(steps_run_ > 0 || !config_.matmul_autotune || std::getenv("PRECIS_DDP_NO_QUIET_STEP"));
+  }
+  ++steps_run_;
   ops::autocast::clear_cache();  // the weights changed in the last step
   if (policy_.autocasts()) {
     // This step's weight casts, one kernel per flat buffer instead of one per weight.

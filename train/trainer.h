@@ -166,6 +166,7 @@ class Trainer {
   int64_t op_profile_from_ = 0;
   JsonlWriter metrics_;
   int64_t step_ = 0;
+  int64_t steps_run_ = 0;  // by this process (a resumed run starts at 0 again)
   double last_grad_norm_ = 0;
   std::vector<double> losses_;
   // The step's values on device_: the loss summed over the micro-batches (f64 scalar) and

@@ -30,6 +30,35 @@ struct Replicas {
   std::shared_ptr<nn::FlatParameters> ddp_flat, reference_flat;
 };
 
+// The MPI group, counting the all-reduces it is asked for.
+class CountingGroup final : public distributed::ProcessGroup {
+ public:
+  explicit CountingGroup(std::shared_ptr<distributed::ProcessGroup> inner) : inner_(std::move(inner)) {}
+  int all_reduces = 0;
+  int rank() const override { return inner_->rank(); }
+  int world_size() const override { return inner_->world_size(); }
+  Device device() const override { return inner_->device(); }
+  std::string backend_name() const override { return inner_->backend_name(); }
+  std::shared_ptr<distributed::Work> all_reduce(const Tensor& t, distributed::ReduceOp op, Profiler* p) override {
+    ++all_reduces;
+    return inner_->all_reduce(t, op, p);
+  }
+  std::shared_ptr<distributed::Work> broadcast(const Tensor& t, int root) override {
+    return inner_->broadcast(t, root);
+  }
+  std::shared_ptr<distributed::Work> all_gather(const Tensor& out, const Tensor& in) override {
+    return inner_->all_gather(out, in);
+  }
+  std::shared_ptr<distributed::Work> reduce_scatter(const Tensor& out, const Tensor& in, distributed::ReduceOp op,
+                                                    Profiler* p) override {
+    return inner_->reduce_scatter(out, in, op, p);
+  }
+  void barrier() override { inner_->barrier(); }
+
+ private:
+  std::shared_ptr<distributed::ProcessGroup> inner_;
+};
+
 int world_size() { return mpi_world().world_size(); }
 int rank() { return mpi_world().rank(); }
 
@@ -55,6 +84,27 @@ TEST(Ddp, GradientsEqualOneProcessOnTheWholeBatch) {
     models.reference_flat->zero_grad();
     mse_loss(models.reference, all).backward();
     EXPECT_LT(relative_difference(grads_of(models.ddp), grads_of(models.reference)), 1e-14) << "step " << step;
+  }
+}
+
+// Without overlap (a process's first, autotuned step) the buckets wait for finish(): none is
+// launched from the backward's hooks, and the gradients come out the same.
+TEST(Ddp, WithoutOverlapTheBucketsLaunchInFinish) {
+  Replicas models(DType::f64);
+  auto group = std::make_shared<CountingGroup>(mpi_world_group());
+  Reducer reducer(models.ddp_flat, group, kSmallBuckets);
+  const Batch all = global_batch(kRowsPerRank * world_size(), DType::f64);
+  for (bool overlap : {false, true}) {
+    reducer.set_overlap(overlap);
+    group->all_reduces = 0;
+    models.ddp_flat->zero_grad();
+    mse_loss(models.ddp, all.rows(rank() * kRowsPerRank, kRowsPerRank)).backward();
+    EXPECT_EQ(group->all_reduces, overlap ? 2 : 0) << "launched by the backward, overlap " << overlap;
+    reducer.finish();
+    EXPECT_EQ(group->all_reduces, 2) << "overlap " << overlap;
+    models.reference_flat->zero_grad();
+    mse_loss(models.reference, all).backward();
+    EXPECT_LT(relative_difference(grads_of(models.ddp), grads_of(models.reference)), 1e-14) << "overlap " << overlap;
   }
 }
 
