@@ -6,7 +6,6 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <limits>
@@ -317,7 +316,7 @@ void Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Tens
     reducer_->set_profiler(profiler);
     // The first step of this process times its products (matmul_autotune): its buckets are
     // reduced after the backward, so no NCCL kernel skews those timings.
-    reducer_->set_overlap(steps_run_ > 0 || !config_.matmul_autotune || std::getenv("PRECIS_DDP_NO_QUIET_STEP"));
+    reducer_->set_overlap(steps_run_ > 0 || !config_.matmul_autotune);
   }
   ++steps_run_;
   ops::autocast::clear_cache();  // the weights changed in the last step

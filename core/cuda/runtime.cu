@@ -100,19 +100,6 @@ int resident_blocks_per_sm(const void* kernel, int threads) {
   return it->second;
 }
 
-namespace {
-// EXPERIMENT (issue 19): PRECIS_WAVE_SM_RESERVE sets the reserve for an A/B run.
-std::atomic<int> g_wave_sm_reserve{
-    std::getenv("PRECIS_WAVE_SM_RESERVE") ? std::atoi(std::getenv("PRECIS_WAVE_SM_RESERVE")) : 0};
-}  // namespace
-
-void set_wave_sm_reserve(int sms) { g_wave_sm_reserve.store(std::max(sms, 0), std::memory_order_relaxed); }
-
-int wave_multiprocessors(Device device) {
-  const int all = multiprocessor_count(device);
-  return std::max(all - g_wave_sm_reserve.load(std::memory_order_relaxed), std::max(all / 2, 1));
-}
-
 bool any_capture_underway() {
   DeviceStreams* table = stream_table();
   for (int i = 0; i < device_count(); ++i) {

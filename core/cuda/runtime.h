@@ -85,12 +85,6 @@ inline int multiprocessor_count(Device device) {
   return count;
 }
 
-// The multiprocessors a one-wave grid is sized for: all of them, less the ones set aside
-// with set_wave_sm_reserve (a collective running beside the compute stream holds some;
-// a grid sized for every SM then runs a second wave on the ones left: bench/NOTES.md).
-int wave_multiprocessors(Device device);
-void set_wave_sm_reserve(int sms);
-
 }  // namespace precis::cuda
 
 // After a kernel launch: checks the launch (not the kernel's completion, which

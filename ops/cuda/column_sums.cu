@@ -169,7 +169,7 @@ void launch_column_sums(const T* g, int64_t ld, int64_t rows, int64_t cols, O* o
   const int64_t strips = (packs + bx - 1) / bx;
   // At most one full wave of blocks (all resident at once: no tail of a second wave),
   // kMinRowsPerThread rows a thread at least, at most 65535 chunks.
-  const int64_t wave = static_cast<int64_t>(precis::cuda::wave_multiprocessors(device)) *
+  const int64_t wave = static_cast<int64_t>(multiprocessor_count(device)) *
                        precis::cuda::resident_blocks_per_sm(
                            reinterpret_cast<const void*>(column_sums_partial_kernel<T, W, O>), kThreads);
   const int64_t wanted = std::max<int64_t>(1, wave / strips);

@@ -437,7 +437,7 @@ constexpr int kBackwardBlockThreads = 256;
 // blocks of 192 threads an SM. Returns {blocks, rows_per_block}.
 std::pair<int64_t, int64_t> backward_blocks(const void* kernel, int threads, int64_t rows, Device device) {
   const int64_t wanted = static_cast<int64_t>(precis::cuda::resident_blocks_per_sm(kernel, threads)) *
-                         precis::cuda::wave_multiprocessors(device);
+                         precis::cuda::multiprocessor_count(device);
   const int64_t rows_per_block = (rows + wanted - 1) / wanted;
   return {(rows + rows_per_block - 1) / rows_per_block, rows_per_block};
 }
