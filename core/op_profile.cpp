@@ -48,6 +48,7 @@ OpProfile::OpProfile(Device device) : device_(device) {
 #if PRECIS_WITH_CUDA
   if (device.is_cuda()) gpu_ = std::make_unique<GpuEvents>(device);
 #endif
+  if (device.is_cuda() && kernel_trace_available()) kernels_ = std::make_unique<KernelTrace>();
 }
 
 OpProfile::~OpProfile() {
@@ -60,6 +61,11 @@ void OpProfile::begin_step() {
   t_scopes = ScopeState{};
   t_scopes.profile = this;
   steps_.emplace_back();
+  if (kernels_) {
+    kernels_->start();
+    steps_.back().traced = true;
+    steps_.back().start_ns = KernelTrace::now_ns();
+  }
   step_start_ = Clock::now();
 }
 
@@ -69,6 +75,10 @@ void OpProfile::end_step() {
   ProfiledStep& step = steps_.back();
   step.ms = std::chrono::duration<double, std::milli>(Clock::now() - step_start_).count();
   t_scopes = ScopeState{};
+  if (kernels_) {
+    step.end_ns = KernelTrace::now_ns();
+    step.activities = kernels_->stop();
+  }
 #if PRECIS_WITH_CUDA
   if (gpu_) {
     // The events resolve in the order the ops began, the order of the samples.
@@ -81,7 +91,9 @@ void OpProfile::end_step() {
 }
 
 void OpProfile::begin_op(const char* op, OpPass pass, const OpCost& cost) {
-  steps_.back().ops.push_back({op, pass, cost, 0.0});
+  std::vector<OpSample>& ops = steps_.back().ops;
+  if (kernels_) KernelTrace::push_scope(static_cast<int64_t>(ops.size()));
+  ops.push_back({op, pass, cost, 0.0, 0.0});
 #if PRECIS_WITH_CUDA
   if (gpu_) {
     gpu_->begin(op);
@@ -89,12 +101,14 @@ void OpProfile::begin_op(const char* op, OpPass pass, const OpCost& cost) {
   }
 #endif
   op_start_ = Clock::now();
+  ops.back().start_ms = std::chrono::duration<double, std::milli>(op_start_ - step_start_).count();
 }
 
 void OpProfile::end_op() {
 #if PRECIS_WITH_CUDA
   if (gpu_) {
     gpu_->end();
+    if (kernels_) KernelTrace::pop_scope();
     return;
   }
 #endif

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/kernel_trace.h"
 
 namespace precis {
 
@@ -53,12 +54,19 @@ struct OpSample {
   OpPass pass = OpPass::forward;
   OpCost cost;
   double ms = 0;
+  double start_ms = 0;  // on the CPU: when the op began, from the step's start (the GPU's ops: 0)
 };
 
 // The ops of one profiled step and its measured time (host clock, device idle at both ends).
+// On a GPU with CUPTI, also every kernel, copy and memset the step ran (core/kernel_trace.h),
+// each with the index of the op whose scope launched it as its `scope` (-1 outside ops), and
+// the step's ends on the trace's clock.
 struct ProfiledStep {
   std::vector<OpSample> ops;
   double ms = 0;
+  bool traced = false;
+  std::vector<GpuActivity> activities;
+  int64_t start_ns = 0, end_ns = 0;
 };
 
 class OpProfile {
@@ -68,7 +76,8 @@ class OpProfile {
   OpProfile(const OpProfile&) = delete;
   OpProfile& operator=(const OpProfile&) = delete;
 
-  // Waits for the device, makes this the thread's recording profile, starts the step's clock.
+  // Waits for the device, makes this the thread's recording profile, starts the step's clock
+  // (and, on a GPU of a build with CUPTI, the kernel trace).
   void begin_step();
   // Waits for the device, stops recording, keeps the step (steps()).
   void end_step();
@@ -85,6 +94,7 @@ class OpProfile {
   Clock::time_point step_start_, op_start_;
   struct GpuEvents;  // the ops' CUDA events (core/cuda/profiler_events.h)
   std::unique_ptr<GpuEvents> gpu_;
+  std::unique_ptr<KernelTrace> kernels_;  // on a GPU when the build has CUPTI
 };
 
 // Times the enclosing op while a profile records on this thread (see the top).
