@@ -12,6 +12,7 @@
 #include "core/op_profile.h"
 #include "train/config.h"
 #include "train/device_peak.h"
+#include "train/memory_profile.h"
 #include "train/op_table.h"
 #include "train/trainer.h"
 
@@ -61,6 +62,8 @@ int profile_command(const Args& args) {
                                                           trainer.policy().compute_dtype, trainer.policy().allow_tf32);
   train::print_op_profile(std::cout, profile.steps(), roofline,
                           (std::filesystem::path(config.out_dir) / "roofline.svg").string());
+  train::print_memory_profile(std::cout, profile.steps(), train::memory_owners(trainer.model(), trainer.optimizer()),
+                              (std::filesystem::path(config.out_dir) / "memory.svg").string());
   return 0;
 }
 

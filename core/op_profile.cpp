@@ -67,12 +67,26 @@ void OpProfile::begin_step() {
     steps_.back().start_ns = KernelTrace::now_ns();
   }
   step_start_ = Clock::now();
+  Allocator& allocator = allocator_for(device_);
+  allocator.reset_peak();  // the step's own peak
+  steps_.back().memory.start = allocator.stats();
+  sample_memory("step <");
+}
+
+void OpProfile::sample_memory(std::string at) {
+  const AllocatorStats s = allocator_for(device_).stats();
+  steps_.back().memory.samples.push_back({std::chrono::duration<double, std::milli>(Clock::now() - step_start_).count(),
+                                          static_cast<int64_t>(s.allocated_bytes),
+                                          static_cast<int64_t>(s.reserved_bytes), std::move(at)});
 }
 
 void OpProfile::end_step() {
   PRECIS_CHECK(t_scopes.profile == this && t_scopes.depth == 0, "OpProfile::end_step without begin_step");
   synchronize(device_);
+  sample_memory("step >");
   ProfiledStep& step = steps_.back();
+  step.memory.end = allocator_for(device_).stats();
+  step.memory.peak = static_cast<int64_t>(step.memory.end.peak_bytes);
   step.ms = std::chrono::duration<double, std::milli>(Clock::now() - step_start_).count();
   t_scopes = ScopeState{};
   if (kernels_) {
@@ -94,6 +108,7 @@ void OpProfile::begin_op(const char* op, OpPass pass, const OpCost& cost) {
   std::vector<OpSample>& ops = steps_.back().ops;
   if (kernels_) KernelTrace::push_scope(static_cast<int64_t>(ops.size()));
   ops.push_back({op, pass, cost, 0.0, 0.0});
+  sample_memory(ops.back().op + " " + op_pass_name(pass) + " <");
 #if PRECIS_WITH_CUDA
   if (gpu_) {
     gpu_->begin(op);
@@ -105,14 +120,15 @@ void OpProfile::begin_op(const char* op, OpPass pass, const OpCost& cost) {
 }
 
 void OpProfile::end_op() {
+  OpSample& op = steps_.back().ops.back();
 #if PRECIS_WITH_CUDA
   if (gpu_) {
     gpu_->end();
     if (kernels_) KernelTrace::pop_scope();
-    return;
   }
 #endif
-  steps_.back().ops.back().ms = std::chrono::duration<double, std::milli>(Clock::now() - op_start_).count();
+  if (!gpu_) op.ms = std::chrono::duration<double, std::milli>(Clock::now() - op_start_).count();
+  sample_memory(op.op + " " + op_pass_name(op.pass) + " >");  // after the op's clock: not in its time
 }
 
 bool OpScope::enter() {
