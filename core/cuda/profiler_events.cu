@@ -5,6 +5,10 @@
 
 namespace precis::cuda {
 
+namespace {
+constexpr size_t kEventsBeforeCapture = 64;  // two per phase: a step has a few dozen at most
+}  // namespace
+
 PhaseEvents::PhaseEvents(Device device) : device_(device) {}
 
 PhaseEvents::~PhaseEvents() {
@@ -57,6 +61,13 @@ void PhaseEvents::set_capturing(bool on) {
     // The graph of the earlier capture is gone (CudaGraph::capture replaces it): its events are free.
     for (auto& p : captured_) free_.push_back(p.start), free_.push_back(p.stop);
     captured_.clear();
+    // Events for the capture's phases made now, so no event is created while the stream captures.
+    DeviceGuard guard(device_);
+    while (free_.size() < kEventsBeforeCapture) {
+      cudaEvent_t e;
+      PRECIS_CUDA_CHECK(cudaEventCreate(&e), "profiler event");
+      free_.push_back(e);
+    }
   }
   capturing_ = on;
 }
