@@ -8,7 +8,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "support/demo_config.h"
+#include "support/profiled_run.h"
 #include "train/memory_profile.h"
 #include "train/trainer.h"
 
@@ -31,13 +31,12 @@ TEST(MemoryProfile, OwnersOfTheMadeUpPeak) {
 }
 
 TEST(MemoryProfile, TinyGpt2OnTheCpu) {
-  TrainConfig config =
-      test::demo_config("memory_profile", {"model.n_layer=1", "model.n_head=2", "model.n_embd=32", "max_steps=3",
-                                           "log_interval=3", "eval_interval=0", "checkpoint.save_final=false"});
-  Trainer trainer(config);
-  OpProfile profile(Device::cpu());
-  trainer.profile_ops(&profile, 2);
-  trainer.run();
+  test::ProfiledRun run = test::profiled_run("memory_profile",
+                                             {"model.n_layer=1", "model.n_head=2", "model.n_embd=32", "max_steps=3",
+                                              "log_interval=3", "eval_interval=0", "checkpoint.save_final=false"},
+                                             2);
+  Trainer& trainer = *run.trainer;
+  const OpProfile& profile = *run.profile;
   ASSERT_EQ(profile.steps().size(), 2u);
   const MemoryOwners owners = memory_owners(trainer.model(), trainer.optimizer());
   EXPECT_EQ(owners.parameters, trainer.model().num_parameters() * 4);  // f32
@@ -54,7 +53,7 @@ TEST(MemoryProfile, TinyGpt2OnTheCpu) {
   EXPECT_GE(static_cast<int64_t>(memory.start.allocated_bytes),
             owners.parameters + owners.gradients + owners.optimizer_state);
 
-  const std::string svg = (std::filesystem::path(config.out_dir) / "memory.svg").string();
+  const std::string svg = (std::filesystem::path(trainer.config().out_dir) / "memory.svg").string();
   std::ostringstream out;
   print_memory_profile(out, profile.steps(), owners, svg);
   EXPECT_NE(out.str().find("activations, temporaries"), std::string::npos) << out.str();

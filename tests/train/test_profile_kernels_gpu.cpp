@@ -12,14 +12,13 @@
 #include "core/op_profile.h"
 #include "core/random.h"
 #include "ops/matmul.h"
-#include "support/demo_config.h"
 #include "support/gpu.h"
+#include "support/profiled_run.h"
 #include "train/kernel_table.h"
 #include "train/op_kernels.h"
 #include "train/op_table.h"
 #include "train/step_dimensions.h"
 #include "train/tensor_cores.h"
-#include "train/trainer.h"
 
 using namespace precis;
 
@@ -69,13 +68,13 @@ TEST(ProfileKernelsGpu, ABf16MatmulsKernelsAreItsOwnAndRunOnTensorCores) {
 
 TEST(ProfileKernelsGpu, TinyGpt2StepsFiveDimensionsSumToTheStep) {
   PRECIS_SKIP_WITHOUT_CUPTI();
-  train::TrainConfig config = test::demo_config(
-      "profile_kernels_gpu", {"device=cuda", "precision=bf16", "max_steps=5", "log_interval=5", "eval_interval=0",
-                              "checkpoint.save_final=false", "batch.micro_batch=32", "batch.seq_len=64"});
-  train::Trainer trainer(config);
-  OpProfile profile(Device::cuda(0));
-  trainer.profile_ops(&profile, 3);
-  trainer.run();
+  test::ProfiledRun run =
+      test::profiled_run("profile_kernels_gpu",
+                         {"device=cuda", "precision=bf16", "max_steps=5", "log_interval=5", "eval_interval=0",
+                          "checkpoint.save_final=false", "batch.micro_batch=32", "batch.seq_len=64"},
+                         3);
+  const OpProfile& profile = *run.profile;
+  ASSERT_EQ(profile.steps().size(), 3u);
   const train::Roofline roofline = train::device_roofline(Device::cuda(0), DType::bf16, false);
   for (const ProfiledStep& step : profile.steps()) {
     ASSERT_TRUE(step.traced);

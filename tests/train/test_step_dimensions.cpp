@@ -7,12 +7,11 @@
 
 #include <numeric>
 
-#include "support/demo_config.h"
+#include "support/profiled_run.h"
 #include "train/kernel_table.h"
 #include "train/op_kernels.h"
 #include "train/op_table.h"
 #include "train/step_dimensions.h"
-#include "train/trainer.h"
 
 using namespace precis;
 using namespace precis::train;
@@ -136,13 +135,11 @@ TEST(OpKernels, UntracedStepsHaveNone) {
 }
 
 TEST(StepDimensions, TinyGpt2OnTheCpuSumsToTheStep) {
-  TrainConfig config =
-      test::demo_config("step_dimensions", {"model.n_layer=1", "model.n_head=2", "model.n_embd=32", "max_steps=4",
-                                            "log_interval=4", "eval_interval=0", "checkpoint.save_final=false"});
-  Trainer trainer(config);
-  OpProfile profile(Device::cpu());
-  trainer.profile_ops(&profile, 2);
-  trainer.run();
+  test::ProfiledRun run = test::profiled_run("step_dimensions",
+                                             {"model.n_layer=1", "model.n_head=2", "model.n_embd=32", "max_steps=4",
+                                              "log_interval=4", "eval_interval=0", "checkpoint.save_final=false"},
+                                             2);
+  const OpProfile& profile = *run.profile;
   ASSERT_EQ(profile.steps().size(), 3u);
   const Roofline roofline{1e11, 1e10, 1e10, "test"};
   for (const ProfiledStep& step : profile.steps()) {
