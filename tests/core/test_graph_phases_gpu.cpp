@@ -28,7 +28,7 @@ std::map<std::string, double> phases(Profiler& p) {
 TEST(GraphPhases, ReplayedPhasesAreTimedLikeEagerOnesAndSumToTheReplay) {
   PRECIS_SKIP_WITHOUT_GPU();
   const Device gpu = Device::cuda(0);
-  const int64_t n = int64_t{32} << 20;  // 128 MiB of f32 per tensor: each copy is well over a launch
+  const int64_t n = int64_t{64} << 20;  // 256 MiB of f32 per tensor: each copy dwarfs a launch
   Tensor a = zeros({n}, DType::f32, gpu), b = ones({n}, DType::f32, gpu), c = zeros({n}, DType::f32, gpu);
   // Two phases, the second three times the first's copies.
   auto work = [&](Profiler& p) {

@@ -119,7 +119,7 @@ TEST(CudaGraphs, ReplayedStepsKeepTheirPhases) {
     for (const char* name : {"forward", "backward", "optimizer"}) EXPECT_GT(phase[name], 0) << name << at;
     double sum = 0;
     for (const auto& [name, ms] : r.phase_ms) sum += ms;
-    EXPECT_LE(sum, r.ms * 1.02) << "the phases exceed the step" << at;
+    EXPECT_LE(sum, r.ms * 1.05) << "the phases exceed the step" << at;
   }
 }
 
