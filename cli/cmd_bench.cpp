@@ -22,6 +22,7 @@
 #include "models/gpt2_config.h"
 #include "train/config.h"
 #include "train/device_peak.h"
+#include "train/memory_profile.h"
 #include "train/op_table.h"
 #include "train/steady_state.h"
 #include "train/trainer.h"
@@ -216,6 +217,8 @@ int bench_command(const Args& args) {
     train::print_op_profile(std::cout, profile.steps(),
                             train::device_roofline(device, trainer.policy().compute_dtype, trainer.policy().allow_tf32),
                             (std::filesystem::path(config.out_dir) / "roofline.svg").string());
+    train::print_memory_profile(std::cout, profile.steps(), train::memory_owners(trainer.model(), trainer.optimizer()),
+                                (std::filesystem::path(config.out_dir) / "memory.svg").string());
   }
   return 0;
 }

@@ -12,6 +12,7 @@
 #include "core/op_profile.h"
 #include "train/config.h"
 #include "train/device_peak.h"
+#include "train/memory_profile.h"
 #include "train/op_table.h"
 #include "train/trainer.h"
 
@@ -47,8 +48,10 @@ int profile_command(const Args& args) {
     PRECIS_CHECK(kv.find('=') != std::string::npos, "profile: '", kv, "' is not an override; write key=value");
   train::TrainConfig base = train::load_config(o.positional[0], overrides);
   if (base.cuda_graphs) std::cout << "note: profile runs without CUDA graphs (a replayed graph has no ops to time)\n";
+  if (!base.profile.trace.empty())
+    std::cout << "note: profile.trace is left out (the profile records the kernels of its steps itself)\n";
   overrides.insert(overrides.end(),
-                   {"cuda_graphs=false", "eval_interval=0", "sample.tokens=0", "checkpoint.save_final=false",
+                   {"cuda_graphs=false", "profile.trace=", "eval_interval=0", "sample.tokens=0", "checkpoint.save_final=false",
                     "checkpoint.interval=0", "max_steps=" + std::to_string(warmup + steps),
                     "log_interval=" + std::to_string(warmup + steps)});
   train::TrainConfig config = train::load_config(o.positional[0], overrides);
@@ -61,6 +64,8 @@ int profile_command(const Args& args) {
                                                           trainer.policy().compute_dtype, trainer.policy().allow_tf32);
   train::print_op_profile(std::cout, profile.steps(), roofline,
                           (std::filesystem::path(config.out_dir) / "roofline.svg").string());
+  train::print_memory_profile(std::cout, profile.steps(), train::memory_owners(trainer.model(), trainer.optimizer()),
+                              (std::filesystem::path(config.out_dir) / "memory.svg").string());
   return 0;
 }
 

@@ -16,7 +16,11 @@ void CudaGraph::capture(const std::function<void()>&) {
   PRECIS_FAIL("CUDA graph capture: this build of Precis has no CUDA backend");
 }
 
-void CudaGraph::replay() { PRECIS_FAIL("CudaGraph::replay: this build of Precis has no CUDA backend"); }
+void CudaGraph::replay(const std::vector<std::pair<void*, void*>>&) {
+  PRECIS_FAIL("CudaGraph::replay: this build of Precis has no CUDA backend");
+}
+
+bool CudaGraph::has_event_node(void*) const { return false; }
 
 bool CudaGraph::captured() const { return false; }
 

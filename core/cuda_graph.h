@@ -18,6 +18,8 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "core/device.h"
 
@@ -36,8 +38,13 @@ class CudaGraph {
   // is abandoned (the stream is usable again, its memory freed) and precis::Error
   // says why.
   void capture(const std::function<void()>& work);
-  // Queues one run of the graph on the compute stream (returns at once).
-  void replay();
+  // Queues one run of the graph on the compute stream (returns at once). Each (captured,
+  // fresh) pair of `event_swaps` first points the event record node that records `captured`
+  // (cudaEventRecordExternal during the capture) at `fresh`: every replay records its own
+  // events, so the phases of each replay can be timed (core/profiler.h).
+  void replay(const std::vector<std::pair<void*, void*>>& event_swaps = {});
+  // Whether the captured graph has an event record node for `event` (a cudaEvent_t).
+  bool has_event_node(void* event) const;
   bool captured() const;
   // Nodes (kernels, copies, memsets) in the captured graph.
   size_t num_nodes() const;

@@ -59,6 +59,8 @@ KernelTrace::~KernelTrace() = default;
 void KernelTrace::start() { PRECIS_FAIL("kernel trace: ", kernel_trace_unavailable_reason()); }
 std::vector<GpuActivity> KernelTrace::stop() { return {}; }
 int64_t KernelTrace::now_ns() { return 0; }
+void KernelTrace::push_scope(int64_t) {}
+void KernelTrace::pop_scope() {}
 
 #endif
 

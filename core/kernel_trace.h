@@ -26,6 +26,8 @@ struct GpuActivity {
   uint32_t stream = 0;
   int64_t bytes = 0;  // memcpy and memset
   Stream role = Stream::other;
+  // The scope the host launched it in (push_scope's id, e.g. the op profile's op index), or -1.
+  int64_t scope = -1;
 };
 
 const char* activity_kind_name(GpuActivity::Kind kind);  // "kernel", "memcpy", "memset"
@@ -49,6 +51,11 @@ class KernelTrace {
   std::vector<GpuActivity> stop();
   // CUPTI's clock, the one the activity timestamps use, in nanoseconds.
   static int64_t now_ns();
+  // While a trace records: what this thread launches until pop_scope() carries `id` as its
+  // GpuActivity::scope (CUPTI's external correlation ids, tying each kernel to the host code
+  // that launched it). Scopes nest; no-ops when nothing records.
+  static void push_scope(int64_t id);
+  static void pop_scope();
 
  private:
   bool running_ = false;

@@ -48,6 +48,7 @@ OpProfile::OpProfile(Device device) : device_(device) {
 #if PRECIS_WITH_CUDA
   if (device.is_cuda()) gpu_ = std::make_unique<GpuEvents>(device);
 #endif
+  if (device.is_cuda() && kernel_trace_available()) kernels_ = std::make_unique<KernelTrace>();
 }
 
 OpProfile::~OpProfile() {
@@ -60,15 +61,38 @@ void OpProfile::begin_step() {
   t_scopes = ScopeState{};
   t_scopes.profile = this;
   steps_.emplace_back();
+  if (kernels_) {
+    kernels_->start();
+    steps_.back().traced = true;
+    steps_.back().start_ns = KernelTrace::now_ns();
+  }
   step_start_ = Clock::now();
+  Allocator& allocator = allocator_for(device_);
+  allocator.reset_peak();  // the step's own peak
+  steps_.back().memory.start = allocator.stats();
+  sample_memory("step <");
+}
+
+void OpProfile::sample_memory(std::string at) {
+  const AllocatorStats s = allocator_for(device_).stats();
+  steps_.back().memory.samples.push_back({std::chrono::duration<double, std::milli>(Clock::now() - step_start_).count(),
+                                          static_cast<int64_t>(s.allocated_bytes),
+                                          static_cast<int64_t>(s.reserved_bytes), std::move(at)});
 }
 
 void OpProfile::end_step() {
   PRECIS_CHECK(t_scopes.profile == this && t_scopes.depth == 0, "OpProfile::end_step without begin_step");
   synchronize(device_);
+  sample_memory("step >");
   ProfiledStep& step = steps_.back();
+  step.memory.end = allocator_for(device_).stats();
+  step.memory.peak = static_cast<int64_t>(step.memory.end.peak_bytes);
   step.ms = std::chrono::duration<double, std::milli>(Clock::now() - step_start_).count();
   t_scopes = ScopeState{};
+  if (kernels_) {
+    step.end_ns = KernelTrace::now_ns();
+    step.activities = kernels_->stop();
+  }
 #if PRECIS_WITH_CUDA
   if (gpu_) {
     // The events resolve in the order the ops began, the order of the samples.
@@ -81,7 +105,10 @@ void OpProfile::end_step() {
 }
 
 void OpProfile::begin_op(const char* op, OpPass pass, const OpCost& cost) {
-  steps_.back().ops.push_back({op, pass, cost, 0.0});
+  std::vector<OpSample>& ops = steps_.back().ops;
+  if (kernels_) KernelTrace::push_scope(static_cast<int64_t>(ops.size()));
+  ops.push_back({op, pass, cost, 0.0, 0.0});
+  sample_memory(ops.back().op + " " + op_pass_name(pass) + " <");
 #if PRECIS_WITH_CUDA
   if (gpu_) {
     gpu_->begin(op);
@@ -89,16 +116,19 @@ void OpProfile::begin_op(const char* op, OpPass pass, const OpCost& cost) {
   }
 #endif
   op_start_ = Clock::now();
+  ops.back().start_ms = std::chrono::duration<double, std::milli>(op_start_ - step_start_).count();
 }
 
 void OpProfile::end_op() {
+  OpSample& op = steps_.back().ops.back();
 #if PRECIS_WITH_CUDA
   if (gpu_) {
     gpu_->end();
-    return;
+    if (kernels_) KernelTrace::pop_scope();
   }
 #endif
-  steps_.back().ops.back().ms = std::chrono::duration<double, std::milli>(Clock::now() - op_start_).count();
+  if (!gpu_) op.ms = std::chrono::duration<double, std::milli>(Clock::now() - op_start_).count();
+  sample_memory(op.op + " " + op_pass_name(op.pass) + " >");  // after the op's clock: not in its time
 }
 
 bool OpScope::enter() {

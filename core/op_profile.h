@@ -26,7 +26,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/allocator.h"
 #include "core/device.h"
+#include "core/kernel_trace.h"
 
 namespace precis {
 
@@ -53,12 +55,37 @@ struct OpSample {
   OpPass pass = OpPass::forward;
   OpCost cost;
   double ms = 0;
+  double start_ms = 0;  // on the CPU: when the op began, from the step's start (the GPU's ops: 0)
+};
+
+// The device allocator's view at one point of a profiled step: at its start and end, and at
+// each outermost op's start and end (`at`: "matmul fwd <" on entry, "matmul fwd >" on exit).
+// Host time: on a GPU, when the host issued the op (the allocator's bookkeeping is the host's).
+struct MemorySample {
+  double ms = 0;  // from the step's start
+  int64_t allocated = 0, reserved = 0;
+  std::string at;
+};
+
+// Memory over a profiled step: the allocator's statistics at its ends, its exact peak of live
+// bytes (the allocator's, reset at the step's start), and the samples.
+struct StepMemory {
+  AllocatorStats start, end;
+  int64_t peak = 0;
+  std::vector<MemorySample> samples;
 };
 
 // The ops of one profiled step and its measured time (host clock, device idle at both ends).
+// On a GPU with CUPTI, also every kernel, copy and memset the step ran (core/kernel_trace.h),
+// each with the index of the op whose scope launched it as its `scope` (-1 outside ops), and
+// the step's ends on the trace's clock.
 struct ProfiledStep {
   std::vector<OpSample> ops;
   double ms = 0;
+  bool traced = false;
+  std::vector<GpuActivity> activities;
+  int64_t start_ns = 0, end_ns = 0;
+  StepMemory memory;
 };
 
 class OpProfile {
@@ -68,7 +95,8 @@ class OpProfile {
   OpProfile(const OpProfile&) = delete;
   OpProfile& operator=(const OpProfile&) = delete;
 
-  // Waits for the device, makes this the thread's recording profile, starts the step's clock.
+  // Waits for the device, makes this the thread's recording profile, starts the step's clock
+  // (and, on a GPU of a build with CUPTI, the kernel trace).
   void begin_step();
   // Waits for the device, stops recording, keeps the step (steps()).
   void end_step();
@@ -82,9 +110,11 @@ class OpProfile {
   using Clock = std::chrono::steady_clock;
   Device device_;
   std::vector<ProfiledStep> steps_;
+  void sample_memory(std::string at);
   Clock::time_point step_start_, op_start_;
   struct GpuEvents;  // the ops' CUDA events (core/cuda/profiler_events.h)
   std::unique_ptr<GpuEvents> gpu_;
+  std::unique_ptr<KernelTrace> kernels_;  // on a GPU when the build has CUPTI
 };
 
 // Times the enclosing op while a profile records on this thread (see the top).

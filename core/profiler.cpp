@@ -63,6 +63,36 @@ std::vector<Profiler::Span> Profiler::take_spans() {
   return out;
 }
 
+void Profiler::begin_graph_capture() {
+#if PRECIS_WITH_CUDA
+  if (gpu_) gpu_->set_capturing(true);
+#endif
+  graph_phases_ = false;
+}
+
+void Profiler::end_graph_capture() {
+#if PRECIS_WITH_CUDA
+  if (gpu_) gpu_->set_capturing(false);
+#endif
+}
+
+void Profiler::keep_graph_phases(const std::function<bool(void*)>& in_graph) {
+#if PRECIS_WITH_CUDA
+  if (gpu_) {
+    gpu_->keep_captured(in_graph);
+    graph_phases_ = !gpu_->replay_events_empty();
+  }
+#endif
+  (void)in_graph;
+}
+
+std::vector<std::pair<void*, void*>> Profiler::graph_replay_events() {
+#if PRECIS_WITH_CUDA
+  if (gpu_) return gpu_->replay_events();
+#endif
+  return {};
+}
+
 std::vector<std::pair<std::string, double>> Profiler::take_ms() {
 #if PRECIS_WITH_CUDA
   if (gpu_)

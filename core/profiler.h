@@ -14,6 +14,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -58,6 +59,21 @@ class Profiler {
   // The spans kept since the last call; clears them.
   std::vector<Span> take_spans();
 
+  // Phases under CUDA graphs (core/cuda_graph.h). Between begin_graph_capture() and
+  // end_graph_capture() a GPU phase's two events are recorded into the graph being captured
+  // (event record nodes) instead of being timed. Once the graph is made, keep_graph_phases
+  // keeps the phases whose events `in_graph` finds among its nodes (CudaGraph::has_event_node).
+  // Before each replay, graph_replay_events() makes fresh events for those phases, pending
+  // like any phase's, and returns the (captured, fresh) pairs for CudaGraph::replay to swap
+  // into the graph: each replay's phases are then timed, and take_ms sums them as eager
+  // steps'. No-ops on the CPU (no graphs there).
+  void begin_graph_capture();
+  void end_graph_capture();
+  void keep_graph_phases(const std::function<bool(void*)>& in_graph);
+  std::vector<std::pair<void*, void*>> graph_replay_events();
+  // Whether the last capture holds timed phases.
+  bool graph_has_phases() const { return graph_phases_; }
+
  private:
   struct Open {
     std::string name;
@@ -70,6 +86,7 @@ class Profiler {
   bool recording_spans_ = false;
   std::vector<Span> spans_;
   Device device_ = Device::cpu();
+  bool graph_phases_ = false;
   struct GpuEvents;  // CUDA events of the phases not yet resolved (core/cuda/profiler_events.cu)
   std::unique_ptr<GpuEvents> gpu_;
 };

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <map>
 
+#include "train/tensor_cores.h"
+
 namespace precis::train {
 
 namespace {
@@ -50,6 +52,7 @@ std::vector<KernelTotal> kernel_totals(const std::vector<GpuActivity>& activitie
   std::vector<KernelTotal> out;
   for (auto& [name, total] : by_name) {
     total.name = name;
+    total.tensor_cores = tensor_core_label(tensor_core_use(name));
     out.push_back(total);
   }
   std::stable_sort(out.begin(), out.end(),
@@ -61,8 +64,8 @@ std::string kernel_table(const std::vector<KernelTotal>& totals, double step_ms,
   constexpr size_t kNameWidth = 72;
   auto percent = [step_ms](double ms) { return step_ms > 0 ? 100.0 * ms / step_ms : 0.0; };
   char line[256];
-  std::snprintf(line, sizeof line, "%3s  %-*s %6s %10s %7s\n", "#", static_cast<int>(kNameWidth), "kernel", "calls",
-                "total ms", "% step");
+  std::snprintf(line, sizeof line, "%3s  %-*s %6s %6s %10s %7s\n", "#", static_cast<int>(kNameWidth), "kernel", "TC",
+                "calls", "total ms", "% step");
   std::string out = line;
   double rest_ms = 0;
   int64_t rest_calls = 0;
@@ -73,14 +76,15 @@ std::string kernel_table(const std::vector<KernelTotal>& totals, double step_ms,
       rest_calls += k.calls;
       continue;
     }
-    std::snprintf(line, sizeof line, "%3zu  %-*s %6lld %10.3f %6.1f%%\n", i + 1, static_cast<int>(kNameWidth),
-                  fit(k.name, kNameWidth).c_str(), static_cast<long long>(k.calls), k.total_ms, percent(k.total_ms));
+    std::snprintf(line, sizeof line, "%3zu  %-*s %6s %6lld %10.3f %6.1f%%\n", i + 1, static_cast<int>(kNameWidth),
+                  fit(k.name, kNameWidth).c_str(), k.tensor_cores.c_str(), static_cast<long long>(k.calls), k.total_ms,
+                  percent(k.total_ms));
     out += line;
   }
   if (totals.size() > top) {
     std::string others = std::to_string(totals.size() - top) + " other kernels";
-    std::snprintf(line, sizeof line, "%3s  %-*s %6lld %10.3f %6.1f%%\n", "", static_cast<int>(kNameWidth),
-                  others.c_str(), static_cast<long long>(rest_calls), rest_ms, percent(rest_ms));
+    std::snprintf(line, sizeof line, "%3s  %-*s %6s %6lld %10.3f %6.1f%%\n", "", static_cast<int>(kNameWidth),
+                  others.c_str(), "", static_cast<long long>(rest_calls), rest_ms, percent(rest_ms));
     out += line;
   }
   return out;

@@ -11,7 +11,8 @@
 namespace precis::train {
 
 struct KernelTotal {
-  std::string name;  // short_kernel_name of the kernel
+  std::string name;          // short_kernel_name of the kernel
+  std::string tensor_cores;  // tensor_core_label (train/tensor_cores.h): "bf16", "tf32", ... or "no"
   int64_t calls = 0;
   double total_ms = 0;
 };
@@ -25,7 +26,8 @@ std::string short_kernel_name(const std::string& demangled);
 std::vector<KernelTotal> kernel_totals(const std::vector<GpuActivity>& activities);
 
 // The `top` first rows of `totals` as a table with each kernel's share of a
-// step of `step_ms`, and a last line for the kernels beyond them.
+// step of `step_ms`, whether it ran on Tensor Cores (and in which input type),
+// and a last line for the kernels beyond them.
 std::string kernel_table(const std::vector<KernelTotal>& totals, double step_ms, size_t top = 15);
 
 }  // namespace precis::train

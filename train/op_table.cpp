@@ -5,6 +5,9 @@
 #include <map>
 #include <ostream>
 
+#include "train/kernel_table.h"
+#include "train/op_kernels.h"
+#include "train/step_dimensions.h"
 #include "train/svg_plot.h"
 
 namespace precis::train {
@@ -180,6 +183,19 @@ void print_op_profile(std::ostream& out, const std::vector<ProfiledStep>& steps,
   out << "\n==== ops per step (forward and backward apart; the most time first) ====\n"
       << format_op_table(table, roofline) << "\n==== Amdahl: the step if one op ran at its roof ====\n"
       << format_amdahl_table(table, roofline);
+  const bool traced = !steps.empty() && steps.front().traced;
+  out << "\n" << format_step_dimensions(step_dimensions(steps, roofline), traced);
+  if (traced) {
+    std::vector<GpuActivity> step_work;  // the collectives overlap the step and are not its kernels
+    for (const ProfiledStep& step : steps)
+      for (const GpuActivity& a : step.activities)
+        if (a.role != GpuActivity::Stream::communication) step_work.push_back(a);
+    std::vector<KernelTotal> totals = kernel_totals(step_work);
+    for (KernelTotal& k : totals) k.calls /= static_cast<int64_t>(steps.size()), k.total_ms /= steps.size();
+    out << "\n==== kernels per step (the most time first; TC: the Tensor Core input type) ====\n"
+        << kernel_table(totals, table.step_ms, 25) << "\n==== kernels by op ====\n"
+        << format_kernels_by_op(kernels_by_op(steps));
+  }
   write_roofline_svg(svg_path, table, roofline, "roofline of the profiled step's ops");
   out << "roofline     " << svg_path << "\n" << std::flush;
 }

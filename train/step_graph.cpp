@@ -20,8 +20,7 @@ StepGraph::StepGraph(Device device, bool requested, const std::string& not_possi
 
 void StepGraph::run(const std::function<void(Profiler*)>& step, Profiler& profiler, bool eager) {
   if (graph_ && !eager) {
-    Profiler::Phase phase(profiler, "graph");
-    graph_->replay();
+    replay(profiler);
   } else if (use_ && !graph_ && !eager && eager_steps_ >= kWarmupSteps) {
     capture_and_replay(step, profiler);
   } else {
@@ -33,7 +32,16 @@ void StepGraph::run(const std::function<void(Profiler*)>& step, Profiler& profil
 void StepGraph::capture_and_replay(const std::function<void(Profiler*)>& step, Profiler& profiler) {
   auto graph = std::make_unique<CudaGraph>(device_);
   try {
-    graph->capture([&] { step(nullptr); });
+    graph->capture([&] {
+      profiler.begin_graph_capture();
+      try {
+        step(&profiler);
+      } catch (...) {
+        profiler.end_graph_capture();
+        throw;
+      }
+      profiler.end_graph_capture();
+    });
   } catch (const std::exception& e) {
     // Nothing of the step ran (a capture only records): run it eagerly, and every step after.
     use_ = false;
@@ -43,10 +51,21 @@ void StepGraph::capture_and_replay(const std::function<void(Profiler*)>& step, P
   }
   ops::autocast::clear_cache();  // the casts made during the capture are the graph's
   graph_ = std::move(graph);
+  // Phases recorded on a stream outside the capture have no node to time them.
+  profiler.keep_graph_phases([this](void* event) { return graph_->has_event_node(event); });
   std::cout << "cuda graphs: captured the training step (" << graph_->num_nodes() << " nodes) after " << eager_steps_
-            << " eager steps; replaying it from now on" << std::endl;
-  Profiler::Phase phase(profiler, "graph");
-  graph_->replay();
+            << " eager steps; replaying it from now on"
+            << (profiler.graph_has_phases() ? ", its phases timed by event nodes in the graph" : "") << std::endl;
+  replay(profiler);
+}
+
+void StepGraph::replay(Profiler& profiler) {
+  if (profiler.graph_has_phases()) {
+    graph_->replay(profiler.graph_replay_events());
+  } else {
+    Profiler::Phase phase(profiler, "graph");
+    graph_->replay();
+  }
 }
 
 }  // namespace precis::train

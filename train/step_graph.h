@@ -31,14 +31,16 @@ class StepGraph {
   StepGraph(Device device, bool requested, const std::string& not_possible, bool report_steps);
 
   // One step: `step(profiler)` eagerly (warm-up, `eager`, or no graph; timed by its
-  // phases), or the captured graph (timed as one "graph" phase). The first step after
-  // the warm-up is captured (step(nullptr): work recorded into a graph cannot be timed)
-  // and replayed; a capture that fails runs the step eagerly, as every later one.
+  // phases), or the captured graph. The first step after the warm-up is captured with its
+  // phases' events as event record nodes of the graph (core/profiler.h), so a replayed step
+  // keeps its phases (forward, backward, optimizer, communication); a graph without them is
+  // timed as one "graph" phase. A capture that fails runs the step eagerly, as every later one.
   void run(const std::function<void(Profiler*)>& step, Profiler& profiler, bool eager);
   bool replaying() const { return graph_ != nullptr; }
 
  private:
   void capture_and_replay(const std::function<void(Profiler*)>& step, Profiler& profiler);
+  void replay(Profiler& profiler);
 
   Device device_;
   bool use_ = false;

@@ -29,6 +29,10 @@ struct StepReport {
   std::optional<double> tflops;        // achieved, from the model's FLOP count
   std::optional<double> mfu;           // fraction of the device's peak
   int64_t peak_memory_bytes = 0;
+  // The device allocator's statistics (the log's, metrics.jsonl): bytes held from the system
+  // now (reserved - allocated is its cache), and allocations from / returns to the system so far.
+  int64_t reserved_memory_bytes = 0;
+  int64_t system_allocs = 0, system_frees = 0;
   std::optional<double> loss_scale;  // with loss scaling
   int64_t skipped_steps = 0;         // steps skipped for inf/NaN gradients so far (any policy)
   double eta_s = 0;

@@ -566,6 +566,10 @@ void Trainer::log_interval(double loss, double grad_norm, double lr, double inte
   if (scaler_->enabled()) r.loss_scale = scaler_->scale();
   r.skipped_steps = scaler_->skipped_steps();
   r.peak_memory_bytes = peak_memory_bytes();
+  const AllocatorStats allocator = allocator_for(device_).stats();
+  r.reserved_memory_bytes = static_cast<int64_t>(allocator.reserved_bytes);
+  r.system_allocs = static_cast<int64_t>(allocator.num_system_allocs);
+  r.system_frees = static_cast<int64_t>(allocator.num_system_frees);
   r.eta_s = r.ms / 1000.0 * static_cast<double>(config_.max_steps - step_);
   if (is_main()) {
     std::cout << r.line() << std::endl;

@@ -5,7 +5,9 @@
 // fails instead of silently breaking the graph. The allocator's blocks taken
 // during the capture form its private pool (core/cuda/allocator.cu), given back
 // with release_graph_pool when the graph is destroyed or the capture abandoned.
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "core/cuda/caching_allocator.h"
 #include "core/cuda/runtime.h"
@@ -18,6 +20,7 @@ struct CudaGraph::State {
   cudaGraphExec_t exec = nullptr;
   unsigned long long capture_id = 0;  // names the allocator's private pool; 0: none
   size_t nodes = 0;
+  std::vector<std::pair<cudaEvent_t, cudaGraphNode_t>> event_nodes;  // the event record nodes
 
   void reset(Device device) {
     if (exec != nullptr) cudaGraphExecDestroy(exec);
@@ -69,12 +72,35 @@ void CudaGraph::capture(const std::function<void()>& work) {
     PRECIS_FAIL(op, " failed: ", failure);
   }
   PRECIS_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &state_->nodes), op);
+  std::vector<cudaGraphNode_t> nodes(state_->nodes);
+  PRECIS_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &state_->nodes), op);
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type;
+    PRECIS_CUDA_CHECK(cudaGraphNodeGetType(node, &type), op);
+    if (type != cudaGraphNodeTypeEventRecord) continue;
+    cudaEvent_t event = nullptr;
+    PRECIS_CUDA_CHECK(cudaGraphEventRecordNodeGetEvent(node, &event), op);
+    state_->event_nodes.emplace_back(event, node);
+  }
 }
 
-void CudaGraph::replay() {
+void CudaGraph::replay(const std::vector<std::pair<void*, void*>>& event_swaps) {
   PRECIS_CHECK(captured(), "CudaGraph::replay: nothing has been captured");
   cuda::DeviceGuard guard(device_);
+  for (const auto& [captured_event, fresh] : event_swaps) {
+    auto node = std::find_if(state_->event_nodes.begin(), state_->event_nodes.end(),
+                             [e = captured_event](const auto& n) { return n.first == static_cast<cudaEvent_t>(e); });
+    PRECIS_CHECK(node != state_->event_nodes.end(), "CudaGraph::replay: the graph has no node recording that event");
+    PRECIS_CUDA_CHECK(cudaGraphExecEventRecordNodeSetEvent(state_->exec, node->second, static_cast<cudaEvent_t>(fresh)),
+                      "CUDA graph replay");
+  }
   PRECIS_CUDA_CHECK(cudaGraphLaunch(state_->exec, cuda::compute_stream(device_)), "CUDA graph replay");
+}
+
+bool CudaGraph::has_event_node(void* event) const {
+  for (const auto& node : state_->event_nodes)
+    if (node.first == static_cast<cudaEvent_t>(event)) return true;
+  return false;
 }
 
 bool CudaGraph::captured() const { return state_->exec != nullptr; }

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
+#include <unordered_map>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/runtime.h"
@@ -39,14 +40,20 @@ using KernelRecord = CUpti_ActivityKernel9;
 using MemcpyRecord = CUpti_ActivityMemcpy5;
 #endif
 using MemsetRecord = CUpti_ActivityMemset4;
+using CorrelationRecord = CUpti_ActivityExternalCorrelation;
+constexpr CUpti_ExternalCorrelationKind kScopeKind = CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0;
 
 constexpr size_t kBufferBytes = 8 << 20;
 constexpr size_t kBufferAlignment = 8;
 const CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-                                     CUPTI_ACTIVITY_KIND_MEMSET};
+                                     CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
 
 std::mutex g_mutex;
 std::vector<GpuActivity> g_records;  // filled by the completion callback
+// Each record's CUPTI correlation id (parallel to g_records), and the scope id pushed when
+// the API call with that correlation id ran (from the external correlation records).
+std::vector<uint32_t> g_correlations;
+std::unordered_map<uint32_t, int64_t> g_scopes;
 bool g_callbacks_registered = false;
 bool g_running = false;
 
@@ -65,6 +72,13 @@ const char* memcpy_name(uint8_t kind) {
     default:
       return "Memcpy";
   }
+}
+
+uint32_t correlation_of(const CUpti_Activity* record) {
+  if (record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || record->kind == CUPTI_ACTIVITY_KIND_KERNEL)
+    return reinterpret_cast<const KernelRecord*>(record)->correlationId;
+  if (record->kind == CUPTI_ACTIVITY_KIND_MEMCPY) return reinterpret_cast<const MemcpyRecord*>(record)->correlationId;
+  return reinterpret_cast<const MemsetRecord*>(record)->correlationId;
 }
 
 GpuActivity from_record(const CUpti_Activity* record) {
@@ -97,16 +111,24 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
 
 void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid_bytes) {
   std::vector<GpuActivity> parsed;
+  std::vector<uint32_t> correlations;
+  std::vector<std::pair<uint32_t, int64_t>> scopes;
   CUpti_Activity* record = nullptr;
   while (cuptiActivityGetNextRecord(buffer, valid_bytes, &record) == CUPTI_SUCCESS) {
     if (record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || record->kind == CUPTI_ACTIVITY_KIND_KERNEL ||
         record->kind == CUPTI_ACTIVITY_KIND_MEMCPY || record->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
       parsed.push_back(from_record(record));
+      correlations.push_back(correlation_of(record));
+    } else if (record->kind == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) {
+      auto* c = reinterpret_cast<const CorrelationRecord*>(record);
+      if (c->externalKind == kScopeKind) scopes.emplace_back(c->correlationId, static_cast<int64_t>(c->externalId));
     }
   }
   std::free(buffer);
   std::lock_guard<std::mutex> lock(g_mutex);
   g_records.insert(g_records.end(), parsed.begin(), parsed.end());
+  g_correlations.insert(g_correlations.end(), correlations.begin(), correlations.end());
+  for (const auto& [correlation, scope] : scopes) g_scopes[correlation] = scope;
 }
 
 }  // namespace
@@ -127,6 +149,8 @@ void KernelTrace::start() {
     std::lock_guard<std::mutex> lock(g_mutex);
     PRECIS_CHECK(!g_running, "kernel trace: another trace is already recording (one at a time per process)");
     g_records.clear();
+    g_correlations.clear();
+    g_scopes.clear();
     g_running = running_ = true;
   }
   // Outside the lock: CUPTI may deliver a buffer from inside its own calls.
@@ -149,6 +173,12 @@ std::vector<GpuActivity> KernelTrace::stop() {
   g_running = false;
   std::vector<GpuActivity> out = std::move(g_records);
   g_records.clear();
+  for (size_t i = 0; i < out.size(); ++i) {
+    auto scope = g_scopes.find(g_correlations[i]);
+    if (scope != g_scopes.end()) out[i].scope = scope->second;
+  }
+  g_correlations.clear();
+  g_scopes.clear();
   // CUPTI's ids of this device's two streams (the ids its records carry).
   int device = 0;
   PRECIS_CUDA_CHECK(cudaGetDevice(&device), "kernel trace");
@@ -169,6 +199,24 @@ int64_t KernelTrace::now_ns() {
   uint64_t timestamp = 0;
   PRECIS_CUPTI_CHECK(cuptiGetTimestamp(&timestamp), "kernel trace clock");
   return static_cast<int64_t>(timestamp);
+}
+
+void KernelTrace::push_scope(int64_t id) {
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (!g_running) return;
+  }
+  PRECIS_CUPTI_CHECK(cuptiActivityPushExternalCorrelationId(kScopeKind, static_cast<uint64_t>(id)),
+                     "kernel trace scope");
+}
+
+void KernelTrace::pop_scope() {
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (!g_running) return;
+  }
+  uint64_t last = 0;
+  PRECIS_CUPTI_CHECK(cuptiActivityPopExternalCorrelationId(kScopeKind, &last), "kernel trace scope");
 }
 
 }  // namespace precis

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,25 @@ void expect_captured(const TrainedRun& run) {
 }
 
 }  // namespace
+
+TEST(CudaGraphs, ReplayedStepsKeepTheirPhases) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  TrainedRun run = run_training("phases", {"device=cuda", "max_steps=8", "precision.policy=bf16", "cuda_graphs=true"});
+  expect_captured(run);
+  EXPECT_NE(run.out.find("its phases timed by event nodes in the graph"), std::string::npos) << run.out;
+  // Step 4 is captured; steps 5 to 8 are replays, each report one step (log_interval 1).
+  ASSERT_EQ(run.reports.size(), 8u);
+  for (size_t i = 4; i < run.reports.size(); ++i) {
+    const train::StepReport& r = run.reports[i];
+    std::map<std::string, double> phase(r.phase_ms.begin(), r.phase_ms.end());
+    const std::string at = " at step " + std::to_string(r.step);
+    EXPECT_FALSE(phase.count("graph")) << at;
+    for (const char* name : {"forward", "backward", "optimizer"}) EXPECT_GT(phase[name], 0) << name << at;
+    double sum = 0;
+    for (const auto& [name, ms] : r.phase_ms) sum += ms;
+    EXPECT_LE(sum, r.ms * 1.05) << "the phases exceed the step" << at;
+  }
+}
 
 TEST(GpuStep, Fp32LossesAndGradNormsMatchTheCpu) {
   PRECIS_SKIP_WITHOUT_GPU();
