@@ -100,29 +100,6 @@ void Zero1::gather_parameters() const {
   }
 }
 
-void Zero1::step(optim::Optimizer& optimizer, optim::StepInputs inputs) const {
-  if (!optimizer.updates_in_parts()) {
-    optimizer.step(inputs);
-    gather_parameters();
-    return;
-  }
-  // One part per bucket: the optimizer parameters (pieces) in its chunk; every bucket with
-  // parameters is gathered, in the same order on every rank, even where this rank owns none.
-  std::vector<std::vector<size_t>> parts(chunks_.size());
-  for (size_t i = 0; i < pieces_.size(); ++i) parts[pieces_[i].bucket].push_back(i);
-  std::vector<std::shared_ptr<Work>> gathers;
-  inputs.parts = &parts;
-  inputs.after_part = [&](size_t k) {
-    const Chunk& chunk = chunks_[k];
-    if (!chunk.has_slots) return;
-    const Tensor& data = flat_->buffers()[chunk.buffer].data;
-    gathers.push_back(
-        group_->all_gather(data.slice(0, chunk.bucket_begin, chunk.bucket_end), data.slice(0, chunk.begin, chunk.end)));
-  };
-  optimizer.step(inputs);
-  for (const auto& gather : gathers) gather->wait();
-}
-
 std::map<std::string, Tensor> Zero1::gather_state(const std::map<std::string, Tensor>& shard_state) const {
   const auto step = shard_state.find("step");
   PRECIS_CHECK(step != shard_state.end(), "zero-1: the optimizer state has no 'step' entry");

@@ -18,10 +18,7 @@
 //      matching slice of the chunk's gradient as .grad, so its moments and master copies
 //      hold about 1/world_size of the whole state;
 //   4. gather_parameters(): an in-place all_gather of every bucket, each rank
-//      contributing its updated chunk, in the parameters' dtype. step() does 3 and 4:
-//      with an optimizer that updates in parts (AdamW on a GPU) each bucket's part is
-//      updated in turn and its all_gather launched on the communication stream at once,
-//      so the gathers overlap the later parts' updates instead of following them all.
+//      contributing its updated chunk, in the parameters' dtype.
 //
 // Checkpoints hold the whole state in the unsharded optimizer's format
 // ("state.<i>.<name>" for the full model's parameter i, Optimizer::state_dict), so a
@@ -68,9 +65,6 @@ class Zero1 {
   void sum_over_ranks(const Tensor& sum) const;
   // Every rank's chunks of the parameters into every rank's flat buffers.
   void gather_parameters() const;
-  // The sharded optimizer's step, then every rank's updated chunks gathered into every
-  // rank's parameters (overlapping when the optimizer updates in parts: above).
-  void step(optim::Optimizer& optimizer, optim::StepInputs inputs) const;
 
   // A collective: the unsharded optimizer's state, on the CPU, from this rank's
   // sharded optimizer state (every rank passes its own and gets the whole).

@@ -90,8 +90,7 @@ void AdamW::step(const StepInputs& inputs) {
                      {options_.beta1, options_.beta2, options_.eps, options_.stochastic_rounding, options_.seed},
                      {lr_tensor_.data<double>(), step_tensor_.data<int64_t>(),
                       inputs.grad_factor.defined() ? inputs.grad_factor.data<double>() : nullptr,
-                      inputs.skip_if.defined() ? inputs.skip_if.data<double>() : nullptr},
-                     inputs.parts, inputs.after_part);
+                      inputs.skip_if.defined() ? inputs.skip_if.data<double>() : nullptr});
     return;
   }
 #endif

@@ -31,7 +31,6 @@ class AdamW : public Optimizer {
   // the step count and `inputs` read from device memory (nothing read back or baked in:
   // capturable into a CUDA graph). The same per-element arithmetic on both.
   void step(const StepInputs& inputs = {}) override;
-  bool updates_in_parts() const override { return device().is_cuda(); }
   const AdamWOptions& options() const { return options_; }
   int64_t state_bytes_per_element(DType param_dtype) const override;
 

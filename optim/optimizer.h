@@ -16,7 +16,6 @@
 // CUDA kernel, the same arithmetic.
 #pragma once
 
-#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -39,12 +38,6 @@ struct StepInputs {
   // f64 scalar: when nonzero nothing is updated and the step count stays (the loss
   // scaler's found_inf). Undefined: never skip.
   Tensor skip_if = Tensor();
-  // Optional: the parameters (indices over all groups) in parts, each a list; after_part(i)
-  // is called once part i's update is queued, in part order (ZeRO-1 gathers each bucket's
-  // parameters while the later parts update). An optimizer that cannot update in parts
-  // (updates_in_parts() false) ignores them: the caller does its per-part work after step().
-  const std::vector<std::vector<size_t>>* parts = nullptr;
-  std::function<void(size_t)> after_part = nullptr;
 };
 
 struct ParamGroup {
@@ -60,8 +53,6 @@ class Optimizer {
 
   // Applies one update from the parameters' current .grad (parameters without a gradient are skipped).
   virtual void step(const StepInputs& inputs = {}) = 0;
-  // Whether step() takes StepInputs::parts (AdamW on a GPU).
-  virtual bool updates_in_parts() const { return false; }
   // Zeroes gradients in place (they may live in a flat buffer).
   void zero_grad();
 

@@ -402,11 +402,8 @@ void Trainer::finish_step(Profiler* profiler) {
       optim::clip_grad_norm(model().parameters(), config_.optimizer.grad_clip, scaler_->scale_tensor(), found_inf,
                             grad_norm_);
     }
-    const optim::StepInputs inputs{.grad_factor = grad_norm_.select(0, 1), .skip_if = found_inf};
-    if (zero_)
-      zero_->step(*optimizer_, inputs);  // and every rank's updated shard into every rank's parameters
-    else
-      optimizer_->step(inputs);
+    optimizer_->step({.grad_factor = grad_norm_.select(0, 1), .skip_if = found_inf});
+    if (zero_) zero_->gather_parameters();  // every rank's updated shard into every rank's parameters
   }
   // Without loss scaling the update only counts a skipped non-finite step (train/nonfinite.h).
   MaybePhase phase(scaler_->enabled() ? profiler : nullptr, "scaler");

@@ -220,14 +220,9 @@ void launch_all(const std::vector<AdamWTensors>& params, const AdamWHyper& step,
 
 }  // namespace
 
-void adamw_step(const std::vector<AdamWTensors>& params, const AdamWHyper& hyper, const DeviceStepInputs& inputs,
-                const std::vector<std::vector<size_t>>* parts, const std::function<void(size_t)>& after_part) {
+void adamw_step(const std::vector<AdamWTensors>& params, const AdamWHyper& hyper, const DeviceStepInputs& inputs) {
   const char* op = "AdamW";
-  if (params.empty()) {
-    if (parts && after_part)
-      for (size_t i = 0; i < parts->size(); ++i) after_part(i);
-    return;
-  }
+  if (params.empty()) return;
   PRECIS_CHECK(inputs.lr != nullptr && inputs.step != nullptr, op, ": the step needs lr and step on the device");
   const Device device = params.front().param.device();
   for (const AdamWTensors& a : params)
@@ -240,21 +235,7 @@ void adamw_step(const std::vector<AdamWTensors>& params, const AdamWHyper& hyper
   precis::cuda::launch(adamw_prepare_kernel, 1, 1, 0, stream_for(params.front().param), inputs, hyper.beta1,
                        hyper.beta2, device_step);
   PRECIS_CUDA_CHECK_LAUNCH(op);
-  if (!parts) return launch_all(params, hyper, device_step);
-  // Part by part, each after the prepare kernel: every part reads the same step numbers.
-  std::map<size_t, size_t> part_of;  // parameter index -> part
-  for (size_t i = 0; i < parts->size(); ++i)
-    for (size_t index : (*parts)[i]) part_of[index] = i;
-  std::vector<std::vector<AdamWTensors>> split(parts->size());
-  for (const AdamWTensors& a : params) {
-    const auto it = part_of.find(a.index);
-    PRECIS_CHECK(it != part_of.end(), op, ": parameter ", a.index, " is in none of the step's parts");
-    split[it->second].push_back(a);
-  }
-  for (size_t i = 0; i < split.size(); ++i) {
-    if (!split[i].empty()) launch_all(split[i], hyper, device_step);
-    if (after_part) after_part(i);
-  }
+  launch_all(params, hyper, device_step);
 }
 
 }  // namespace precis::optim::cuda

@@ -9,7 +9,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <vector>
 
 #include "core/tensor.h"
@@ -42,10 +41,6 @@ struct AdamWHyper {
 // One step with the learning rate, the step count (advanced here unless skipped), the
 // gradient factor and the skip flag read from device memory: nothing is baked into the
 // launches, so a CUDA graph can replay them.
-// With `parts` (lists of AdamWTensors::index), the parameters are updated part by part, and
-// after_part(i) is called once part i's launches are queued (optim/optimizer.h's StepInputs).
-void adamw_step(const std::vector<AdamWTensors>& params, const AdamWHyper& hyper, const DeviceStepInputs& inputs,
-                const std::vector<std::vector<size_t>>* parts = nullptr,
-                const std::function<void(size_t)>& after_part = nullptr);
+void adamw_step(const std::vector<AdamWTensors>& params, const AdamWHyper& hyper, const DeviceStepInputs& inputs);
 
 }  // namespace precis::optim::cuda

@@ -138,35 +138,6 @@ TEST(AdamWGpu, MatchesTheCpuOverSeveralSteps) {
   }
 }
 
-// In parts (ZeRO-1's buckets): the parts' parameters are updated as in one step (the step
-// count advanced once), and after_part runs once per part, in order, after its launches.
-TEST(AdamWGpu, AStepInPartsEqualsOneStep) {
-  PRECIS_SKIP_WITHOUT_GPU();
-  Twins t = make_params(DType::f32, 30);
-  std::vector<Tensor> whole_params;
-  for (const Tensor& p : t.gpu) whole_params.push_back(p.detach().clone().set_requires_grad());
-  const optim::AdamWOptions options{.lr = 0.01, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
-  optim::AdamW parted(groups_of(t.gpu), options), whole(groups_of(whole_params), options);
-  ASSERT_TRUE(parted.updates_in_parts());
-  // Indices 0, 3, 6... in part 0, 2, 5, 8... in part 2, 1, 4, 7... in part 3; part 1 is empty.
-  const size_t n = t.gpu.size();
-  std::vector<std::vector<size_t>> parts(4);
-  for (size_t index = 0; index < n; ++index) parts[index % 3 == 1 ? 3 : index % 3].push_back(index);
-  for (int step = 1; step <= 3; ++step) {
-    set_grads(t, DType::f32, step);
-    for (size_t i = 0; i < n; ++i) whole_params[i].set_grad(t.gpu[i].grad().clone());
-    std::vector<size_t> called;
-    parted.step({.parts = &parts, .after_part = [&](size_t part) { called.push_back(part); }});
-    whole.step();
-    EXPECT_EQ(called, (std::vector<size_t>{0, 1, 2, 3}));
-  }
-  EXPECT_EQ(parted.step_count(), 3);
-  for (size_t i = 0; i < n; ++i) {
-    SCOPED_TRACE("parameter " + std::to_string(i));
-    expect_close(t.gpu[i], whole_params[i], 0.0, 0.0);
-  }
-}
-
 TEST(AdamWGpu, LowPrecisionParametersMatchTheCpu) {
   PRECIS_SKIP_WITHOUT_GPU();
   struct Case {
