@@ -45,8 +45,12 @@ constexpr CUpti_ExternalCorrelationKind kScopeKind = CUPTI_EXTERNAL_CORRELATION_
 
 constexpr size_t kBufferBytes = 8 << 20;
 constexpr size_t kBufferAlignment = 8;
-const CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-                                     CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
+// CUPTI writes an external correlation record (scope id -> correlation id) beside the record
+// of the runtime or driver API call that launched the work, so those API records must be on
+// too (they are read past); without them no kernel gets its op (seen on an H100).
+const CUpti_ActivityKind kKinds[] = {
+    CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,    CUPTI_ACTIVITY_KIND_MEMCPY,  CUPTI_ACTIVITY_KIND_MEMSET,
+    CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION, CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER};
 
 std::mutex g_mutex;
 std::vector<GpuActivity> g_records;  // filled by the completion callback
