@@ -1,6 +1,7 @@
 #include "core/copy.h"
 
 #include "core/convert.h"
+#include "core/half_convert.h"
 #include "core/strided_loop.h"
 
 namespace precis {
@@ -26,6 +27,9 @@ void copy_cpu(const Tensor& dst, const Tensor& src) {
       for_each_row<2>(dst.shape(), {dst.strides(), src.strides()}, [&](auto base, int64_t n, auto inner) {
         D* o = out + dst.offset() + base[0];
         const S* s = in + src.offset() + base[1];
+        if constexpr (has_convert_n<D, S>) {
+          if (inner[0] == 1 && inner[1] == 1) return convert_n(s, o, n);  // f32 <-> f16/bf16, vectorised
+        }
         for (int64_t i = 0; i < n; ++i) o[i * inner[0]] = convert<D>(s[i * inner[1]]);
       });
     });
