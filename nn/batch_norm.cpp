@@ -40,4 +40,9 @@ Tensor BatchNorm2d::forward_relu(const Tensor& x) {
   return ops::batch_norm_relu(x, weight, bias, running_mean, running_var, is_training(), momentum, eps);
 }
 
+Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const Tensor& residual) {
+  count_batch();
+  return ops::batch_norm_add_relu(x, residual, weight, bias, running_mean, running_var, is_training(), momentum, eps);
+}
+
 }  // namespace precis::nn

@@ -16,6 +16,8 @@ class BatchNorm2d : public Module {
   Tensor forward(const Tensor& x) override;
   // relu(forward(x)) in one op (ops::batch_norm_relu).
   Tensor forward_relu(const Tensor& x);
+  // relu(forward(x) + residual) in one op (ops::batch_norm_add_relu): a ResNet block's join.
+  Tensor forward_add_relu(const Tensor& x, const Tensor& residual);
 
   Tensor weight, bias;
   Tensor running_mean, running_var, num_batches_tracked;

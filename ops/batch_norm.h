@@ -17,5 +17,11 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
 // relu(batch_norm(...)), one pass each way: the backward masks the gradient with y > 0.
 Tensor batch_norm_relu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                        const Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);
+// relu(batch_norm(x, ...) + residual): the join of a ResNet block in one pass each way (the sum
+// in f32, rounded once). residual has x's shape and dtype (copied into x's layout if it comes
+// in another); its gradient is g [y > 0], which the backward's statistics pass writes.
+Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                           const Tensor& running_mean, const Tensor& running_var, bool training, double momentum = 0.1,
+                           double eps = 1e-5);
 
 }  // namespace precis::ops
