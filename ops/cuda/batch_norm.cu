@@ -5,8 +5,8 @@
 //                  element: a grid of (channel tiles) x G blocks, each block summing a
 //                  slice of every one of its channels' M values into its own [G, 2, C]
 //                  partial (no atomics: the same order every run);
-//   finalize       one thread per channel adds its G partials in order and derives the
-//                  per-channel coefficients;
+//   finalize       one warp per channel adds its G partials (lane l takes l, l + 32, ...,
+//                  then a butterfly: a fixed order) and derives the per-channel coefficients;
 //   apply          one thread per element: y = (x - mean) scale + bias (+ r, then max(0, .)),
 //                  or dx. (Not x scale + (bias - mean scale): with |mean| >> std its two large
 //                  terms cancel and the output loses the f32 digits the CPU keeps.)
@@ -127,14 +127,20 @@ __global__ void channel_sums_kernel(Values values, Layout l, float* partial) {
   }
 }
 
-// The channel's two sums over the G partials, in order.
+// The finalize kernels' warp per channel: blocks of kThreads, kThreads / 32 channels each.
+constexpr int kChannelsPerBlock = kThreads / 32;
+__device__ int64_t warp_channel() { return static_cast<int64_t>(blockIdx.x) * kChannelsPerBlock + threadIdx.x / 32; }
+
+// The channel's two sums over the G partials, in every lane of the warp: lane l adds partials
+// l, l + 32, ... (loads in flight together, where one thread adding all G waited on each in
+// turn), then the warp's butterfly. Every lane of the warp must call it.
 __device__ Pair<float> total(const float* partial, int64_t G, int64_t C, int64_t c) {
   Pair<float> s{0.f, 0.f};
-  for (int64_t g = 0; g < G; ++g) {
+  for (int64_t g = threadIdx.x % 32; g < G; g += 32) {
     s.first += partial[(g * 2) * C + c];
     s.second += partial[(g * 2 + 1) * C + c];
   }
-  return s;
+  return warp_all_reduce(s, SumOp{});
 }
 
 // The forward's statistics and coefficients per channel (partial: null in eval).
@@ -144,11 +150,12 @@ __global__ void forward_finalize_kernel(const T* x, const float* partial, int64_
                                         float* save_invstd, float* scale, float momentum, float eps) {
   wait_for_previous_grid();
   allow_next_grid_to_start();
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= l.C) return;
+  const int64_t c = warp_channel();
+  if (c >= l.C) return;  // the whole warp
   float mean, var;
   if (partial) {
     const Pair<float> s = total(partial, G, l.C, c);
+    if (threadIdx.x % 32 != 0) return;
     const float M = static_cast<float>(l.M), shifted_mean = s.first / M;
     mean = convert_to<float>(x[l.at(0, c)]) + shifted_mean;
     var = fmaxf(s.second / M - shifted_mean * shifted_mean, 0.f);
@@ -157,6 +164,7 @@ __global__ void forward_finalize_kernel(const T* x, const float* partial, int64_
       running_var[c] = (1.f - momentum) * running_var[c] + momentum * var * M / (M - 1.f);
     }
   } else {
+    if (threadIdx.x % 32 != 0) return;
     mean = running_mean[c];
     var = running_var[c];
   }
@@ -188,9 +196,10 @@ __global__ void backward_finalize_kernel(const float* partial, int64_t G, Layout
                                          bool training) {
   wait_for_previous_grid();
   allow_next_grid_to_start();
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= l.C) return;
+  const int64_t c = warp_channel();
+  if (c >= l.C) return;  // the whole warp
   const Pair<float> s = total(partial, G, l.C, c);
+  if (threadIdx.x % 32 != 0) return;
   const float invstd = save_invstd[c], k = weight[c] * invstd, M = static_cast<float>(l.M);
   db[c] = s.first;
   dw[c] = s.second * invstd;
@@ -444,6 +453,11 @@ dim3 packed_apply_grid(const PackedShape& s, const Layout& l, Device device) {
   return dim3(static_cast<unsigned>(s.tiles), static_cast<unsigned>(G));
 }
 
+// The finalize kernels' grid: a warp per channel.
+unsigned finalize_blocks(const Layout& l) {
+  return static_cast<unsigned>((l.C + kChannelsPerBlock - 1) / kChannelsPerBlock);
+}
+
 template <typename Fn>
 void dispatch_batch_norm(DType dtype, const char* op, Fn&& fn) {
   dispatch_device<float, __half, __nv_bfloat16>(
@@ -473,7 +487,7 @@ void batch_norm_forward(const BatchNormForward& f) {
                                  ? packed_channel_sums<T, false>({x, nullptr, nullptr, nullptr, nullptr}, l, device)
                                  : channel_sums(ForwardValues<T>{x}, l, device);
     }
-    launch(forward_finalize_kernel<T>, grid_for(l.C), kBlockSize, 0, stream_for(f.y), x,
+    launch(forward_finalize_kernel<T>, finalize_blocks(l), kThreads, 0, stream_for(f.y), x,
            partial.defined() ? data_of<const float>(partial) : nullptr, G, l, data_of<const float>(f.weight),
            data_of<const float>(f.bias), data_or_null(f.running_mean), data_or_null(f.running_var),
            data_of<float>(f.save_mean), data_of<float>(f.save_invstd), scale, static_cast<float>(f.momentum),
@@ -519,8 +533,8 @@ void batch_norm_backward(const BatchNormBackward& b) {
     const BackwardValues<T> values{x, y, gy, mean, gprime};
     const auto [partial, G] =
         is_packed ? packed_channel_sums<T, true>({x, y, gy, mean, gprime}, l, device) : channel_sums(values, l, device);
-    launch(backward_finalize_kernel, grid_for(l.C), kBlockSize, 0, stream_for(b.dx), data_of<const float>(partial), G,
-           l, data_of<const float>(b.weight), data_of<const float>(b.save_invstd), data_of<float>(b.dw),
+    launch(backward_finalize_kernel, finalize_blocks(l), kThreads, 0, stream_for(b.dx), data_of<const float>(partial),
+           G, l, data_of<const float>(b.weight), data_of<const float>(b.save_invstd), data_of<float>(b.dw),
            data_of<float>(b.db), data_of<float>(coefficients), b.training);
     PRECIS_CUDA_CHECK_LAUNCH(op);
     if (is_packed) {
