@@ -43,7 +43,8 @@ namespace {
 
 struct Arguments {
   Tensor x, weight, bias, running_mean, running_var;
-  Tensor residual;  // batch_norm_add_relu's (relu is then true), else undefined
+  Tensor residual;             // batch_norm_add_relu's (relu is then true), else undefined
+  Tensor num_batches_tracked;  // i64 scalar counted by a training forward, or undefined
   bool training, relu;
   double momentum, eps;
   const char* op;
@@ -88,13 +89,17 @@ void check(const Arguments& a) {
   if (a.residual.defined())
     PRECIS_CHECK(a.residual.shape() == a.x.shape() && a.residual.dtype() == a.x.dtype(), a.op, ": residual ",
                  describe(a.residual), " and input ", describe(a.x), " must have one shape and dtype");
+  if (a.num_batches_tracked.defined())
+    PRECIS_CHECK(a.num_batches_tracked.dtype() == DType::i64 && a.num_batches_tracked.numel() == 1 &&
+                     a.num_batches_tracked.is_contiguous(),
+                 a.op, ": num_batches_tracked must be one int64 count, got ", describe(a.num_batches_tracked));
   PRECIS_CHECK(a.running_mean.defined() == a.running_var.defined(), a.op,
                ": running_mean and running_var go together (give both or neither)");
   PRECIS_CHECK(a.training || a.running_mean.defined(), a.op,
                ": eval mode normalises with the running statistics; give running_mean and running_var");
   PRECIS_CHECK(!a.training || extent_of(a.x).M() > 1, a.op,
                ": training needs more than one value per channel to estimate a variance, got input ", describe(a.x));
-  common_device(a.op, {&a.x, &a.residual, &a.weight, &a.bias, &a.running_mean, &a.running_var});
+  common_device(a.op, {&a.x, &a.residual, &a.weight, &a.bias, &a.running_mean, &a.running_var, &a.num_batches_tracked});
 }
 
 // ---- CPU
@@ -227,6 +232,7 @@ Tensor forward_cpu(const Arguments& a, Saved& saved) {
     copy_(a.running_mean, running_mean);
     copy_(a.running_var, running_var);
   }
+  if (a.num_batches_tracked.defined() && a.training) ++a.num_batches_tracked.data<int64_t>()[0];
   if (a.relu) saved.y = y.detach();  // the relu's mask
   return a.x.dim() == 4 ? dense_in(y, saved.format, a.x.dtype()) : y;
 }
@@ -283,8 +289,8 @@ Tensor forward_cuda(const Arguments& a, Saved& saved) {
   saved.invstd = empty({C}, DType::f32, device);
   const Tensor residual = a.residual.defined() ? dense_as(a.residual, saved.format, a.x.dtype()) : Tensor();
   cuda::batch_norm_forward({saved.x, residual, y, saved.weight, f32_parameter(a.bias, C, 0.0, device), a.running_mean,
-                            a.running_var, saved.mean, saved.invstd, a.momentum, a.eps, saved.format, a.training,
-                            a.relu});
+                            a.running_var, a.training ? a.num_batches_tracked : Tensor(), saved.mean, saved.invstd,
+                            a.momentum, a.eps, saved.format, a.training, a.relu});
   if (a.relu) saved.y = y.detach();  // the relu's mask
   return y;
 }
@@ -354,23 +360,25 @@ Tensor batch_norm_impl(const Arguments& a) {
 }  // namespace
 
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                  const Tensor& running_var, bool training, double momentum, double eps) {
-  return batch_norm_impl(
-      {x, weight, bias, running_mean, running_var, Tensor(), training, false, momentum, eps, "batch_norm"});
+                  const Tensor& running_var, bool training, double momentum, double eps,
+                  const Tensor& num_batches_tracked) {
+  return batch_norm_impl({x, weight, bias, running_mean, running_var, Tensor(), num_batches_tracked, training, false,
+                          momentum, eps, "batch_norm"});
 }
 
 Tensor batch_norm_relu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                       const Tensor& running_var, bool training, double momentum, double eps) {
-  return batch_norm_impl(
-      {x, weight, bias, running_mean, running_var, Tensor(), training, true, momentum, eps, "batch_norm_relu"});
+                       const Tensor& running_var, bool training, double momentum, double eps,
+                       const Tensor& num_batches_tracked) {
+  return batch_norm_impl({x, weight, bias, running_mean, running_var, Tensor(), num_batches_tracked, training, true,
+                          momentum, eps, "batch_norm_relu"});
 }
 
 Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
                            const Tensor& running_mean, const Tensor& running_var, bool training, double momentum,
-                           double eps) {
+                           double eps, const Tensor& num_batches_tracked) {
   require_defined("batch_norm_add_relu", residual, "residual");
-  return batch_norm_impl(
-      {x, weight, bias, running_mean, running_var, residual, training, true, momentum, eps, "batch_norm_add_relu"});
+  return batch_norm_impl({x, weight, bias, running_mean, running_var, residual, num_batches_tracked, training, true,
+                          momentum, eps, "batch_norm_add_relu"});
 }
 
 }  // namespace precis::ops

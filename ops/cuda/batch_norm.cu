@@ -147,7 +147,8 @@ __device__ Pair<float> total(const float* partial, int64_t G, int64_t C, int64_t
 template <typename T>
 __global__ void forward_finalize_kernel(const T* x, const float* partial, int64_t G, Layout l, const float* weight,
                                         const float* bias, float* running_mean, float* running_var, float* save_mean,
-                                        float* save_invstd, float* scale, float momentum, float eps) {
+                                        float* save_invstd, float* scale, float momentum, float eps,
+                                        int64_t* num_batches_tracked) {
   wait_for_previous_grid();
   allow_next_grid_to_start();
   const int64_t c = warp_channel();
@@ -168,6 +169,7 @@ __global__ void forward_finalize_kernel(const T* x, const float* partial, int64_
     mean = running_mean[c];
     var = running_var[c];
   }
+  if (num_batches_tracked && c == 0) ++*num_batches_tracked;
   const float invstd = rsqrtf(var + eps);
   save_mean[c] = mean;
   save_invstd[c] = invstd;
@@ -491,7 +493,8 @@ void batch_norm_forward(const BatchNormForward& f) {
            partial.defined() ? data_of<const float>(partial) : nullptr, G, l, data_of<const float>(f.weight),
            data_of<const float>(f.bias), data_or_null(f.running_mean), data_or_null(f.running_var),
            data_of<float>(f.save_mean), data_of<float>(f.save_invstd), scale, static_cast<float>(f.momentum),
-           static_cast<float>(f.eps));
+           static_cast<float>(f.eps),
+           f.num_batches_tracked.defined() ? data_of<int64_t>(f.num_batches_tracked) : nullptr);
     PRECIS_CUDA_CHECK_LAUNCH(op);
     const int64_t n = f.x.numel();
     if (n == 0) return;

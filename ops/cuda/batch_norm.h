@@ -12,6 +12,7 @@ struct BatchNormForward {
   Tensor x, residual, y, weight, bias;  // residual: batch_norm_add_relu's, laid out as x (else undefined)
                                         // weight, bias: f32 [C]
   Tensor running_mean, running_var;     // f32 [C]: read in eval, updated in place in training (may be undefined then)
+  Tensor num_batches_tracked;           // i64 scalar: 1 added (training), or undefined
   Tensor save_mean, save_invstd;        // f32 [C], written: the statistics used
   double momentum, eps;
   MemoryFormat format;

@@ -80,10 +80,10 @@ TEST(BatchNorm, MatchesTheReferenceWithAndWithoutParameters) {
     Tensor xf = ops::to_memory_format(x, format);
     for (bool relu : {false, true}) {
       auto op = relu ? ops::batch_norm_relu : ops::batch_norm;
-      Tensor y = op(xf, w, b, Tensor(), Tensor(), true, 0.1, 1e-3);
+      Tensor y = op(xf, w, b, Tensor(), Tensor(), true, 0.1, 1e-3, Tensor());
       expect_close(y, reference_training(x, w, b, 1e-3, relu), 1e-12);
       EXPECT_EQ(ops::is_channels_last(y), format == ops::MemoryFormat::channels_last);
-      expect_close(op(xf, Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 1e-5),
+      expect_close(op(xf, Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 1e-5, Tensor()),
                    reference_training(x, Tensor(), Tensor(), 1e-5, relu), 1e-12);
     }
   }
@@ -127,7 +127,7 @@ TEST(BatchNorm, GradientsMatchFiniteDifferences) {
             [=](const std::vector<Tensor>& in) {
               // eval reads the running statistics; training's update of copies does not feed back
               return op(ops::to_memory_format(in[0], format), in[1], in[2], running_mean.clone(), running_var.clone(),
-                        training, 0.1, 1e-3);
+                        training, 0.1, 1e-3, Tensor());
             },
             {random_f64({3, 3, 4, 3}, seed++), random_f64({3}, seed++), random_f64({3}, seed++)});
       }

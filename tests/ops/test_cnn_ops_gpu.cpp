@@ -195,7 +195,7 @@ TEST(CnnOpsGpu, BatchNormMatchesTheCpu) {
               [&, format, training](const std::vector<Tensor>& in) {
                 const bool on_gpu = in[0].is_cuda();
                 return op(ops::to_memory_format(in[0], format), in[1], in[2], on_gpu ? gpu_mean : cpu_mean,
-                          on_gpu ? gpu_var : cpu_var, training, 0.1, 1e-5);
+                          on_gpu ? gpu_var : cpu_var, training, 0.1, 1e-5, Tensor());
               },
               {random_f64(shape, seed++, -1, 3), random_f64({8}, seed++), random_f64({8}, seed++)}, dtype, what,
               {false, true, true});  // weight and bias in f32, as a mixed-precision policy keeps them
@@ -238,7 +238,7 @@ TEST(CnnOpsGpu, BatchNormPackedChannelsLastMatchesTheCpu) {
                   return ops::batch_norm_add_relu(x, ops::to_memory_format(in[3], ops::MemoryFormat::channels_last),
                                                   in[1], in[2], mean, var, training, 0.1, 1e-5);
                 auto op = variant == 1 ? ops::batch_norm_relu : ops::batch_norm;
-                return op(x, in[1], in[2], mean, var, training, 0.1, 1e-5);
+                return op(x, in[1], in[2], mean, var, training, 0.1, 1e-5, Tensor());
               },
               {random_f64(shape, seed++, -1, 3), random_f64({C}, seed++), random_f64({C}, seed++),
                random_f64(shape, seed++)},
@@ -249,6 +249,21 @@ TEST(CnnOpsGpu, BatchNormPackedChannelsLastMatchesTheCpu) {
       }
     }
   }
+}
+
+// A training forward adds 1 to num_batches_tracked on the GPU, in whichever variant and path
+// (packed channels-last, plain); eval adds nothing.
+TEST(CnnOpsGpu, BatchNormCountsTrainingBatchesOnTheGpu) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  Tensor count = zeros({}, DType::i64).to(kGpu);
+  const Tensor x = random_f64({4, 16, 5, 5}, 900).to(DType::bf16).to(kGpu);
+  const Tensor cl = ops::to_memory_format(x, ops::MemoryFormat::channels_last);
+  const Tensor mean = zeros({16}).to(kGpu), var = ones({16}).to(kGpu);
+  ops::batch_norm(x, Tensor(), Tensor(), mean, var, true, 0.1, 1e-5, count);
+  ops::batch_norm_relu(cl, Tensor(), Tensor(), mean, var, true, 0.1, 1e-5, count);
+  ops::batch_norm_add_relu(cl, cl, Tensor(), Tensor(), mean, var, true, 0.1, 1e-5, count);
+  ops::batch_norm(cl, Tensor(), Tensor(), mean, var, false, 0.1, 1e-5, count);
+  EXPECT_EQ(count.to(Device::cpu()).to_vector<int64_t>(), std::vector<int64_t>{3});
 }
 
 // batch_norm_add_relu with x NCHW, and with its residual in the other layout than x.
@@ -278,7 +293,7 @@ TEST(CnnOpsGpu, BatchNormOfOtherRanksAndLargeMeansMatchesTheCpu) {
       for (const Shape& shape : {Shape{37, 8}, Shape{5, 8, 13}}) {
         expect_gpu_matches_cpu(
             [op](const std::vector<Tensor>& in) {
-              return op(in[0], in[1], in[2], Tensor(), Tensor(), true, 0.1, 1e-5);
+              return op(in[0], in[1], in[2], Tensor(), Tensor(), true, 0.1, 1e-5, Tensor());
             },
             {random_f64(shape, 400), random_f64({8}, 401), random_f64({8}, 402)}, dtype,
             std::string(relu ? "batch_norm_relu " : "batch_norm ") + ::testing::PrintToString(shape) + " " +
