@@ -32,6 +32,7 @@
 #include "ops/cpu/loops.h"
 #include "ops/memory_format.h"
 #include "ops/op_cost.h"
+#include "ops/param_grad.h"
 
 #if PRECIS_WITH_CUDA
 #include "ops/cuda/batch_norm.h"
@@ -295,20 +296,27 @@ Tensor forward_cuda(const Arguments& a, Saved& saved) {
   return y;
 }
 
-std::vector<Tensor> backward_cuda(const Saved& s, const Tensor& grad, bool want_dx, bool want_dw, bool want_db,
-                                  bool want_dr) {
+// dw and db go straight into the parameters' f32 .grad where the engine offers it
+// (ops/param_grad.h), else into new f32 tensors that are returned.
+std::vector<Tensor> backward_cuda(const Saved& s, const BackwardArgs& g) {
   const int64_t C = s.x.size(1);
   const Device device = s.x.device();
   Tensor dx =
       s.x.dim() == 4 ? empty_in(s.x.shape(), s.format, s.x.dtype(), device) : empty(s.x.shape(), s.x.dtype(), device);
-  Tensor dw = empty({C}, DType::f32, device), db = empty({C}, DType::f32, device);
+  const ParamGrad dw = param_grad(g, 1, DType::f32, {C}, DType::f32, device),
+                  db = param_grad(g, 2, DType::f32, {C}, DType::f32, device);
+  // the kernels write both sums: scratch for one nobody wants
+  auto values_or_scratch = [&](const ParamGrad& p) {
+    return p.values.defined() ? p.values : empty({C}, DType::f32, device);
+  };
   // the residual's gradient g', written by the statistics pass (which the dx pass then reads)
   Tensor dr = !s.residual      ? Tensor()
               : s.x.dim() == 4 ? empty_in(s.x.shape(), s.format, s.x.dtype(), device)
                                : empty(s.x.shape(), s.x.dtype(), device);
-  cuda::batch_norm_backward({s.x, s.y, dense_as(grad, s.format, s.x.dtype()), s.weight, s.mean, s.invstd, dx, dw, db,
-                             dr, s.format, s.training});
-  return {want_dx ? dx : Tensor(), want_dw ? dw : Tensor(), want_db ? db : Tensor(), want_dr ? dr : Tensor()};
+  cuda::batch_norm_backward({s.x, s.y, dense_as(g.grad(), s.format, s.x.dtype()), s.weight, s.mean, s.invstd, dx,
+                             values_or_scratch(dw), values_or_scratch(db), dr, s.format, s.training,
+                             dw.destination.accumulate, db.destination.accumulate});
+  return {g.needs(0) ? dx : Tensor(), dw.returned(), db.returned(), g.needs(3) ? dr : Tensor()};
 }
 #endif
 
@@ -346,7 +354,7 @@ Tensor batch_norm_impl(const Arguments& a) {
                          grads = backward_cpu(saved, g.grad(), g.needs(0), g.needs(1), g.needs(2), g.needs(3));
                        } else {
 #if PRECIS_WITH_CUDA
-                         grads = backward_cuda(saved, g.grad(), g.needs(0), g.needs(1), g.needs(2), g.needs(3));
+                         grads = backward_cuda(saved, g);
 #endif
                        }
                        if (grads[1].defined()) grads[1] = converted(grads[1], weight_dtype);

@@ -195,7 +195,7 @@ __global__ void forward_apply_kernel(const T* x, const T* r, T* y, Layout l, con
 // dw, db and dx's coefficients per channel: dx = a g' + b + k (x - mean).
 __global__ void backward_finalize_kernel(const float* partial, int64_t G, Layout l, const float* weight,
                                          const float* save_invstd, float* dw, float* db, float* coefficients,
-                                         bool training) {
+                                         bool training, bool accumulate_dw, bool accumulate_db) {
   wait_for_previous_grid();
   allow_next_grid_to_start();
   const int64_t c = warp_channel();
@@ -203,8 +203,8 @@ __global__ void backward_finalize_kernel(const float* partial, int64_t G, Layout
   const Pair<float> s = total(partial, G, l.C, c);
   if (threadIdx.x % 32 != 0) return;
   const float invstd = save_invstd[c], k = weight[c] * invstd, M = static_cast<float>(l.M);
-  db[c] = s.first;
-  dw[c] = s.second * invstd;
+  db[c] = accumulate_db ? db[c] + s.first : s.first;
+  dw[c] = accumulate_dw ? dw[c] + s.second * invstd : s.second * invstd;
   coefficients[c] = k;
   coefficients[l.C + c] = training ? -k * s.first / M : 0.f;
   coefficients[2 * l.C + c] = training ? -k * invstd * invstd * s.second / M : 0.f;
@@ -527,9 +527,9 @@ void batch_norm_backward(const BatchNormBackward& b) {
     const T* gy = data_of<const T>(b.gy);
     T* gprime = b.dr.defined() ? data_of<T>(b.dr) : nullptr;
     const float* mean = data_of<const float>(b.save_mean);
-    if (l.M == 0) {
-      fill_(b.dw, 0.0);
-      fill_(b.db, 0.0);
+    if (l.M == 0) {  // no values: zero sums
+      if (!b.accumulate_dw) fill_(b.dw, 0.0);
+      if (!b.accumulate_db) fill_(b.db, 0.0);
       return;
     }
     const bool is_packed = packed<T>(l, {x, y, gy, gprime, b.dx.raw_data()});
@@ -538,7 +538,7 @@ void batch_norm_backward(const BatchNormBackward& b) {
         is_packed ? packed_channel_sums<T, true>({x, y, gy, mean, gprime}, l, device) : channel_sums(values, l, device);
     launch(backward_finalize_kernel, finalize_blocks(l), kThreads, 0, stream_for(b.dx), data_of<const float>(partial),
            G, l, data_of<const float>(b.weight), data_of<const float>(b.save_invstd), data_of<float>(b.dw),
-           data_of<float>(b.db), data_of<float>(coefficients), b.training);
+           data_of<float>(b.db), data_of<float>(coefficients), b.training, b.accumulate_dw, b.accumulate_db);
     PRECIS_CUDA_CHECK_LAUNCH(op);
     if (is_packed) {
       const PackedShape shape = packed_shape(l.C / Packed128<T>::size);

@@ -27,6 +27,7 @@ struct BatchNormBackward {
   Tensor dx, dw, db, dr;
   MemoryFormat format;
   bool training;
+  bool accumulate_dw = false, accumulate_db = false;  // add to what dw, db hold (a parameter's .grad) instead
 };
 void batch_norm_backward(const BatchNormBackward& b);
 
