@@ -45,11 +45,7 @@ struct SGDSlot {
 };
 
 template <typename P, typename G, typename C>
-struct SGDBatch {
-  SGDSlot<P, G, C> slot[kBatch];
-  int64_t first_block[kBatch + 1];
-  int count;
-};
+using SGDBatch = precis::cuda::TensorBatch<SGDSlot<P, G, C>, kBatch>;
 // Kernel arguments may total 32764 bytes (the rule, the seed and a pointer travel beside the batch).
 static_assert(sizeof(SGDBatch<double, double, double>) <= 32764 - 256, "SGD batch too large for a kernel argument");
 
