@@ -17,24 +17,21 @@
 // as FlashAttention's and PyTorch's benchmarks count): forward 4 B H T^2 D / 2,
 // backward 2.5x that.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <limits>
 #include <sstream>
 
+#include "cli/bench_common.h"
 #include "cli/commands.h"
 #include "core/allocator.h"
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/gpu.h"
+#include "core/pinned.h"
 #include "core/random.h"
 #include "ops/ops.h"
-
-#if PRECIS_WITH_CUDA
-#include "core/cuda/runtime.h"
-#endif
 
 namespace precis::cli {
 
@@ -61,50 +58,6 @@ struct Timing {
   std::string failure;  // e.g. out of memory
 };
 
-void sync(Device device) {
-#if PRECIS_WITH_CUDA
-  if (device.is_cuda()) cuda::synchronize(device);
-#else
-  (void)device;
-#endif
-}
-
-// Milliseconds per call of `fn`: the median over 5 rounds of `iters` calls of each
-// round's mean, after 3 warm-up calls.
-template <typename Fn>
-double mean_ms(Device device, int iters, Fn&& fn) {
-  for (int i = 0; i < 3; ++i) fn();
-  std::vector<double> rounds;
-  for (int round = 0; round < 5; ++round) {
-#if PRECIS_WITH_CUDA
-    if (device.is_cuda()) {
-      cudaStream_t stream = cuda::compute_stream(device);
-      cudaEvent_t start = nullptr, stop = nullptr;
-      PRECIS_CUDA_CHECK(cudaEventCreate(&start), "bench attention");
-      PRECIS_CUDA_CHECK(cudaEventCreate(&stop), "bench attention");
-      PRECIS_CUDA_CHECK(cudaEventRecord(start, stream), "bench attention");
-      for (int i = 0; i < iters; ++i) fn();
-      PRECIS_CUDA_CHECK(cudaEventRecord(stop, stream), "bench attention");
-      PRECIS_CUDA_CHECK(cudaEventSynchronize(stop), "bench attention");
-      float ms = 0.f;
-      PRECIS_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop), "bench attention");
-      cudaEventDestroy(start);
-      cudaEventDestroy(stop);
-      rounds.push_back(static_cast<double>(ms) / iters);
-      continue;
-    }
-#endif
-    sync(device);
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < iters; ++i) fn();
-    sync(device);
-    rounds.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() /
-                     iters);
-  }
-  std::sort(rounds.begin(), rounds.end());
-  return rounds[rounds.size() / 2];
-}
-
 Timing time_attention(int64_t B, int64_t H, int64_t T, int64_t D, DType dtype, Device device, int iters,
                       ops::AttentionImpl impl) {
   Timing t;
@@ -119,7 +72,7 @@ Timing time_attention(int64_t B, int64_t H, int64_t T, int64_t D, DType dtype, D
       "bench attention inputs", {source}, {q, k, v}, [](const BackwardArgs&) { return std::vector<Tensor>{Tensor()}; },
       /*saves_tensors=*/false);
   Allocator& allocator = allocator_for(device);
-  sync(device);
+  synchronize(device);
   const size_t base = allocator.stats().allocated_bytes;
   allocator.reset_peak();
   try {

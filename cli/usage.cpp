@@ -62,6 +62,14 @@ const std::vector<CommandUsage>& usages() {
        "[--tokens 16384] [--heads 12] [--head-dim 64] [--seq 512,1024,...]\n"
        "                [--dtype bf16] [--iters 20] [--impl flash|reference|both]",
        "flash vs reference attention alone, by sequence length"},
+      {"bench matmul",
+       "[--shapes tiny,unaligned,aligned,gpt2-b1,gpt2-b64 or MxNxK,...] [--dtypes fp32,tf32,fp16,bf16]\n"
+       "             [--iters 10] [--device auto|cuda|cpu] [--out DIR]",
+       "matrix products alone: TFLOP/s, % of the dtype's peak, arithmetic intensity, each placed\n"
+       "on the device's roofline (DIR/matmul.md, DIR/roofline.svg; docs/labs/03-tensor-cores.md)"},
+      {"formats", "[VALUE ...] [--out DIR]",
+       "each value's bits, rounding error, class and neighbours in fp32, tf32, fp16, bf16, fp8\n"
+       "e4m3 and e5m2 (DIR/formats.md, DIR/formats.svg; docs/labs/01-formats.md)"},
       {"device", "", "show which device `device: auto` would use"},
       {"help", "", "this message; `precis <command> --help` shows one command"},
   };
