@@ -59,9 +59,12 @@ const std::vector<CommandUsage>& usages() {
        "ResNet training throughput on synthetic images: images/s, phase breakdown, peak memory\n"
        "(32x32: the CIFAR stem)"},
       {"bench attention",
-       "[--tokens 16384] [--heads 12] [--head-dim 64] [--seq 512,1024,...]\n"
-       "                [--dtype bf16] [--iters 20] [--impl flash|reference|both]",
-       "flash vs reference attention alone, by sequence length"},
+       "[--tokens 16384 | --batch 1,2,...] [--heads 12] [--head-dim 64] [--seq 512,1024,...]\n"
+       "                [--dtype bf16] [--iters 20] [--impl flash|reference|both] [--device cuda|cpu]\n"
+       "                [--out DIR]",
+       "flash vs reference attention alone, by sequence length (B = tokens / T, or each listed B):\n"
+       "time, TFLOP/s, peak memory; --out DIR adds the log-log slopes over T (or B) and plots\n"
+       "(docs/labs/04-attention.md)"},
       {"bench matmul",
        "[--shapes tiny,unaligned,aligned,gpt2-b1,gpt2-b64 or MxNxK,...] [--dtypes fp32,tf32,fp16,bf16]\n"
        "             [--iters 10] [--device auto|cuda|cpu] [--out DIR]",

@@ -12,7 +12,7 @@ using precis::testing::CliResult;
 CliResult run(const std::string& args) { return precis::testing::run_cli(args); }
 
 const char* kCommands[] = {"train",      "eval",         "sample",          "plot",  "tokenize", "numerics", "sweep",
-                           "bench gpt2", "bench resnet", "bench attention", "device"};
+                           "bench gpt2", "bench resnet", "bench attention", "bench matmul", "formats", "device"};
 
 }  // namespace
 
