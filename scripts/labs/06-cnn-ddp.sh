@@ -19,6 +19,10 @@ cat "$OUT/cnn/sweep.md"
 
 echo "==== (b) DDP over 2 ranks: bucket size ===="
 ranks=2
+if ! command -v mpirun >/dev/null; then
+  echo "(no mpirun: the DDP sweep needs MPI; skipped)" | tee "$OUT/ddp-buckets.md"
+  exit 0
+fi
 if [[ $DEVICE == cuda ]] && (($(nvidia-smi -L 2>/dev/null | wc -l) < 2)); then
   echo "(fewer than 2 GPUs: the DDP sweep needs 2; skipped)" | tee "$OUT/ddp-buckets.md"
   exit 0
