@@ -27,10 +27,11 @@ const std::vector<CommandUsage>& usages() {
        "CHECKPOINT [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--seed S]\n"
        "       [--device auto|cpu|cuda]",
        "generate text from a checkpoint directory (or a Hugging Face GPT-2 folder)"},
-      {"plot", "RUN_DIR [RUN_DIR ...] [--out FILE.svg] [--csv FILE.csv]",
+      {"plot", "RUN_DIR [RUN_DIR ...] [--out FILE.svg] [--csv FILE.csv] [--numerics FILE.svg]",
        "loss, val loss, lr, grad norm, loss scale, skipped steps and throughput of runs (their\n"
        "metrics.jsonl) as SVG panels, one line per run, and a CSV export (default: metrics.svg\n"
-       "and metrics.csv in the first RUN_DIR)"},
+       "and metrics.csv in the first RUN_DIR); --numerics: the runs' numerics reports (fp16\n"
+       "underflow of gradients, lost updates) over the steps"},
       {"tokenize", "--tokenizer gpt2|char INPUT.txt OUT_PREFIX [--val-fraction F]",
        "write llm.c token shards OUT_PREFIX_{train,val}.bin"},
       {"numerics", "CONFIG.yaml [key=value ...]",

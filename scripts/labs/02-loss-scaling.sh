@@ -3,7 +3,8 @@
 # in fp16 without loss scaling, with a static and with a dynamic scale, and in bf16-pure;
 # the numerics report (precis train precision.report=true) counts fp16 underflow and lost
 # updates, precis plot draws the loss, the loss scale and the skipped steps.
-# Writes OUT_DIR/loss-scaling.md, OUT_DIR/loss-scaling.svg (+ .csv) and a run folder per run.
+# Writes OUT_DIR/loss-scaling.md, OUT_DIR/loss-scaling.svg (+ .csv), OUT_DIR/numerics.svg (the
+# reports over the steps) and a run folder per run.
 source "$(dirname "$0")/common.sh"
 config=examples/configs/shakespeare-char-baby.yaml
 case $LAB_SIZE in
@@ -50,16 +51,18 @@ done
     step=$(tail -1 "$numerics" | json_number step)
     scale=$(tail -1 "$numerics" | json_number loss_scale)
     # Means over the layers of the last report, as percentages.
-    mean() { (grep "\"step\":$step," "$numerics" | grep "\"kind\":\"$1\"" || true) | json_number "$2" |
-      awk '{s += $1; n++} END {if (n) printf "%.2f%%", 100 * s / n; else printf "-"}'; }
+    # The fraction over all elements of the rows of one kind: each layer's weighted by its count.
+    mean() { (grep "\"step\":$step," "$numerics" | grep "\"kind\":\"$1\"" || true) |
+      while read -r row; do echo "$(json_number "$2" <<<"$row") $(json_number count <<<"$row")"; done |
+      awk '{s += $1 * $2; n += $2} END {if (n) printf "%.2f%%", 100 * s / n; else printf "-"}'; }
     printf '| %s | %.4f | %s | %s | %s | %s | %s | %s | %s |\n' "$name" "$loss" "${val:--}" "${skipped:-0}" "$scale" \
       "$(mean 'act grad' fp16_subnormal)" "$(mean 'act grad' fp16_underflow)" "$(mean gradient fp16_subnormal)" \
       "$(mean update lost)"
   done
   echo
-  echo "Underflow and lost-update columns: the report at step $step, mean over the layers (gradients as stored,"
+  echo "Underflow and lost-update columns: the report at step $step, over all elements of the layers (gradients as stored,"
   echo "i.e. multiplied by the loss scale). Lost updates: parameters with a nonzero gradient whose stored value"
   echo "did not change."
 } >"$OUT/loss-scaling.md"
 cat "$OUT/loss-scaling.md"
-"$PRECIS" plot "${folders[@]}" --out "$OUT/loss-scaling.svg" --csv "$OUT/loss-scaling.csv"
+"$PRECIS" plot "${folders[@]}" --out "$OUT/loss-scaling.svg" --csv "$OUT/loss-scaling.csv" --numerics "$OUT/numerics.svg"

@@ -111,6 +111,7 @@ TEST(LabsSlow, LossScaling) {
   const fs::path out = run_lab("02-loss-scaling");
   expect_rows(read_file(out / "loss-scaling.md"), {"fp32", "fp16-none", "fp16-static", "fp16-dynamic", "bf16-pure"});
   expect_svg(out / "loss-scaling.svg", 5);
+  expect_svg(out / "numerics.svg", 4 * 5);  // four panels, a line per run
   EXPECT_TRUE(fs::exists(out / "loss-scaling.csv"));
 }
 
