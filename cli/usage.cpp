@@ -67,8 +67,8 @@ const std::vector<CommandUsage>& usages() {
        "time, TFLOP/s, peak memory; --out DIR adds the log-log slopes over T (or B) and plots\n"
        "(docs/labs/04-attention.md)"},
       {"bench matmul",
-       "[--shapes tiny,unaligned,aligned,gpt2-b1,gpt2-b64 or MxNxK,...] [--dtypes fp32,tf32,fp16,bf16]\n"
-       "             [--iters 10] [--device auto|cuda|cpu] [--out DIR]",
+       "[--shapes tiny,unaligned,aligned,gpt2-b1,gpt2-b64 or MxNxK,...]\n"
+       "             [--dtypes fp32,tf32,fp16,bf16] [--iters 10] [--device auto|cuda|cpu] [--out DIR]",
        "matrix products alone: TFLOP/s, % of the dtype's peak, arithmetic intensity, each placed\n"
        "on the device's roofline (DIR/matmul.md, DIR/roofline.svg; docs/labs/03-tensor-cores.md)"},
       {"formats", "[VALUE ...] [--out DIR]",

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Lab 2 (docs/labs/02-loss-scaling.md): a small char-level GPT-2 trained from one seed in fp32,
+# Lab 2 (docs/labs/02-loss-scaling.md): a small GPT-2 (char-level on the CPU, GPT-2 tokens on
+# an H100) trained from one seed in fp32,
 # in fp16 without loss scaling, with a static and with a dynamic scale, and in bf16-pure;
 # the numerics report (precis train precision.report=true) counts fp16 underflow and lost
 # updates, precis plot draws the loss, the loss scale and the skipped steps.
@@ -12,7 +13,11 @@ case $LAB_SIZE in
               log_interval=2 precision.report_interval=2 eval_interval=4 eval_steps=1) ;;
   cpu) size=(model.n_layer=2 model.n_head=2 model.n_embd=64 batch.micro_batch=8 max_steps=300 log_interval=10
              precision.report_interval=100 eval_interval=100 eval_steps=10) ;;
-  h100) size=(max_steps=2000 log_interval=10 precision.report_interval=250 eval_interval=250 eval_steps=50) ;;
+  # GPT-2's 50257-token vocabulary and 8192 tokens a step: the logits' gradients are about
+  # p / 8192 with p near 1/50257, far below fp16's smallest subnormal.
+  h100) config=examples/configs/gpt2-shakespeare.yaml
+        size=(batch.micro_batch=64 max_steps=1000 log_interval=10 precision.report_interval=100 eval_interval=100
+              eval_steps=20) ;;
 esac
 # name, then the precision settings of that run.
 runs=(

@@ -120,7 +120,7 @@ TEST(LabsSlow, TensorCores) {
   const std::string md = read_file(out / "matmul.md");
   expect_rows(md, {"tiny", "gpt2-b1"});
   EXPECT_EQ(count(md, "\n| tiny |"), 2u);  // fp32 and bf16
-  expect_svg(out / "roofline.svg", 2, 4);   // a roof per dtype, a point per product
+  expect_svg(out / "roofline.svg", 2, 4);  // a roof per dtype, a point per product
 }
 
 TEST(LabsSlow, Attention) {
