@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # sourced: DEVICE and the rest are for the lab scripts
 # Shared by the labs (docs/labs/): the precis binary, the size, the output folder, and
 # reading one number out of a JSON line. Sourced, not run.
 #   PRECIS    the binary (default: build/precis of this checkout)

@@ -1,13 +1,12 @@
 // The formats of `precis formats` against known encodings (IEEE 754 binary32/binary16,
 // bfloat16, OCP FP8 e4m3/e5m2) and the generic rounding against the host types.
-#include "amp/float_format.h"
-
 #include <gtest/gtest.h>
 
 #include <bit>
 #include <cmath>
 #include <random>
 
+#include "amp/float_format.h"
 #include "core/convert.h"
 
 namespace precis::amp {
