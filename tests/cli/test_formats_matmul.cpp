@@ -3,8 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "support/cli.h"
 
@@ -12,13 +10,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using precis::testing::run_cli;
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 TEST(CliFormats, PrintsTheKnownEncodingsAndWritesTheTableAndPlot) {
   const fs::path out = fs::temp_directory_path() / "precis_cli_formats";
@@ -31,8 +22,8 @@ TEST(CliFormats, PrintsTheKnownEncodingsAndWritesTheTableAndPlot) {
   EXPECT_NE(r.output.find("underflow: 0"), std::string::npos);    // 1e-8 in fp16
   EXPECT_NE(r.output.find("| fp8 e4m3 | 1/4/3 | 4 | 1.2 | 448 |"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("| fp8 e5m2 | 1/5/2 | 3 | 0.9 | 57344 |"), std::string::npos) << r.output;
-  EXPECT_NE(read_file(out / "formats.md").find("0x7BFF"), std::string::npos);
-  EXPECT_NE(read_file(out / "formats.svg").find("</svg>"), std::string::npos);
+  EXPECT_NE(precis::testing::read_text_file(out / "formats.md").find("0x7BFF"), std::string::npos);
+  EXPECT_NE(precis::testing::read_text_file(out / "formats.svg").find("</svg>"), std::string::npos);
 }
 
 TEST(CliFormats, RejectsWhatIsNotANumber) {
@@ -52,7 +43,7 @@ TEST(CliBenchMatmul, TimesEachShapeAndDtypeOnTheCpuAndPlacesThemOnTheRoofline) {
     EXPECT_NE(r.output.find(row), std::string::npos) << row << "\n" << r.output;
   // 64^3 in fp32: 2 x 64^3 FLOPs over 3 x 64^2 x 4 bytes = 10.7 FLOPs per byte.
   EXPECT_NE(r.output.find("| 10.7 |"), std::string::npos) << r.output;
-  const std::string svg = read_file(out / "roofline.svg");
+  const std::string svg = precis::testing::read_text_file(out / "roofline.svg");
   size_t points = 0;
   for (size_t at = svg.find("class=\"point\""); at != std::string::npos; at = svg.find("class=\"point\"", at + 1))
     ++points;

@@ -4,8 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "core/source_dir.h"
@@ -14,14 +12,6 @@
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << "missing " << path;
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 // Runs lab `name` into a fresh folder and returns the folder.
 fs::path run_lab(const std::string& name) {
@@ -75,7 +65,7 @@ size_t count(const std::string& text, const std::string& needle) {
 
 // The SVG at `path` parses, and draws at least `lines` polylines and `points` points.
 void expect_svg(const fs::path& path, size_t lines = 1, size_t points = 0) {
-  const std::string svg = read_file(path);
+  const std::string svg = precis::testing::read_text_file(path);
   std::string why;
   EXPECT_TRUE(well_formed(svg, &why)) << path << ": " << why;
   EXPECT_NE(svg.find("<svg"), std::string::npos) << path;
@@ -99,7 +89,7 @@ TEST(LabsSlow, WellFormedCheckerRejectsBrokenXml) {
 
 TEST(LabsSlow, Formats) {
   const fs::path out = run_lab("01-formats");
-  const std::string md = read_file(out / "formats.md");
+  const std::string md = precis::testing::read_text_file(out / "formats.md");
   expect_rows(md, {"fp32", "tf32", "fp16", "bf16", "fp8 e4m3", "fp8 e5m2"});
   for (const char* value : {"## 3.14159", "## 1e-08", "## 65504", "## 70000", "## 57344"})
     EXPECT_NE(md.find(value), std::string::npos) << value;
@@ -109,7 +99,8 @@ TEST(LabsSlow, Formats) {
 
 TEST(LabsSlow, LossScaling) {
   const fs::path out = run_lab("02-loss-scaling");
-  expect_rows(read_file(out / "loss-scaling.md"), {"fp32", "fp16-none", "fp16-static", "fp16-dynamic", "bf16-pure"});
+  expect_rows(precis::testing::read_text_file(out / "loss-scaling.md"),
+              {"fp32", "fp16-none", "fp16-static", "fp16-dynamic", "bf16-pure"});
   expect_svg(out / "loss-scaling.svg", 5);
   expect_svg(out / "numerics.svg", 4 * 5);  // four panels, a line per run
   EXPECT_TRUE(fs::exists(out / "loss-scaling.csv"));
@@ -117,7 +108,7 @@ TEST(LabsSlow, LossScaling) {
 
 TEST(LabsSlow, TensorCores) {
   const fs::path out = run_lab("03-tensor-cores");
-  const std::string md = read_file(out / "matmul.md");
+  const std::string md = precis::testing::read_text_file(out / "matmul.md");
   expect_rows(md, {"tiny", "gpt2-b1"});
   EXPECT_EQ(count(md, "\n| tiny |"), 2u);  // fp32 and bf16
   expect_svg(out / "roofline.svg", 2, 4);  // a roof per dtype, a point per product
@@ -126,7 +117,7 @@ TEST(LabsSlow, TensorCores) {
 TEST(LabsSlow, Attention) {
   const fs::path out = run_lab("04-attention");
   for (const char* sweep : {"seq", "batch"}) {
-    const std::string md = read_file(out / sweep / "attention.md");
+    const std::string md = precis::testing::read_text_file(out / sweep / "attention.md");
     EXPECT_NE(md.find("| time slope"), std::string::npos) << md;
     expect_rows(md, {std::string(sweep) == "seq" ? "64" : "32"});
     expect_svg(out / sweep / "attention-time.svg");
@@ -136,7 +127,7 @@ TEST(LabsSlow, Attention) {
 
 TEST(LabsSlow, Ladder) {
   const fs::path out = run_lab("05-ladder");
-  expect_rows(read_file(out / "ladder.md"),
+  expect_rows(precis::testing::read_text_file(out / "ladder.md"),
               {"1-fp32-reference", "2-tf32", "3-bf16", "4-flash", "5-fused-classifier", "6-cuda-graphs"});
   expect_svg(out / "ladder.svg", 6);
   expect_svg(out / "1-fp32-reference" / "roofline.svg", 1, 1);
@@ -144,10 +135,10 @@ TEST(LabsSlow, Ladder) {
 
 TEST(LabsSlow, CnnAndDdp) {
   const fs::path out = run_lab("06-cnn-ddp");
-  expect_rows(read_file(out / "cnn" / "sweep.md"), {"fp32", "fp16", "bf16", "bf16-pure"});
+  expect_rows(precis::testing::read_text_file(out / "cnn" / "sweep.md"), {"fp32", "fp16", "bf16", "bf16-pure"});
   expect_svg(out / "cnn" / "sweep.svg", 4);
 #ifdef PRECIS_MPIEXEC
-  expect_rows(read_file(out / "ddp-buckets.md"), {"1", "25"});
+  expect_rows(precis::testing::read_text_file(out / "ddp-buckets.md"), {"1", "25"});
   expect_svg(out / "ddp-buckets.svg", 2);
 #else
   EXPECT_TRUE(fs::exists(out / "ddp-buckets.md"));  // says why it skipped
