@@ -1,9 +1,16 @@
 #include "cli/bench_common.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <vector>
 
 #include "core/error.h"
+#include "core/pinned.h"
+
+#if PRECIS_WITH_CUDA
+#include "core/cuda/runtime.h"
+#endif
 
 namespace precis::cli {
 
@@ -21,6 +28,39 @@ int64_t parse_count(const Options& o, const std::string& name, int64_t fallback,
   PRECIS_CHECK(used == text.size() && value >= min, command, ": --", name, " must be an integer >= ", min, ", got '",
                text, "'");
   return value;
+}
+
+double mean_ms(Device device, int iters, const std::function<void()>& fn) {
+  for (int i = 0; i < 3; ++i) fn();
+  std::vector<double> rounds;
+  for (int round = 0; round < 5; ++round) {
+#if PRECIS_WITH_CUDA
+    if (device.is_cuda()) {
+      cudaStream_t stream = cuda::compute_stream(device);
+      cudaEvent_t start = nullptr, stop = nullptr;
+      PRECIS_CUDA_CHECK(cudaEventCreate(&start), "bench");
+      PRECIS_CUDA_CHECK(cudaEventCreate(&stop), "bench");
+      PRECIS_CUDA_CHECK(cudaEventRecord(start, stream), "bench");
+      for (int i = 0; i < iters; ++i) fn();
+      PRECIS_CUDA_CHECK(cudaEventRecord(stop, stream), "bench");
+      PRECIS_CUDA_CHECK(cudaEventSynchronize(stop), "bench");
+      float ms = 0.f;
+      PRECIS_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop), "bench");
+      cudaEventDestroy(start);
+      cudaEventDestroy(stop);
+      rounds.push_back(static_cast<double>(ms) / iters);
+      continue;
+    }
+#endif
+    synchronize(device);
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) fn();
+    synchronize(device);
+    rounds.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() /
+                     iters);
+  }
+  std::sort(rounds.begin(), rounds.end());
+  return rounds[rounds.size() / 2];
 }
 
 std::string format(const char* pattern, double value) {

@@ -2,9 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "cli/commands.h"
+#include "core/device.h"
 #include "train/steady_state.h"
 
 namespace precis::cli {
@@ -13,6 +15,10 @@ namespace precis::cli {
 // (`command` starts the message).
 int64_t parse_count(const Options& o, const std::string& name, int64_t fallback, int64_t min,
                     const std::string& command = "bench");
+// Milliseconds per call of `fn`: the median over 5 rounds of `iters` calls of each round's
+// mean, after 3 warm-up calls; each round timed with CUDA events on the compute stream on a
+// GPU, with the host clock and a synchronisation on the CPU (PyTorch's benchmark method).
+double mean_ms(Device device, int iters, const std::function<void()>& fn);
 // printf-style formatting of one number.
 std::string format(const char* pattern, double value);
 // One line per phase (ms per step, share of the step) and "other" (host time outside them).

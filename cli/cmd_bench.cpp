@@ -197,6 +197,7 @@ void print_figures(const BenchOptions& b, train::Trainer& trainer, const train::
 int bench_command(const Args& args) {
   if (!args.empty() && args[0] == "attention") return bench_attention_command(Args(args.begin() + 1, args.end()));
   if (!args.empty() && args[0] == "resnet") return bench_resnet_command(Args(args.begin() + 1, args.end()));
+  if (!args.empty() && args[0] == "matmul") return bench_matmul_command(Args(args.begin() + 1, args.end()));
   BenchOptions b = parse_bench_options(args);
   train::TrainConfig config = bench_config(b);
   if (b.preset != "tiny" && !resolve_device(config.device, /*quiet=*/true).is_cuda())

@@ -21,6 +21,8 @@ int bench_attention_command(const Args& args);  // precis bench attention [--tok
 int bench_resnet_command(const Args& args);     // precis bench resnet [--model resnet18|resnet50] [--batch B] ...
 int eval_command(const Args& args);             // precis eval CHECKPOINT_OR_RUN_DIR [--data PATH] [--steps N] ...
 int plot_command(const Args& args);             // precis plot RUN_DIR [RUN_DIR ...] [--out FILE.svg] [--csv FILE.csv]
+int formats_command(const Args& args);          // precis formats [VALUE ...] [--out DIR]
+int bench_matmul_command(const Args& args);     // precis bench matmul [--shapes ...] [--dtypes ...] [--out DIR]
 int version_command();                          // precis --version
 
 // "--name value" options after the positional arguments; unknown options are usage errors (cli/usage.h).

@@ -13,7 +13,8 @@ namespace {
 
 // The name the usage table knows a command line by: "train", "bench resnet", ...
 std::string usage_name(const std::string& command, const precis::cli::Args& rest) {
-  if (command == "bench" && !rest.empty() && (rest[0] == "resnet" || rest[0] == "attention" || rest[0] == "gpt2"))
+  if (command == "bench" && !rest.empty() &&
+      (rest[0] == "resnet" || rest[0] == "attention" || rest[0] == "gpt2" || rest[0] == "matmul"))
     return "bench " + rest[0];
   return command;
 }
@@ -47,6 +48,7 @@ int run(const std::vector<std::string>& args) {
   if (command == "numerics") return numerics_command(rest);
   if (command == "sweep") return sweep_command(rest);
   if (command == "profile") return profile_command(rest);
+  if (command == "formats") return formats_command(rest);
   return bench_command(rest);
 }
 

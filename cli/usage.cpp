@@ -27,10 +27,11 @@ const std::vector<CommandUsage>& usages() {
        "CHECKPOINT [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--seed S]\n"
        "       [--device auto|cpu|cuda]",
        "generate text from a checkpoint directory (or a Hugging Face GPT-2 folder)"},
-      {"plot", "RUN_DIR [RUN_DIR ...] [--out FILE.svg] [--csv FILE.csv]",
+      {"plot", "RUN_DIR [RUN_DIR ...] [--out FILE.svg] [--csv FILE.csv] [--numerics FILE.svg]",
        "loss, val loss, lr, grad norm, loss scale, skipped steps and throughput of runs (their\n"
        "metrics.jsonl) as SVG panels, one line per run, and a CSV export (default: metrics.svg\n"
-       "and metrics.csv in the first RUN_DIR)"},
+       "and metrics.csv in the first RUN_DIR); --numerics: the runs' numerics reports (fp16\n"
+       "underflow of gradients, lost updates) over the steps"},
       {"tokenize", "--tokenizer gpt2|char INPUT.txt OUT_PREFIX [--val-fraction F]",
        "write llm.c token shards OUT_PREFIX_{train,val}.bin"},
       {"numerics", "CONFIG.yaml [key=value ...]",
@@ -59,9 +60,20 @@ const std::vector<CommandUsage>& usages() {
        "ResNet training throughput on synthetic images: images/s, phase breakdown, peak memory\n"
        "(32x32: the CIFAR stem)"},
       {"bench attention",
-       "[--tokens 16384] [--heads 12] [--head-dim 64] [--seq 512,1024,...]\n"
-       "                [--dtype bf16] [--iters 20] [--impl flash|reference|both]",
-       "flash vs reference attention alone, by sequence length"},
+       "[--tokens 16384 | --batch 1,2,...] [--heads 12] [--head-dim 64] [--seq 512,1024,...]\n"
+       "                [--dtype bf16] [--iters 20] [--impl flash|reference|both] [--device cuda|cpu]\n"
+       "                [--out DIR]",
+       "flash vs reference attention alone, by sequence length (B = tokens / T, or each listed B):\n"
+       "time, TFLOP/s, peak memory; --out DIR adds the log-log slopes over T (or B) and plots\n"
+       "(docs/labs/04-attention.md)"},
+      {"bench matmul",
+       "[--shapes tiny,unaligned,aligned,gpt2-b1,gpt2-b64 or MxNxK,...]\n"
+       "             [--dtypes fp32,tf32,fp16,bf16] [--iters 10] [--device auto|cuda|cpu] [--out DIR]",
+       "matrix products alone: TFLOP/s, % of the dtype's peak, arithmetic intensity, each placed\n"
+       "on the device's roofline (DIR/matmul.md, DIR/roofline.svg; docs/labs/03-tensor-cores.md)"},
+      {"formats", "[VALUE ...] [--out DIR]",
+       "each value's bits, rounding error, class and neighbours in fp32, tf32, fp16, bf16, fp8\n"
+       "e4m3 and e5m2 (DIR/formats.md, DIR/formats.svg; docs/labs/01-formats.md)"},
       {"device", "", "show which device `device: auto` would use"},
       {"help", "", "this message; `precis <command> --help` shows one command"},
   };

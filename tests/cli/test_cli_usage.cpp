@@ -11,8 +11,9 @@ namespace {
 using precis::testing::CliResult;
 CliResult run(const std::string& args) { return precis::testing::run_cli(args); }
 
-const char* kCommands[] = {"train",      "eval",         "sample",          "plot",  "tokenize", "numerics", "sweep",
-                           "bench gpt2", "bench resnet", "bench attention", "device"};
+const char* kCommands[] = {"train",        "eval",    "sample",     "plot",         "tokenize",
+                           "numerics",     "sweep",   "bench gpt2", "bench resnet", "bench attention",
+                           "bench matmul", "formats", "device"};
 
 }  // namespace
 

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 namespace precis::testing {
@@ -31,6 +32,15 @@ inline CliResult run_command(const std::string& command_line) {
 }
 
 inline CliResult run_cli(const std::string& args) { return run_command(std::string(PRECIS_CLI_PATH) + " " + args); }
+
+// The whole file as text (empty, and a failed expectation, when it cannot be opened).
+inline std::string read_text_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << "cannot open " << path;
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 // A tiny char-level run (seconds on the CPU): DIR/tiny.yaml with out_dir DIR/out, where
 // DIR = the temporary directory's precis_cli_<name>, made empty. Returns DIR.
