@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# The ResNet bars of issue 18 with `precis bench resnet` on synthetic images: ResNet-18 with the
-# CIFAR stem at 32x32, B=256, under fp32, tf32, fp16 and bf16, NCHW and channels-last, eager
-# and replayed from a CUDA graph; then ResNet-50 at 224x224, B=128, bf16 channels-last.
-# 20 measured steps after 5 warm-up steps each. Prints a markdown table; each run's full
-# output is in $OUT_DIR/<model>-<precision>-<layout>-<mode>.log.
-# RUNS="model:image:batch:precision:layout:mode ..." runs only those; TORCH_RUNS="model:image:
-# batch:precision:layout:eager|compile ..." adds PyTorch's figures with the same settings
-# (scripts/torch_resnet_reference.py), run after Precis's in the same call.
+# Issue 18's ResNet table, Precis and PyTorch in one call, on synthetic images (`precis bench
+# resnet` and scripts/torch_resnet_reference.py with the same settings: SGD lr 0.1, momentum 0.9,
+# weight decay 5e-4, cudnn.benchmark, autocast for fp16/bf16). By default:
+#   ResNet-18, CIFAR stem, 32x32, B=256: fp32, tf32, fp16 and bf16 x NCHW and channels-last,
+#     Precis replayed from a CUDA graph (and bf16 channels-last eager too), PyTorch eager;
+#     torch.compile bf16 channels-last;
+#   ResNet-50, 224x224, B=128, bf16 channels-last: Precis graphs and eager, PyTorch eager and
+#     torch.compile;
+# then the bars' ratios (Precis bf16 channels-last graphs / torch.compile, same call). About
+# 7-8 minutes on an H100 (most of it the processes' start, cuDNN's algorithm timing and
+# torch.compile). 20 measured steps after 5 warm-up steps each. Each run's full output is in
+# $OUT_DIR/<model>-<precision>-<layout>-<mode>.log (torch-... for PyTorch's).
+# RUNS="model:image:batch:precision:layout:eager|graphs ..." runs only those Precis rows;
+# TORCH_RUNS="model:image:batch:precision:layout:eager|compile ..." only those PyTorch rows
+# (TORCH_RUNS= , set and empty: none).
 # Usage: bash bench/run-resnet-bench.sh BUILD_DIR [more bench options]
 set -uo pipefail
 BUILD=${1:-build-gpu}
@@ -56,16 +63,29 @@ torch_run() {
   echo "${table##*$'\n'}" >>"$OUT_DIR/rows.md"
 }
 EXTRA=("$@")
-if [ -n "${RUNS:-}" ]; then
-  for r in $RUNS; do IFS=: read -r m i b p l mode <<<"$r"; run "$m" "$i" "$b" "$p" "$l" "$mode"; done
-else
-  for precision in fp32 tf32 fp16 bf16; do
-    for layout in nchw channels-last; do
-      for mode in eager graphs; do run resnet18 32 256 "$precision" "$layout" "$mode"; done
-    done
-  done
-  for mode in eager graphs; do run resnet50 224 128 bf16 channels-last "$mode"; done
-fi
-for r in ${TORCH_RUNS:-}; do IFS=: read -r m i b p l mode <<<"$r"; torch_run "$m" "$i" "$b" "$p" "$l" "$mode"; done
+R18=resnet18:32:256 R50=resnet50:224:128
+default_runs=""
+for precision in fp32 tf32 fp16 bf16; do
+  for layout in nchw channels-last; do default_runs+=" $R18:$precision:$layout:graphs"; done
+done
+default_runs+=" $R18:bf16:channels-last:eager $R50:bf16:channels-last:graphs $R50:bf16:channels-last:eager"
+default_torch_runs=""
+for precision in fp32 tf32 fp16 bf16; do
+  for layout in nchw channels-last; do default_torch_runs+=" $R18:$precision:$layout:eager"; done
+done
+default_torch_runs+=" $R18:bf16:channels-last:compile $R50:bf16:channels-last:eager $R50:bf16:channels-last:compile"
+for r in ${RUNS:-$default_runs}; do IFS=: read -r m i b p l mode <<<"$r"; run "$m" "$i" "$b" "$p" "$l" "$mode"; done
+for r in ${TORCH_RUNS-$default_torch_runs}; do IFS=: read -r m i b p l mode <<<"$r"; torch_run "$m" "$i" "$b" "$p" "$l" "$mode"; done
 echo "$table"
+# The bars: Precis bf16 channels-last with graphs over torch.compile's figure, per model.
+images_per_s() {  # row prefix ("| resnet18 |" or "| torch resnet18 |"), mode
+  awk -F'|' -v who="$1" -v mode="$2" '$2 == " " who " " && $5 == " bf16 " && $6 == " channels-last " &&
+    $7 == " " mode " " { print $8 + 0 }' <<<"$table" | tail -1
+}
+for model in resnet18 resnet50; do
+  ours=$(images_per_s "$model" graphs) theirs=$(images_per_s "torch $model" compile)
+  if [ -n "$ours" ] && [ -n "$theirs" ]; then
+    echo "$model bf16 channels-last: Precis graphs / torch.compile = $(awk -v a="$ours" -v b="$theirs" 'BEGIN { printf "%.3f", a / b }')x"
+  fi
+done
 exit $failed
