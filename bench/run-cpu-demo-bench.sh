@@ -5,8 +5,11 @@
 # pinned to the same cores with taskset, ROUNDS rounds taken alternately (Precis, then
 # PyTorch) so that a load on the machine falls on both. Each run: STEPS measured steps after
 # WARMUP warm-up steps. Prints a markdown table, one row per round, and the median ratio.
+# BASELINE=OTHER_BUILD_DIR adds a run of that build's precis to each round (before and after
+# a change, under the same load).
 # Usage: bash bench/run-cpu-demo-bench.sh [BUILD_DIR] [more precis bench options]
-#   env: CORES (0,1), ROUNDS (5), STEPS (30), WARMUP (5), PRECISION (fp32), PYTHON (python3)
+#   env: CORES (0,1), ROUNDS (5), STEPS (30), WARMUP (5), PRECISION (fp32), PYTHON (python3),
+#        BASELINE (none)
 set -uo pipefail
 BUILD=${1:-build}
 shift || true
@@ -30,13 +33,24 @@ demo_settings=(model.n_layer=4 model.n_head=4 model.n_embd=128 model.dropout=0 d
 
 echo "| round | Precis tokens/s | Precis ms/step | PyTorch tokens/s | PyTorch ms/step | Precis / PyTorch |"
 echo "|---|---|---|---|---|---|"
+BASELINE=${BASELINE:-}
 ratios=()
 failed=0
+run_precis() {  # $1 build dir, $2 log
+  local build=$1 log=$2
+  shift 2
+  taskset -c "$CORES" "$build/precis" bench gpt2 --preset tiny --batch 16 --seq 64 --precision "$PRECISION" \
+    --device cpu --steps "$STEPS" --warmup "$WARMUP" --out "$OUT_DIR/run" "${demo_settings[@]}" "$@" >"$log" 2>&1
+}
 for round in $(seq 1 "$ROUNDS"); do
   plog="$OUT_DIR/precis-$round.log"
   tlog="$OUT_DIR/torch-$round.log"
-  taskset -c "$CORES" "$BUILD/precis" bench gpt2 --preset tiny --batch 16 --seq 64 --precision "$PRECISION" \
-    --device cpu --steps "$STEPS" --warmup "$WARMUP" --out "$OUT_DIR/run" "${demo_settings[@]}" "$@" >"$plog" 2>&1
+  run_precis "$BUILD" "$plog" "$@"
+  baseline_text=""
+  if [ -n "$BASELINE" ]; then
+    run_precis "$BASELINE" "$OUT_DIR/baseline-$round.log" "$@"
+    baseline_text=" (baseline $(grep '^result: ' "$OUT_DIR/baseline-$round.log" | tail -1 | tr ' ' '\n' | sed -n 's/^tokens_per_s=//p') tokens/s)"
+  fi
   taskset -c "$CORES" "$PYTHON" "$ROOT/scripts/torch_cpu_reference.py" --threads 2 --batch 16 --seq 64 \
     --steps "$STEPS" --warmup "$WARMUP" >"$tlog" 2>&1
   presult=$(grep '^result: ' "$plog" | tail -1)
@@ -50,8 +64,8 @@ for round in $(seq 1 "$ROUNDS"); do
   ttok=$(field tokens_per_s "$tresult")
   ratio=$(awk -v p="$ptok" -v t="$ttok" 'BEGIN { printf "%.2f", p / t }')
   ratios+=("$ratio")
-  printf "| %d | %s | %.1f | %s | %.1f | %sx |\n" "$round" "$ptok" "$(field ms_per_step "$presult")" "$ttok" \
-    "$(field ms_per_step "$tresult")" "$ratio"
+  printf "| %d | %s%s | %.1f | %s | %.1f | %sx |\n" "$round" "$ptok" "$baseline_text" "$(field ms_per_step "$presult")" \
+    "$ttok" "$(field ms_per_step "$tresult")" "$ratio"
 done
 if [ ${#ratios[@]} -gt 0 ]; then
   median=$(printf "%s\n" "${ratios[@]}" | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
