@@ -1,21 +1,21 @@
-// The math, per batch b and head h, with q_i, k_j, v_j the D-vectors of positions i and j,
-// s = scale, and j running over the keys query i sees (j <= i when causal):
+// The math, per batch b and head h, with Q, K, V the [T, D] rows of the head, s = scale, and
+// the causal mask hiding key j from query i when j > i. Queries and keys are taken in tiles
+// of kTile positions, so what is stored is one kTile x kTile tile of scores, never T x T.
 //
-// Forward, keys taken a tile at a time with the online softmax (FlashAttention): keep the
-// running maximum m, the running sum l of exp(score - m) and the running weighted sum a of
-// values; for each tile of scores x_j = s q_i . k_j,
-//   m' = max(m, max_j x_j),  c = exp(m - m'),
-//   l <- c l + sum_j exp(x_j - m'),   a <- c a + sum_j exp(x_j - m') v_j,   m <- m'
-// then out_i = a / l and lse_i = m + log l. (On the GPU a tile of queries shares each tile of
-// keys; here one query row at a time, so a thread's scratch is one tile of scores.)
+// Forward, the online softmax (FlashAttention): for a tile of queries keep per row the running
+// maximum m, the running sum l of exp(score - m) and the running weighted sum A of values;
+// for each tile of keys, with S = s Q_tile K_tile^T (masked entries -inf),
+//   m' = max(m, rowmax S),  c = exp(m - m'),  P = exp(S - m'),
+//   l <- c l + rowsum P,   A <- diag(c) A + P V_tile,   m <- m'
+// then out = diag(1 / l) A and lse = m + log l.
 //
-// Backward (FlashAttention-2), each row of probabilities recomputed from lse:
-//   p_ij = exp(s q_i . k_j - lse_i),   D_i = dout_i . out_i
-//   dv_j += p_ij dout_i,   dp_ij = dout_i . v_j,   ds_ij = p_ij (dp_ij - D_i)
-//   dq_i = s sum_j ds_ij k_j,   dk_j += s ds_ij q_i
+// Backward (FlashAttention-2), each tile of probabilities recomputed from lse:
+//   P = exp(s Q_tile K_tile^T - lse) (0 where masked),   Dr = rowsum(dOut_tile * Out_tile)
+//   dV_tile += P^T dOut_tile,   dP = dOut_tile V_tile^T,   dS = P * (dP - Dr)
+//   dQ_tile += s dS K_tile,   dK_tile += s dS^T Q_tile
 //
 // Heads are independent: one (b, h) pair per iteration of one OpenMP loop, and each pair
-// writes only its own columns of out, lse and dqkv.
+// writes only its own columns of out, lse and dqkv. Each product is an Eigen GEMM on tiles.
 #include "ops/cpu/flash_attention.h"
 
 #include <Eigen/Dense>
@@ -23,13 +23,13 @@
 #include <cmath>
 #include <limits>
 
-#include "ops/cpu/loops.h"
+#include "core/dtype.h"
 
 namespace precis::ops::cpu {
 
 namespace {
 
-constexpr int64_t kKeyTile = 64;
+constexpr int64_t kTile = 64;
 
 using Eigen::Dynamic;
 template <typename T>
@@ -62,36 +62,51 @@ MutableHeadRows<T> mutable_head(T* data, const Dims& d, int64_t width, int64_t b
 int64_t visible_keys(int64_t i, int64_t T, bool causal) { return causal ? i + 1 : T; }
 
 template <typename T>
+using Tile = Eigen::Matrix<T, Dynamic, Dynamic, Eigen::RowMajor>;
+
+// Hides key j0 + c from query i0 + r where it lies after it (only the diagonal tile has any).
+template <typename T>
+void mask_causal(Tile<T>& scores, int64_t i0, int64_t j0, T hidden) {
+  for (int64_t r = 0; r < scores.rows(); ++r)
+    for (int64_t c = std::max<int64_t>(0, i0 + r + 1 - j0); c < scores.cols(); ++c) scores(r, c) = hidden;
+}
+
+// The key tiles query tile [i0, i0 + rows) reads: up to its last query when causal.
+int64_t keys_seen(int64_t i0, int64_t rows, int64_t T, bool causal) { return causal ? i0 + rows : T; }
+
+template <typename T>
 void forward(const Tensor& qkv_t, const Dims& d, bool causal, T scale, const Tensor& out_t, const Tensor& lse_t) {
   const T* qkv = static_cast<const T*>(qkv_t.raw_data());
   T* out = static_cast<T*>(out_t.raw_data());
   T* lse = static_cast<T*>(lse_t.raw_data());
+  const T infinity = std::numeric_limits<T>::infinity();
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < d.B * d.H; ++bh) {
     const int64_t b = bh / d.H, h = bh % d.H;
     const HeadRows<T> q = head(qkv, d, 3 * d.C, b, h * d.D), k = head(qkv, d, 3 * d.C, b, d.C + h * d.D),
                       v = head(qkv, d, 3 * d.C, b, 2 * d.C + h * d.D);
     MutableHeadRows<T> o = mutable_head(out, d, d.C, b, h * d.D);
-    Eigen::Map<Vector<T>> scores(scratch<T>(kKeyTile), kKeyTile);
-    Vector<T> acc(d.D);
-    for (int64_t i = 0; i < d.T; ++i) {
-      T m = -std::numeric_limits<T>::infinity(), l = 0;
-      acc.setZero();
-      const int64_t keys = visible_keys(i, d.T, causal);
-      for (int64_t j0 = 0; j0 < keys; j0 += kKeyTile) {
-        const int64_t n = std::min(kKeyTile, keys - j0);
-        auto x = scores.head(n);
-        x.noalias() = scale * (k.middleRows(j0, n) * q.row(i).transpose());
-        const T m_new = std::max(m, x.maxCoeff());
-        const T c = std::exp(m - m_new);
-        x = (x.array() - m_new).exp().matrix();
-        l = c * l + x.sum();
-        acc = c * acc;
-        acc.noalias() += v.middleRows(j0, n).transpose() * x;
+    Tile<T> S, A;
+    Vector<T> m, l, c;
+    for (int64_t i0 = 0; i0 < d.T; i0 += kTile) {
+      const int64_t rows = std::min(kTile, d.T - i0), keys = keys_seen(i0, rows, d.T, causal);
+      m.setConstant(rows, -infinity);
+      l.setZero(rows);
+      A.setZero(rows, d.D);
+      for (int64_t j0 = 0; j0 < keys; j0 += kTile) {
+        const int64_t cols = std::min(kTile, keys - j0);
+        S.noalias() = scale * (q.middleRows(i0, rows) * k.middleRows(j0, cols).transpose());
+        if (causal && j0 + cols > i0 + 1) mask_causal<T>(S, i0, j0, -infinity);
+        const Vector<T> m_new = m.cwiseMax(S.rowwise().maxCoeff());
+        c = (m - m_new).array().exp().matrix();
+        S = (S.colwise() - m_new).array().exp().matrix();  // P
+        l = c.cwiseProduct(l) + S.rowwise().sum();
+        A = c.asDiagonal() * A;
+        A.noalias() += S * v.middleRows(j0, cols);
         m = m_new;
       }
-      o.row(i) = (acc / l).transpose();
-      lse[bh * d.T + i] = m + std::log(l);
+      o.middleRows(i0, rows) = l.cwiseInverse().asDiagonal() * A;
+      Eigen::Map<Vector<T>>(lse + bh * d.T + i0, rows) = (m.array() + l.array().log()).matrix();
     }
   }
 }
@@ -113,22 +128,26 @@ void backward(const Tensor& qkv_t, const Tensor& out_t, const Tensor& lse_t, con
     MutableHeadRows<T> dq = mutable_head(dqkv, d, 3 * d.C, b, h * d.D),
                        dk = mutable_head(dqkv, d, 3 * d.C, b, d.C + h * d.D),
                        dv = mutable_head(dqkv, d, 3 * d.C, b, 2 * d.C + h * d.D);
+    dq.setZero();
     dk.setZero();
     dv.setZero();
-    T* row = scratch<T>(2 * d.T);
-    Eigen::Map<Vector<T>> p_row(row, d.T), ds_row(row + d.T, d.T);
-    for (int64_t i = 0; i < d.T; ++i) {
-      const int64_t n = visible_keys(i, d.T, causal);
-      auto p = p_row.head(n);
-      auto ds = ds_row.head(n);
-      p.noalias() = scale * (k.topRows(n) * q.row(i).transpose());
-      p = (p.array() - lse[bh * d.T + i]).exp().matrix();
-      dv.topRows(n).noalias() += p * g.row(i);
-      const T D_i = g.row(i).dot(o.row(i));
-      ds.noalias() = v.topRows(n) * g.row(i).transpose();
-      ds = p.cwiseProduct((ds.array() - D_i).matrix());
-      dq.row(i).noalias() = scale * (ds.transpose() * k.topRows(n));
-      dk.topRows(n).noalias() += scale * (ds * q.row(i));
+    Tile<T> P, dS;
+    Vector<T> Dr;
+    for (int64_t i0 = 0; i0 < d.T; i0 += kTile) {
+      const int64_t rows = std::min(kTile, d.T - i0), keys = keys_seen(i0, rows, d.T, causal);
+      const Eigen::Map<const Vector<T>> row_lse(lse + bh * d.T + i0, rows);
+      Dr = g.middleRows(i0, rows).cwiseProduct(o.middleRows(i0, rows)).rowwise().sum();
+      for (int64_t j0 = 0; j0 < keys; j0 += kTile) {
+        const int64_t cols = std::min(kTile, keys - j0);
+        P.noalias() = scale * (q.middleRows(i0, rows) * k.middleRows(j0, cols).transpose());
+        P = (P.colwise() - row_lse).array().exp().matrix();
+        if (causal && j0 + cols > i0 + 1) mask_causal<T>(P, i0, j0, T(0));
+        dv.middleRows(j0, cols).noalias() += P.transpose() * g.middleRows(i0, rows);
+        dS.noalias() = g.middleRows(i0, rows) * v.middleRows(j0, cols).transpose();  // dP
+        dS = P.cwiseProduct((dS.colwise() - Dr));
+        dq.middleRows(i0, rows).noalias() += scale * (dS * k.middleRows(j0, cols));
+        dk.middleRows(j0, cols).noalias() += scale * (dS.transpose() * q.middleRows(i0, rows));
+      }
     }
   }
 }
