@@ -99,7 +99,8 @@ void forward(const Tensor& qkv_t, const Dims& d, bool causal, T scale, const Ten
         if (causal && j0 + cols > i0 + 1) mask_causal<T>(S, i0, j0, -infinity);
         const Vector<T> m_new = m.cwiseMax(S.rowwise().maxCoeff());
         c = (m - m_new).array().exp().matrix();
-        S = (S.colwise() - m_new).array().exp().matrix();  // P
+        S.colwise() -= m_new;  // then P = exp(S), in place (a plain array: vectorised exp)
+        S = S.array().exp().matrix();
         l = c.cwiseProduct(l) + S.rowwise().sum();
         A = c.asDiagonal() * A;
         A.noalias() += S * v.middleRows(j0, cols);
@@ -140,7 +141,8 @@ void backward(const Tensor& qkv_t, const Tensor& out_t, const Tensor& lse_t, con
       for (int64_t j0 = 0; j0 < keys; j0 += kTile) {
         const int64_t cols = std::min(kTile, keys - j0);
         P.noalias() = scale * (q.middleRows(i0, rows) * k.middleRows(j0, cols).transpose());
-        P = (P.colwise() - row_lse).array().exp().matrix();
+        P.colwise() -= row_lse;
+        P = P.array().exp().matrix();
         if (causal && j0 + cols > i0 + 1) mask_causal<T>(P, i0, j0, T(0));
         dv.middleRows(j0, cols).noalias() += P.transpose() * g.middleRows(i0, rows);
         dS.noalias() = g.middleRows(i0, rows) * v.middleRows(j0, cols).transpose();  // dP
