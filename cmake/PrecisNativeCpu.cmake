@@ -20,9 +20,17 @@ if(PRECIS_NATIVE_CPU)
     string(REGEX MATCHALL "[^\n]*cc1[^\n]*" _precis_native_cc1 "${_precis_native_expansion}")
     string(MD5 _precis_native_id "${_precis_native_cc1}")
     string(SUBSTRING "${_precis_native_id}" 0 12 _precis_native_id)
-    add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-march=native>)
+    # GCC 12 miscompiles AVX-512 code here (a Zen 4 CPU, which GCC 12 knows as znver3 plus the
+    # AVX-512 flags): a test's std::vector<int64_t>{1, 1, 1, 0} came out {1, 1, 1, 1} at -O3, and
+    # -march=x86-64-v3 or -mno-avx512f built it right (bench/NOTES.md, 2026-11-26). Zen 4 runs
+    # AVX-512 on 256-bit units anyway: GCC before 13 gets AVX2 and FMA, not AVX-512.
+    set(PRECIS_NATIVE_FLAGS -march=native)
+    if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
+      list(APPEND PRECIS_NATIVE_FLAGS -mno-avx512f)
+    endif()
+    add_compile_options("$<$<COMPILE_LANGUAGE:CXX>:${PRECIS_NATIVE_FLAGS}>")
     add_compile_definitions($<$<COMPILE_LANGUAGE:CXX>:PRECIS_NATIVE_CPU_ID=${_precis_native_id}>)
-    precis_report("native CPU" "-march=native (target options ${_precis_native_id}); PRECIS_NATIVE_CPU=OFF for portable binaries")
+    precis_report("native CPU" "${PRECIS_NATIVE_FLAGS} (target options ${_precis_native_id}); PRECIS_NATIVE_CPU=OFF for portable binaries")
   else()
     precis_report("native CPU" "the compiler does not take -march=native: baseline x86-64 code")
   endif()
