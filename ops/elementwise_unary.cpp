@@ -19,6 +19,7 @@
 #include "core/autograd.h"
 #include "ops/autocast.h"
 #include "ops/checks.h"
+#include "ops/cpu/gelu.h"
 #include "ops/cpu/loops.h"
 #include "ops/cuda/elementwise.h"
 #include "ops/elementwise.h"
@@ -59,12 +60,6 @@ void record_unary(const char* op, [[maybe_unused]] cuda::UnaryOp cuda_op, [[mayb
   });
 }
 
-// The GELU tanh-approximation constants, in the compute type.
-template <typename C>
-struct GeluConstants {
-  static constexpr C k = static_cast<C>(0.7978845608028654);  // sqrt(2 / pi)
-  static constexpr C c = static_cast<C>(0.044715);
-};
 }  // namespace
 
 Tensor neg(const Tensor& x) {
@@ -150,17 +145,9 @@ Tensor relu(const Tensor& x) {
 Tensor gelu(const Tensor& x) {
   checked_input("gelu", x);
   OpScope timed("gelu", [&] { return cost::unary(x.numel(), cost::kGeluFlops, cost::kGeluBackwardFlops, x.dtype()); });
-  Tensor out = apply_unary("gelu", cuda::UnaryOp::gelu, x, 0.0, [](auto v) {
-    using C = decltype(v);
-    using K = GeluConstants<C>;
-    return C(0.5) * v * (C(1) + std::tanh(K::k * (v + K::c * v * v * v)));
-  });
-  record_unary("gelu", cuda::UnaryOp::gelu, 0.0, x, out, x, [](auto v) {
-    using C = decltype(v);
-    using K = GeluConstants<C>;
-    C t = std::tanh(K::k * (v + K::c * v * v * v));
-    return C(0.5) * (C(1) + t) + C(0.5) * v * (C(1) - t * t) * K::k * (C(1) + C(3) * K::c * v * v);
-  });
+  // The formula of ops/cpu/gelu.h, which the fused linear kernels share.
+  Tensor out = apply_unary("gelu", cuda::UnaryOp::gelu, x, 0.0, [](auto v) { return cpu::gelu(v); });
+  record_unary("gelu", cuda::UnaryOp::gelu, 0.0, x, out, x, [](auto v) { return cpu::gelu_derivative(v); });
   return out;
 }
 

@@ -4,7 +4,10 @@
 // The output is laid out [B, Tq, H, D] in memory and returned as the [B, H, Tq, D]
 // view, so the transformer's y.transpose(1, 2).reshape({B, T, C}) costs no copy; the
 // input gradients are laid out the same way. Backward saves q, k, v, the output and
-// the per-row log-sum-exp (B H Tq floats): no Tq x Tk matrix is ever kept.
+// the per-row log-sum-exp (B H Tq floats): no Tq x Tk matrix is ever kept. The packed
+// variant also runs on the CPU in f32 and f64 (ops/cpu/flash_attention.h).
+#include "ops/cpu/flash_attention.h"
+
 #include <cmath>
 #include <cstdint>
 
@@ -123,12 +126,37 @@ Tensor head_part(const Tensor& qkv, int64_t part, int64_t n_head) {
   return qkv.narrow(2, part * C, C).view({B, T, n_head, C / n_head}).transpose(1, 2);
 }
 
+// flash_attention_packed on the CPU (ops/cpu/flash_attention.h): y [B, T, C] and the per-row
+// log-sum-exp in qkv's dtype; the backward writes d(qkv) whole, recomputing the probabilities.
+Tensor flash_attention_packed_cpu(const Tensor& qkv_in, int64_t n_head, bool causal) {
+  const Tensor qkv = qkv_in.is_contiguous() ? qkv_in : qkv_in.contiguous();
+  const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(C / n_head));
+  Tensor y = empty({B, T, C}, qkv.dtype()), lse = empty({B, n_head, T}, qkv.dtype());
+  cpu::flash_attention_forward(qkv, n_head, causal, scale, y, lse);
+  if (autograd::any_requires_grad({&qkv_in})) {
+    autograd::record("flash_attention_packed", {qkv_in}, {y},
+                     [qkv = qkv.detach(), y = y.detach(), lse, n_head, causal, scale](const BackwardArgs& g) {
+                       const Tensor dy = g.grad().is_contiguous() ? g.grad() : g.grad().contiguous();
+                       Tensor dqkv = empty(qkv.shape(), qkv.dtype());
+                       cpu::flash_attention_backward(qkv, y, lse, dy.to(qkv.dtype()), n_head, causal, scale, dqkv);
+                       return std::vector<Tensor>{dqkv};
+                     });
+  }
+  return y;
+}
+
 }  // namespace
 
 std::optional<std::string> flash_attention_packed_unsupported(const Tensor& qkv, int64_t n_head) {
   if (qkv.dim() != 3 || n_head <= 0 || qkv.size(2) % (3 * n_head) != 0)
     return std::string("it takes qkv of shape [B, T, 3 * n_head * D]");
   if (qkv.strides()[2] != 1) return std::string("qkv's last dim must be unit-stride");
+  if (qkv.is_cpu()) {  // ops/cpu/flash_attention.h
+    if (qkv.dtype() != DType::f32 && qkv.dtype() != DType::f64)
+      return "on the CPU it runs in f32 or f64, and attention here computes in " + std::string(dtype_name(qkv.dtype()));
+    return std::nullopt;
+  }
   const Tensor q = head_part(qkv, 0, n_head);
   return flash_attention_unsupported(q, q, q, 0.0);
 }
@@ -143,6 +171,7 @@ Tensor flash_attention_packed(const Tensor& qkv, int64_t n_head, bool causal) {
     const int64_t C = qkv.size(2) / 3;
     return cost::attention(qkv.size(0), n_head, qkv.size(1), qkv.size(1), C / n_head, causal, false, qkv.dtype());
   });
+  if (qkv.is_cpu()) return flash_attention_packed_cpu(qkv, n_head, causal);
 #if PRECIS_WITH_CUDA
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, D = C / n_head;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));

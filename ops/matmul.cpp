@@ -1,6 +1,8 @@
 // matmul, linear and linear_gelu: validation, autocast and autograd here; the
 // product on the CPU through Eigen's blocked, multithreaded GEMM, on the GPU
-// through cuBLASLt (ops/cuda/matmul.cu).
+// through cuBLASLt (ops/cuda/matmul.cu). linear, linear_gelu and linear_gelu_linear
+// in f32 and f64 on the CPU, and on the GPU, are one node each over the fused kernels
+// (ops/cpu/linear.h, ops/cuda/matmul.h); f16/bf16 on the CPU compose matmul, add and gelu.
 //
 // For C = A B (A: [M, K], B: [K, N]):  dA = dC B^T,  dB = A^T dC.
 // Batch dims broadcast; their gradients are summed back to each input's shape.
@@ -12,10 +14,13 @@
 
 #include <Eigen/Dense>
 #include <atomic>
+#include <initializer_list>
+#include <optional>
 
 #include "core/autograd.h"
 #include "ops/autocast.h"
 #include "ops/checks.h"
+#include "ops/cpu/linear.h"
 #include "ops/cpu/loops.h"
 #include "ops/elementwise.h"
 #include "ops/matrix_layout.h"
@@ -151,6 +156,82 @@ Tensor matmul_forward_cuda(const Tensor& a_in, const Tensor& b_in) {
   return out;
 }
 
+#endif
+
+// The fused linear kernels of the operands' device, with one signature: cuBLASLt with its
+// epilogues (ops/cuda/matmul.h) or Eigen's GEMM and a pass over the rows (ops/cpu/linear.h).
+namespace fused {
+void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
+#if PRECIS_WITH_CUDA
+  if (out.is_cuda()) return cuda::matmul(out, a, b);
+#endif
+  cpu::matmul(out, a, b);
+}
+void linear(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu = false,
+            const Tensor& pre_gelu = Tensor()) {
+#if PRECIS_WITH_CUDA
+  if (out.is_cuda()) return cuda::linear(out, x, weight, bias, gelu, pre_gelu);
+#endif
+  cpu::linear(out, x, weight, bias, gelu, pre_gelu);
+}
+void linear_param_backward(const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& grad_out, const Tensor& x,
+                           bool accumulate_weight, bool accumulate_bias) {
+#if PRECIS_WITH_CUDA
+  if (grad_out.is_cuda())
+    return cuda::linear_param_backward(grad_weight, grad_bias, grad_out, x, accumulate_weight, accumulate_bias);
+#endif
+  cpu::linear_param_backward(grad_weight, grad_bias, grad_out, x, accumulate_weight, accumulate_bias);
+}
+void gelu_backward(const Tensor& grad_pre, const Tensor& grad_out, const Tensor& pre) {
+#if PRECIS_WITH_CUDA
+  if (grad_out.is_cuda()) return cuda::gelu_backward(grad_pre, grad_out, pre);
+#endif
+  cpu::gelu_backward(grad_pre, grad_out, pre);
+}
+void linear_gelu_input_backward(const Tensor& grad_pre, const Tensor& grad_out, const Tensor& weight, const Tensor& pre,
+                                const Tensor& grad_pre_sums, bool accumulate_sums) {
+#if PRECIS_WITH_CUDA
+  if (grad_out.is_cuda())
+    return cuda::linear_gelu_input_backward(grad_pre, grad_out, weight, pre, grad_pre_sums, accumulate_sums);
+#endif
+  cpu::linear_gelu_input_backward(grad_pre, grad_out, weight, pre, grad_pre_sums, accumulate_sums);
+}
+// The row stride of the saved GELU input: what cuBLASLt asks of its aux matrix, dense on the CPU.
+int64_t gelu_aux_ld([[maybe_unused]] Device device, int64_t out_features) {
+#if PRECIS_WITH_CUDA
+  if (device.is_cuda()) return cuda::gelu_aux_ld(out_features);
+#endif
+  return out_features;
+}
+}  // namespace fused
+
+// The fused path's dtype: on a GPU f32, f16 or bf16 (gpu_dtype); on the CPU f32 or f64, none
+// otherwise (f16/bf16 products there compute in f32 and round: the composition).
+std::optional<DType> fused_dtype(const char* op, DType dtype, Device device) {
+#if PRECIS_WITH_CUDA
+  if (device.is_cuda()) return gpu_dtype(op, dtype);
+#endif
+  (void)op, (void)device;
+  if (dtype == DType::f32 || dtype == DType::f64) return dtype;
+  return std::nullopt;
+}
+
+// The dtype that the defined operands of a linear op promote to.
+DType linear_dtype(std::initializer_list<const Tensor*> operands) {
+  DType dtype = (*operands.begin())->dtype();
+  for (const Tensor* t : operands)
+    if (t->defined()) dtype = promote_types(dtype, t->dtype());
+  return dtype;
+}
+
+// The CPU kernels read 2-D operands with unit column stride; cuBLASLt also takes transposed ones.
+Tensor kernel_operand(const Tensor& t) {
+  if (t.is_cuda() || !t.defined()) return t;
+  return (t.dim() == 2 && t.strides()[1] != 1 && t.size(1) > 1) || (t.dim() == 1 && t.strides()[0] != 1)
+             ? t.contiguous()
+             : t;
+}
+
 // A parameter gradient that a product writes (ops/param_grad.h): the parameter's f32 .grad
 // where the engine offers it, else a new tensor of `dtype`.
 ParamGrad product_param_grad(const BackwardArgs& g, size_t input, const Shape& shape, DType dtype, Device device) {
@@ -171,7 +252,7 @@ LinearGrads linear_grads(const BackwardArgs& args, size_t weight_input, size_t b
   LinearGrads out;
   if (want_x) {
     out.x = empty(x2.shape(), grad.dtype(), grad.device());
-    cuda::matmul(out.x, grad, w);
+    fused::matmul(out.x, grad, w);
     out.x = out.x.view(x_shape);
   }
   if (want_weight || want_bias) {
@@ -179,34 +260,34 @@ LinearGrads linear_grads(const BackwardArgs& args, size_t weight_input, size_t b
                                      : ParamGrad{empty(w.shape(), grad.dtype(), grad.device()), {}};
     const ParamGrad db =
         want_bias ? product_param_grad(args, bias_input, {w.shape()[0]}, grad.dtype(), grad.device()) : ParamGrad{};
-    cuda::linear_param_backward(dw.values, db.values, grad, x2, dw.destination.accumulate, db.destination.accumulate);
+    fused::linear_param_backward(dw.values, db.values, grad, x2, dw.destination.accumulate, db.destination.accumulate);
     if (want_weight) out.weight = dw.returned();
     out.bias = db.returned();
   }
   return out;
 }
 
-// linear and linear_gelu on the GPU: one cuBLASLt call on x folded to [N, in],
-// its epilogue adding the bias (and applying the GELU, keeping its input z), and
-// one autograd node. With z = x W^T + b and g the gradient of z (dy for linear,
-// dy * gelu'(z) for linear_gelu), linear_grads. The weight and bias gradients go
-// straight into their f32 .grad (the flat gradient buffer) where the engine offers it:
-// no gradient tensor in the compute dtype, no cast and no add after the product.
-Tensor linear_cuda(const char* op, const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, bool gelu) {
-  DType dtype = promote_types(x_in.dtype(), weight_in.dtype());
-  if (bias_in.defined()) dtype = promote_types(dtype, bias_in.dtype());
-  gpu_dtype(op, dtype);
+// linear and linear_gelu (on the GPU, and in f32/f64 on the CPU): one product on x folded
+// to [N, in], the bias added (and the GELU applied, keeping its input z) by cuBLASLt's
+// epilogue or by one pass over the rows on the CPU, and one autograd node. With
+// z = x W^T + b and g the gradient of z (dy for linear, dy * gelu'(z) for linear_gelu),
+// linear_grads. On a GPU the weight and bias gradients go straight into their f32 .grad
+// (the flat gradient buffer) where the engine offers it: no gradient tensor in the
+// compute dtype, no cast and no add after the product.
+Tensor linear_fused(const char* op, DType dtype, const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
+                    bool gelu) {
   const Tensor x = x_in.to(dtype), weight = weight_in.to(dtype);
   const Tensor bias = bias_in.defined() ? bias_in.to(dtype) : Tensor();
   const int64_t out_features = weight.shape()[0];
-  const Tensor x2 = x.detach().reshape({-1, weight.shape()[1]}), w = weight.detach();
+  const Tensor x2 = kernel_operand(x.detach().reshape({-1, weight.shape()[1]})), w = kernel_operand(weight.detach());
   const bool needs_grad = autograd::any_requires_grad({&x, &weight, &bias});
   Tensor pre;
   if (gelu && needs_grad) {
-    pre = empty({x2.shape()[0], cuda::gelu_aux_ld(out_features)}, dtype, x.device()).narrow(1, 0, out_features);
+    pre = empty({x2.shape()[0], fused::gelu_aux_ld(x.device(), out_features)}, dtype, x.device())
+              .narrow(1, 0, out_features);
   }
   Tensor y = empty({x2.shape()[0], out_features}, dtype, x.device());
-  cuda::linear(y, x2, w, bias.defined() ? bias.detach() : Tensor(), gelu, pre);
+  fused::linear(y, x2, w, bias.defined() ? kernel_operand(bias.detach()) : Tensor(), gelu, pre);
   Shape out_shape = x.shape();
   out_shape.back() = out_features;
   y = y.view(out_shape);
@@ -216,7 +297,7 @@ Tensor linear_cuda(const char* op, const Tensor& x_in, const Tensor& weight_in, 
                        Tensor grad = g.grad().to(dtype).reshape({-1, w.shape()[0]}).contiguous();
                        if (gelu) {
                          Tensor grad_pre = empty(grad.shape(), dtype, grad.device());
-                         cuda::gelu_backward(grad_pre, grad, pre);
+                         fused::gelu_backward(grad_pre, grad, pre);
                          grad = grad_pre;
                        }
                        LinearGrads d =
@@ -227,30 +308,26 @@ Tensor linear_cuda(const char* op, const Tensor& x_in, const Tensor& weight_in, 
   return y;
 }
 
-// linear_gelu_linear on the GPU: linear_gelu's call (GELU_AUX_BIAS, keeping z1 = x W1^T + b1),
-// then linear's (BIAS), one autograd node. With g the gradient of y = h W2^T + b2,
-// h = gelu(z1): linear_grads of the second linear from g and h; then
-// dz1 = (g W2) * gelu'(z1) in one product (DGELU epilogue: the gradient of h is never
-// written; DGELU_BGRAD sums dz1 for db1 too), and linear_grads of the first from dz1 and x
-// for dx, dW1. Saved: x, W1, z1, h, W2.
-Tensor linear_gelu_linear_cuda(const char* op, const Tensor& x_in, const Tensor& w1_in, const Tensor& b1_in,
-                               const Tensor& w2_in, const Tensor& b2_in) {
-  DType dtype = promote_types(x_in.dtype(), promote_types(w1_in.dtype(), w2_in.dtype()));
-  for (const Tensor* b : {&b1_in, &b2_in})
-    if (b->defined()) dtype = promote_types(dtype, b->dtype());
-  gpu_dtype(op, dtype);
-  auto as_dtype = [dtype](const Tensor& t) { return t.defined() ? t.to(dtype) : Tensor(); };
+// linear_gelu_linear (on the GPU, and in f32/f64 on the CPU): linear_gelu's call
+// (GELU_AUX_BIAS, keeping z1 = x W1^T + b1), then linear's (BIAS), one autograd node. With g the gradient of y = h W2^T
+// + b2, h = gelu(z1): linear_grads of the second linear from g and h; then dz1 = (g W2) * gelu'(z1) in one product
+// (DGELU epilogue: the gradient of h is never written; DGELU_BGRAD sums dz1 for db1 too), and linear_grads of the first
+// from dz1 and x for dx, dW1. Saved: x, W1, z1, h, W2.
+Tensor linear_gelu_linear_fused(const char* op, DType dtype, const Tensor& x_in, const Tensor& w1_in,
+                                const Tensor& b1_in, const Tensor& w2_in, const Tensor& b2_in) {
+  auto as_dtype = [dtype](const Tensor& t) { return t.defined() ? kernel_operand(t.to(dtype)) : Tensor(); };
   const Tensor x = as_dtype(x_in), w1 = as_dtype(w1_in), b1 = as_dtype(b1_in), w2 = as_dtype(w2_in),
                b2 = as_dtype(b2_in);
   const int64_t hidden = w1.shape()[0], out_features = w2.shape()[0];
-  const Tensor x2 = x.detach().reshape({-1, w1.shape()[1]});
+  const Tensor x2 = kernel_operand(x.detach().reshape({-1, w1.shape()[1]}));
   const int64_t N = x2.shape()[0];
   const bool needs_grad = autograd::any_requires_grad({&x, &w1, &b1, &w2, &b2});
-  const Tensor pre =
-      needs_grad ? empty({N, cuda::gelu_aux_ld(hidden)}, dtype, x.device()).narrow(1, 0, hidden) : Tensor();
+  const Tensor pre = needs_grad
+                         ? empty({N, fused::gelu_aux_ld(x.device(), hidden)}, dtype, x.device()).narrow(1, 0, hidden)
+                         : Tensor();
   Tensor h = empty({N, hidden}, dtype, x.device()), y = empty({N, out_features}, dtype, x.device());
-  cuda::linear(h, x2, w1.detach(), b1.defined() ? b1.detach() : Tensor(), /*gelu=*/true, pre);
-  cuda::linear(y, h, w2.detach(), b2.defined() ? b2.detach() : Tensor());
+  fused::linear(h, x2, w1.detach(), b1.defined() ? b1.detach() : Tensor(), /*gelu=*/true, pre);
+  fused::linear(y, h, w2.detach(), b2.defined() ? b2.detach() : Tensor());
   Shape out_shape = x.shape();
   out_shape.back() = out_features;
   y = y.view(out_shape);
@@ -268,7 +345,7 @@ Tensor linear_gelu_linear_cuda(const char* op, const Tensor& x_in, const Tensor&
             Tensor grad_pre = empty(h.shape(), dtype, grad.device());
             const ParamGrad db1 =
                 has_b1 && g.needs(2) ? product_param_grad(g, 2, {w1.shape()[0]}, dtype, grad.device()) : ParamGrad{};
-            cuda::linear_gelu_input_backward(grad_pre, grad, w2, pre, db1.values, db1.destination.accumulate);
+            fused::linear_gelu_input_backward(grad_pre, grad, w2, pre, db1.values, db1.destination.accumulate);
             first = linear_grads(g, 1, 2, grad_pre, x2, w1, x_shape, g.needs(0), g.needs(1), false);
             first.bias = db1.returned();
           }
@@ -277,7 +354,6 @@ Tensor linear_gelu_linear_cuda(const char* op, const Tensor& x_in, const Tensor&
   }
   return y;
 }
-#endif
 
 // The forward product on the operands' device.
 Tensor product(const Tensor& a, const Tensor& b) {
@@ -333,9 +409,8 @@ Tensor linear(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_
     const int64_t K = x.size(-1);
     return cost::linear(x.numel() / std::max<int64_t>(K, 1), weight.size(0), K, bias.defined(), false, x.dtype());
   });
-#if PRECIS_WITH_CUDA
-  if (x.is_cuda()) return linear_cuda("linear", x, weight, bias, /*gelu=*/false);
-#endif
+  if (auto dtype = fused_dtype("linear", linear_dtype({&x, &weight, &bias}), x.device()))
+    return linear_fused("linear", *dtype, x, weight, bias, /*gelu=*/false);
   // Fold the leading dims into one so the product is a single GEMM.
   Shape out_shape = x.shape();
   out_shape.back() = weight.shape()[0];
@@ -360,9 +435,8 @@ Tensor linear_gelu_linear(const Tensor& x_arg, const Tensor& w1_arg, const Tenso
     const int64_t K = x.size(-1);
     return cost::linear_gelu_linear(x.numel() / std::max<int64_t>(K, 1), K, w1.size(0), w2.size(0), x.dtype());
   });
-#if PRECIS_WITH_CUDA
-  if (x.is_cuda()) return linear_gelu_linear_cuda(op, x, w1, b1, w2, b2);
-#endif
+  if (auto dtype = fused_dtype(op, linear_dtype({&x, &w1, &b1, &w2, &b2}), x.device()))
+    return linear_gelu_linear_fused(op, *dtype, x, w1, b1, w2, b2);
   return linear(gelu(linear(x, w1, b1)), w2, b2);
 }
 
@@ -374,9 +448,8 @@ Tensor linear_gelu(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& 
     const int64_t K = x.size(-1);
     return cost::linear(x.numel() / std::max<int64_t>(K, 1), weight.size(0), K, bias.defined(), true, x.dtype());
   });
-#if PRECIS_WITH_CUDA
-  if (x.is_cuda()) return linear_cuda("linear_gelu", x, weight, bias, /*gelu=*/true);
-#endif
+  if (auto dtype = fused_dtype("linear_gelu", linear_dtype({&x, &weight, &bias}), x.device()))
+    return linear_fused("linear_gelu", *dtype, x, weight, bias, /*gelu=*/true);
   return gelu(linear(x, weight, bias));
 }
 
