@@ -204,7 +204,7 @@ int bench_command(const Args& args) {
     std::cerr << "note: bench " << b.preset << " at B=" << b.batch << ", T=" << b.seq
               << " on the CPU is slow and can need tens of GiB; --preset tiny --batch 2 --seq 64 is sized for a CPU\n";
   train::Trainer trainer(config);
-  OpProfile profile(resolve_device(config.device, /*quiet=*/true));
+  OpProfile profile(resolve_device(config.device, /*quiet=*/true), /*trace_kernels=*/true);
   if (b.profile) trainer.profile_ops(&profile, first_measured_step(b) + 1);
   trainer.run();
   train::SteadyState s = train::steady_state(trainer.reports(), first_measured_step(b));

@@ -51,12 +51,12 @@ int profile_command(const Args& args) {
   if (!base.profile.trace.empty())
     std::cout << "note: profile.trace is left out (the profile records the kernels of its steps itself)\n";
   overrides.insert(overrides.end(),
-                   {"cuda_graphs=false", "profile.trace=", "eval_interval=0", "sample.tokens=0", "checkpoint.save_final=false",
-                    "checkpoint.interval=0", "max_steps=" + std::to_string(warmup + steps),
-                    "log_interval=" + std::to_string(warmup + steps)});
+                   {"cuda_graphs=false", "profile.trace=", "eval_interval=0", "sample.tokens=0",
+                    "checkpoint.save_final=false", "checkpoint.interval=0",
+                    "max_steps=" + std::to_string(warmup + steps), "log_interval=" + std::to_string(warmup + steps)});
   train::TrainConfig config = train::load_config(o.positional[0], overrides);
   train::Trainer trainer(config);
-  OpProfile profile(resolve_device(config.device, /*quiet=*/true));
+  OpProfile profile(resolve_device(config.device, /*quiet=*/true), /*trace_kernels=*/true);
   trainer.profile_ops(&profile, warmup + 1);
   trainer.run();
   if (trainer.rank() != 0) return 0;

@@ -44,11 +44,11 @@ const char* op_pass_name(OpPass pass) {
   return "?";
 }
 
-OpProfile::OpProfile(Device device) : device_(device) {
+OpProfile::OpProfile(Device device, bool trace_kernels) : device_(device) {
 #if PRECIS_WITH_CUDA
   if (device.is_cuda()) gpu_ = std::make_unique<GpuEvents>(device);
 #endif
-  if (device.is_cuda() && kernel_trace_available()) kernels_ = std::make_unique<KernelTrace>();
+  if (trace_kernels && device.is_cuda() && kernel_trace_available()) kernels_ = std::make_unique<KernelTrace>();
 }
 
 OpProfile::~OpProfile() {

@@ -90,7 +90,11 @@ struct ProfiledStep {
 
 class OpProfile {
  public:
-  explicit OpProfile(Device device);
+  // trace_kernels: on a GPU of a build with CUPTI, also record each step's kernels (tied to
+  // their ops, for the kernel tables and the five dimensions). Tracing slows the launches (the
+  // runtime and driver calls are recorded too), so an op's event time then includes the GPU's
+  // waits for them: a launch-bound op reads longer than untraced (bench/RESULTS.md).
+  explicit OpProfile(Device device, bool trace_kernels = false);
   ~OpProfile();
   OpProfile(const OpProfile&) = delete;
   OpProfile& operator=(const OpProfile&) = delete;

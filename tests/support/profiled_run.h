@@ -23,7 +23,8 @@ inline ProfiledRun profiled_run(const std::string& name, const std::vector<std::
                                 int64_t first_step) {
   ProfiledRun run;
   run.trainer = std::make_unique<train::Trainer>(demo_config(name, overrides));
-  run.profile = std::make_unique<OpProfile>(resolve_device(run.trainer->config().device, /*quiet=*/true));
+  run.profile =
+      std::make_unique<OpProfile>(resolve_device(run.trainer->config().device, /*quiet=*/true), /*trace_kernels=*/true);
   run.trainer->profile_ops(run.profile.get(), first_step);
   run.trainer->run();
   return run;
