@@ -12,6 +12,7 @@
 #include "core/gpu.h"
 #include "core/kernel_trace.h"
 #include "core/op_profile.h"
+#include "core/pinned.h"
 #include "core/random.h"
 #include "ops/matmul.h"
 #include "support/gpu.h"
