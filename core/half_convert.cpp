@@ -3,6 +3,7 @@
 #include "core/convert.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
 #define PRECIS_X86_CONVERT 1
 #else
@@ -23,7 +24,9 @@ void convert_scalar(const From* in, To* out, int64_t n) {
 #if PRECIS_X86_CONVERT
 // GCC 12 warns inside its own AVX-512 intrinsics (their _mm512_undefined_* operands).
 #pragma GCC diagnostic push
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 // F16C quiets a NaN and keeps its payload; Eigen's portable conversion (the scalar one in a
 // build without -mf16c) writes the canonical NaN. Lanes holding a NaN, rare, are redone
@@ -152,12 +155,21 @@ void convert_with(ConvertIsa isa, const From* in, To* out, int64_t n, void (*avx
 
 }  // namespace
 
+#if PRECIS_X86_CONVERT
+// F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c".
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+}
+#endif
+
 ConvertIsa best_convert_isa() {
 #if PRECIS_X86_CONVERT
   static const ConvertIsa isa = [] {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c")) return ConvertIsa::avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) return ConvertIsa::avx2;
+    const bool f16c = cpu_has_f16c();
+    if (__builtin_cpu_supports("avx512f") && f16c) return ConvertIsa::avx512;
+    if (__builtin_cpu_supports("avx2") && f16c) return ConvertIsa::avx2;
     return ConvertIsa::portable;
   }();
   return isa;
