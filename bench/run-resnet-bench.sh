@@ -45,11 +45,16 @@ run() {  # model image batch precision layout mode
   table+=$'\n'"| $1 | $2 | $3 | $4 | $5 | $6 | $(field images_per_s "$result") | $(printf %.2f "$(field ms_per_step "$result")") | $(printf %.2f "$(field peak_gib "$result")") |"
   echo "${table##*$'\n'}" >>"$OUT_DIR/rows.md"  # each row as it comes (a run cut short keeps them)
 }
-# PyTorch with the same settings: model image batch precision layout eager|compile.
+# PyTorch with the same settings: model image batch precision layout and eager, compile (the
+# default mode), compile-reduce-overhead or compile-max-autotune. Compiled runs time 50 steps
+# after 10 (their first calls compile, record graphs and autotune).
 torch_run() {
   local flags=()
   [ "$5" = channels-last ] && flags+=(--channels-last)
-  [ "$6" = compile ] && flags+=(--compile)
+  case $6 in
+    compile) flags+=(--compile --steps 50 --warmup 10) ;;
+    compile-*) flags+=(--compile --compile-mode "${6#compile-}" --steps 50 --warmup 10) ;;
+  esac
   local log="$OUT_DIR/torch-$1-$4-$5-$6.log"
   python3 "$(dirname "$0")/../scripts/torch_resnet_reference.py" --model "$1" --image "$2" --batch "$3" \
     --precision "$4" "${flags[@]}" >"$log" 2>&1
@@ -77,15 +82,14 @@ default_torch_runs+=" $R18:bf16:channels-last:compile $R50:bf16:channels-last:ea
 for r in ${RUNS:-$default_runs}; do IFS=: read -r m i b p l mode <<<"$r"; run "$m" "$i" "$b" "$p" "$l" "$mode"; done
 for r in ${TORCH_RUNS-$default_torch_runs}; do IFS=: read -r m i b p l mode <<<"$r"; torch_run "$m" "$i" "$b" "$p" "$l" "$mode"; done
 echo "$table"
-# The bars: Precis bf16 channels-last with graphs over torch.compile's figure, per model.
-images_per_s() {  # row prefix ("| resnet18 |" or "| torch resnet18 |"), mode
+# The bars: Precis bf16 channels-last with graphs over torch.compile's best mode, per model.
+images_per_s() {  # row prefix ("| resnet18 |" or "| torch resnet18 |"), mode (a regex): the best
   awk -F'|' -v who="$1" -v mode="$2" '$2 == " " who " " && $5 == " bf16 " && $6 == " channels-last " &&
-    $7 == " " mode " " { print $8 + 0 }' <<<"$table" | tail -1
+    $7 ~ "^ " mode " $" && $8 + 0 > best { best = $8 + 0 } END { if (best) print best }' <<<"$table"
 }
 for model in resnet18 resnet50; do
-  ours=$(images_per_s "$model" graphs) theirs=$(images_per_s "torch $model" compile)
+  ours=$(images_per_s "$model" graphs) theirs=$(images_per_s "torch $model" "compile(-[a-z-]+)?")
   if [ -n "$ours" ] && [ -n "$theirs" ]; then
-    echo "$model bf16 channels-last: Precis graphs / torch.compile = $(awk -v a="$ours" -v b="$theirs" 'BEGIN { printf "%.3f", a / b }')x"
+    echo "$model bf16 channels-last: Precis graphs / torch.compile (its best mode) = $(awk -v a="$ours" -v b="$theirs" 'BEGIN { printf "%.3f", a / b }')x"
   fi
 done
-exit $failed

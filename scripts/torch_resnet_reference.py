@@ -9,7 +9,10 @@ optionally channels-last and torch.compile. Prints one line as the bench's last 
     result: bench=torch-resnet model=... images_per_s=... ms_per_step=... peak_gib=...
 
     python3 scripts/torch_resnet_reference.py --model resnet18 --image 32 --batch 256 \\
-        --precision bf16 [--channels-last] [--compile] [--steps 20] [--warmup 5]
+        --precision bf16 [--channels-last] [--compile [--compile-mode reduce-overhead]] [--steps 20] [--warmup 5]
+
+--compile-mode is torch.compile's mode: default, reduce-overhead (the step's kernels replayed
+from CUDA graphs, as Precis's graphs runs) or max-autotune (also Triton's product autotuning).
 """
 import argparse
 import time
@@ -35,6 +38,7 @@ def main():
     p.add_argument("--precision", default="bf16", choices=["fp32", "tf32", "fp16", "bf16"])
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--compile-mode", default="default", choices=["default", "reduce-overhead", "max-autotune"])
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     a = p.parse_args()
@@ -57,7 +61,7 @@ def main():
         with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
             return loss_fn(model(inputs), targets)
 
-    run = torch.compile(forward_loss) if a.compile else forward_loss
+    run = torch.compile(forward_loss, mode=a.compile_mode) if a.compile else forward_loss
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -78,7 +82,7 @@ def main():
     peak = torch.cuda.max_memory_allocated() / 2**30
     layout = "channels-last" if a.channels_last else "nchw"
     print(f"result: bench=torch-resnet model={a.model} image={a.image} batch={a.batch} precision={a.precision} "
-          f"layout={layout} compile={str(a.compile).lower()} torch={torch.__version__} "
+          f"layout={layout} compile={a.compile_mode if a.compile else 'false'} torch={torch.__version__} "
           f"images_per_s={a.batch * 1000 / ms:.0f} ms_per_step={ms:.3f} peak_gib={peak:.3f}")
 
 

@@ -1,10 +1,11 @@
 // A tiny ResNet (ResNet-18, CIFAR stem, 8x8 images) trained 3 steps on the CPU and on the
-// GPU from the same seed on the same batches: every step's loss agrees to 1e-3 (relative) in
-// fp32 (cuDNN's convolution algorithms sum in other orders than the CPU's im2col GEMM). The
-// parameters and the batch-norm running statistics at the end agree too. Only 3 steps: this
-// model memorises its 32 images within 10 (the loss falls from 2.3 to 1e-3 and below), and
-// there the two devices' round-off, amplified step after step, moves losses of 1e-4 by tens
-// of percent (20 steps measured on an H100: 5% apart at step 5, 43% at step 20, each side
+// GPU from the same seed on the same batches, in fp32 (cuDNN's convolution algorithms sum in
+// other orders than the CPU's im2col GEMM). The first two steps' losses and gradient norms
+// agree to 1e-3 (relative); the third step's loss to 1e-2, and what training changed in every
+// parameter and batch-norm statistic to 5% of that change: this model memorises its 32
+// images within 10 steps (its loss falls 27x in the first two), and there the two devices'
+// round-off, amplified step after step, grows (measured on an H100: the third loss 0.2%
+// apart, a batch-norm bias's change 2.3%; 5% apart at step 5, 43% at step 20, each side
 // still learning). In bf16 with channels-last (NHWC) memory on the GPU the amplification is
 // faster (bf16 keeps 8 bits: the first update already differs by about 1e-2): the first
 // step's loss and gradient norm, computed from the same initial weights, are compared, and
@@ -35,10 +36,16 @@ namespace {
 
 struct TrainedRun {
   std::vector<double> losses;
-  std::vector<double> grad_norms;       // from metrics.jsonl
-  std::map<std::string, Tensor> state;  // on the CPU, f32
+  std::vector<double> grad_norms;                // from metrics.jsonl
+  std::map<std::string, Tensor> initial, state;  // before and after training, on the CPU in f64
   bool channels_last = false;
 };
+
+std::map<std::string, Tensor> state_on_cpu(train::Trainer& trainer) {
+  std::map<std::string, Tensor> state;
+  for (const auto& [name, tensor] : trainer.model().state_dict()) state[name] = tensor.to(Device::cpu()).to(DType::f64);
+  return state;
+}
 
 TrainedRun train_run(const std::string& device, const std::string& precision, const std::string& channels_last) {
   const fs::path dir = fs::temp_directory_path() / ("precis_image_cpu_gpu_" + device + "_" + precision);
@@ -59,10 +66,13 @@ threads: 2
 )",
       {"device=" + device, "precision=" + precision, "channels_last=" + channels_last, "out_dir=" + dir.string()});
   train::Trainer trainer(config);
+  std::map<std::string, Tensor> initial = state_on_cpu(trainer);
   trainer.run();
-  TrainedRun run{trainer.losses(), {}, {}, dynamic_cast<train::ImageTask&>(trainer.task()).channels_last()};
-  for (const auto& [name, tensor] : trainer.model().state_dict())
-    run.state[name] = tensor.to(Device::cpu()).to(DType::f64);
+  TrainedRun run{trainer.losses(),
+                 {},
+                 std::move(initial),
+                 state_on_cpu(trainer),
+                 dynamic_cast<train::ImageTask&>(trainer.task()).channels_last()};
   std::ifstream metrics(dir / "metrics.jsonl");
   for (std::string line; std::getline(metrics, line);)
     if (!line.empty()) run.grad_norms.push_back(Json::parse(line).at("grad_norm").as_double());
@@ -74,14 +84,26 @@ threads: 2
 TEST(ImageCpuGpuTraining, Fp32LossesAndStateAgree) {
   PRECIS_SKIP_WITHOUT_GPU();
   const TrainedRun cpu = train_run("cpu", "fp32", "false"), gpu = train_run("cuda", "fp32", "false");
-  EXPECT_LE(largest_relative_difference(cpu.losses, gpu.losses, 3u), 1e-3);
+  ASSERT_EQ(cpu.losses.size(), 3u);
+  ASSERT_EQ(gpu.losses.size(), 3u);
+  ASSERT_EQ(cpu.grad_norms.size(), 3u);
+  ASSERT_EQ(gpu.grad_norms.size(), 3u);
+  for (size_t step = 0; step < 2; ++step) {
+    EXPECT_NEAR(gpu.losses[step], cpu.losses[step], 1e-3 * cpu.losses[step]) << "step " << step + 1 << "'s loss";
+    EXPECT_NEAR(gpu.grad_norms[step], cpu.grad_norms[step], 1e-3 * cpu.grad_norms[step])
+        << "step " << step + 1 << "'s gradient norm";
+  }
+  EXPECT_NEAR(gpu.losses[2], cpu.losses[2], 1e-2 * cpu.losses[2]) << "the third step's loss";
   EXPECT_LT(cpu.losses.back(), cpu.losses.front()) << "the model learns the fixed batch";
   for (const auto& [name, tensor] : cpu.state) {
-    const std::vector<double> a = tensor.to_vector<double>(), b = gpu.state.at(name).to_vector<double>();
-    double scale = 0, diff = 0;
+    const std::vector<double> a = tensor.to_vector<double>(), b = gpu.state.at(name).to_vector<double>(),
+                              a0 = cpu.initial.at(name).to_vector<double>(),
+                              b0 = gpu.initial.at(name).to_vector<double>();
+    EXPECT_EQ(a0, b0) << name << ": both devices start from the same initial state";
+    double change = 0, diff = 0;
     for (size_t i = 0; i < a.size(); ++i)
-      scale = std::max(scale, std::abs(a[i])), diff = std::max(diff, std::abs(a[i] - b[i]));
-    EXPECT_LE(diff, 1e-2 * std::max(scale, 1e-3)) << name;
+      change = std::max(change, std::abs(a[i] - a0[i])), diff = std::max(diff, std::abs(a[i] - b[i]));
+    EXPECT_LE(diff, 5e-2 * change) << name << ": training changed it by up to " << change;
   }
 }
 
