@@ -4,7 +4,6 @@
 #include "nn/init.h"
 #include "nn/observer.h"
 #include "ops/pool.h"
-#include "ops/residual.h"
 
 namespace precis::models {
 
@@ -24,9 +23,11 @@ std::shared_ptr<nn::Sequential> downsample(int64_t in_planes, int64_t out_planes
   return seq;
 }
 
-// relu(out + identity) in one op that keeps out's memory format (channels-last stays so).
-Tensor residual_relu(const Tensor& out, const Tensor& x, const std::shared_ptr<nn::Sequential>& down) {
-  return ops::add_relu(out, down ? down->forward(x) : x);
+// relu(bn(out) + identity) in one op (ops::batch_norm_add_relu), in out's memory format; the
+// identity is x or downsample(x).
+Tensor bn_add_relu(nn::BatchNorm2d& bn, const Tensor& out, const Tensor& x,
+                   const std::shared_ptr<nn::Sequential>& down) {
+  return bn.forward_add_relu(out, down ? down->forward(x) : x);
 }
 
 struct Depths {
@@ -54,8 +55,7 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride) : nn::
 
 Tensor BasicBlock::forward(const Tensor& x) {
   Tensor out = bn1_->forward_relu(conv1_->forward(x));
-  out = bn2_->forward(conv2_->forward(out));
-  return residual_relu(out, x, downsample_);
+  return bn_add_relu(*bn2_, conv2_->forward(out), x, downsample_);
 }
 
 Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride) : nn::Module("Bottleneck") {
@@ -72,8 +72,7 @@ Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride) : nn::
 Tensor Bottleneck::forward(const Tensor& x) {
   Tensor out = bn1_->forward_relu(conv1_->forward(x));
   out = bn2_->forward_relu(conv2_->forward(out));
-  out = bn3_->forward(conv3_->forward(out));
-  return residual_relu(out, x, downsample_);
+  return bn_add_relu(*bn3_, conv3_->forward(out), x, downsample_);
 }
 
 ResNet::ResNet(const ImageModelConfig& config, uint64_t seed) : ImageClassifier("ResNet"), config_(config) {

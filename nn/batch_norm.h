@@ -7,7 +7,8 @@ namespace precis::nn {
 
 // Batch normalisation over dims (N, H, W) per channel (torch.nn.BatchNorm2d): weight (ones)
 // and bias (zeros) are parameters; running_mean (zeros), running_var (ones) and
-// num_batches_tracked (an i64 scalar, counting training forwards) are buffers, saved in
+// num_batches_tracked (an i64 scalar, counting training forwards: the op adds 1 beside the
+// statistics, so a captured step counts too) are buffers, saved in
 // checkpoints but not trained. Training mode normalises with the batch's statistics and
 // updates the running ones with `momentum`; eval mode uses the running statistics.
 class BatchNorm2d : public Module {
@@ -16,14 +17,12 @@ class BatchNorm2d : public Module {
   Tensor forward(const Tensor& x) override;
   // relu(forward(x)) in one op (ops::batch_norm_relu).
   Tensor forward_relu(const Tensor& x);
+  // relu(forward(x) + residual) in one op (ops::batch_norm_add_relu): a ResNet block's join.
+  Tensor forward_add_relu(const Tensor& x, const Tensor& residual);
 
   Tensor weight, bias;
   Tensor running_mean, running_var, num_batches_tracked;
   double eps, momentum;
-
- private:
-  void count_batch();
-  Tensor one_;  // an i64 1 on the buffers' device
 };
 
 }  // namespace precis::nn

@@ -6,6 +6,7 @@
 //   eval:     mean_c, var_c = the running statistics.
 //   invstd = 1 / sqrt(var_c + eps),  xhat = (x - mean_c) invstd,  y = xhat w_c + b_c.
 // batch_norm_relu: y = max(0, that), the gradient g masked by y > 0 first (g' = g [y > 0]).
+// batch_norm_add_relu: y = max(0, that + r); r's gradient is g'.
 // Gradients, with g' the (masked) output gradient and sums over a channel's M values:
 //   db = sum g',  dw = sum g' xhat,
 //   training: dx = w invstd (g' - db / M - xhat dw / M)   (x moves the mean and var too)
@@ -17,7 +18,9 @@
 // (mean, then the centred squares). The CUDA kernels (ops/cuda/batch_norm.cu) work in x's
 // memory format: one pass for both statistics (a shifted variance), one to normalise, and
 // the same two each way backward; batch_norm_relu applies the relu in the normalising pass
-// and its mask in the backward's, so it costs nothing over batch_norm.
+// and its mask in the backward's, so it costs nothing over batch_norm. batch_norm_add_relu reads
+// r in the normalising pass, and its backward's statistics pass writes g' (r's gradient), which
+// the dx pass then reads instead of g and y.
 #include "ops/batch_norm.h"
 
 #include <cmath>
@@ -29,6 +32,7 @@
 #include "ops/cpu/loops.h"
 #include "ops/memory_format.h"
 #include "ops/op_cost.h"
+#include "ops/param_grad.h"
 
 #if PRECIS_WITH_CUDA
 #include "ops/cuda/batch_norm.h"
@@ -40,6 +44,8 @@ namespace {
 
 struct Arguments {
   Tensor x, weight, bias, running_mean, running_var;
+  Tensor residual;             // batch_norm_add_relu's (relu is then true), else undefined
+  Tensor num_batches_tracked;  // i64 scalar counted by a training forward, or undefined
   bool training, relu;
   double momentum, eps;
   const char* op;
@@ -66,7 +72,7 @@ struct Saved {
   // ones where undefined)
   Tensor x, weight, mean, invstd, y;
   MemoryFormat format;
-  bool training;
+  bool training, residual;  // residual: r's gradient is wanted (batch_norm_add_relu)
 };
 
 void check(const Arguments& a) {
@@ -81,20 +87,27 @@ void check(const Arguments& a) {
     PRECIS_CHECK(t->shape() == Shape{C}, a.op, ": ", what, " must be [", C, "] (the channels of input ", describe(a.x),
                  "), got ", describe(*t));
   }
+  if (a.residual.defined())
+    PRECIS_CHECK(a.residual.shape() == a.x.shape() && a.residual.dtype() == a.x.dtype(), a.op, ": residual ",
+                 describe(a.residual), " and input ", describe(a.x), " must have one shape and dtype");
+  if (a.num_batches_tracked.defined())
+    PRECIS_CHECK(a.num_batches_tracked.dtype() == DType::i64 && a.num_batches_tracked.numel() == 1 &&
+                     a.num_batches_tracked.is_contiguous(),
+                 a.op, ": num_batches_tracked must be one int64 count, got ", describe(a.num_batches_tracked));
   PRECIS_CHECK(a.running_mean.defined() == a.running_var.defined(), a.op,
                ": running_mean and running_var go together (give both or neither)");
   PRECIS_CHECK(a.training || a.running_mean.defined(), a.op,
                ": eval mode normalises with the running statistics; give running_mean and running_var");
   PRECIS_CHECK(!a.training || extent_of(a.x).M() > 1, a.op,
                ": training needs more than one value per channel to estimate a variance, got input ", describe(a.x));
-  common_device(a.op, {&a.x, &a.weight, &a.bias, &a.running_mean, &a.running_var});
+  common_device(a.op, {&a.x, &a.residual, &a.weight, &a.bias, &a.running_mean, &a.running_var, &a.num_batches_tracked});
 }
 
 // ---- CPU
 
 template <typename T, typename A>
-void forward_cpu(const T* x, T* y, const A* w, const A* b, A* mean, A* invstd, A* running_mean, A* running_var,
-                 const Extent& e, const Arguments& a) {
+void forward_cpu(const T* x, const T* r, T* y, const A* w, const A* b, A* mean, A* invstd, A* running_mean,
+                 A* running_var, const Extent& e, const Arguments& a) {
   const int64_t M = e.M();
 #pragma omp parallel for schedule(static) if (e.N * e.C * e.S >= kParallelGrain && e.C > 1)
   for (int64_t c = 0; c < e.C; ++c) {
@@ -133,7 +146,7 @@ void forward_cpu(const T* x, T* y, const A* w, const A* b, A* mean, A* invstd, A
     // large terms of the latter cancel (the CUDA kernel computes it the same way).
     const A scale = (w ? w[c] : A(1)) * rs, bias = b ? b[c] : A(0);
     for_each([&](int64_t i) {
-      const A v = (convert<A>(x[i]) - mu) * scale + bias;
+      const A v = (convert<A>(x[i]) - mu) * scale + bias + (r ? convert<A>(r[i]) : A(0));
       y[i] = convert<T>(a.relu ? std::max(v, A(0)) : v);
     });
     mean[c] = mu;
@@ -141,8 +154,9 @@ void forward_cpu(const T* x, T* y, const A* w, const A* b, A* mean, A* invstd, A
   }
 }
 
+// dr (batch_norm_add_relu's residual gradient, else null) gets g'.
 template <typename T, typename A>
-void backward_cpu(const Saved& s, const T* g, const T* y, T* dx, A* dw, A* db, const Extent& e) {
+void backward_cpu(const Saved& s, const T* g, const T* y, T* dx, T* dr, A* dw, A* db, const Extent& e) {
   const T* x = s.x.data<T>();
   const A* w = s.weight.defined() ? s.weight.data<A>() : nullptr;
   const A* mean = s.mean.data<A>();
@@ -162,6 +176,7 @@ void backward_cpu(const Saved& s, const T* g, const T* y, T* dx, A* dw, A* db, c
     A sum_g = 0, sum_g_xhat = 0;
     for_each([&](int64_t i) {
       const A gi = grad(i);
+      if (dr) dr[i] = convert<T>(gi);
       sum_g += gi;
       sum_g_xhat += gi * (convert<A>(x[i]) - mu) * rs;
     });
@@ -196,6 +211,9 @@ Tensor forward_cpu(const Arguments& a, Saved& saved) {
   const Extent e = extent_of(a.x);
   const DType stats = statistics_dtype(a.x.dtype());
   const Tensor x = a.x.dim() == 4 ? dense_in(a.x, MemoryFormat::contiguous, a.x.dtype()) : dense(a.x);
+  const Tensor r = !a.residual.defined() ? Tensor()
+                   : a.x.dim() == 4      ? dense_in(a.residual, MemoryFormat::contiguous, a.x.dtype())
+                                         : dense(a.residual);
   Tensor y = empty(x.shape(), x.dtype());
   saved.x = x;
   saved.weight = dense_or_none(a.weight, stats);
@@ -213,35 +231,42 @@ Tensor forward_cpu(const Arguments& a, Saved& saved) {
     dispatch_statistics(stats, [&](auto stats_tag) {
       using A = decltype(stats_tag);
       auto ptr = [](const Tensor& t) { return t.defined() ? t.data<A>() : nullptr; };
-      forward_cpu<T, A>(x.data<T>(), y.data<T>(), ptr(saved.weight), ptr(bias), saved.mean.data<A>(),
-                        saved.invstd.data<A>(), ptr(running_mean), ptr(running_var), e, a);
+      forward_cpu<T, A>(x.data<T>(), r.defined() ? r.data<T>() : nullptr, y.data<T>(), ptr(saved.weight), ptr(bias),
+                        saved.mean.data<A>(), saved.invstd.data<A>(), ptr(running_mean), ptr(running_var), e, a);
     });
   });
   if (running_mean.defined() && a.training) {
     copy_(a.running_mean, running_mean);
     copy_(a.running_var, running_var);
   }
+  if (a.num_batches_tracked.defined() && a.training) ++a.num_batches_tracked.data<int64_t>()[0];
   if (a.relu) saved.y = y.detach();  // the relu's mask
   return a.x.dim() == 4 ? dense_in(y, saved.format, a.x.dtype()) : y;
 }
 
-std::vector<Tensor> backward_cpu(const Saved& s, const Tensor& grad, bool want_dx, bool want_dw, bool want_db) {
+std::vector<Tensor> backward_cpu(const Saved& s, const Tensor& grad, bool want_dx, bool want_dw, bool want_db,
+                                 bool want_dr) {
   const Extent e = extent_of(s.x);
   const DType stats = s.mean.dtype();
   const Tensor g = dense(grad, s.x.dtype());  // s.x and s.y are contiguous
   const Tensor& y = s.y;
   Tensor dx = want_dx ? empty(s.x.shape(), s.x.dtype()) : Tensor();
   Tensor dw = want_dw ? empty({e.C}, stats) : Tensor(), db = want_db ? empty({e.C}, stats) : Tensor();
+  Tensor dr = want_dr ? empty(s.x.shape(), s.x.dtype()) : Tensor();
   cpu::dispatch_floating(s.x.dtype(), "batch_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     dispatch_statistics(stats, [&](auto stats_tag) {
       using A = decltype(stats_tag);
-      backward_cpu<T, A>(s, g.data<T>(), y.defined() ? y.data<T>() : nullptr, dx.defined() ? dx.data<T>() : nullptr,
-                         dw.defined() ? dw.data<A>() : nullptr, db.defined() ? db.data<A>() : nullptr, e);
+      auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+      backward_cpu<T, A>(s, g.data<T>(), ptr(y), ptr(dx), ptr(dr), dw.defined() ? dw.data<A>() : nullptr,
+                         db.defined() ? db.data<A>() : nullptr, e);
     });
   });
-  if (dx.defined() && s.x.dim() == 4) dx = dense_in(dx, s.format, s.x.dtype());
-  return {dx, dw, db};
+  if (s.x.dim() == 4) {
+    if (dx.defined()) dx = dense_in(dx, s.format, s.x.dtype());
+    if (dr.defined()) dr = dense_in(dr, s.format, s.x.dtype());
+  }
+  return {dx, dw, db, dr};
 }
 
 // ---- GPU
@@ -269,22 +294,35 @@ Tensor forward_cuda(const Arguments& a, Saved& saved) {
   saved.weight = f32_parameter(a.weight, C, 1.0, device);
   saved.mean = empty({C}, DType::f32, device);
   saved.invstd = empty({C}, DType::f32, device);
-  cuda::batch_norm_forward({saved.x, y, saved.weight, f32_parameter(a.bias, C, 0.0, device), a.running_mean,
-                            a.running_var, saved.mean, saved.invstd, a.momentum, a.eps, saved.format, a.training,
-                            a.relu});
+  const Tensor residual = a.residual.defined() ? dense_as(a.residual, saved.format, a.x.dtype()) : Tensor();
+  cuda::batch_norm_forward({saved.x, residual, y, saved.weight, f32_parameter(a.bias, C, 0.0, device), a.running_mean,
+                            a.running_var, a.training ? a.num_batches_tracked : Tensor(), saved.mean, saved.invstd,
+                            a.momentum, a.eps, saved.format, a.training, a.relu});
   if (a.relu) saved.y = y.detach();  // the relu's mask
   return y;
 }
 
-std::vector<Tensor> backward_cuda(const Saved& s, const Tensor& grad, bool want_dx, bool want_dw, bool want_db) {
+// dw and db go straight into the parameters' f32 .grad where the engine offers it
+// (ops/param_grad.h), else into new f32 tensors that are returned.
+std::vector<Tensor> backward_cuda(const Saved& s, const BackwardArgs& g) {
   const int64_t C = s.x.size(1);
   const Device device = s.x.device();
   Tensor dx =
       s.x.dim() == 4 ? empty_in(s.x.shape(), s.format, s.x.dtype(), device) : empty(s.x.shape(), s.x.dtype(), device);
-  Tensor dw = empty({C}, DType::f32, device), db = empty({C}, DType::f32, device);
-  cuda::batch_norm_backward(
-      {s.x, s.y, dense_as(grad, s.format, s.x.dtype()), s.weight, s.mean, s.invstd, dx, dw, db, s.format, s.training});
-  return {want_dx ? dx : Tensor(), want_dw ? dw : Tensor(), want_db ? db : Tensor()};
+  const ParamGrad dw = param_grad(g, 1, DType::f32, {C}, DType::f32, device),
+                  db = param_grad(g, 2, DType::f32, {C}, DType::f32, device);
+  // the kernels write both sums: scratch for one nobody wants
+  auto values_or_scratch = [&](const ParamGrad& p) {
+    return p.values.defined() ? p.values : empty({C}, DType::f32, device);
+  };
+  // the residual's gradient g', written by the statistics pass (which the dx pass then reads)
+  Tensor dr = !s.residual      ? Tensor()
+              : s.x.dim() == 4 ? empty_in(s.x.shape(), s.format, s.x.dtype(), device)
+                               : empty(s.x.shape(), s.x.dtype(), device);
+  cuda::batch_norm_backward({s.x, s.y, dense_as(g.grad(), s.format, s.x.dtype()), s.weight, s.mean, s.invstd, dx,
+                             values_or_scratch(dw), values_or_scratch(db), dr, s.format, s.training,
+                             dw.destination.accumulate, db.destination.accumulate});
+  return {g.needs(0) ? dx : Tensor(), dw.returned(), db.returned(), g.needs(3) ? dr : Tensor()};
 }
 #endif
 
@@ -292,11 +330,19 @@ Tensor batch_norm_impl(const Arguments& a) {
   check(a);
   OpScope timed(a.op, [&] {
     const int64_t C = a.x.size(1);
-    return cost::batch_norm(a.x.numel() / std::max<int64_t>(C, 1), C, a.x.dtype(), a.relu);
+    OpWork w = cost::batch_norm(a.x.numel() / std::max<int64_t>(C, 1), C, a.x.dtype(), a.relu);
+    if (a.residual.defined()) {  // the add (1 FLOP), r read forward and g' written backward
+      const double e = static_cast<double>(a.x.numel()), s = static_cast<double>(element_size(a.x.dtype()));
+      w.forward.flops += e;
+      w.forward.bytes += e * s;
+      w.backward.bytes += e * s;
+    }
+    return w;
   });
   Saved saved;
   saved.format = a.x.dim() == 4 ? suggest_memory_format(a.x) : MemoryFormat::contiguous;
   saved.training = a.training;
+  saved.residual = a.residual.defined();
   Tensor y;
   if (a.x.is_cpu()) {
     y = forward_cpu(a, saved);
@@ -305,16 +351,16 @@ Tensor batch_norm_impl(const Arguments& a) {
     y = forward_cuda(a, saved);
 #endif
   }
-  if (autograd::any_requires_grad({&a.x, &a.weight, &a.bias})) {
-    autograd::record(a.op, {a.x, a.weight, a.bias}, {y},
+  if (autograd::any_requires_grad({&a.x, &a.weight, &a.bias, &a.residual})) {
+    autograd::record(a.op, {a.x, a.weight, a.bias, a.residual}, {y},
                      [saved, weight_dtype = a.weight.defined() ? a.weight.dtype() : DType::f32,
                       bias_dtype = a.bias.defined() ? a.bias.dtype() : DType::f32](const BackwardArgs& g) {
                        std::vector<Tensor> grads;
                        if (saved.x.is_cpu()) {
-                         grads = backward_cpu(saved, g.grad(), g.needs(0), g.needs(1), g.needs(2));
+                         grads = backward_cpu(saved, g.grad(), g.needs(0), g.needs(1), g.needs(2), g.needs(3));
                        } else {
 #if PRECIS_WITH_CUDA
-                         grads = backward_cuda(saved, g.grad(), g.needs(0), g.needs(1), g.needs(2));
+                         grads = backward_cuda(saved, g);
 #endif
                        }
                        if (grads[1].defined()) grads[1] = converted(grads[1], weight_dtype);
@@ -328,14 +374,25 @@ Tensor batch_norm_impl(const Arguments& a) {
 }  // namespace
 
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                  const Tensor& running_var, bool training, double momentum, double eps) {
-  return batch_norm_impl({x, weight, bias, running_mean, running_var, training, false, momentum, eps, "batch_norm"});
+                  const Tensor& running_var, bool training, double momentum, double eps,
+                  const Tensor& num_batches_tracked) {
+  return batch_norm_impl({x, weight, bias, running_mean, running_var, Tensor(), num_batches_tracked, training, false,
+                          momentum, eps, "batch_norm"});
 }
 
 Tensor batch_norm_relu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                       const Tensor& running_var, bool training, double momentum, double eps) {
-  return batch_norm_impl(
-      {x, weight, bias, running_mean, running_var, training, true, momentum, eps, "batch_norm_relu"});
+                       const Tensor& running_var, bool training, double momentum, double eps,
+                       const Tensor& num_batches_tracked) {
+  return batch_norm_impl({x, weight, bias, running_mean, running_var, Tensor(), num_batches_tracked, training, true,
+                          momentum, eps, "batch_norm_relu"});
+}
+
+Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                           const Tensor& running_mean, const Tensor& running_var, bool training, double momentum,
+                           double eps, const Tensor& num_batches_tracked) {
+  require_defined("batch_norm_add_relu", residual, "residual");
+  return batch_norm_impl({x, weight, bias, running_mean, running_var, residual, num_batches_tracked, training, true,
+                          momentum, eps, "batch_norm_add_relu"});
 }
 
 }  // namespace precis::ops

@@ -270,10 +270,11 @@ cuda::Conv2dShapes shapes_of(const Geometry& g) {
   return {g.N, g.Cin, g.H, g.W, g.Cout, g.kH, g.kW, g.OH, g.OW, {g.stride, g.padding, g.dilation, g.groups}};
 }
 
+// weight: dense in x's memory format (KRSC for channels-last: cuDNN's filter layout there).
 Tensor conv_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, const Geometry& g) {
   const MemoryFormat format = suggest_memory_format(x);
   Tensor y = empty_in({g.N, g.Cout, g.OH, g.OW}, format, x.dtype(), x.device());
-  cuda::conv2d_forward(dense_in(x, format, x.dtype()), dense_in(weight, format, x.dtype()), y, shapes_of(g), format);
+  cuda::conv2d_forward(dense_in(x, format, x.dtype()), weight, y, shapes_of(g), format);
   if (bias.defined()) cuda::conv2d_add_bias(y, dense(bias), format);
   return y;
 }
@@ -288,9 +289,10 @@ std::vector<Tensor> conv_backward_cuda(const Tensor& x, const Tensor& weight, co
     cuda::conv2d_backward_data(gy, dense_in(weight, format, x.dtype()), dx, shapes_of(g), format);
   }
   if (want_dw) {
-    Tensor dw_in_format = empty_in(weight.shape(), format, x.dtype(), x.device());
-    cuda::conv2d_backward_filter(dense_in(x, format, x.dtype()), gy, dw_in_format, shapes_of(g), format);
-    dw = dense(dw_in_format);
+    // Left in the format cuDNN writes (KRSC for channels-last): the weight's gradient is
+    // converted into the parameter's dense .grad by the one copy or add that takes it there.
+    dw = empty_in(weight.shape(), format, x.dtype(), x.device());
+    cuda::conv2d_backward_filter(dense_in(x, format, x.dtype()), gy, dw, shapes_of(g), format);
   }
   if (want_db) {
     NoGradGuard no_grad;
@@ -318,24 +320,28 @@ Tensor conv2d(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_
   });
   common_device(kOp, {&x, &weight, &bias});
   Tensor y;
+  // What the backward reads of the weight: on the GPU the copy laid out in x's memory format
+  // that the forward made (a channels-last network's weights are laid out once a step, not
+  // again for the backward-data convolution).
+  Tensor saved_weight = weight.detach();
   if (x.is_cpu()) {
     y = conv_forward_cpu(x, weight, bias, g);
   } else {
 #if PRECIS_WITH_CUDA
-    y = conv_forward_cuda(x, weight, bias, g);
+    saved_weight = dense_in(saved_weight, suggest_memory_format(x), x.dtype());
+    y = conv_forward_cuda(x, saved_weight, bias, g);
 #endif
   }
   if (autograd::any_requires_grad({&x, &weight, &bias})) {
-    autograd::record(kOp, {x, weight, bias}, {y},
-                     [x = x.detach(), weight = weight.detach(), g](const BackwardArgs& args) {
-                       const bool dx = args.needs(0), dw = args.needs(1), db = args.needs(2);
-                       if (x.is_cpu()) return conv_backward_cpu(x, weight, args.grad(), g, dx, dw, db);
+    autograd::record(kOp, {x, weight, bias}, {y}, [x = x.detach(), weight = saved_weight, g](const BackwardArgs& args) {
+      const bool dx = args.needs(0), dw = args.needs(1), db = args.needs(2);
+      if (x.is_cpu()) return conv_backward_cpu(x, weight, args.grad(), g, dx, dw, db);
 #if PRECIS_WITH_CUDA
-                       return conv_backward_cuda(x, weight, args.grad(), g, dx, dw, db);
+      return conv_backward_cuda(x, weight, args.grad(), g, dx, dw, db);
 #else
                        return std::vector<Tensor>{};
 #endif
-                     });
+    });
   }
   return y;
 }

@@ -5,10 +5,10 @@
 //                  element: a grid of (channel tiles) x G blocks, each block summing a
 //                  slice of every one of its channels' M values into its own [G, 2, C]
 //                  partial (no atomics: the same order every run);
-//   finalize       one thread per channel adds its G partials in order and derives the
-//                  per-channel coefficients;
-//   apply          one thread per element: y = (x - mean) scale + bias (then max(0, .)), or dx.
-//                  (Not x scale + (bias - mean scale): with |mean| >> std its two large
+//   finalize       one warp per channel adds its G partials (lane l takes l, l + 32, ...,
+//                  then a butterfly: a fixed order) and derives the per-channel coefficients;
+//   apply          one thread per element: y = (x - mean) scale + bias (+ r, then max(0, .)),
+//                  or dx. (Not x scale + (bias - mean scale): with |mean| >> std its two large
 //                  terms cancel and the output loses the f32 digits the CPU keeps.)
 //
 // Forward sums (x - p) and (x - p)^2, p = the channel's first value (a "shifted" variance:
@@ -16,14 +16,21 @@
 // E[x^2] - E[x]^2 would when |mean| >> std): mean = p + s1 / M, var = s2 / M - (s1 / M)^2,
 // and the running statistics r <- (1 - momentum) r + momentum (mean, var M / (M - 1)).
 // Eval skips the sums: mean, var are the running ones.
-// Backward sums g' and g' (x - mean), g' = g, or g [y > 0] for batch_norm_relu:
+// Backward sums g' and g' (x - mean), g' = g, or g [y > 0] for the relu variants (and
+// batch_norm_add_relu's sums pass stores g', r's gradient, for the dx pass to read):
 //   db = sum g',  dw = invstd sum g' (x - mean),  k = w invstd, and
 //   training: dx = k g' - k db / M - (x - mean) k invstd dw / M;   eval: dx = k g'.
 //
 // Layouts: NCHW puts a channel's values in N runs of S; a block of 256 threads takes one
 // channel, consecutive threads consecutive values. Channels-last puts the C channels of a
 // cell side by side; a block takes 32 channels, its 8 warps' lanes reading 32 neighbours.
+// Channels-last with C a multiple of V = 16 bytes of T (8 f16/bf16, 4 f32) and 16-byte aligned
+// buffers (every ResNet layer) takes the packed kernels instead: a thread owns V neighbouring
+// channels, moves them with one 16-byte access per cell, and keeps their per-channel numbers
+// (the shift or mean, scale, bias, dx's coefficients) in registers across the cells it visits;
+// a block is tx threads across channel packs by ty cells, summed over ty by a fixed tree.
 #include <algorithm>
+#include <initializer_list>
 #include <tuple>
 
 #include "core/copy.h"
@@ -31,6 +38,7 @@
 #include "core/cuda/convert.cuh"
 #include "core/cuda/dispatch.cuh"
 #include "core/cuda/launch.cuh"
+#include "core/cuda/pack.cuh"
 #include "ops/cuda/batch_norm.h"
 
 namespace precis::ops::cuda {
@@ -69,8 +77,10 @@ struct BackwardValues {
   const T* y;  // the relu's output, or null
   const T* gy;
   const float* mean;
+  T* gprime;  // where g' goes (batch_norm_add_relu's dr), or null
   __device__ Pair<float> operator()(int64_t i, int64_t c, const Layout&) const {
     const float g = (y && !(convert_to<float>(y[i]) > 0.f)) ? 0.f : convert_to<float>(gy[i]);
+    if (gprime) gprime[i] = convert_to<T>(g);
     return {g, g * (convert_to<float>(x[i]) - mean[c])};
   }
 };
@@ -117,28 +127,36 @@ __global__ void channel_sums_kernel(Values values, Layout l, float* partial) {
   }
 }
 
-// The channel's two sums over the G partials, in order.
+// The finalize kernels' warp per channel: blocks of kThreads, kThreads / 32 channels each.
+constexpr int kChannelsPerBlock = kThreads / 32;
+__device__ int64_t warp_channel() { return static_cast<int64_t>(blockIdx.x) * kChannelsPerBlock + threadIdx.x / 32; }
+
+// The channel's two sums over the G partials, in every lane of the warp: lane l adds partials
+// l, l + 32, ... (loads in flight together, where one thread adding all G waited on each in
+// turn), then the warp's butterfly. Every lane of the warp must call it.
 __device__ Pair<float> total(const float* partial, int64_t G, int64_t C, int64_t c) {
   Pair<float> s{0.f, 0.f};
-  for (int64_t g = 0; g < G; ++g) {
+  for (int64_t g = threadIdx.x % 32; g < G; g += 32) {
     s.first += partial[(g * 2) * C + c];
     s.second += partial[(g * 2 + 1) * C + c];
   }
-  return s;
+  return warp_all_reduce(s, SumOp{});
 }
 
 // The forward's statistics and coefficients per channel (partial: null in eval).
 template <typename T>
 __global__ void forward_finalize_kernel(const T* x, const float* partial, int64_t G, Layout l, const float* weight,
                                         const float* bias, float* running_mean, float* running_var, float* save_mean,
-                                        float* save_invstd, float* scale, float momentum, float eps) {
+                                        float* save_invstd, float* scale, float momentum, float eps,
+                                        int64_t* num_batches_tracked) {
   wait_for_previous_grid();
   allow_next_grid_to_start();
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= l.C) return;
+  const int64_t c = warp_channel();
+  if (c >= l.C) return;  // the whole warp
   float mean, var;
   if (partial) {
     const Pair<float> s = total(partial, G, l.C, c);
+    if (threadIdx.x % 32 != 0) return;
     const float M = static_cast<float>(l.M), shifted_mean = s.first / M;
     mean = convert_to<float>(x[l.at(0, c)]) + shifted_mean;
     var = fmaxf(s.second / M - shifted_mean * shifted_mean, 0.f);
@@ -147,18 +165,21 @@ __global__ void forward_finalize_kernel(const T* x, const float* partial, int64_
       running_var[c] = (1.f - momentum) * running_var[c] + momentum * var * M / (M - 1.f);
     }
   } else {
+    if (threadIdx.x % 32 != 0) return;
     mean = running_mean[c];
     var = running_var[c];
   }
+  if (num_batches_tracked && c == 0) ++*num_batches_tracked;
   const float invstd = rsqrtf(var + eps);
   save_mean[c] = mean;
   save_invstd[c] = invstd;
   scale[c] = weight[c] * invstd;
 }
 
-// y = (x - mean) scale + bias, then max(0, .) for batch_norm_relu (a NaN stays NaN, as on the CPU).
+// y = (x - mean) scale + bias (+ r), then max(0, .) for the relu variants (a NaN stays NaN, as on
+// the CPU).
 template <typename T>
-__global__ void forward_apply_kernel(const T* x, T* y, Layout l, const float* mean, const float* scale,
+__global__ void forward_apply_kernel(const T* x, const T* r, T* y, Layout l, const float* mean, const float* scale,
                                      const float* bias, bool relu, int64_t n) {
   wait_for_previous_grid();
   allow_next_grid_to_start();
@@ -166,6 +187,7 @@ __global__ void forward_apply_kernel(const T* x, T* y, Layout l, const float* me
   if (i >= n) return;
   const int64_t c = l.channel(i);
   float v = (convert_to<float>(x[i]) - mean[c]) * scale[c] + bias[c];
+  if (r) v += convert_to<float>(r[i]);
   if (relu && v < 0.f) v = 0.f;
   y[i] = convert_to<T>(v);
 }
@@ -173,15 +195,16 @@ __global__ void forward_apply_kernel(const T* x, T* y, Layout l, const float* me
 // dw, db and dx's coefficients per channel: dx = a g' + b + k (x - mean).
 __global__ void backward_finalize_kernel(const float* partial, int64_t G, Layout l, const float* weight,
                                          const float* save_invstd, float* dw, float* db, float* coefficients,
-                                         bool training) {
+                                         bool training, bool accumulate_dw, bool accumulate_db) {
   wait_for_previous_grid();
   allow_next_grid_to_start();
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= l.C) return;
+  const int64_t c = warp_channel();
+  if (c >= l.C) return;  // the whole warp
   const Pair<float> s = total(partial, G, l.C, c);
+  if (threadIdx.x % 32 != 0) return;
   const float invstd = save_invstd[c], k = weight[c] * invstd, M = static_cast<float>(l.M);
-  db[c] = s.first;
-  dw[c] = s.second * invstd;
+  db[c] = accumulate_db ? db[c] + s.first : s.first;
+  dw[c] = accumulate_dw ? dw[c] + s.second * invstd : s.second * invstd;
   coefficients[c] = k;
   coefficients[l.C + c] = training ? -k * s.first / M : 0.f;
   coefficients[2 * l.C + c] = training ? -k * invstd * invstd * s.second / M : 0.f;
@@ -194,9 +217,190 @@ __global__ void backward_apply_kernel(BackwardValues<T> v, T* dx, Layout l, cons
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const int64_t c = l.channel(i);
-  const float g = (v.y && !(convert_to<float>(v.y[i]) > 0.f)) ? 0.f : convert_to<float>(v.gy[i]);
+  const float g = v.gprime                                      ? convert_to<float>(v.gprime[i])
+                  : (v.y && !(convert_to<float>(v.y[i]) > 0.f)) ? 0.f
+                                                                : convert_to<float>(v.gy[i]);
   dx[i] = convert_to<T>(coefficients[c] * g + coefficients[l.C + c] +
                         coefficients[2 * l.C + c] * (convert_to<float>(v.x[i]) - v.mean[c]));
+}
+
+// ---- channels-last, packed: V = 16 bytes of T neighbouring channels per thread
+
+// Block (tx, ty): tx threads across the channel packs (at most 32), ty cells (a power of two,
+// tx ty <= kThreads); tiles blocks of tx packs cover the C / V packs.
+struct PackedShape {
+  int tx, ty;
+  int64_t tiles;
+};
+
+PackedShape packed_shape(int64_t packs) {
+  PackedShape s{static_cast<int>(std::min<int64_t>(packs, kLanes)), 1, 0};
+  while (2 * s.tx * s.ty <= kThreads) s.ty *= 2;
+  s.tiles = (packs + s.tx - 1) / s.tx;
+  return s;
+}
+
+// What the packed statistics pass reads (forward: x; backward: x, gy, y or null, and writes
+// g' where gprime is not null).
+template <typename T>
+struct PackedSums {
+  const T* x;
+  const T* y;
+  const T* gy;
+  const float* mean;
+  T* gprime;
+};
+
+// As channel_sums_kernel, V channels a thread: forward sums x - p and (x - p)^2 (p the channel's
+// first value), backward g' and g' (x - mean). The block's ty partial sums of each channel are
+// added by a tree (rows r and r + stride, stride halving), the same order every run.
+template <typename T, bool kBackward>
+__global__ void __launch_bounds__(kThreads) packed_sums_kernel(PackedSums<T> a, Layout l, float* partial) {
+  wait_for_previous_grid();
+  allow_next_grid_to_start();
+  constexpr int V = Packed128<T>::size;
+  __shared__ float rows[kThreads * 2 * V];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + tx) * V;
+  float s1[V], s2[V], ref[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) s1[k] = s2[k] = 0.f;
+  if (c0 < l.C) {
+    if constexpr (kBackward) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) ref[k] = a.mean[c0 + k];
+    } else {
+      const Packed128<T> p = load_pack<V>(a.x + c0);  // cell 0
+#pragma unroll
+      for (int k = 0; k < V; ++k) ref[k] = convert_to<float>(p.v[k]);
+    }
+#pragma unroll 4
+    for (int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.y + ty; j < l.M;
+         j += static_cast<int64_t>(gridDim.y) * blockDim.y) {
+      const int64_t i = j * l.C + c0;
+      const Packed128<T> x = load_pack<V>(a.x + i);
+      if constexpr (kBackward) {
+        Packed128<T> g = load_pack<V>(a.gy + i);
+        if (a.y) {
+          const Packed128<T> y = load_pack<V>(a.y + i);
+#pragma unroll
+          for (int k = 0; k < V; ++k)
+            if (!(convert_to<float>(y.v[k]) > 0.f)) g.v[k] = convert_to<T>(0.f);
+        }
+        if (a.gprime) store_pack(a.gprime + i, g);
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          const float gk = convert_to<float>(g.v[k]);
+          s1[k] += gk;
+          s2[k] += gk * (convert_to<float>(x.v[k]) - ref[k]);
+        }
+      } else {
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          const float d = convert_to<float>(x.v[k]) - ref[k];
+          s1[k] += d;
+          s2[k] += d * d;
+        }
+      }
+    }
+  }
+  float* mine = rows + (ty * blockDim.x + tx) * 2 * V;
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    mine[k] = s1[k];
+    mine[V + k] = s2[k];
+  }
+  for (int stride = blockDim.y / 2; stride > 0; stride /= 2) {
+    __syncthreads();
+    if (ty < stride) {
+      const float* other = rows + ((ty + stride) * blockDim.x + tx) * 2 * V;
+#pragma unroll
+      for (int k = 0; k < 2 * V; ++k) mine[k] += other[k];
+    }
+  }
+  if (ty == 0 && c0 < l.C) {
+    const int64_t g = blockIdx.y;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      partial[(g * 2) * l.C + c0 + k] = mine[k];
+      partial[(g * 2 + 1) * l.C + c0 + k] = mine[V + k];
+    }
+  }
+}
+
+// forward_apply_kernel, V channels a thread, their mean, scale and bias held across its cells.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    packed_forward_apply_kernel(const T* x, const T* r, T* y, Layout l, const float* mean, const float* scale,
+                                const float* bias, bool relu) {
+  wait_for_previous_grid();
+  allow_next_grid_to_start();
+  constexpr int V = Packed128<T>::size;
+  const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
+  if (c0 >= l.C) return;
+  float m[V], sc[V], b[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    m[k] = mean[c0 + k];
+    sc[k] = scale[c0 + k];
+    b[k] = bias[c0 + k];
+  }
+#pragma unroll 2
+  for (int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; j < l.M;
+       j += static_cast<int64_t>(gridDim.y) * blockDim.y) {
+    const int64_t i = j * l.C + c0;
+    const Packed128<T> xv = load_pack<V>(x + i);
+    Packed128<T> rv;
+    if (r) rv = load_pack<V>(r + i);
+    Packed128<T> out;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      float v = (convert_to<float>(xv.v[k]) - m[k]) * sc[k] + b[k];
+      if (r) v += convert_to<float>(rv.v[k]);
+      if (relu && v < 0.f) v = 0.f;
+      out.v[k] = convert_to<T>(v);
+    }
+    store_pack(y + i, out);
+  }
+}
+
+// backward_apply_kernel, V channels a thread: dx = a g' + b + k (x - mean), with g' read from
+// gprime where the statistics pass wrote it, else gy masked by y > 0 (y not null) or gy.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    packed_backward_apply_kernel(const T* x, const T* y, const T* gy, const T* gprime, T* dx, Layout l,
+                                 const float* mean, const float* coefficients) {
+  wait_for_previous_grid();
+  allow_next_grid_to_start();
+  constexpr int V = Packed128<T>::size;
+  const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
+  if (c0 >= l.C) return;
+  float m[V], a[V], b[V], k2[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    m[k] = mean[c0 + k];
+    a[k] = coefficients[c0 + k];
+    b[k] = coefficients[l.C + c0 + k];
+    k2[k] = coefficients[2 * l.C + c0 + k];
+  }
+  const T* g_in = gprime ? gprime : gy;
+  const T* mask = gprime ? nullptr : y;
+#pragma unroll 2
+  for (int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; j < l.M;
+       j += static_cast<int64_t>(gridDim.y) * blockDim.y) {
+    const int64_t i = j * l.C + c0;
+    const Packed128<T> xv = load_pack<V>(x + i);
+    const Packed128<T> gv = load_pack<V>(g_in + i);
+    Packed128<T> yv;
+    if (mask) yv = load_pack<V>(mask + i);
+    Packed128<T> out;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const float g = (mask && !(convert_to<float>(yv.v[k]) > 0.f)) ? 0.f : convert_to<float>(gv.v[k]);
+      out.v[k] = convert_to<T>(a[k] * g + b[k] + k2[k] * (convert_to<float>(xv.v[k]) - m[k]));
+    }
+    store_pack(dx + i, out);
+  }
 }
 
 Layout layout_of(const Tensor& x, MemoryFormat format) {
@@ -220,6 +424,42 @@ std::pair<Tensor, int64_t> channel_sums(const Values& values, const Layout& l, D
   return {partial, G};
 }
 
+// Whether the packed channels-last kernels take the problem: C a multiple of V and every buffer
+// (null ones aside) 16-byte aligned.
+template <typename T>
+bool packed(const Layout& l, std::initializer_list<const void*> buffers) {
+  if (!l.channels_last || l.C % Packed128<T>::size != 0) return false;
+  for (const void* p : buffers)
+    if (p && !aligned16(p)) return false;
+  return true;
+}
+
+// channel_sums by packed_sums_kernel: its [G, 2, C] partial and G.
+template <typename T, bool kBackward>
+std::pair<Tensor, int64_t> packed_channel_sums(const PackedSums<T>& a, const Layout& l, Device device) {
+  const PackedShape s = packed_shape(l.C / Packed128<T>::size);
+  // About four blocks per SM in all, each with at least a few cells per thread.
+  const int64_t wanted = std::max<int64_t>(1, 4 * multiprocessor_count(device) / s.tiles);
+  const int64_t G = std::min<int64_t>({wanted, std::max<int64_t>(1, l.M / (4 * s.ty)), 65535});
+  Tensor partial = empty({G * 2 * l.C}, DType::f32, device);
+  launch(packed_sums_kernel<T, kBackward>, dim3(static_cast<unsigned>(s.tiles), static_cast<unsigned>(G)),
+         dim3(s.tx, s.ty), 0, stream_for(partial), a, l, data_of<float>(partial));
+  PRECIS_CUDA_CHECK_LAUNCH("batch_norm statistics");
+  return {partial, G};
+}
+
+// The packed apply kernels' grid: about eight blocks per SM (the device full), each cell once.
+dim3 packed_apply_grid(const PackedShape& s, const Layout& l, Device device) {
+  const int64_t wanted = std::max<int64_t>(1, 8 * multiprocessor_count(device) / s.tiles);
+  const int64_t G = std::min<int64_t>({wanted, std::max<int64_t>(1, (l.M + s.ty - 1) / s.ty), 65535});
+  return dim3(static_cast<unsigned>(s.tiles), static_cast<unsigned>(G));
+}
+
+// The finalize kernels' grid: a warp per channel.
+unsigned finalize_blocks(const Layout& l) {
+  return static_cast<unsigned>((l.C + kChannelsPerBlock - 1) / kChannelsPerBlock);
+}
+
 template <typename Fn>
 void dispatch_batch_norm(DType dtype, const char* op, Fn&& fn) {
   dispatch_device<float, __half, __nv_bfloat16>(
@@ -231,7 +471,7 @@ float* data_or_null(const Tensor& t) { return t.defined() ? data_of<float>(t) : 
 }  // namespace
 
 void batch_norm_forward(const BatchNormForward& f) {
-  const char* op = f.relu ? "batch_norm_relu" : "batch_norm";
+  const char* op = f.residual.defined() ? "batch_norm_add_relu" : f.relu ? "batch_norm_relu" : "batch_norm";
   const Layout l = layout_of(f.x, f.format);
   const Device device = f.x.device();
   if (l.C == 0) return;
@@ -240,47 +480,75 @@ void batch_norm_forward(const BatchNormForward& f) {
   dispatch_batch_norm(f.x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* x = data_of<const T>(f.x);
+    const T* r = f.residual.defined() ? data_of<const T>(f.residual) : nullptr;
+    const bool is_packed = packed<T>(l, {x, r, f.y.raw_data()});
     Tensor partial;
     int64_t G = 0;
-    if (f.training && l.M > 0) std::tie(partial, G) = channel_sums(ForwardValues<T>{x}, l, device);
-    launch(forward_finalize_kernel<T>, grid_for(l.C), kBlockSize, 0, stream_for(f.y), x,
+    if (f.training && l.M > 0) {
+      std::tie(partial, G) = is_packed
+                                 ? packed_channel_sums<T, false>({x, nullptr, nullptr, nullptr, nullptr}, l, device)
+                                 : channel_sums(ForwardValues<T>{x}, l, device);
+    }
+    launch(forward_finalize_kernel<T>, finalize_blocks(l), kThreads, 0, stream_for(f.y), x,
            partial.defined() ? data_of<const float>(partial) : nullptr, G, l, data_of<const float>(f.weight),
            data_of<const float>(f.bias), data_or_null(f.running_mean), data_or_null(f.running_var),
            data_of<float>(f.save_mean), data_of<float>(f.save_invstd), scale, static_cast<float>(f.momentum),
-           static_cast<float>(f.eps));
+           static_cast<float>(f.eps),
+           f.num_batches_tracked.defined() ? data_of<int64_t>(f.num_batches_tracked) : nullptr);
     PRECIS_CUDA_CHECK_LAUNCH(op);
     const int64_t n = f.x.numel();
     if (n == 0) return;
-    launch(forward_apply_kernel<T>, grid_for(n), kBlockSize, 0, stream_for(f.y), x, data_of<T>(f.y), l,
-           data_of<const float>(f.save_mean), static_cast<const float*>(scale), data_of<const float>(f.bias), f.relu,
-           n);
+    if (is_packed) {
+      const PackedShape shape = packed_shape(l.C / Packed128<T>::size);
+      launch(packed_forward_apply_kernel<T>, packed_apply_grid(shape, l, device), dim3(shape.tx, shape.ty), 0,
+             stream_for(f.y), x, r, data_of<T>(f.y), l, data_of<const float>(f.save_mean),
+             static_cast<const float*>(scale), data_of<const float>(f.bias), f.relu);
+    } else {
+      launch(forward_apply_kernel<T>, grid_for(n), kBlockSize, 0, stream_for(f.y), x, r, data_of<T>(f.y), l,
+             data_of<const float>(f.save_mean), static_cast<const float*>(scale), data_of<const float>(f.bias), f.relu,
+             n);
+    }
     PRECIS_CUDA_CHECK_LAUNCH(op);
   });
 }
 
 void batch_norm_backward(const BatchNormBackward& b) {
-  const char* op = b.y.defined() ? "batch_norm_relu backward" : "batch_norm backward";
+  const char* op = b.dr.defined()  ? "batch_norm_add_relu backward"
+                   : b.y.defined() ? "batch_norm_relu backward"
+                                   : "batch_norm backward";
   const Layout l = layout_of(b.x, b.format);
   const Device device = b.x.device();
   if (l.C == 0) return;
   Tensor coefficients = empty({3 * l.C}, DType::f32, device);
   dispatch_batch_norm(b.x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const BackwardValues<T> values{data_of<const T>(b.x), b.y.defined() ? data_of<const T>(b.y) : nullptr,
-                                   data_of<const T>(b.gy), data_of<const float>(b.save_mean)};
-    if (l.M == 0) {
-      fill_(b.dw, 0.0);
-      fill_(b.db, 0.0);
+    const T* x = data_of<const T>(b.x);
+    const T* y = b.y.defined() ? data_of<const T>(b.y) : nullptr;
+    const T* gy = data_of<const T>(b.gy);
+    T* gprime = b.dr.defined() ? data_of<T>(b.dr) : nullptr;
+    const float* mean = data_of<const float>(b.save_mean);
+    if (l.M == 0) {  // no values: zero sums
+      if (!b.accumulate_dw) fill_(b.dw, 0.0);
+      if (!b.accumulate_db) fill_(b.db, 0.0);
       return;
     }
-    const auto [partial, G] = channel_sums(values, l, device);
-    launch(backward_finalize_kernel, grid_for(l.C), kBlockSize, 0, stream_for(b.dx), data_of<const float>(partial), G,
-           l, data_of<const float>(b.weight), data_of<const float>(b.save_invstd), data_of<float>(b.dw),
-           data_of<float>(b.db), data_of<float>(coefficients), b.training);
+    const bool is_packed = packed<T>(l, {x, y, gy, gprime, b.dx.raw_data()});
+    const BackwardValues<T> values{x, y, gy, mean, gprime};
+    const auto [partial, G] =
+        is_packed ? packed_channel_sums<T, true>({x, y, gy, mean, gprime}, l, device) : channel_sums(values, l, device);
+    launch(backward_finalize_kernel, finalize_blocks(l), kThreads, 0, stream_for(b.dx), data_of<const float>(partial),
+           G, l, data_of<const float>(b.weight), data_of<const float>(b.save_invstd), data_of<float>(b.dw),
+           data_of<float>(b.db), data_of<float>(coefficients), b.training, b.accumulate_dw, b.accumulate_db);
     PRECIS_CUDA_CHECK_LAUNCH(op);
-    const int64_t n = b.x.numel();
-    launch(backward_apply_kernel<T>, grid_for(n), kBlockSize, 0, stream_for(b.dx), values, data_of<T>(b.dx), l,
-           data_of<const float>(coefficients), n);
+    if (is_packed) {
+      const PackedShape shape = packed_shape(l.C / Packed128<T>::size);
+      launch(packed_backward_apply_kernel<T>, packed_apply_grid(shape, l, device), dim3(shape.tx, shape.ty), 0,
+             stream_for(b.dx), x, y, gy, static_cast<const T*>(gprime), data_of<T>(b.dx), l, mean,
+             data_of<const float>(coefficients));
+    } else {
+      launch(backward_apply_kernel<T>, grid_for(b.x.numel()), kBlockSize, 0, stream_for(b.dx), values, data_of<T>(b.dx),
+             l, data_of<const float>(coefficients), b.x.numel());
+    }
     PRECIS_CUDA_CHECK_LAUNCH(op);
   });
 }

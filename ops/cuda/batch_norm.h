@@ -9,21 +9,25 @@
 namespace precis::ops::cuda {
 
 struct BatchNormForward {
-  Tensor x, y, weight, bias;         // weight, bias: f32 [C]
-  Tensor running_mean, running_var;  // f32 [C]: read in eval, updated in place in training (may be undefined then)
-  Tensor save_mean, save_invstd;     // f32 [C], written: the statistics used
+  Tensor x, residual, y, weight, bias;  // residual: batch_norm_add_relu's, laid out as x (else undefined)
+                                        // weight, bias: f32 [C]
+  Tensor running_mean, running_var;     // f32 [C]: read in eval, updated in place in training (may be undefined then)
+  Tensor num_batches_tracked;           // i64 scalar: 1 added (training), or undefined
+  Tensor save_mean, save_invstd;        // f32 [C], written: the statistics used
   double momentum, eps;
   MemoryFormat format;
   bool training, relu;
 };
 void batch_norm_forward(const BatchNormForward& f);
 
-// dx, and dw, db (f32 [C]), from gy, the forward's x and statistics (and y for the relu's mask).
+// dx, and dw, db (f32 [C]), from gy, the forward's x and statistics (and y for the relu's mask);
+// with dr defined (batch_norm_add_relu), dr = g' = gy [y > 0] too.
 struct BatchNormBackward {
-  Tensor x, y, gy, weight, save_mean, save_invstd;  // y: batch_norm_relu only (else undefined); gy laid out as x
-  Tensor dx, dw, db;
+  Tensor x, y, gy, weight, save_mean, save_invstd;  // y: the relu variants only (else undefined); gy laid out as x
+  Tensor dx, dw, db, dr;
   MemoryFormat format;
   bool training;
+  bool accumulate_dw = false, accumulate_db = false;  // add to what dw, db hold (a parameter's .grad) instead
 };
 void batch_norm_backward(const BatchNormBackward& b);
 

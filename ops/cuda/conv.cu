@@ -117,16 +117,32 @@ AlgoKey key_of(const Conv2dShapes& s, MemoryFormat format, DType dtype, Directio
           o.groups};
 }
 
+// Whether an algorithm convolves in a transformed domain (FFT, Winograd): its transforms round
+// in f32 on the way in and out, an error that grows with the filter, so a plain f32
+// convolution (the fp32 policy's, the CPU reference's match) keeps to the direct and GEMM ones.
+bool transform_based(cudnnConvolutionFwdAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+}
+bool transform_based(cudnnConvolutionBwdDataAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+}
+bool transform_based(cudnnConvolutionBwdFilterAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
+
 // The first answer (best first) that runs within the workspace bound, if any.
 template <typename Perf>
 std::optional<Choice> first_usable(const std::vector<Perf>& perfs, int returned, const Descriptors& d) {
   for (int i = 0; i < returned; ++i) {
     const Perf& p = perfs[i];
     if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kMaxWorkspaceBytes) continue;
-    // f32 without TF32 stays off tensor cores, whatever cuDNN offers.
+    // f32 without TF32 stays off tensor cores and transformed domains, whatever cuDNN offers.
     const bool tensor_cores = p.mathType == CUDNN_TENSOR_OP_MATH || p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
     if (d.dtype == DType::f32 && !d.tf32) {
-      if (tensor_cores) continue;
+      if (tensor_cores || transform_based(p.algo)) continue;
       return Choice{static_cast<int>(p.algo), CUDNN_FMA_MATH, p.memory};
     }
     return Choice{static_cast<int>(p.algo), p.mathType, p.memory};

@@ -58,11 +58,7 @@ struct AdamWSlot {
 };
 
 template <typename P, typename G, typename C>
-struct AdamWBatch {
-  AdamWSlot<P, G, C> slot[kAdamWBatch];
-  int64_t first_block[kAdamWBatch + 1];
-  int count;
-};
+using AdamWBatch = precis::cuda::TensorBatch<AdamWSlot<P, G, C>, kAdamWBatch>;
 // Kernel arguments may total 32764 bytes (the constants and a pointer travel beside the batch).
 static_assert(sizeof(AdamWBatch<double, double, double>) <= 32764 - 256, "AdamW batch too large for a kernel argument");
 

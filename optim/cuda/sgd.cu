@@ -4,13 +4,18 @@
 // parameter); the parameter then gets x rounded to nearest even, or for bf16
 // stochastically. A one-thread kernel first reads the step's numbers (learning rate,
 // step count advanced unless skipped, gradient factor) from device memory, so nothing
-// is baked into a launch and a CUDA graph can replay them.
+// is baked into a launch and a CUDA graph can replay them. The parameters are batched as
+// AdamW's (core/cuda/tensor_batch.cuh): one launch updates up to kBatch tensors, so a ResNet's
+// ~60-160 small tensors take one launch instead of one each.
 // Bytes per element: param, grad and buffer read, param and buffer written (plus the
 // master read and written when there is one).
 #include <algorithm>
+#include <map>
+#include <utility>
 
 #include "core/cuda/launch.cuh"
 #include "core/cuda/runtime.h"
+#include "core/cuda/tensor_batch.cuh"
 #include "optim/cuda/sgd.h"
 #include "optim/cuda/step_kernels.cuh"
 
@@ -19,6 +24,8 @@ namespace precis::optim::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kBatch = 256;                         // tensors a launch
+constexpr int64_t kChunk = int64_t{kThreads} * 32;  // elements a block
 
 __global__ void sgd_prepare_kernel(DeviceStepInputs in, DeviceStep* out) {
   precis::cuda::wait_for_previous_grid();
@@ -27,37 +34,71 @@ __global__ void sgd_prepare_kernel(DeviceStepInputs in, DeviceStep* out) {
 }
 
 template <typename P, typename G, typename C>
+struct SGDSlot {
+  P* param;
+  const G* grad;
+  C* buf;         // the momentum buffer, or null
+  float* master;  // f16/bf16 parameters with master weights, else null
+  int64_t n;
+  double weight_decay;
+  uint32_t index;  // the parameter's index in the optimizer
+};
+
+template <typename P, typename G, typename C>
+using SGDBatch = precis::cuda::TensorBatch<SGDSlot<P, G, C>, kBatch>;
+// Kernel arguments may total 32764 bytes (the rule, the seed and a pointer travel beside the batch).
+static_assert(sizeof(SGDBatch<double, double, double>) <= 32764 - 256, "SGD batch too large for a kernel argument");
+
+// Block b updates elements [chunk * kChunk, + kChunk) of its tensor.
+template <typename P, typename G, typename C>
 __global__ void __launch_bounds__(kThreads)
-    sgd_kernel(P* param, const G* grad, C* buf, float* master, int64_t n, double weight_decay, uint32_t index,
-               SGDRule rule, bool stochastic_rounding, uint64_t seed, const DeviceStep* step) {
+    sgd_kernel(const __grid_constant__ SGDBatch<P, G, C> batch, SGDRule rule, bool stochastic_rounding, uint64_t seed,
+               const DeviceStep* step) {
   precis::cuda::wait_for_previous_grid();
   precis::cuda::allow_next_grid_to_start();
   if (step->skip) return;
+  const int s = precis::cuda::tensor_of_block(batch.first_block, batch.count, blockIdx.x);
+  const SGDSlot<P, G, C>& t = batch.slot[s];
   const bool first = step->step == 1;
   const bool stochastic = std::is_same_v<P, __nv_bfloat16> && stochastic_rounding;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const C x = master != nullptr ? C(master[i]) : convert_to<C>(param[i]);
-    const C updated = sgd_element<C>(x, scaled_gradient<C>(grad[i], step->grad_factor),
-                                     buf != nullptr ? buf + i : nullptr, step->lr, weight_decay, rule, first);
-    if (master != nullptr) master[i] = static_cast<float>(updated);
-    const uint32_t word = stochastic ? rounding_bits(i / 4, index, step->step, seed).x[i % 4] : 0u;
-    param[i] = store_param<P>(updated, stochastic, word);
+  const int64_t start = (blockIdx.x - batch.first_block[s]) * kChunk;
+  const int64_t end = start + kChunk < t.n ? start + kChunk : t.n;
+  for (int64_t i = start + threadIdx.x; i < end; i += kThreads) {
+    const C x = t.master != nullptr ? C(t.master[i]) : convert_to<C>(t.param[i]);
+    const C updated = sgd_element<C>(x, scaled_gradient<C>(t.grad[i], step->grad_factor),
+                                     t.buf != nullptr ? t.buf + i : nullptr, step->lr, t.weight_decay, rule, first);
+    if (t.master != nullptr) t.master[i] = static_cast<float>(updated);
+    const uint32_t word = stochastic ? rounding_bits(i / 4, t.index, step->step, seed).x[i % 4] : 0u;
+    t.param[i] = store_param<P>(updated, stochastic, word);
   }
 }
 
+// Updates `params` (parameter type P, gradient type G) kBatch tensors a launch.
 template <typename P, typename G>
-void sgd_launch(const SGDTensors& t, const SGDHyper& hyper, const DeviceStep* step, cudaStream_t stream) {
+void sgd_launch(const std::vector<const SGDTensors*>& params, const SGDHyper& hyper, const DeviceStep* step,
+                cudaStream_t stream) {
   using C = precis::cuda::compute_t<P>;
-  const int64_t n = t.param.numel();
-  if (n == 0) return;
-  const unsigned blocks = std::min<unsigned>(precis::cuda::grid_for(n), 132 * 8);
-  precis::cuda::launch(sgd_kernel<P, G, C>, blocks, kThreads, 0, stream, static_cast<P*>(t.param.raw_data()),
+  for (size_t first = 0; first < params.size(); first += kBatch) {
+    SGDBatch<P, G, C> batch{};
+    batch.count = static_cast<int>(std::min<size_t>(kBatch, params.size() - first));
+    for (int s = 0; s < batch.count; ++s) {
+      const SGDTensors& t = *params[first + s];
+      batch.slot[s] = {static_cast<P*>(t.param.raw_data()),
                        static_cast<const G*>(t.grad.raw_data()),
                        t.momentum_buffer.defined() ? static_cast<C*>(t.momentum_buffer.raw_data()) : nullptr,
-                       t.master.defined() ? static_cast<float*>(t.master.raw_data()) : nullptr, n, t.weight_decay,
-                       static_cast<uint32_t>(t.index), hyper.rule, hyper.stochastic_rounding, hyper.seed, step);
-  PRECIS_CUDA_CHECK_LAUNCH("SGD");
+                       t.master.defined() ? static_cast<float*>(t.master.raw_data()) : nullptr,
+                       t.param.numel(),
+                       t.weight_decay,
+                       static_cast<uint32_t>(t.index)};
+      batch.first_block[s + 1] = batch.first_block[s] + (t.param.numel() + kChunk - 1) / kChunk;
+    }
+    const int64_t blocks = batch.first_block[batch.count];
+    if (blocks == 0) continue;
+    PRECIS_CHECK(blocks <= INT32_MAX, "SGD: ", blocks, " blocks in one launch");
+    precis::cuda::launch(sgd_kernel<P, G, C>, static_cast<unsigned>(blocks), kThreads, 0, stream, batch, hyper.rule,
+                         hyper.stochastic_rounding, hyper.seed, step);
+    PRECIS_CUDA_CHECK_LAUNCH("SGD");
+  }
 }
 
 }  // namespace
@@ -75,22 +116,27 @@ void sgd_step(const std::vector<SGDTensors>& params, const SGDHyper& hyper, cons
   DeviceStep* step = static_cast<DeviceStep*>(numbers.raw_data());
   precis::cuda::launch(sgd_prepare_kernel, 1, 1, 0, stream, inputs, step);
   PRECIS_CUDA_CHECK_LAUNCH(op);
+  // One launch sequence per (parameter dtype, gradient dtype), in parameter order.
+  std::map<std::pair<DType, DType>, std::vector<const SGDTensors*>> groups;
   for (const SGDTensors& t : params) {
     PRECIS_CHECK(t.param.device() == device, op, ": one step updates parameters of one GPU, got ", device, " and ",
                  t.param.device());
-    const DType p = t.param.dtype(), g = t.grad.dtype();
+    groups[{t.param.dtype(), t.grad.dtype()}].push_back(&t);
+  }
+  for (const auto& [dtypes, group] : groups) {
+    const auto [p, g] = dtypes;
     if (p == DType::f32 && g == DType::f32)
-      sgd_launch<float, float>(t, hyper, step, stream);
+      sgd_launch<float, float>(group, hyper, step, stream);
     else if (p == DType::f64 && g == DType::f64)
-      sgd_launch<double, double>(t, hyper, step, stream);
+      sgd_launch<double, double>(group, hyper, step, stream);
     else if (p == DType::f16 && g == DType::f32)
-      sgd_launch<__half, float>(t, hyper, step, stream);
+      sgd_launch<__half, float>(group, hyper, step, stream);
     else if (p == DType::f16 && g == DType::f16)
-      sgd_launch<__half, __half>(t, hyper, step, stream);
+      sgd_launch<__half, __half>(group, hyper, step, stream);
     else if (p == DType::bf16 && g == DType::f32)
-      sgd_launch<__nv_bfloat16, float>(t, hyper, step, stream);
+      sgd_launch<__nv_bfloat16, float>(group, hyper, step, stream);
     else if (p == DType::bf16 && g == DType::bf16)
-      sgd_launch<__nv_bfloat16, __nv_bfloat16>(t, hyper, step, stream);
+      sgd_launch<__nv_bfloat16, __nv_bfloat16>(group, hyper, step, stream);
     else
       PRECIS_FAIL(op, ": no CUDA kernel for ", p, " parameters with ", g, " gradients");
   }

@@ -1,5 +1,5 @@
 // SGD on the GPU (optim/sgd.cpp calls it for CUDA parameters; plain C++ declarations):
-// one launch per parameter of optim/sgd_rule.h's update, after a one-thread kernel that
+// optim/sgd_rule.h's update, up to 256 parameters a launch, after a one-thread kernel that
 // reads the step's numbers from device memory.
 #pragma once
 

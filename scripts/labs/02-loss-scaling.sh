@@ -5,7 +5,7 @@
 # the numerics report (precis train precision.report=true) counts fp16 underflow and lost
 # updates, precis plot draws the loss, the loss scale and the skipped steps.
 # Writes OUT_DIR/loss-scaling.md, OUT_DIR/loss-scaling.svg (+ .csv), OUT_DIR/numerics.svg (the
-# reports over the steps) and a run folder per run.
+# reports over the steps) and a run folder per run. LAB2_STEPS sets the H100 size's steps (1000).
 source "$(dirname "$0")/common.sh"
 config=examples/configs/shakespeare-char-baby.yaml
 case $LAB_SIZE in
@@ -16,7 +16,7 @@ case $LAB_SIZE in
   # GPT-2's 50257-token vocabulary and 8192 tokens a step: the logits' gradients are about
   # p / 8192 with p near 1/50257, far below fp16's smallest subnormal.
   h100) config=examples/configs/gpt2-shakespeare.yaml
-        size=(batch.micro_batch=64 max_steps=1000 log_interval=10 precision.report_interval=100 eval_interval=100
+        size=(batch.micro_batch=64 max_steps=${LAB2_STEPS:-1000} log_interval=10 precision.report_interval=100 eval_interval=100
               eval_steps=20) ;;
 esac
 # name, then the precision settings of that run.

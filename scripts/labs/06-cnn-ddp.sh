@@ -3,6 +3,7 @@
 # (precis sweep); (b) data-parallel GPT-2 over 2 ranks with mpirun, the gradient bucket size
 # swept (distributed.bucket_mb; docs/distributed.md): tokens/s and the communication time.
 # Writes OUT_DIR/cnn/sweep.md + sweep.svg, and OUT_DIR/ddp-buckets.md + ddp-buckets.svg.
+# LAB6_PARTS=cnn or ddp runs one half (default both; the device calls split them by GPU count).
 source "$(dirname "$0")/common.sh"
 case $LAB_SIZE in
   tiny) cnn=(max_steps=4 log_interval=2 eval_interval=4 eval_steps=2 batch.micro_batch=16)
@@ -12,10 +13,14 @@ case $LAB_SIZE in
   h100) cnn=(device=cuda) ddp=(--preset gpt2 --batch 16 --seq 1024 --steps 20 --warmup 5) buckets="1 5 25 100" ;;
 esac
 
-echo "==== (a) LeNet-5 on MNIST, one run per precision policy ===="
-"$PRECIS" sweep examples/configs/mnist-lenet.yaml --precisions fp32,fp16,bf16,bf16-pure "${cnn[@]}" \
-  out_dir="$OUT/cnn" >"$OUT/cnn.log" 2>&1 || { tail -20 "$OUT/cnn.log"; exit 1; }
-cat "$OUT/cnn/sweep.md"
+parts=${LAB6_PARTS:-cnn,ddp}
+if [[ $parts == *cnn* ]]; then
+  echo "==== (a) LeNet-5 on MNIST, one run per precision policy ===="
+  "$PRECIS" sweep examples/configs/mnist-lenet.yaml --precisions fp32,fp16,bf16,bf16-pure "${cnn[@]}" \
+    out_dir="$OUT/cnn" >"$OUT/cnn.log" 2>&1 || { tail -20 "$OUT/cnn.log"; exit 1; }
+  cat "$OUT/cnn/sweep.md"
+fi
+[[ $parts == *ddp* ]] || exit 0
 
 echo "==== (b) DDP over 2 ranks: bucket size ===="
 ranks=2

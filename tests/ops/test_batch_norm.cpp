@@ -80,10 +80,10 @@ TEST(BatchNorm, MatchesTheReferenceWithAndWithoutParameters) {
     Tensor xf = ops::to_memory_format(x, format);
     for (bool relu : {false, true}) {
       auto op = relu ? ops::batch_norm_relu : ops::batch_norm;
-      Tensor y = op(xf, w, b, Tensor(), Tensor(), true, 0.1, 1e-3);
+      Tensor y = op(xf, w, b, Tensor(), Tensor(), true, 0.1, 1e-3, Tensor());
       expect_close(y, reference_training(x, w, b, 1e-3, relu), 1e-12);
       EXPECT_EQ(ops::is_channels_last(y), format == ops::MemoryFormat::channels_last);
-      expect_close(op(xf, Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 1e-5),
+      expect_close(op(xf, Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 1e-5, Tensor()),
                    reference_training(x, Tensor(), Tensor(), 1e-5, relu), 1e-12);
     }
   }
@@ -127,7 +127,7 @@ TEST(BatchNorm, GradientsMatchFiniteDifferences) {
             [=](const std::vector<Tensor>& in) {
               // eval reads the running statistics; training's update of copies does not feed back
               return op(ops::to_memory_format(in[0], format), in[1], in[2], running_mean.clone(), running_var.clone(),
-                        training, 0.1, 1e-3);
+                        training, 0.1, 1e-3, Tensor());
             },
             {random_f64({3, 3, 4, 3}, seed++), random_f64({3}, seed++), random_f64({3}, seed++)});
       }
@@ -139,6 +139,43 @@ TEST(BatchNorm, GradientsMatchFiniteDifferences) {
         return ops::batch_norm(in[0], Tensor(), Tensor(), Tensor(), Tensor(), true);
       },
       {random_f64({5, 4}, seed++)});
+}
+
+// relu(batch_norm(x) + r): the f64 reference plus r, then the relu; r may come in the other layout.
+TEST(BatchNorm, AddReluMatchesTheReferenceAndItsGradientsFiniteDifferences) {
+  Tensor x = random_f64({3, 4, 5, 2}, 530, -2, 3), r = random_f64({3, 4, 5, 2}, 531), w = random_f64({4}, 532),
+         b = random_f64({4}, 533);
+  const Tensor want = ops::relu(ops::add(reference_training(x, w, b, 1e-3, false), r));
+  for (auto format : kFormats) {
+    for (auto residual_format : kFormats) {
+      Tensor y = ops::batch_norm_add_relu(ops::to_memory_format(x, format), ops::to_memory_format(r, residual_format),
+                                          w, b, Tensor(), Tensor(), true, 0.1, 1e-3);
+      expect_close(y, want, 1e-12);
+      EXPECT_EQ(ops::is_channels_last(y), format == ops::MemoryFormat::channels_last);
+    }
+  }
+  uint64_t seed = 540;
+  for (auto format : kFormats) {
+    for (bool training : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "batch_norm_add_relu" << (training ? " training" : " eval")
+                                        << (format == ops::MemoryFormat::channels_last ? " channels-last" : ""));
+      Tensor running_mean = random_f64({3}, seed++).to(DType::f32);
+      Tensor running_var = random_f64({3}, seed++, 0.5, 2).to(DType::f32);
+      expect_gradients_match(
+          [=](const std::vector<Tensor>& in) {
+            return ops::batch_norm_add_relu(ops::to_memory_format(in[0], format), in[3], in[1], in[2],
+                                            running_mean.clone(), running_var.clone(), training, 0.1, 1e-3);
+          },
+          {random_f64({3, 3, 4, 3}, seed++), random_f64({3}, seed++), random_f64({3}, seed++),
+           random_f64({3, 3, 4, 3}, seed++)});
+    }
+  }
+  expect_error(
+      [&] {
+        ops::batch_norm_add_relu(zeros({2, 3, 4, 4}), zeros({2, 3, 4, 3}), Tensor(), Tensor(), Tensor(), Tensor(),
+                                 true);
+      },
+      "one shape and dtype");
 }
 
 TEST(BatchNorm, ErrorsNameTheProblem) {

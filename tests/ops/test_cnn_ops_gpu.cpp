@@ -195,7 +195,7 @@ TEST(CnnOpsGpu, BatchNormMatchesTheCpu) {
               [&, format, training](const std::vector<Tensor>& in) {
                 const bool on_gpu = in[0].is_cuda();
                 return op(ops::to_memory_format(in[0], format), in[1], in[2], on_gpu ? gpu_mean : cpu_mean,
-                          on_gpu ? gpu_var : cpu_var, training, 0.1, 1e-5);
+                          on_gpu ? gpu_var : cpu_var, training, 0.1, 1e-5, Tensor());
               },
               {random_f64(shape, seed++, -1, 3), random_f64({8}, seed++), random_f64({8}, seed++)}, dtype, what,
               {false, true, true});  // weight and bias in f32, as a mixed-precision policy keeps them
@@ -203,6 +203,85 @@ TEST(CnnOpsGpu, BatchNormMatchesTheCpu) {
           expect_near_magnitude(gpu_var, cpu_var, 1e-4, what + ": running var");
         }
       }
+    }
+  }
+}
+
+// Channels-last batch norms whose C is a multiple of 16 bytes' worth of channels take the packed
+// kernels: 8 or 72 channels (one tile of 1 or 9 packs in bf16), 12 (f32 packs only), 264 (tiles
+// of 32 packs and a partial one), many cells a thread; the plain, relu and add-relu variants,
+// training and eval.
+TEST(CnnOpsGpu, BatchNormPackedChannelsLastMatchesTheCpu) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  uint64_t seed = 700;
+  for (const Shape& shape : {Shape{16, 72, 12, 12}, Shape{4, 264, 5, 5}, Shape{3, 12, 9, 7}, Shape{64, 8, 16, 16}}) {
+    const int64_t C = shape[1];
+    for (DType dtype : kDtypes) {
+      for (int variant = 0; variant < 3; ++variant) {
+        for (bool training : {true, false}) {
+          const std::string what = std::string(variant == 0   ? "batch_norm "
+                                               : variant == 1 ? "batch_norm_relu "
+                                                              : "batch_norm_add_relu ") +
+                                   (training ? "training " : "eval ") + ::testing::PrintToString(shape) + " " +
+                                   name(dtype, ops::MemoryFormat::channels_last);
+          const Tensor mean0 = random_f64({C}, seed++).to(DType::f32),
+                       var0 = random_f64({C}, seed++, 0.5, 2).to(DType::f32);
+          Tensor cpu_mean = mean0.clone(), cpu_var = var0.clone();
+          Tensor gpu_mean = mean0.to(kGpu), gpu_var = var0.to(kGpu);
+          expect_gpu_matches_cpu(
+              [&, variant, training](const std::vector<Tensor>& in) {
+                const bool on_gpu = in[0].is_cuda();
+                const Tensor x = ops::to_memory_format(in[0], ops::MemoryFormat::channels_last);
+                Tensor& mean = on_gpu ? gpu_mean : cpu_mean;
+                Tensor& var = on_gpu ? gpu_var : cpu_var;
+                if (variant == 2)
+                  return ops::batch_norm_add_relu(x, ops::to_memory_format(in[3], ops::MemoryFormat::channels_last),
+                                                  in[1], in[2], mean, var, training, 0.1, 1e-5);
+                auto op = variant == 1 ? ops::batch_norm_relu : ops::batch_norm;
+                return op(x, in[1], in[2], mean, var, training, 0.1, 1e-5, Tensor());
+              },
+              variant == 2 ? std::vector<Tensor>{random_f64(shape, seed++, -1, 3), random_f64({C}, seed++),
+                                                 random_f64({C}, seed++), random_f64(shape, seed++)}
+                           : std::vector<Tensor>{random_f64(shape, seed++, -1, 3), random_f64({C}, seed++),
+                                                 random_f64({C}, seed++)},
+              dtype, what, {false, true, true, false});
+          expect_near_magnitude(gpu_mean, cpu_mean, 1e-5, what + ": running mean");
+          expect_near_magnitude(gpu_var, cpu_var, 1e-4, what + ": running var");
+        }
+      }
+    }
+  }
+}
+
+// A training forward adds 1 to num_batches_tracked on the GPU, in whichever variant and path
+// (packed channels-last, plain); eval adds nothing.
+TEST(CnnOpsGpu, BatchNormCountsTrainingBatchesOnTheGpu) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  Tensor count = zeros({}, DType::i64).to(kGpu);
+  const Tensor x = random_f64({4, 16, 5, 5}, 900).to(DType::bf16).to(kGpu);
+  const Tensor cl = ops::to_memory_format(x, ops::MemoryFormat::channels_last);
+  const Tensor mean = zeros({16}).to(kGpu), var = ones({16}).to(kGpu);
+  ops::batch_norm(x, Tensor(), Tensor(), mean, var, true, 0.1, 1e-5, count);
+  ops::batch_norm_relu(cl, Tensor(), Tensor(), mean, var, true, 0.1, 1e-5, count);
+  ops::batch_norm_add_relu(cl, cl, Tensor(), Tensor(), mean, var, true, 0.1, 1e-5, count);
+  ops::batch_norm(cl, Tensor(), Tensor(), mean, var, false, 0.1, 1e-5, count);
+  EXPECT_EQ(count.to(Device::cpu()).to_vector<int64_t>(), std::vector<int64_t>{3});
+}
+
+// batch_norm_add_relu with x NCHW, and with its residual in the other layout than x.
+TEST(CnnOpsGpu, BatchNormAddReluMatchesTheCpuInEitherLayout) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  uint64_t seed = 800;
+  for (DType dtype : kDtypes) {
+    for (auto format : kFormats) {
+      expect_gpu_matches_cpu(
+          [format](const std::vector<Tensor>& in) {
+            return ops::batch_norm_add_relu(ops::to_memory_format(in[0], format), in[3], in[1], in[2], Tensor(),
+                                            Tensor(), true);
+          },
+          {random_f64({6, 16, 7, 5}, seed++), random_f64({16}, seed++), random_f64({16}, seed++),
+           random_f64({6, 16, 7, 5}, seed++)},
+          dtype, "batch_norm_add_relu " + name(dtype, format), {false, true, true, false});
     }
   }
 }
@@ -216,7 +295,7 @@ TEST(CnnOpsGpu, BatchNormOfOtherRanksAndLargeMeansMatchesTheCpu) {
       for (const Shape& shape : {Shape{37, 8}, Shape{5, 8, 13}}) {
         expect_gpu_matches_cpu(
             [op](const std::vector<Tensor>& in) {
-              return op(in[0], in[1], in[2], Tensor(), Tensor(), true, 0.1, 1e-5);
+              return op(in[0], in[1], in[2], Tensor(), Tensor(), true, 0.1, 1e-5, Tensor());
             },
             {random_f64(shape, 400), random_f64({8}, 401), random_f64({8}, 402)}, dtype,
             std::string(relu ? "batch_norm_relu " : "batch_norm ") + ::testing::PrintToString(shape) + " " +

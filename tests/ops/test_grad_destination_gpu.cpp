@@ -1,7 +1,7 @@
 // Parameter gradients written by the GPU ops straight into the flat f32 gradient buffer
 // (BackwardArgs::take_grad_destination, core/autograd.h): linear's and linear_gelu_linear's
 // weight and bias gradients by cuBLASLt (f32 D from f16/bf16 operands, beta = 1 to add) and
-// column_sums, layer norm's by its kernel. Parameters are views of one f32 buffer (or of a
+// column_sums, layer norm's and batch norm's by their kernels. Parameters are views of one f32 buffer (or of a
 // bf16 buffer beside an f32 gradient buffer, as in bf16-pure) and their .grad views of one
 // f32 gradient buffer, NaN-filled and marked stale as zero_grad_lazily leaves them; the
 // weight casts come from autocast::precache, as the trainer makes them. Checked:
@@ -23,6 +23,8 @@
 #include "core/autograd.h"
 #include "core/copy.h"
 #include "ops/autocast.h"
+#include "ops/batch_norm.h"
+#include "ops/conv.h"
 #include "ops/ops.h"
 #include "support/gpu.h"
 #include "support/gpu_compare.h"
@@ -316,6 +318,50 @@ TEST(GradDestinationGpu, LayerNormWritesItsParameterGradientsIntoTheF32Buffer) {
           expect_near_magnitude(first[i], f32_first[i], 1e-6, what + which + " kept in f32");
       }
       if (param_dtype == DType::f32) f32_first = first;
+      step(flat.params);  // added
+      for (size_t i = 0; i < values.size(); ++i)
+        expect_near_magnitude(flat.params[i].grad(), ops::mul(first[i], 2.0), 1e-6, what + ", added");
+    }
+  }
+}
+
+// batch_norm's (and its relu and add-relu variants') weight and bias gradients, written by its
+// finalize kernel into the stale f32 .grad, then added to it; the same as the copy path.
+TEST(GradDestinationGpu, BatchNormWritesItsParameterGradientsIntoTheF32Buffer) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  const int64_t C = 64;
+  const std::vector<Tensor> values = {exact_in(DType::bf16, {C}, 400), exact_in(DType::bf16, {C}, 401)};
+  const Tensor x = exact_in(DType::bf16, {8, C, 6, 6}, 402), r = exact_in(DType::bf16, {8, C, 6, 6}, 403),
+               g = exact_in(DType::bf16, {8, C, 6, 6}, 404);
+  for (int variant = 0; variant < 3; ++variant) {
+    for (DType param_dtype : {DType::f32, DType::bf16}) {
+      const std::string what = std::string(variant == 0   ? "batch_norm"
+                                           : variant == 1 ? "batch_norm_relu"
+                                                          : "batch_norm_add_relu") +
+                               " with " + name(param_dtype) + " parameters";
+      auto step = [&](const std::vector<Tensor>& p) {
+        const auto cl = ops::MemoryFormat::channels_last;
+        const Tensor xa = ops::to_memory_format(x.to(DType::bf16).to(kGpu), cl);
+        const Tensor ra = ops::to_memory_format(r.to(DType::bf16).to(kGpu), cl);
+        Tensor y = variant == 0   ? ops::batch_norm(xa, p[0], p[1], Tensor(), Tensor(), true)
+                   : variant == 1 ? ops::batch_norm_relu(xa, p[0], p[1], Tensor(), Tensor(), true)
+                                  : ops::batch_norm_add_relu(xa, ra, p[0], p[1], Tensor(), Tensor(), true);
+        y.backward(ops::to_memory_format(g.to(DType::bf16).to(kGpu), cl));
+      };
+      Flat flat(values, param_dtype);
+      flat.zero_grad_lazily();
+      step(flat.params);
+      std::vector<Tensor> first;
+      for (const Tensor& p : flat.params) first.push_back(p.grad().clone());
+      const std::vector<Tensor> leaves = fresh_leaves(values, param_dtype);
+      step(leaves);
+      for (size_t i = 0; i < values.size(); ++i) {
+        const std::string which = i == 0 ? ": weight gradient" : ": bias gradient";
+        EXPECT_EQ(leaves[i].grad().dtype(), param_dtype);
+        // the copy path rounds a bf16 parameter's f32 gradient to bf16
+        expect_near_magnitude(first[i], leaves[i].grad(), param_dtype == DType::f32 ? 0 : 1e-2,
+                              what + which + " against the copy path");
+      }
       step(flat.params);  // added
       for (size_t i = 0; i < values.size(); ++i)
         expect_near_magnitude(flat.params[i].grad(), ops::mul(first[i], 2.0), 1e-6, what + ", added");
