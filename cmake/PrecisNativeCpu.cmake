@@ -13,6 +13,15 @@
 # convolution gradients 0.5% away from the GPU's (CnnOpsGpu.Conv2dMatchesTheCpu failed; with
 # it OFF that test passed), and nvcc's host code is compiled without the flag, so header code
 # shared with it is compiled two ways: until that is understood, native code is opt-in.
+# GCC assumes by default that float operations may trap (-ftrapping-math), so it will not turn
+# a float comparison-and-select (std::min, std::max, a ternary) into vector compares and blends:
+# loops with a clamp, such as the GELU's tanh (ops/cpu/gelu.h), then stay scalar. Precis never
+# reads the floating-point exception flags, and the flag changes no value (no reassociation,
+# no contraction), only which loops vectorise; it is clang's default.
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  add_compile_options("$<$<COMPILE_LANGUAGE:CXX>:-fno-trapping-math>")
+endif()
+
 option(PRECIS_NATIVE_CPU "Compile the C++ for this machine's CPU (-march=native); OFF for portable binaries" OFF)
 
 if(PRECIS_NATIVE_CPU)

@@ -3,9 +3,10 @@
 # Idempotent; runs as root without sudo (or with sudo when not root).
 set -euo pipefail
 
-# clang and libclang-rt-dev: the libFuzzer targets (scripts/fuzz.sh).
+# clang and libclang-rt-dev: the libFuzzer targets (scripts/fuzz.sh). libopenblas-openmp-dev: the
+# CPU products (optional to the build, cmake/PrecisBlas.cmake; its OpenMP build shares OpenMP's threads).
 packages=(cmake make g++ ccache pkg-config clang-format libeigen3-dev libyaml-cpp-dev libgtest-dev libgmock-dev
-          libopenmpi-dev openmpi-bin python3 clang libclang-rt-dev)
+          libopenmpi-dev openmpi-bin python3 clang libclang-rt-dev libopenblas-openmp-dev)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -5,7 +5,7 @@
 
 #include "core/error.h"
 #include "core/strided_loop.h"
-#include "ops/cpu/gelu.h"
+#include "ops/cpu/gelu_rows.h"
 
 namespace precis::ops::cpu {
 
@@ -80,12 +80,7 @@ void linear(const Tensor& out, const Tensor& x, const Tensor& weight, const Tens
     T* pre = pre_gelu.defined() ? mutable_rows<T>(pre_gelu, "pre_gelu").data() : nullptr;
     const int64_t pre_ld = pre ? row_stride(pre_gelu) : 0, width = y.cols();
     for_rows(y.rows(), width, [&](int64_t i) {
-      T* yi = y.data() + i * y.outerStride();
-      if (b)
-        for (int64_t j = 0; j < width; ++j) yi[j] += b[j];
-      if (!gelu) return;
-      if (pre) std::copy(yi, yi + width, pre + i * pre_ld);
-      for (int64_t j = 0; j < width; ++j) yi[j] = cpu::gelu(yi[j]);
+      bias_gelu_row(y.data() + i * y.outerStride(), b, pre ? pre + i * pre_ld : nullptr, width, gelu);
     });
   });
 }
@@ -113,10 +108,8 @@ void gelu_backward(const Tensor& grad_pre, const Tensor& grad_out, const Tensor&
     Rows<T> d = mutable_rows<T>(grad_pre, "grad_pre");
     const ConstRows<T> g = rows<T>(grad_out, "grad_out"), z = rows<T>(pre, "pre");
     for_rows(d.rows(), d.cols(), [&](int64_t i) {
-      T* di = d.data() + i * d.outerStride();
-      const T* gi = g.data() + i * g.outerStride();
-      const T* zi = z.data() + i * z.outerStride();
-      for (int64_t j = 0; j < d.cols(); ++j) di[j] = gi[j] * gelu_derivative(zi[j]);
+      gelu_backward_row(d.data() + i * d.outerStride(), g.data() + i * g.outerStride(), z.data() + i * z.outerStride(),
+                        d.cols());
     });
   });
 }
