@@ -20,5 +20,5 @@ for lab in ${LABS:-01-formats 02-loss-scaling 03-tensor-cores 04-attention 05-la
     >"$OUT/$lab.log" 2>&1
   echo "$lab: exit $? after $(($(date +%s) - start)) s"
 done
-(cd "$OUT" && find . \( -name '*.md' -o -name '*.svg' -o -name '*.csv' -o -name '*.log' -o -name 'metrics.jsonl' \) |
+(cd "$OUT" && find . \( -name '*.md' -o -name '*.svg' -o -name '*.csv' -o -name '*.log' -o -name 'metrics.jsonl' -o -name 'numerics.jsonl' \) |
   tar czf "$OUT.tgz" -T -)
