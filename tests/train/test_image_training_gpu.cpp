@@ -6,11 +6,10 @@
 // images within 10 steps (its loss falls 27x in the first two), and there the two devices'
 // round-off, amplified step after step, grows (measured on an H100: the third loss 0.2%
 // apart, the largest change of a tensor 5.8% apart (layer1.1.conv1.weight); 5% apart in the
-// loss at step 5, 43% at step 20, each side still learning). In bf16 with channels-last (NHWC) memory on the GPU the amplification is
-// faster (bf16 keeps 8 bits: the first update already differs by about 1e-2): the first
-// step's loss and gradient norm, computed from the same initial weights, are compared, and
-// both runs must learn.
-// Skipped, with the reason, where no GPU is usable.
+// loss at step 5, 43% at step 20, each side still learning). In bf16 with channels-last (NHWC) memory on the GPU the
+// amplification is faster (bf16 keeps 8 bits: the first update already differs by about 1e-2): the first step's loss
+// and gradient norm, computed from the same initial weights, are compared, and both runs must learn. Skipped, with the
+// reason, where no GPU is usable.
 #include <gtest/gtest.h>
 
 #include <algorithm>
