@@ -3,10 +3,19 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <iostream>
 #include <vector>
 
 #include "core/error.h"
+#include "core/gpu.h"
+#include "core/op_profile.h"
 #include "core/pinned.h"
+#include "train/device_peak.h"
+#include "train/memory_profile.h"
+#include "train/op_table.h"
+#include "train/profile_tsv.h"
+#include "train/trainer.h"
 
 #if PRECIS_WITH_CUDA
 #include "core/cuda/runtime.h"
@@ -81,6 +90,24 @@ void print_phases(const train::SteadyState& s) {
   std::printf("  %-12s %8.2f ms %5.1f%%   (host time outside the phases)\n", "other", other,
               100.0 * other / s.ms_per_step);
   std::fflush(stdout);
+}
+
+void print_profile(train::Trainer& trainer, const OpProfile& profile) {
+  const std::filesystem::path out_dir(trainer.config().out_dir);
+  const Device device = resolve_device(trainer.config().device, /*quiet=*/true);
+  train::print_op_profile(std::cout, profile.steps(),
+                          train::device_roofline(device, trainer.policy().compute_dtype, trainer.policy().allow_tf32),
+                          (out_dir / "roofline.svg").string());
+  train::print_memory_profile(std::cout, profile.steps(), train::memory_owners(trainer.model(), trainer.optimizer()),
+                              (out_dir / "memory.svg").string());
+  const std::string tsv = (out_dir / "profile.tsv").string();
+  train::write_profile_tsv(tsv, profile.steps());
+  std::cout << "profile.tsv  " << tsv << "\n" << std::flush;
+}
+
+void print_bench_profile(train::Trainer& trainer, const OpProfile& profile) {
+  std::cout << "profile      the figures above include the profiler's cost (a device sync per step, a timer per op)\n";
+  print_profile(trainer, profile);
 }
 
 }  // namespace precis::cli

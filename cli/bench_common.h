@@ -9,6 +9,13 @@
 #include "core/device.h"
 #include "train/steady_state.h"
 
+namespace precis {
+class OpProfile;
+namespace train {
+class Trainer;
+}
+}  // namespace precis
+
 namespace precis::cli {
 
 // The integer option --name (>= min), or `fallback` when it is absent; an error names it otherwise
@@ -24,5 +31,12 @@ std::string format(const char* pattern, double value);
 // One line per phase (ms per step, share of the step) and "other" (host time outside them).
 // `comm` runs during the backward (docs/distributed.md) and is shown but not added.
 void print_phases(const train::SteadyState& s);
+// What `precis profile` prints after its run (docs/profiling.md): the op, Amdahl and kernel
+// tables with the roofline plot (train/op_table.h), the memory profile and its plot, and the
+// steps as profile.tsv (train/profile_tsv.h); the plots and the file go to the run's out_dir.
+void print_profile(train::Trainer& trainer, const OpProfile& profile);
+// The same after a bench's figures (`precis bench gpt2|resnet --profile`), saying first that
+// the figures include the profiler's cost.
+void print_bench_profile(train::Trainer& trainer, const OpProfile& profile);
 
 }  // namespace precis::cli

@@ -22,8 +22,6 @@
 #include "models/gpt2_config.h"
 #include "train/config.h"
 #include "train/device_peak.h"
-#include "train/memory_profile.h"
-#include "train/op_table.h"
 #include "train/steady_state.h"
 #include "train/trainer.h"
 
@@ -211,16 +209,7 @@ int bench_command(const Args& args) {
   PRECIS_CHECK(s.steps == b.steps, "bench: measured ", s.steps, " steps instead of ", b.steps,
                " (the log intervals did not line up with the warm-up)");
   if (trainer.rank() == 0) print_figures(b, trainer, s);
-  if (trainer.rank() == 0 && b.profile) {
-    std::cout
-        << "profile      the figures above include the profiler's cost (a device sync per step, a timer per op)\n";
-    const Device device = resolve_device(config.device, /*quiet=*/true);
-    train::print_op_profile(std::cout, profile.steps(),
-                            train::device_roofline(device, trainer.policy().compute_dtype, trainer.policy().allow_tf32),
-                            (std::filesystem::path(config.out_dir) / "roofline.svg").string());
-    train::print_memory_profile(std::cout, profile.steps(), train::memory_owners(trainer.model(), trainer.optimizer()),
-                                (std::filesystem::path(config.out_dir) / "memory.svg").string());
-  }
+  if (trainer.rank() == 0 && b.profile) print_bench_profile(trainer, profile);
   return 0;
 }
 

@@ -3,7 +3,8 @@
 // as `precis train` with `task: image_classification` (no validation, no checkpoint).
 // 32x32 images use the CIFAR stem and 10 classes, larger ones the ImageNet stem and 1000
 // classes; SGD with momentum, as ResNets are trained. Warm-up steps are left out of the
-// figures; the last line is one machine-readable record (key=value pairs).
+// figures; the last line is one machine-readable record (key=value pairs). --profile profiles
+// the measured steps op by op, as `precis profile` does (docs/profiling.md).
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
@@ -15,6 +16,7 @@
 #include "cli/usage.h"
 #include "core/error.h"
 #include "core/gpu.h"
+#include "core/op_profile.h"
 #include "train/config.h"
 #include "train/image_task.h"
 #include "train/trainer.h"
@@ -29,6 +31,7 @@ struct ResnetBenchOptions {
   std::string precision = "bf16", device = "auto";
   std::string out_dir = (std::filesystem::temp_directory_path() / "precis-bench-resnet").string();
   bool channels_last = false, cuda_graphs = false;
+  bool profile = false;               // the measured steps profiled op by op (and kernel by kernel on a GPU)
   std::vector<std::string> settings;  // KEY=VALUE config overrides, applied after the bench's own
 };
 
@@ -40,6 +43,8 @@ ResnetBenchOptions parse_resnet_options(const Args& args) {
       b.channels_last = true;
     } else if (a == "--cuda-graphs") {
       b.cuda_graphs = true;
+    } else if (a == "--profile") {
+      b.profile = true;
     } else {
       rest.push_back(a);
     }
@@ -140,11 +145,14 @@ int bench_resnet_command(const Args& args) {
   if (!resolve_device(config.device, /*quiet=*/true).is_cuda())
     std::cerr << "note: bench resnet on the CPU is slow; --batch 8 --image 32 --steps 2 is sized for a CPU\n";
   train::Trainer trainer(config);
+  OpProfile profile(resolve_device(config.device, /*quiet=*/true), /*trace_kernels=*/true);
+  if (b.profile) trainer.profile_ops(&profile, b.warmup + 1);
   trainer.run();
   train::SteadyState s = train::steady_state(trainer.reports(), b.warmup);
   PRECIS_CHECK(s.steps == b.steps, "bench: measured ", s.steps, " steps instead of ", b.steps,
                " (the log intervals did not line up with the warm-up)");
   if (trainer.rank() == 0) print_resnet_figures(b, trainer, s);
+  if (trainer.rank() == 0 && b.profile) print_bench_profile(trainer, profile);
   return 0;
 }
 

@@ -3,17 +3,14 @@
 // (core/op_profile.h): the per-op table with each op on the device's roofline,
 // the Amdahl table and the roofline plot (docs/profiling.md). No validation,
 // samples or checkpoints; CUDA graphs are off (a replayed graph has no ops to time).
-#include <filesystem>
 #include <iostream>
 
+#include "cli/bench_common.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/gpu.h"
 #include "core/op_profile.h"
 #include "train/config.h"
-#include "train/device_peak.h"
-#include "train/memory_profile.h"
-#include "train/op_table.h"
 #include "train/trainer.h"
 
 namespace precis::cli {
@@ -60,12 +57,7 @@ int profile_command(const Args& args) {
   trainer.profile_ops(&profile, warmup + 1);
   trainer.run();
   if (trainer.rank() != 0) return 0;
-  const train::Roofline roofline = train::device_roofline(resolve_device(config.device, /*quiet=*/true),
-                                                          trainer.policy().compute_dtype, trainer.policy().allow_tf32);
-  train::print_op_profile(std::cout, profile.steps(), roofline,
-                          (std::filesystem::path(config.out_dir) / "roofline.svg").string());
-  train::print_memory_profile(std::cout, profile.steps(), train::memory_owners(trainer.model(), trainer.optimizer()),
-                              (std::filesystem::path(config.out_dir) / "memory.svg").string());
+  print_profile(trainer, profile);
   return 0;
 }
 

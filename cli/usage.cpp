@@ -56,9 +56,10 @@ const std::vector<CommandUsage>& usages() {
       {"bench resnet",
        "[--model resnet18|resnet34|resnet50] [--batch 256] [--image 32|224]\n"
        "             [--precision bf16] [--channels-last] [--steps 30] [--warmup 5] [--cuda-graphs]\n"
-       "             [--device auto|cuda|cpu] [--out DIR]",
+       "             [--device auto|cuda|cpu] [--out DIR] [--profile]",
        "ResNet training throughput on synthetic images: images/s, phase breakdown, peak memory\n"
-       "(32x32: the CIFAR stem)"},
+       "(32x32: the CIFAR stem); --profile times every op, and on a GPU every kernel\n"
+       "(docs/profiling.md)"},
       {"bench attention",
        "[--tokens 16384 | --batch 1,2,...] [--heads 12] [--head-dim 64] [--seq 512,1024,...]\n"
        "                [--dtype bf16] [--iters 20] [--impl flash|reference|both] [--device cuda|cpu]\n"

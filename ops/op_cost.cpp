@@ -125,4 +125,13 @@ OpCost adamw(int64_t n, DType param_dtype, bool master) {
   return {16 * e, bytes};
 }
 
+OpCost sgd(int64_t n, DType param_dtype, DType grad_dtype, bool momentum, bool master) {
+  const double e = d(n);
+  const double state = param_dtype == DType::f64 ? 8 : kF32;
+  double bytes = e * (2 * size(param_dtype) + size(grad_dtype));
+  if (momentum) bytes += 2 * e * state;
+  if (master) bytes += 2 * e * kF32;
+  return {6 * e, bytes};
+}
+
 }  // namespace precis::ops::cost

@@ -130,4 +130,10 @@ OpWork pool(int64_t in, int64_t out, int64_t window, bool max, DType dtype);
 // (2): 16 FLOPs. Bytes: read p (or master), g, m, v; write p, m, v (and master).
 OpCost adamw(int64_t n, DType param_dtype, bool master);
 
+// One SGD step on n parameters (param_dtype) with grad_dtype gradients, an f32 (f64 for f64
+// parameters) momentum buffer when `momentum`, an f32 master copy when `master`. Per element:
+// weight decay (2), momentum (2), the update (2): 6 FLOPs. Bytes: read g; read and write p
+// (or the master and p), the momentum buffer.
+OpCost sgd(int64_t n, DType param_dtype, DType grad_dtype, bool momentum, bool master);
+
 }  // namespace precis::ops::cost

@@ -1,6 +1,7 @@
 #include "optim/clip_grad.h"
 
 #include "core/convert.h"
+#include "core/op_profile.h"
 #include "core/strided_loop.h"
 #include "optim/grad_norm_rule.h"
 
@@ -46,6 +47,18 @@ Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm, const 
         !scalar->defined() || (scalar->dtype() == DType::f64 && scalar->numel() == 1 && scalar->device() == device),
         "clip_grad_norm: the loss scale and the inf/NaN flag must be f64 scalars on ", device, ", got ",
         describe(*scalar));
+  // In a profile, a step-pass op of its own: reads every gradient once, 2 FLOPs (x * x + sum) each.
+  OpScope timed(
+      "grad_norm",
+      [&] {
+        OpCost cost;
+        for (const Tensor& g : grads) {
+          cost.flops += 2.0 * static_cast<double>(g.numel());
+          cost.bytes += static_cast<double>(g.numel() * element_size(g.dtype()));
+        }
+        return OpWork{cost, {}};
+      },
+      OpPass::step);
 #if PRECIS_WITH_CUDA
   if (device.is_cuda()) {
     cuda::grad_norm_and_factor(grads, max_norm, scale, found_inf, out, reduce_sum);

@@ -1,6 +1,8 @@
 #include "optim/sgd.h"
 
+#include "core/op_profile.h"
 #include "core/strided_loop.h"
+#include "ops/op_cost.h"
 #include "optim/cuda/sgd.h"  // plain C++: the parameter table both steps use
 #include "optim/low_precision.h"
 
@@ -70,6 +72,18 @@ void SGD::step(const StepInputs& inputs) {
     params.push_back({p, g, buf, master, weight_decay, index});
   });
   const SGDRule rule{options_.momentum, options_.dampening, options_.nesterov};
+  OpScope timed(
+      "sgd",
+      [&] {
+        OpCost cost;
+        for (const cuda::SGDTensors& a : params) {
+          const OpCost one = ops::cost::sgd(a.param.numel(), a.param.dtype(), a.grad.dtype(),
+                                            a.momentum_buffer.defined(), a.master.defined());
+          cost.flops += one.flops, cost.bytes += one.bytes;
+        }
+        return OpWork{cost, {}};
+      },
+      OpPass::step);
 #if PRECIS_WITH_CUDA
   if (device().is_cuda()) {
     cuda::sgd_step(params, {rule, options_.stochastic_rounding, options_.seed},

@@ -1,10 +1,13 @@
-// `precis profile` and `precis bench gpt2 --profile` on the CPU: the per-op
-// table, the Amdahl table and the roofline plot come out, the table's ops and
-// the time outside them add up to the step, and wrong arguments are one clear line.
+// `precis profile`, `precis bench gpt2 --profile` and `precis bench resnet --profile` on the
+// CPU: the per-op table, the Amdahl table and the roofline plot come out, the table's ops and
+// the time outside them add up to the step, profile.tsv holds the same figures, and wrong
+// arguments are one clear line.
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <regex>
+#include <sstream>
 
 #include "support/cli.h"
 
@@ -65,6 +68,50 @@ TEST(ProfileCommand, BenchProfilePrintsTheTablesAfterTheFigures) {
   EXPECT_TRUE(fs::exists(out / "roofline.svg"));
 }
 
+// ResNet's step is all ops on the CPU (the optimizer's gradient norm and update included), so
+// the ops cover the step but for the host's glue; profile.tsv repeats the step and the ops.
+TEST(ProfileCommand, BenchResnetProfileCoversTheStepAndWritesTheTsv) {
+  fs::path out = fs::temp_directory_path() / "precis_bench_resnet_profile";
+  fs::remove_all(out);
+  auto r = run_cli(
+      "bench resnet --model resnet18 --batch 2 --image 16 --precision fp32 --steps 2 --warmup 1 --device cpu "
+      "--profile --out " +
+      out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  size_t figures = r.output.find("==== precis bench resnet ===="), table = r.output.find("==== ops per step");
+  ASSERT_NE(figures, std::string::npos) << r.output;
+  ASSERT_NE(table, std::string::npos) << r.output;
+  EXPECT_LT(figures, table);
+  for (const char* label : {"==== Amdahl", "==== memory over the last profiled step", "roofline     "})
+    EXPECT_NE(r.output.find(label), std::string::npos) << label << "\n" << r.output;
+  for (const char* op : {R"(\nconv2d +fwd +20 )", R"(\nconv2d +bwd +20 )", R"(\nbatch_norm_add_relu +fwd +8 )",
+                         R"(\nsgd +step +1 )", R"(\ngrad_norm +step +1 )"})
+    EXPECT_TRUE(std::regex_search(r.output, std::regex(op))) << op << "\n" << r.output;
+  StepLine s = step_line(r.output);
+  ASSERT_TRUE(s.found) << r.output;
+  EXPECT_NEAR(s.ops + s.outside, s.step, 0.002 + 1e-6 * s.step);
+  EXPECT_GE(s.ops, 0.95 * s.step) << r.output;
+
+  std::ifstream tsv(out / "profile.tsv");
+  ASSERT_TRUE(tsv.good()) << r.output;
+  std::string line;
+  double step_ms = -1, op_ms = 0;
+  int op_rows = 0;
+  while (std::getline(tsv, line)) {
+    if (line.empty() || line[0] == '#' || line.rfind("kind\t", 0) == 0) continue;
+    std::istringstream fields(line);
+    std::string kind, op, name, calls, ms;
+    ASSERT_TRUE(std::getline(fields, kind, '\t') && std::getline(fields, op, '\t') &&
+                std::getline(fields, name, '\t') && std::getline(fields, calls, '\t') && std::getline(fields, ms))
+        << line;
+    if (kind == "step") step_ms = std::stod(ms);
+    if (kind == "op") op_ms += std::stod(ms), ++op_rows;
+    EXPECT_NE(kind, "kernel") << "no kernels are traced on the CPU: " << line;
+  }
+  EXPECT_NEAR(step_ms, s.step, 0.002);
+  EXPECT_NEAR(op_ms, s.ops, 0.001 * op_rows + 0.002);
+}
+
 TEST(ProfileCommand, WrongArgumentsAreOneLine) {
   auto none = run_cli("profile");
   EXPECT_EQ(none.exit_code, 1);
@@ -76,4 +123,7 @@ TEST(ProfileCommand, WrongArgumentsAreOneLine) {
   auto graphs = run_cli("bench gpt2 --preset tiny --device cpu --profile --cuda-graphs");
   EXPECT_EQ(graphs.exit_code, 1);
   EXPECT_NE(graphs.output.find("set cuda_graphs=false"), std::string::npos) << graphs.output;
+  auto resnet_graphs = run_cli("bench resnet --device cpu --profile --cuda-graphs");
+  EXPECT_EQ(resnet_graphs.exit_code, 1);
+  EXPECT_NE(resnet_graphs.output.find("set cuda_graphs=false"), std::string::npos) << resnet_graphs.output;
 }

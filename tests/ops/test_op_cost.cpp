@@ -110,4 +110,11 @@ TEST(OpCost, ElementwiseEmbeddingConvNormPoolAndAdamW) {
   OpCost adam = cost::adamw(1000, DType::bf16, true);
   EXPECT_DOUBLE_EQ(adam.flops, 16000);
   EXPECT_DOUBLE_EQ(adam.bytes, 1000 * (2 * 2 + 4 + 16 + 8.0));
+  // SGD with momentum on 1000 bf16 parameters, f32 gradients and master weights: p read and
+  // written (2 x 2 B), g read (4 B), the momentum buffer and the master read and written (4 x 4 B).
+  OpCost sgd = cost::sgd(1000, DType::bf16, DType::f32, true, true);
+  EXPECT_DOUBLE_EQ(sgd.flops, 6000);
+  EXPECT_DOUBLE_EQ(sgd.bytes, 1000 * (2 * 2 + 4 + 8 + 8.0));
+  // Plain f64 SGD without momentum: p read and written, g read, 8 B each.
+  EXPECT_DOUBLE_EQ(cost::sgd(10, DType::f64, DType::f64, false, false).bytes, 10 * 3 * 8.0);
 }
