@@ -10,9 +10,11 @@ optionally channels-last and torch.compile. Prints one line as the bench's last 
 
     python3 scripts/torch_resnet_reference.py --model resnet18 --image 32 --batch 256 \\
         --precision bf16 [--channels-last] [--compile [--compile-mode reduce-overhead]] [--steps 20] [--warmup 5]
+        [--device cuda|cpu]
 
 --compile-mode is torch.compile's mode: default, reduce-overhead (the step's kernels replayed
 from CUDA graphs, as Precis's graphs runs) or max-autotune (also Triton's product autotuning).
+scripts/torch_resnet_profile.py profiles the same step (add_arguments, make_step).
 """
 import argparse
 import time
@@ -30,8 +32,8 @@ def build(model_name, image):
     return model, classes
 
 
-def main():
-    p = argparse.ArgumentParser()
+def add_arguments(p):
+    """The bench's options (scripts/torch_resnet_profile.py adds its own to the same parser)."""
     p.add_argument("--model", default="resnet18")
     p.add_argument("--image", type=int, default=32)
     p.add_argument("--batch", type=int, default=256)
@@ -41,24 +43,28 @@ def main():
     p.add_argument("--compile-mode", default="default", choices=["default", "reduce-overhead", "max-autotune"])
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
-    a = p.parse_args()
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                   help="cpu: for checking the scripts on a machine without a GPU (tiny batches)")
 
+
+def make_step(a):
+    """One training step of the bench's model on one fixed synthetic batch, as a function."""
     torch.backends.cudnn.benchmark = True
     tf32 = a.precision == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
     fmt = torch.channels_last if a.channels_last else torch.contiguous_format
     model, classes = build(a.model, a.image)
-    model = model.cuda().to(memory_format=fmt)
+    model = model.to(a.device).to(memory_format=fmt)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
-    x = torch.randn(a.batch, 3, a.image, a.image, device="cuda").to(memory_format=fmt)
-    y = torch.randint(0, classes, (a.batch,), device="cuda")
+    x = torch.randn(a.batch, 3, a.image, a.image, device=a.device).to(memory_format=fmt)
+    y = torch.randint(0, classes, (a.batch,), device=a.device)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.precision)
-    scaler = torch.amp.GradScaler("cuda", enabled=a.precision == "fp16")
+    scaler = torch.amp.GradScaler(a.device, enabled=a.precision == "fp16")
     loss_fn = torch.nn.CrossEntropyLoss()
 
     def forward_loss(inputs, targets):
-        with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
+        with torch.autocast(a.device, dtype=dtype or torch.float32, enabled=dtype is not None):
             return loss_fn(model(inputs), targets)
 
     run = torch.compile(forward_loss, mode=a.compile_mode) if a.compile else forward_loss
@@ -70,16 +76,39 @@ def main():
         scaler.step(opt)
         scaler.update()
 
+    return step
+
+
+def synchronize(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_steps(a, step):
+    """Milliseconds per step over a.steps steps after a.warmup warm-up steps."""
     for _ in range(a.warmup):
         step()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
+    synchronize(a.device)
     start = time.perf_counter()
     for _ in range(a.steps):
         step()
-    torch.cuda.synchronize()
-    ms = (time.perf_counter() - start) * 1000 / a.steps
-    peak = torch.cuda.max_memory_allocated() / 2**30
+    synchronize(a.device)
+    return (time.perf_counter() - start) * 1000 / a.steps
+
+
+def main():
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    a = p.parse_args()
+    step = make_step(a)
+    if a.device == "cuda":
+        for _ in range(a.warmup):  # the peak is the measured steps'
+            step()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        a.warmup = 0
+    ms = time_steps(a, step)
+    peak = torch.cuda.max_memory_allocated() / 2**30 if a.device == "cuda" else 0.0
     layout = "channels-last" if a.channels_last else "nchw"
     print(f"result: bench=torch-resnet model={a.model} image={a.image} batch={a.batch} precision={a.precision} "
           f"layout={layout} compile={a.compile_mode if a.compile else 'false'} torch={torch.__version__} "
