@@ -14,7 +14,7 @@
 # for ResNet-18 (most of it torch.compile), 5 with ResNet-50.
 # Each log is kept under $OUT_DIR (default /tmp/precis-resnet-profile): precis-M-graphs.log,
 # precis-M-profile.log (its profile.tsv in precis-M-profile/), torch-M.log, torch-M.tsv,
-# torch-M-trace.json (Perfetto), and summary.txt, the tables printed last.
+# torch-M-trace.json.gz (Perfetto), and summary.txt, the tables printed last.
 # DEVICE=cpu runs the same pipeline on the CPU at toy sizes (ResNet-18, 16x16, B=2, no graphs,
 # PyTorch eager), to check the script where there is no GPU.
 # Usage: bash bench/run-resnet-profile.sh BUILD_DIR [--resnet50]
@@ -67,7 +67,7 @@ profile_model() {  # model image batch
   echo "== $m: PyTorch ($torch_label), timed and profiled"
   log="$OUT_DIR/torch-$m.log"
   python3 "$SCRIPTS/torch_resnet_profile.py" "${common[@]}" "${torch_mode[@]}" --device "$DEVICE" --profile-steps 5 \
-    --tsv "$OUT_DIR/torch-$m.tsv" --trace "$OUT_DIR/torch-$m-trace.json" >"$log" 2>&1
+    --tsv "$OUT_DIR/torch-$m.tsv" --trace "$OUT_DIR/torch-$m-trace.json.gz" >"$log" 2>&1
   local torch_result
   torch_result=$(result_of "$log")
   if [ "$DEVICE" = cuda ] && [ -n "$torch_result" ] &&
@@ -75,7 +75,7 @@ profile_model() {  # model image batch
     echo "   its kernels sum to $(field kernels_ms "$torch_result") of $(field ms_per_step "$torch_result") ms: profiling the default mode instead"
     mv "$log" "$OUT_DIR/torch-$m-reduce-overhead.log"
     python3 "$SCRIPTS/torch_resnet_profile.py" "${common[@]}" --compile --compile-mode default --warmup 10 --steps 20 \
-      --device "$DEVICE" --profile-steps 5 --tsv "$OUT_DIR/torch-$m.tsv" --trace "$OUT_DIR/torch-$m-trace.json" >"$log" 2>&1
+      --device "$DEVICE" --profile-steps 5 --tsv "$OUT_DIR/torch-$m.tsv" --trace "$OUT_DIR/torch-$m-trace.json.gz" >"$log" 2>&1
     torch_label="torch.compile default (its kernels; step: reduce-overhead's)"
     # The shares stay of the replayed step, measured in the first run.
     sed -i "s/^step\t-\t-\t1\t.*/step\t-\t-\t1\t$(field ms_per_step "$torch_result")/" "$OUT_DIR/torch-$m.tsv"

@@ -5,7 +5,7 @@ the categories of scripts/kernel_categories.py, to set beside `precis bench resn
 
     python3 scripts/torch_resnet_profile.py --model resnet18 --image 32 --batch 256 --precision bf16 \\
         --channels-last [--compile [--compile-mode default]] [--warmup 5] [--steps 20] \\
-        [--profile-steps 5] [--tsv OUT.tsv] [--trace OUT.json]
+        [--profile-steps 5] [--tsv OUT.tsv] [--trace OUT.json[.gz]]
 
 After --warmup steps, --steps steps are timed without the profiler (the step time the tables'
 shares are of), then --profile-steps steps are profiled; the tables are means per step. The
@@ -17,6 +17,7 @@ are profiled instead, by self time, those under optimizer.step() marked as the o
 """
 import argparse
 import collections
+import gzip
 import json
 import os
 import re
@@ -56,9 +57,9 @@ def device_rows(events, steps):
         kind = DEVICE_EVENTS.get(e.get("cat"))
         if kind is None or e.get("ph") != "X":
             continue
-        t = totals[(kind, short_name(e["name"]))]
+        t = totals[(kind, short_name(e["name"]) if kind == "kernel" else e["name"])]
         t[0] += 1
-        t[1] += e["dur"] / 1000.0
+        t[1] += e.get("dur", 0) / 1000.0
     return [{"kind": k, "op": "-", "name": n, "calls": c / steps, "ms": ms / steps} for (k, n), (c, ms) in totals.items()]
 
 
@@ -92,7 +93,7 @@ def cpu_op_rows(events, steps):
 
 
 def profile_rows(trace_path, steps):
-    with open(trace_path) as f:
+    with (gzip.open if trace_path.endswith(".gz") else open)(trace_path, "rt") as f:
         events = json.load(f)["traceEvents"]
     rows = device_rows(events, steps)
     return rows if rows else cpu_op_rows(events, steps)
@@ -130,9 +131,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     reference.add_arguments(p)
     p.add_argument("--profile-steps", type=int, default=5)
-    p.add_argument("--top", type=int, default=30)
+    p.add_argument("--top", type=int, default=25)
     p.add_argument("--tsv", help="write the profile here (kernel_categories.py's format)")
-    p.add_argument("--trace", help="keep the Chrome trace of the profiled steps here")
+    p.add_argument("--trace", help="keep the Chrome trace of the profiled steps here (gzipped if it ends in .gz)")
     a = p.parse_args()
     if a.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("torch_resnet_profile.py: no CUDA device; --device cpu profiles the CPU ops")

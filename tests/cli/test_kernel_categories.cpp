@@ -171,3 +171,58 @@ TEST(KernelCategories, GroupsCpuOpsWhenThereAreNoKernels) {
   }
   EXPECT_NE(r.output.find("sum (ops/ops)"), std::string::npos) << r.output;
 }
+
+// scripts/torch_resnet_profile.py reads the profiler's Chrome trace: on a GPU the kernels and
+// copies (names shortened as Precis's kernel table does, flow events and CPU ops left out); on
+// the CPU the ops by self time (less their direct children), optimizer.step()'s marked.
+TEST(KernelCategories, TorchProfileReadsTheTraceAsPrecisReadsItsSteps) {
+  if (std::system("python3 -c 'import torch' >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "python3 cannot import torch, which scripts/torch_resnet_profile.py needs";
+  const fs::path dir = fs::temp_directory_path() / "precis_kernel_categories";
+  fs::create_directories(dir);
+  const std::string kernel =
+      "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::F>"
+      "(int, at::native::F, at::detail::Array<char*, 2>)";
+  std::ofstream(dir / "gpu.json")
+      << "{\"traceEvents\": [\n"
+      << "{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"" << kernel << "\", \"ts\": 0, \"dur\": 10},\n"
+      << "{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"" << kernel << "\", \"ts\": 20, \"dur\": 30},\n"
+      << R"json({"ph": "X", "cat": "kernel", "name": "triton_poi_fused_relu_0", "ts": 60, "dur": 4},
+{"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoD (Device -> Device)", "ts": 70, "dur": 2},
+{"ph": "s", "cat": "ac2g", "name": "ac2g", "ts": 0},
+{"ph": "X", "cat": "cpu_op", "name": "aten::relu", "pid": 1, "tid": 1, "ts": 0, "dur": 100}
+]})json";
+  std::ofstream(dir / "cpu.json") << R"json({"traceEvents": [
+{"ph": "X", "cat": "cpu_op", "name": "aten::conv2d", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+{"ph": "X", "cat": "cpu_op", "name": "aten::convolution", "pid": 1, "tid": 1, "ts": 10, "dur": 80},
+{"ph": "X", "cat": "cpu_op", "name": "aten::mkldnn_convolution", "pid": 1, "tid": 1, "ts": 20, "dur": 60},
+{"ph": "X", "cat": "user_annotation", "name": "Optimizer.step#SGD.step", "pid": 1, "tid": 1, "ts": 200, "dur": 50},
+{"ph": "X", "cat": "cpu_op", "name": "aten::add_", "pid": 1, "tid": 1, "ts": 210, "dur": 20},
+{"ph": "X", "cat": "cpu_op", "name": "aten::add_", "pid": 1, "tid": 2, "ts": 210, "dur": 6}
+]})json";
+  auto rows = [&](const std::string& trace) {
+    const std::string program =
+        "import torch_resnet_profile as t\n"
+        "rows = t.profile_rows('" +
+        (dir / trace).string() +
+        "', 2)\n"
+        "for r in sorted(rows, key=lambda r: (r['kind'], r['op'], r['name'])):\n"
+        "    print('%s|%s|%s|%g|%g' % (r['kind'], r['op'], r['name'], r['calls'], r['ms']))\n";
+    std::ofstream(dir / "rows.py") << program;
+    const auto r = run_command("PYTHONPATH=" + std::string(PRECIS_SOURCE_DIR) + "/scripts python3 " +
+                               (dir / "rows.py").string() + " 2>/dev/null");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return r.output;
+  };
+  // Two steps: each row is halved. Durations are in microseconds.
+  EXPECT_EQ(rows("gpu.json"),
+            "copy|-|Memcpy DtoD (Device -> Device)|0.5|0.001\n"
+            "kernel|-|at::native::vectorized_elementwise_kernel<4, at::native::F>|1|0.02\n"
+            "kernel|-|triton_poi_fused_relu_0|0.5|0.002\n");
+  EXPECT_EQ(rows("cpu.json"),
+            "op|-|aten::add_|0.5|0.003\n"
+            "op|-|aten::conv2d|0.5|0.01\n"
+            "op|-|aten::convolution|0.5|0.01\n"
+            "op|-|aten::mkldnn_convolution|0.5|0.03\n"
+            "op|optimizer|aten::add_|0.5|0.01\n");
+}

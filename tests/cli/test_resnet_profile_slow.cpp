@@ -25,7 +25,7 @@ TEST(ResnetProfileScript, RunsBothSidesAndPrintsTheCategoriesLast) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* file :
        {"precis-resnet18-graphs.log", "precis-resnet18-profile.log", "precis-resnet18-profile/profile.tsv",
-        "torch-resnet18.log", "torch-resnet18.tsv", "torch-resnet18-trace.json", "summary.txt"})
+        "torch-resnet18.log", "torch-resnet18.tsv", "torch-resnet18-trace.json.gz", "summary.txt"})
     EXPECT_TRUE(fs::exists(out / file)) << file << "\n" << r.output;
   const size_t table = r.output.rfind("ms per step by category ====");
   ASSERT_NE(table, std::string::npos) << r.output;
