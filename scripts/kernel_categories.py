@@ -135,6 +135,10 @@ def format_side_by_side(sides):
     row("sum (" + "/".join(s[2] for s in sides) + ")", [sum(t[1] for t in totals.values()) for *_, totals in sides])
     row("step", [s[1] for s in sides])
     row("step - sum (gaps, host)", [s[1] - sum(t[1] for t in s[3].values()) for s in sides])
+    # Launches (or op calls) per step: in a replayed graph each costs a gap of the order of a microsecond.
+    calls = [sum(t[0] for t in totals.values()) for *_, totals in sides]
+    line = f"{'launches (calls) per step':28}" + "".join(f" {c:14.0f} {'':6}" for c in calls)
+    lines.append(line + (f" {calls[0] - calls[1]:+20.0f}" if two else ""))
     return "\n".join(lines)
 
 

@@ -135,6 +135,8 @@ TEST(KernelCategories, GroupsBothFrameworksKernelsBySideAndCategory) {
   EXPECT_NEAR(rows["step"][2], 32, 1e-3) << r.output;
   EXPECT_NEAR(rows["step - sum (gaps, host)"][0], 20 - precis_sum, 2e-3) << r.output;
   EXPECT_NEAR(rows["step - sum (gaps, host)"][2], 32 - torch_sum, 2e-3) << r.output;
+  // One call each: 11 kernels and copies a side (Precis's op row is not a launch).
+  EXPECT_EQ(rows["launches (calls) per step"], (std::vector<double>{11, 11, 0})) << r.output;
 }
 
 // Without kernels (a CPU run) each side's ops are grouped: Precis's by op name, PyTorch's ATen
