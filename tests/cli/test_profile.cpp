@@ -33,6 +33,20 @@ StepLine step_line(const std::string& output) {
   return s;
 }
 
+// Runs `precis bench MODEL_ARGS --profile --out OUT` (OUT made empty) on the CPU and checks that
+// it succeeds and prints the op table after the bench's figures ("==== precis bench NAME ====").
+precis::testing::CliResult run_bench_profile(const std::string& name, const std::string& model_args,
+                                             const fs::path& out) {
+  fs::remove_all(out);
+  auto r = run_cli("bench " + name + " " + model_args + " --device cpu --profile --out " + out.string());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  size_t figures = r.output.find("==== precis bench " + name + " ===="), table = r.output.find("==== ops per step");
+  EXPECT_NE(figures, std::string::npos) << r.output;
+  EXPECT_NE(table, std::string::npos) << r.output;
+  EXPECT_LT(figures, table) << r.output;
+  return r;
+}
+
 }  // namespace
 
 TEST(ProfileCommand, PrintsTheOpTablesAndWritesTheRoofline) {
@@ -53,17 +67,8 @@ TEST(ProfileCommand, PrintsTheOpTablesAndWritesTheRoofline) {
 }
 
 TEST(ProfileCommand, BenchProfilePrintsTheTablesAfterTheFigures) {
-  fs::path out = fs::temp_directory_path() / "precis_bench_profile";
-  fs::remove_all(out);
-  auto r = run_cli(
-      "bench gpt2 --preset tiny --batch 2 --seq 32 --precision fp32 --steps 2 --warmup 1 --device cpu --profile "
-      "--out " +
-      out.string());
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  size_t figures = r.output.find("==== precis bench gpt2 ===="), table = r.output.find("==== ops per step");
-  ASSERT_NE(figures, std::string::npos) << r.output;
-  ASSERT_NE(table, std::string::npos) << r.output;
-  EXPECT_LT(figures, table);
+  const fs::path out = fs::temp_directory_path() / "precis_bench_profile";
+  auto r = run_bench_profile("gpt2", "--preset tiny --batch 2 --seq 32 --precision fp32 --steps 2 --warmup 1", out);
   EXPECT_TRUE(step_line(r.output).found) << r.output;
   EXPECT_TRUE(fs::exists(out / "roofline.svg"));
 }
@@ -71,17 +76,10 @@ TEST(ProfileCommand, BenchProfilePrintsTheTablesAfterTheFigures) {
 // ResNet's step is all ops on the CPU (the optimizer's gradient norm and update included), so
 // the ops cover the step but for the host's glue; profile.tsv repeats the step and the ops.
 TEST(ProfileCommand, BenchResnetProfileCoversTheStepAndWritesTheTsv) {
-  fs::path out = fs::temp_directory_path() / "precis_bench_resnet_profile";
-  fs::remove_all(out);
-  auto r = run_cli(
-      "bench resnet --model resnet18 --batch 2 --image 16 --precision fp32 --steps 2 --warmup 1 --device cpu "
-      "--profile --out " +
-      out.string());
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  size_t figures = r.output.find("==== precis bench resnet ===="), table = r.output.find("==== ops per step");
-  ASSERT_NE(figures, std::string::npos) << r.output;
-  ASSERT_NE(table, std::string::npos) << r.output;
-  EXPECT_LT(figures, table);
+  const fs::path out = fs::temp_directory_path() / "precis_bench_resnet_profile";
+  auto r =
+      run_bench_profile("resnet", "--model resnet18 --batch 2 --image 16 --precision fp32 --steps 2 --warmup 1", out);
+  ASSERT_EQ(r.exit_code, 0);
   for (const char* label : {"==== Amdahl", "==== memory over the last profiled step", "roofline     "})
     EXPECT_NE(r.output.find(label), std::string::npos) << label << "\n" << r.output;
   for (const char* op : {R"(\nconv2d +fwd +20 )", R"(\nconv2d +bwd +20 )", R"(\nbatch_norm_add_relu +fwd +8 )",
