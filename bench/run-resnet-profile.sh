@@ -10,7 +10,7 @@
 #      whose kernels are the same, launched one by one);
 # and last, the kernels of both grouped into the same categories (scripts/kernel_categories.py),
 # as shares of each side's replayed step. ResNet-18: CIFAR stem, 32x32, B=256, bf16,
-# channels-last; with --resnet50 also ResNet-50, 224x224, B=128. About 2.5 minutes on an H100
+# channels-last; with --resnet50 also ResNet-50, 224x224, B=128. Estimated (not yet run on a GPU): 2.5 minutes on an H100
 # for ResNet-18 (most of it torch.compile), 5 with ResNet-50.
 # Each log is kept under $OUT_DIR (default /tmp/precis-resnet-profile): precis-M-graphs.log,
 # precis-M-profile.log (its profile.tsv in precis-M-profile/), torch-M.log, torch-M.tsv,
