@@ -28,6 +28,7 @@ namespace {
 
 constexpr const char* kOp = "flash_attention";
 
+#if PRECIS_WITH_CUDA  // the layouts the CUDA kernels take
 bool rows_aligned(const Tensor& t) {
   // 16-byte rows: the kernels copy 8 values at a time.
   const int64_t bytes = static_cast<int64_t>(element_size(t.dtype()));
@@ -54,6 +55,7 @@ Tensor aligned_packed(const Tensor& qkv) {
                   (qkv.strides()[1] * bytes) % 16 == 0 && (qkv.size(2) / 3 * bytes) % 16 == 0;
   return ok ? qkv : qkv.contiguous();
 }
+#endif
 
 }  // namespace
 

@@ -35,6 +35,43 @@ Tensor sum_rows(const cpu::ReductionRows& r, DType dtype) {
   return out;
 }
 
+// Sums over the leading dims of a contiguous x, seen as [count, width]: out[j] = sum_i x[i, j],
+// accumulated in double over i in order, the values and order in which sum_rows adds them,
+// without the transposed copy reduction_rows would make first (a strided pass over all of x:
+// the bias and position-embedding gradients of every step). Each task adds whole rows of its
+// columns, a loop that vectorises; the columns are split among the threads.
+Tensor sum_leading_dims(const Tensor& x, int64_t count, int64_t width, DType dtype) {
+  constexpr int64_t kColumns = 256;  // per task: its double accumulators stay in L1
+  Tensor out = empty({width}, dtype);
+  cpu::dispatch_numeric(dtype, "sum", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* rows = x.data<T>();
+    T* o = out.data<T>();
+    const int64_t tasks = (width + kColumns - 1) / kColumns;
+#pragma omp parallel for schedule(static) if (count * width >= kParallelGrain && tasks > 1)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t j0 = task * kColumns, n = std::min(kColumns, width - j0);
+      double acc[kColumns] = {};
+      for (int64_t i = 0; i < count; ++i) {
+        const T* row = rows + i * width + j0;
+        for (int64_t j = 0; j < n; ++j) acc[j] += convert<double>(row[j]);
+      }
+      for (int64_t j = 0; j < n; ++j) o[j0 + j] = convert<T>(acc[j]);
+    }
+  });
+  return out;
+}
+
+// How many leading dims `reduced` covers when it is exactly a leading run that leaves some
+// dims kept (0 otherwise).
+int64_t leading_reduced_dims(const std::vector<bool>& reduced) {
+  int64_t lead = 0;
+  while (lead < static_cast<int64_t>(reduced.size()) && reduced[lead]) ++lead;
+  for (size_t d = lead; d < reduced.size(); ++d)
+    if (reduced[d]) return 0;
+  return lead < static_cast<int64_t>(reduced.size()) ? lead : 0;
+}
+
 // The dims a reduction over `dims` covers (every dim when empty), checked as reduction_rows checks them.
 std::vector<bool> reduced_dims(const Tensor& x, const std::vector<int64_t>& dims, const char* op) {
   std::vector<bool> reduced(x.dim(), dims.empty());
@@ -49,11 +86,15 @@ std::vector<bool> reduced_dims(const Tensor& x, const std::vector<int64_t>& dims
 
 // The sums over the reduced dims, one per kept position in row-major order, on x's device.
 // The CUDA kernels read x in place where its layout allows (no permuted copy).
-Tensor sum_values(const Tensor& x, const std::vector<int64_t>& dims, [[maybe_unused]] const std::vector<bool>& reduced,
-                  const char* op) {
+Tensor sum_values(const Tensor& x, const std::vector<int64_t>& dims, const std::vector<bool>& reduced, const char* op) {
 #if PRECIS_WITH_CUDA
   if (x.is_cuda()) return cuda::sum(x, reduced);
 #endif
+  if (const int64_t lead = leading_reduced_dims(reduced); lead > 0 && x.is_contiguous()) {
+    int64_t count = 1, width = 1;
+    for (int64_t d = 0; d < x.dim(); ++d) (d < lead ? count : width) *= x.size(d);
+    return sum_leading_dims(x, count, width, x.dtype());
+  }
   return sum_rows(cpu::reduction_rows(x, dims, op), x.dtype());
 }
 

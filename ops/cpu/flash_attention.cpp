@@ -64,15 +64,24 @@ int64_t visible_keys(int64_t i, int64_t T, bool causal) { return causal ? i + 1 
 template <typename T>
 using Tile = Eigen::Matrix<T, Dynamic, Dynamic, Eigen::RowMajor>;
 
-// Hides key j0 + c from query i0 + r where it lies after it (only the diagonal tile has any).
-template <typename T>
-void mask_causal(Tile<T>& scores, int64_t i0, int64_t j0, T hidden) {
-  for (int64_t r = 0; r < scores.rows(); ++r)
-    for (int64_t c = std::max<int64_t>(0, i0 + r + 1 - j0); c < scores.cols(); ++c) scores(r, c) = hidden;
-}
-
 // The key tiles query tile [i0, i0 + rows) reads: up to its last query when causal.
 int64_t keys_seen(int64_t i0, int64_t rows, int64_t T, bool causal) { return causal ? i0 + rows : T; }
+
+// Row r of a tile of scores for queries from i0 and keys [j0, j0 + cols), in place:
+// exp(row - shift) over the keys query i0 + r sees, 0 over the ones it does not.
+// Only the visible part is exponentiated: exp(-inf) through Eigen's exp is not 0 but a
+// subnormal (it clamps its argument at -88.7), and subnormals are slow to make and to multiply.
+template <typename T>
+void exp_visible(Tile<T>& scores, int64_t r, T shift, int64_t visible) {
+  auto row = scores.row(r);
+  row.head(visible) = (row.head(visible).array() - shift).exp().matrix();
+  row.tail(scores.cols() - visible).setZero();
+}
+
+// How many of the tile's keys [j0, j0 + cols) query i sees.
+int64_t visible_in_tile(int64_t i, int64_t j0, int64_t cols, int64_t T, bool causal) {
+  return std::min(cols, visible_keys(i, T, causal) - j0);
+}
 
 template <typename T>
 void forward(const Tensor& qkv_t, const Dims& d, bool causal, T scale, const Tensor& out_t, const Tensor& lse_t) {
@@ -87,20 +96,22 @@ void forward(const Tensor& qkv_t, const Dims& d, bool causal, T scale, const Ten
                       v = head(qkv, d, 3 * d.C, b, 2 * d.C + h * d.D);
     MutableHeadRows<T> o = mutable_head(out, d, d.C, b, h * d.D);
     Tile<T> S, A;
-    Vector<T> m, l, c;
+    Vector<T> m, m_new, l, c;
     for (int64_t i0 = 0; i0 < d.T; i0 += kTile) {
       const int64_t rows = std::min(kTile, d.T - i0), keys = keys_seen(i0, rows, d.T, causal);
       m.setConstant(rows, -infinity);
+      m_new.resize(rows);
       l.setZero(rows);
       A.setZero(rows, d.D);
       for (int64_t j0 = 0; j0 < keys; j0 += kTile) {
         const int64_t cols = std::min(kTile, keys - j0);
         S.noalias() = scale * (q.middleRows(i0, rows) * k.middleRows(j0, cols).transpose());
-        if (causal && j0 + cols > i0 + 1) mask_causal<T>(S, i0, j0, -infinity);
-        const Vector<T> m_new = m.cwiseMax(S.rowwise().maxCoeff());
+        for (int64_t r = 0; r < rows; ++r) {  // P = exp(S - m'), in place
+          const int64_t visible = visible_in_tile(i0 + r, j0, cols, d.T, causal);
+          m_new(r) = std::max(m(r), S.row(r).head(visible).maxCoeff());
+          exp_visible<T>(S, r, m_new(r), visible);
+        }
         c = (m - m_new).array().exp().matrix();
-        S.colwise() -= m_new;  // then P = exp(S), in place (a plain array: vectorised exp)
-        S = S.array().exp().matrix();
         l = c.cwiseProduct(l) + S.rowwise().sum();
         A = c.asDiagonal() * A;
         A.noalias() += S * v.middleRows(j0, cols);
@@ -141,9 +152,8 @@ void backward(const Tensor& qkv_t, const Tensor& out_t, const Tensor& lse_t, con
       for (int64_t j0 = 0; j0 < keys; j0 += kTile) {
         const int64_t cols = std::min(kTile, keys - j0);
         P.noalias() = scale * (q.middleRows(i0, rows) * k.middleRows(j0, cols).transpose());
-        P.colwise() -= row_lse;
-        P = P.array().exp().matrix();
-        if (causal && j0 + cols > i0 + 1) mask_causal<T>(P, i0, j0, T(0));
+        for (int64_t r = 0; r < rows; ++r)
+          exp_visible<T>(P, r, row_lse(r), visible_in_tile(i0 + r, j0, cols, d.T, causal));
         dv.middleRows(j0, cols).noalias() += P.transpose() * g.middleRows(i0, rows);
         dS.noalias() = g.middleRows(i0, rows) * v.middleRows(j0, cols).transpose();  // dP
         dS = P.cwiseProduct((dS.colwise() - Dr));

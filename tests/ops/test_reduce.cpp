@@ -72,6 +72,31 @@ TEST(Sum, SumToShapeUndoesBroadcasting) {
   expect_error([&] { ops::sum_to_shape(x, {1, 2, 3, 4}); }, "sum_to_shape: cannot reduce [2, 3] to [1, 2, 3, 4]");
 }
 
+// Sums over leading dims of a contiguous tensor add each column's values in double, row by
+// row in order: the same bits as the loop below, and as the general path (a non-contiguous
+// view of the same values, reduced through a transposed copy). Widths of one task, several
+// tasks and a partial last one; sizes below and above the parallel threshold.
+TEST(Sum, LeadingDimsAddEachColumnInOrderInDouble) {
+  for (const Shape& shape : {Shape{3, 5}, Shape{16, 64, 128}, Shape{40, 700}, Shape{7, 3, 300}}) {
+    const Tensor x = random_f64(shape, 22, -3, 3).to(DType::f32);
+    const int64_t count = shape[0] * (shape.size() == 3 ? shape[1] : 1), width = x.numel() / count;
+    const std::vector<int64_t> dims = shape.size() == 3 ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0};
+    const std::vector<float> values = x.to_vector<float>();
+    std::vector<float> expected(width);
+    for (int64_t j = 0; j < width; ++j) {
+      double acc = 0;
+      for (int64_t i = 0; i < count; ++i) acc += values[i * width + j];
+      expected[j] = static_cast<float>(acc);
+    }
+    const Tensor sums = ops::sum(x, dims).reshape({width});
+    EXPECT_EQ(sums.to_vector<float>(), expected) << shape;
+    const Tensor strided = x.reshape({count, width}).t().contiguous().t();  // same values, column-major
+    ASSERT_FALSE(strided.is_contiguous());
+    EXPECT_EQ(ops::sum(strided, {0}).to_vector<float>(), expected) << shape;
+    EXPECT_EQ(ops::sum_to_shape(x, Shape{width}).to_vector<float>(), expected) << shape;
+  }
+}
+
 TEST(Sum, Errors) {
   Tensor x = zeros({2, 3});
   expect_error([&] { ops::sum(x, {2}); },
