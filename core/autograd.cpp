@@ -174,10 +174,12 @@ class GraphTask {
     // A held gradient that nothing else refers to (a backward's fresh dense output, neither
     // saved nor viewed anywhere) takes the sum in place, as PyTorch's input buffer does. Any
     // other may alias a node's data, or overlap itself (an expanded view): it is copied first.
+    // The sum keeps the held gradient's layout (a channels-last one stays channels-last), so
+    // that it and the gradient arriving in the same layout add as flat arrays.
     const bool exclusive = held.impl_ptr().use_count() == 1 && held.storage().use_count() == 1 &&
-                           held.is_contiguous() && held.dtype() == sum_dtype;
+                           is_non_overlapping_and_dense(held) && held.dtype() == sum_dtype;
     if (!exclusive) {
-      Tensor sum = empty(held.shape(), sum_dtype, held.device());
+      Tensor sum = empty_with_layout_of(held, sum_dtype);
       copy_(sum, held);
       held = sum;
     }

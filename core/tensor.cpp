@@ -1,5 +1,6 @@
 #include "core/tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <iomanip>
 #include <sstream>
@@ -100,6 +101,28 @@ Tensor zeros(const Shape& shape, DType dtype, Device device) { return full(shape
 Tensor ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
 Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype(), t.device()); }
 Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype(), t.device()); }
+
+// Sorted by stride, the dims of size above 1 must each step over exactly the ones before them:
+// strides 1, s0, s0 * s1, ... (size-1 dims are never stepped over, whatever their stride).
+bool is_non_overlapping_and_dense(const Tensor& t) {
+  if (t.numel() == 0) return true;
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.shape()[d] != 1) dims.push_back(d);
+  std::sort(dims.begin(), dims.end(), [&](int64_t a, int64_t b) { return t.strides()[a] < t.strides()[b]; });
+  int64_t expected = 1;
+  for (int64_t d : dims) {
+    if (t.strides()[d] != expected) return false;
+    expected *= t.shape()[d];
+  }
+  return true;
+}
+
+Tensor empty_with_layout_of(const Tensor& t, DType dtype) {
+  Tensor out = empty(t.shape(), dtype, t.device());
+  if (t.is_contiguous() || !is_non_overlapping_and_dense(t)) return out;
+  return out.as_strided(t.shape(), t.strides(), 0);
+}
 Tensor scalar_tensor(double value, DType dtype, Device device) { return full({}, value, dtype, device); }
 
 Tensor arange(int64_t start, int64_t end, int64_t step, DType dtype) {

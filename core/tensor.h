@@ -130,6 +130,13 @@ Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = Device
 Tensor full(const Shape& shape, double value, DType dtype = DType::f32, Device device = Device::cpu());
 Tensor zeros_like(const Tensor& t);
 Tensor empty_like(const Tensor& t);
+// Whether t's elements fill the span of storage they start at exactly once, in some order of its
+// dims: a contiguous tensor or a permutation of one (channels-last, a transpose). Such a tensor
+// can be read, written and summed with another of the same strides as one flat array.
+bool is_non_overlapping_and_dense(const Tensor& t);
+// A new tensor of `dtype` with t's strides when t is non-overlapping and dense, else contiguous
+// (PyTorch's preserve_format): a copy of a channels-last tensor stays channels-last.
+Tensor empty_with_layout_of(const Tensor& t, DType dtype);
 Tensor arange(int64_t start, int64_t end, int64_t step = 1, DType dtype = DType::i64);
 Tensor scalar_tensor(double value, DType dtype = DType::f32, Device device = Device::cpu());
 // A CPU tensor holding `values` (row-major) with the given shape.

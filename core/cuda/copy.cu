@@ -2,7 +2,8 @@
 // stream (core/copy.h says what they compute; the CPU versions are in core/copy.cpp).
 //
 // Each kernel comes in two forms:
-//   - contiguous: both operands dense and aligned, kVec elements per thread so
+//   - contiguous: both operands dense and aligned, in the same layout (row-major,
+//     or any one permutation of dims such as channels-last), kVec elements per thread so
 //     that the wider operand moves in 16-byte loads and stores;
 //   - strided: any strides, up to 8 dims once dims that are contiguous in every
 //     operand have been merged; each thread turns its row-major index into one
@@ -221,7 +222,7 @@ __global__ void fill_strided_kernel(T* out, uint32_t n, T value, StridedOffsets<
 
 // ---------------------------------------------------------------- launchers
 
-// contiguous(out, in, n) over dst and src when both are dense and aligned for kVec-element
+// contiguous(out, in, n) over dst and src when both are dense in one layout and aligned for kVec-element
 // packs, else strided(out, in, count, offsets) over pieces of them (launch_strided).
 template <int kVec, typename D, typename S, typename... ContiguousParams, typename... StridedParams>
 void launch_pairwise(const Tensor& dst, const Tensor& src, const char* op, cudaStream_t stream,
@@ -229,7 +230,11 @@ void launch_pairwise(const Tensor& dst, const Tensor& src, const char* op, cudaS
   const int64_t n = dst.numel();
   D* out = static_cast<D*>(dst.raw_data());
   const S* in = static_cast<const S*>(src.raw_data());
-  if (dst.is_contiguous() && src.is_contiguous() && aligned(out, sizeof(D) * kVec) && aligned(in, sizeof(S) * kVec)) {
+  // Two tensors of the same dense layout in any order of dims (both channels-last, say) are two
+  // flat arrays whose i-th elements correspond.
+  const bool flat = (dst.is_contiguous() && src.is_contiguous()) ||
+                    (dst.strides() == src.strides() && is_non_overlapping_and_dense(dst));
+  if (flat && aligned(out, sizeof(D) * kVec) && aligned(in, sizeof(S) * kVec)) {
     precis::cuda::launch(contiguous, blocks_for(n / kVec), kBlockSize, 0, stream, out, in, n);
   } else {
     launch_strided<2>(dst.shape(), {&dst.strides(), &src.strides()}, op,

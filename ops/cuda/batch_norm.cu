@@ -438,8 +438,11 @@ bool packed(const Layout& l, std::initializer_list<const void*> buffers) {
 template <typename T, bool kBackward>
 std::pair<Tensor, int64_t> packed_channel_sums(const PackedSums<T>& a, const Layout& l, Device device) {
   const PackedShape s = packed_shape(l.C / Packed128<T>::size);
-  // About four blocks per SM in all, each with at least a few cells per thread.
-  const int64_t wanted = std::max<int64_t>(1, 4 * multiprocessor_count(device) / s.tiles);
+  // One wave: as many blocks as fit on the device at once (a second, partial wave would leave
+  // most SMs idle while it runs), each with at least a few cells per thread.
+  const int resident = resident_blocks_per_sm(reinterpret_cast<const void*>(packed_sums_kernel<T, kBackward>),
+                                              s.tx * s.ty);
+  const int64_t wanted = std::max<int64_t>(1, resident * multiprocessor_count(device) / s.tiles);
   const int64_t G = std::min<int64_t>({wanted, std::max<int64_t>(1, l.M / (4 * s.ty)), 65535});
   Tensor partial = empty({G * 2 * l.C}, DType::f32, device);
   launch(packed_sums_kernel<T, kBackward>, dim3(static_cast<unsigned>(s.tiles), static_cast<unsigned>(G)),

@@ -1,8 +1,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "core/autograd.h"
+#include "core/copy.h"
 #include "ops/ops.h"
 #include "support/gradcheck.h"
 
@@ -177,4 +179,30 @@ TEST(Autograd, SummingGradientsNeverWritesIntoAHeldTensor) {
   (y + y * 4.0).backward(g);
   expect_close(y.grad(), tensor({2.5}, DType::f64), 0, 0);
   expect_close(g, tensor({0.5}, DType::f64), 0, 0);
+}
+
+// An op that passes x through and hands its gradient back as it came, showing it to `seen`.
+Tensor pass_through(const Tensor& x, std::function<void(const Tensor&)> seen = {}) {
+  Tensor y = x.detach();
+  autograd::record("pass_through", {x}, {y}, [seen](const BackwardArgs& g) {
+    if (seen) seen(g.grad());
+    return std::vector<Tensor>{g.grad()};
+  });
+  return y;
+}
+
+// Two gradients of a channels-last tensor are summed into a channels-last tensor (as
+// PyTorch's preserve_format does), so that the sum and the next op need no transposing copy.
+TEST(Autograd, GradientsMeetingInAChannelsLastLayoutKeepIt) {
+  const Shape shape{2, 3, 4, 5}, channels_last{60, 1, 15, 3};
+  Tensor x = randn(shape, DType::f64).set_requires_grad();
+  Tensor given = empty(shape, DType::f64).as_strided(shape, channels_last, 0);
+  copy_(given, randn(shape, DType::f64));
+  Tensor seen;
+  Tensor y = pass_through(x, [&](const Tensor& g) { seen = g; });
+  (pass_through(y) + pass_through(y)).backward(given);
+  ASSERT_TRUE(seen.defined());
+  EXPECT_EQ(seen.strides(), channels_last);
+  expect_close(seen, given * 2.0, 0, 0);
+  expect_close(x.grad(), given * 2.0, 0, 0);
 }

@@ -233,6 +233,38 @@ TEST(DeviceGpu, AccumulateMatchesTheCpu) {
   }
 }
 
+// Two tensors of one dense non-row-major layout (channels-last here) copy and sum as flat
+// arrays; the result must still land at the right [n, c, h, w] for every dtype pair. 5 x 7 x
+// 3 x 16 = 1680 elements and a 3-element offset: a tail after the packs, and unaligned starts
+// that take the strided kernel.
+TEST(DeviceGpu, ChannelsLastPairsCopyAndAccumulateLikeTheCpu) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  const Device gpu = Device::cuda(0);
+  const Shape shape{5, 16, 3, 7}, channels_last{16 * 3 * 7, 1, 7 * 16, 16};
+  auto channels_last_copy = [&](const Tensor& values, Device device, int64_t offset) {
+    Tensor t = empty({values.numel() + offset}, values.dtype(), device).as_strided(shape, channels_last, offset);
+    copy_(t, values);
+    return t;
+  };
+  for (DType src_dtype : kFloatDTypes) {
+    const Tensor source = exact_values(shape, src_dtype, 3);
+    for (DType dst_dtype : kFloatDTypes) {
+      const std::string name = pair_name(src_dtype, dst_dtype);
+      const Tensor before = exact_values(shape, dst_dtype, 6);
+      Tensor expected = before.clone();
+      accumulate_(expected, source);
+      for (int64_t offset : {0, 3}) {
+        Tensor copied = channels_last_copy(before, gpu, offset);
+        copy_(copied, channels_last_copy(source, gpu, offset));
+        expect_equal(copied, source.to(dst_dtype), "channels-last copy " + name);
+        Tensor summed = channels_last_copy(before, gpu, offset);
+        accumulate_(summed, channels_last_copy(source, gpu, offset));
+        expect_equal(summed, expected, "channels-last accumulate " + name);
+      }
+    }
+  }
+}
+
 TEST(DeviceGpu, AccumulateBf16GradientsIntoF32) {
   PRECIS_SKIP_WITHOUT_GPU();
   const Device gpu = Device::cuda(0);

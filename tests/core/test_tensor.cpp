@@ -136,3 +136,21 @@ TEST(Tensor, GradientsFlowThroughViews) {
   expect_gradients_match([](const std::vector<Tensor>& in) { return in[0].to(DType::f32).to(DType::f64); }, {y}, 1e-3,
                          1e-5, 1e-4);
 }
+
+TEST(Tensor, DenseLayoutsAreThoseThatFillTheirSpanOnce) {
+  const Shape shape{2, 3, 4, 5};
+  Tensor t = empty(shape);
+  EXPECT_TRUE(is_non_overlapping_and_dense(t));
+  EXPECT_TRUE(is_non_overlapping_and_dense(t.as_strided(shape, {60, 1, 15, 3}, 0)));  // channels-last
+  EXPECT_TRUE(is_non_overlapping_and_dense(t.transpose(0, 3)));
+  EXPECT_FALSE(is_non_overlapping_and_dense(t.slice(3, 0, 4)));                   // gaps
+  EXPECT_FALSE(is_non_overlapping_and_dense(t.as_strided(shape, {60, 1, 1, 3}, 0)));  // overlaps
+  EXPECT_FALSE(is_non_overlapping_and_dense(tensor({1.0}).expand({3})));
+  // Size-1 dims are never stepped over, whatever their stride.
+  EXPECT_TRUE(is_non_overlapping_and_dense(empty({3, 1, 4}).as_strided({3, 1, 4}, {4, 99, 1}, 0)));
+
+  const Tensor channels_last = empty_with_layout_of(t.as_strided(shape, {60, 1, 15, 3}, 0), DType::f64);
+  EXPECT_EQ(channels_last.strides(), (Shape{60, 1, 15, 3}));
+  EXPECT_EQ(channels_last.dtype(), DType::f64);
+  EXPECT_TRUE(empty_with_layout_of(t.slice(3, 0, 4), DType::f32).is_contiguous());
+}
