@@ -148,19 +148,19 @@ unsigned blocks_for(Kernel kernel, int64_t n, int pack, Device device) {
   return static_cast<unsigned>(std::min<int64_t>(grid_for(n, pack), resident));
 }
 
-// A zeroed counter buffer from the caching allocator, on `stream`.
-Tensor zeroed_counters(Device device, cudaStream_t stream, const char* op) {
-  Tensor counters = empty({kSlots}, DType::i64, device);
+// Adds the counts of `n` elements on `device` to `stats`: launch(stream, out) queues the kernel
+// on the device's compute stream, `out` a zeroed counter buffer from the caching allocator;
+// then one copy, which waits for the kernel, brings the buffer back.
+template <typename Launch>
+void count_on_device(Device device, int64_t n, const char* op, TensorNumerics& stats, Launch&& launch) {
+  stats.count += n;
+  if (n == 0) return;
+  DeviceGuard guard(device);
+  cudaStream_t stream = compute_stream(device);
+  const Tensor counters = empty({kSlots}, DType::i64, device);
   PRECIS_CUDA_CHECK(cudaMemsetAsync(counters.raw_data(), 0, counters.nbytes(), stream), op);
-  return counters;
-}
-
-unsigned long long* counters_of(const Tensor& counters) {
-  return static_cast<unsigned long long*>(counters.raw_data());
-}
-
-// Reads the buffer back (one copy, which waits for the kernel) and adds it to `stats`.
-void add_counters(const Tensor& counters, TensorNumerics& stats) {
+  launch(stream, static_cast<unsigned long long*>(counters.raw_data()));
+  PRECIS_CUDA_CHECK_LAUNCH(op);
   const std::vector<int64_t> c = counters.to_vector<int64_t>();
   stats.zero += c[kZero];
   stats.fp16_subnormal += c[kSubnormal];
@@ -178,21 +178,15 @@ void add_values(const Tensor& t, TensorNumerics& stats) {
   const char* op = "numerics report (values)";
   PRECIS_CHECK(t.is_cuda(), op, ": expected a GPU tensor, got ", describe(t));
   const Tensor x = dense(t);
-  const int64_t n = x.numel();
-  stats.count += n;
-  if (n == 0) return;
-  DeviceGuard guard(x.device());
-  cudaStream_t stream = compute_stream(x.device());
-  const Tensor counters = zeroed_counters(x.device(), stream, op);
-  dispatch_floating(x.dtype(), op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    constexpr int kPack = Packed128<T>::size;
-    auto kernel = values_kernel<kPack, T>;
-    precis::cuda::launch(kernel, blocks_for(kernel, n, kPack, x.device()), kBlockSize, 0, stream, data_of<const T>(x),
-                         n, counters_of(counters));
+  count_on_device(x.device(), x.numel(), op, stats, [&](cudaStream_t stream, unsigned long long* out) {
+    dispatch_floating(x.dtype(), op, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      constexpr int kPack = Packed128<T>::size;
+      auto kernel = values_kernel<kPack, T>;
+      precis::cuda::launch(kernel, blocks_for(kernel, x.numel(), kPack, x.device()), kBlockSize, 0, stream,
+                           data_of<const T>(x), x.numel(), out);
+    });
   });
-  PRECIS_CUDA_CHECK_LAUNCH(op);
-  add_counters(counters, stats);
 }
 
 void add_update(const Tensor& before, const Tensor& after, const Tensor& grad, TensorNumerics& stats) {
@@ -207,34 +201,29 @@ void add_update(const Tensor& before, const Tensor& after, const Tensor& grad, T
   // A gradient in another dtype than the parameter is read as f64: exact for every floating dtype.
   const Tensor g = grad.dtype() == after.dtype() ? dense(grad) : converted(grad, DType::f64);
   const int64_t n = a.numel();
-  stats.count += n;
-  if (n == 0) return;
-  DeviceGuard guard(a.device());
-  cudaStream_t stream = compute_stream(a.device());
-  const Tensor counters = zeroed_counters(a.device(), stream, op);
-  dispatch_floating(a.dtype(), op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    auto run = [&](auto grad_tag) {
-      using G = typename decltype(grad_tag)::type;
-      constexpr int kPack = Packed128<T>::size;
-      const T *bp = data_of<const T>(b), *ap = data_of<const T>(a);
-      const G* gp = data_of<const G>(g);
-      auto launch_with = [&](auto kernel, int pack) {
-        precis::cuda::launch(kernel, blocks_for(kernel, n, pack, a.device()), kBlockSize, 0, stream, bp, ap, gp, n,
-                             counters_of(counters));
+  count_on_device(a.device(), n, op, stats, [&](cudaStream_t stream, unsigned long long* out) {
+    dispatch_floating(a.dtype(), op, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      auto run = [&](auto grad_tag) {
+        using G = typename decltype(grad_tag)::type;
+        constexpr int kPack = Packed128<T>::size;
+        const T *bp = data_of<const T>(b), *ap = data_of<const T>(a);
+        const G* gp = data_of<const G>(g);
+        auto launch_with = [&](auto kernel, int pack) {
+          precis::cuda::launch(kernel, blocks_for(kernel, n, pack, a.device()), kBlockSize, 0, stream, bp, ap, gp, n,
+                               out);
+        };
+        if (same_pack_phase<kPack>(ap, bp) && same_pack_phase<kPack>(ap, gp))
+          launch_with(update_kernel<kPack, T, G>, kPack);
+        else
+          launch_with(update_kernel<1, T, G>, 1);
       };
-      if (same_pack_phase<kPack>(ap, bp) && same_pack_phase<kPack>(ap, gp))
-        launch_with(update_kernel<kPack, T, G>, kPack);
+      if (g.dtype() == a.dtype())
+        run(TypeTag<T>{});
       else
-        launch_with(update_kernel<1, T, G>, 1);
-    };
-    if (g.dtype() == a.dtype())
-      run(TypeTag<T>{});
-    else
-      run(TypeTag<double>{});
+        run(TypeTag<double>{});
+    });
   });
-  PRECIS_CUDA_CHECK_LAUNCH(op);
-  add_counters(counters, stats);
 }
 
 }  // namespace precis::amp::cuda

@@ -25,20 +25,6 @@ namespace {
 const double kInf = std::numeric_limits<double>::infinity();
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// Bits of precision (mantissa plus the implicit one) of each floating dtype.
-int precision_bits(DType dtype) {
-  switch (dtype) {
-    case DType::f16:
-      return 11;
-    case DType::bf16:
-      return 8;
-    case DType::f32:
-      return 24;
-    default:
-      return 53;
-  }
-}
-
 void expect_same(const amp::TensorNumerics& gpu, const amp::TensorNumerics& cpu) {
   EXPECT_EQ(gpu.count, cpu.count);
   EXPECT_EQ(gpu.max_abs, cpu.max_abs);
@@ -68,23 +54,27 @@ amp::TensorNumerics update_on_both(const Tensor& before, const Tensor& after, co
   return on_cpu;
 }
 
-// Each threshold t of the report, its neighbours in a format of p bits (t (1 - 2^-p) and
-// t (1 + 2^(1-p)) for a power of two t, exact where they are normal), halfway points, and both signs.
-std::vector<double> around(double t, int p) {
-  const double below = t * (1 - std::ldexp(1.0, -p)), above = t * (1 + std::ldexp(1.0, 1 - p));
+// Each threshold t of the report, its neighbours in formats of 8, 11, 24 and 53 bits (bf16,
+// f16, f32, f64: t (1 - 2^-p) and t (1 + 2^(1-p)) for a power of two t, exact where normal;
+// the other dtypes round them), halfway points, and both signs.
+std::vector<double> around(double t) {
+  std::vector<double> magnitudes = {t, t * 0.75, t * 1.5, t / 2};
+  for (int p : {8, 11, 24, 53}) {
+    magnitudes.push_back(t * (1 - std::ldexp(1.0, -p)));
+    magnitudes.push_back(t * (1 + std::ldexp(1.0, 1 - p)));
+  }
   std::vector<double> v;
-  for (double x : {t, below, above, t * 0.75, t * 1.5, t / 2})
+  for (double x : magnitudes)
     for (double sign : {1.0, -1.0}) v.push_back(sign * x);
   return v;
 }
 
 // The values at and around the thresholds, in `dtype` (rounded into it on the CPU).
 Tensor threshold_values(DType dtype) {
-  const int p = precision_bits(dtype);
   std::vector<double> v = {0.0,     -0.0,     kInf, -kInf, kNaN,   -kNaN, 65504.0, -65504.0,
                            70000.0, -70000.0, 1.0,  1e-40, -1e-45, 1e-300};  // f32 subnormals, an f64-only tiny value
   for (double t : {std::ldexp(1.0, -14), std::ldexp(1.0, -25), std::ldexp(1.0, -24)})
-    for (double x : around(t, p)) v.push_back(x);
+    for (double x : around(t)) v.push_back(x);
   // fp16 subnormals: k 2^-24, the smallest, one between, the largest.
   for (double k : {1.0, 3.0, 511.0, 1023.0}) v.push_back(k * std::ldexp(1.0, -24));
   return from_vector<double>(v, {static_cast<int64_t>(v.size())}).to(dtype);
