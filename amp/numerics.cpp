@@ -3,12 +3,11 @@
 #include <cmath>
 #include <cstdio>
 
-namespace precis::amp {
+#if PRECIS_WITH_CUDA
+#include "amp/cuda/numerics.h"
+#endif
 
-namespace {
-constexpr double kFp16MinNormal = 6.103515625e-05;                 // 2^-14
-constexpr double kFp16HalfMinSubnormal = 2.98023223876953125e-08;  // 2^-25: rounds to zero below
-}  // namespace
+namespace precis::amp {
 
 const char* numerics_kind_name(NumericsKind kind) {
   switch (kind) {
@@ -25,6 +24,9 @@ const char* numerics_kind_name(NumericsKind kind) {
 }
 
 void TensorNumerics::add_values(const Tensor& t) {
+#if PRECIS_WITH_CUDA
+  if (t.is_cuda()) return cuda::add_values(t, *this);
+#endif
   std::vector<double> v = t.to_vector<double>();
   count += static_cast<int64_t>(v.size());
   for (double x : v) {
@@ -48,6 +50,9 @@ void TensorNumerics::add_values(const Tensor& t) {
 }
 
 void TensorNumerics::add_update(const Tensor& before, const Tensor& after, const Tensor& grad) {
+#if PRECIS_WITH_CUDA
+  if (after.is_cuda()) return cuda::add_update(before, after, grad, *this);
+#endif
   std::vector<double> b = before.to_vector<double>(), a = after.to_vector<double>(), g = grad.to_vector<double>();
   for (size_t i = 0; i < a.size(); ++i) {
     double delta = a[i] - b[i];

@@ -24,6 +24,12 @@
 
 namespace precis::amp {
 
+// The thresholds, in double (the CPU loop and the CUDA kernels, amp/cuda/numerics.cu, compare with these).
+inline constexpr double kFp16MinNormal = 6.103515625e-05;                 // 2^-14
+inline constexpr double kFp16HalfMinSubnormal = 2.98023223876953125e-08;  // 2^-25: rounds to zero below
+
+// On the CPU a loop over the values in double (the reference); on the GPU one kernel pass per
+// call that reads back only the counters (amp/cuda/numerics.h), with the same results.
 struct TensorNumerics {
   int64_t count = 0;
   double max_abs = 0;

@@ -39,6 +39,38 @@ TEST(Numerics, UpdatesSmallerThanHalfAnUlpAreLost) {
   EXPECT_EQ(s.lost, 1);
 }
 
+TEST(Numerics, UpdatesNeedAFiniteNonzeroGradientAndLeaveNanDeltasOutOfTheMax) {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  // Deltas: NaN (inf - inf), 1, 0, 0, 0, 0; gradients: 1, 1, 1, 0, inf, NaN.
+  Tensor before = tensor({inf, 1.0, 0.5, 0.5, 0.5, 0.5}, DType::f64);
+  Tensor after = tensor({inf, 2.0, 0.5, 0.5, 0.5, 0.5}, DType::f64);
+  Tensor grad = tensor({1.0, 1.0, 1.0, 0.0, inf, nan}, DType::f64);
+  amp::TensorNumerics s;
+  s.add_update(before, after, grad);
+  EXPECT_EQ(s.count, 6);
+  EXPECT_EQ(s.max_abs, 1.0);
+  EXPECT_EQ(s.zero, 4);
+  EXPECT_EQ(s.eligible, 3);
+  EXPECT_EQ(s.lost, 1);  // only the unchanged value with a finite nonzero gradient
+  // A parameter that became inf: an infinite max.
+  s.add_update(tensor({1.0}, DType::f64), tensor({inf}, DType::f64), tensor({1.0}, DType::f64));
+  EXPECT_EQ(s.max_abs, inf);
+}
+
+TEST(Numerics, ValuesAtTheThresholds) {
+  // 2^-14 is fp16's smallest normal (not subnormal); 2^-25 is half its smallest subnormal (subnormal, not underflow).
+  const double min_normal = std::ldexp(1.0, -14), half_min_subnormal = std::ldexp(1.0, -25);
+  Tensor t = tensor(
+      {min_normal, std::nextafter(min_normal, 0.0), half_min_subnormal, std::nextafter(half_min_subnormal, 0.0), -0.0},
+      DType::f64);
+  amp::TensorNumerics s;
+  s.add_values(t);
+  EXPECT_EQ(s.zero, 1);
+  EXPECT_EQ(s.fp16_subnormal, 3);
+  EXPECT_EQ(s.fp16_underflow, 1);
+  EXPECT_EQ(s.max_abs, min_normal);
+}
+
 TEST(Numerics, LayerOfParameterNames) {
   EXPECT_EQ(amp::layer_of("transformer.h.3.attn.c_attn.weight"), "transformer.h.3");
   EXPECT_EQ(amp::layer_of("transformer.wte.weight"), "transformer.wte");
