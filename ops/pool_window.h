@@ -7,6 +7,8 @@
 // (adaptive_avg_pool2d): output row oh covers [floor(oh H / OH), ceil((oh + 1) H / OH)).
 // Columns alike. The GPU backward gathers: an input row ih belongs to the windows of the output
 // rows out_row_begin(ih) <= oh < out_row_end(ih) (for adaptive windows, a superset to test).
+// The index type I is int64_t on the host (PoolWindows); the CUDA kernels take an int32_t copy
+// (narrowed), whose products of sizes fit in 32 bits for any tensor cut below 2^31 elements.
 #pragma once
 
 #include <cstdint>
@@ -15,44 +17,53 @@
 
 namespace precis::ops {
 
-struct PoolWindows {
-  int64_t N, C, H, W, OH, OW;
-  int64_t kH, kW, sH, sW, pH, pW;  // fixed windows
+template <typename I>
+struct BasicPoolWindows {
+  I N, C, H, W, OH, OW;
+  I kH, kW, sH, sW, pH, pW;  // fixed windows
   bool adaptive;
 
-  PRECIS_HOST_DEVICE int64_t row_begin(int64_t oh) const { return adaptive ? oh * H / OH : clip(oh * sH - pH, H); }
-  PRECIS_HOST_DEVICE int64_t row_end(int64_t oh) const {
+  // The same windows in index type J (the caller checks that the sizes fit).
+  template <typename J>
+  BasicPoolWindows<J> narrowed() const {
+    return {J(N), J(C), J(H), J(W), J(OH), J(OW), J(kH), J(kW), J(sH), J(sW), J(pH), J(pW), adaptive};
+  }
+
+  PRECIS_HOST_DEVICE I row_begin(I oh) const { return adaptive ? oh * H / OH : clip(oh * sH - pH, H); }
+  PRECIS_HOST_DEVICE I row_end(I oh) const {
     return adaptive ? ((oh + 1) * H + OH - 1) / OH : clip(oh * sH - pH + kH, H);
   }
-  PRECIS_HOST_DEVICE int64_t col_begin(int64_t ow) const { return adaptive ? ow * W / OW : clip(ow * sW - pW, W); }
-  PRECIS_HOST_DEVICE int64_t col_end(int64_t ow) const {
+  PRECIS_HOST_DEVICE I col_begin(I ow) const { return adaptive ? ow * W / OW : clip(ow * sW - pW, W); }
+  PRECIS_HOST_DEVICE I col_end(I ow) const {
     return adaptive ? ((ow + 1) * W + OW - 1) / OW : clip(ow * sW - pW + kW, W);
   }
-  PRECIS_HOST_DEVICE int64_t out_row_begin(int64_t ih) const {
+  PRECIS_HOST_DEVICE I out_row_begin(I ih) const {
     return adaptive ? ih * OH / H : (ih + pH < kH ? 0 : (ih + pH - kH) / sH + 1);
   }
-  PRECIS_HOST_DEVICE int64_t out_row_end(int64_t ih) const {
-    const int64_t end = adaptive ? ((ih + 1) * OH + H - 1) / H : (ih + pH) / sH + 1;
+  PRECIS_HOST_DEVICE I out_row_end(I ih) const {
+    const I end = adaptive ? ((ih + 1) * OH + H - 1) / H : (ih + pH) / sH + 1;
     return end < OH ? end : OH;
   }
-  PRECIS_HOST_DEVICE int64_t out_col_begin(int64_t iw) const {
+  PRECIS_HOST_DEVICE I out_col_begin(I iw) const {
     return adaptive ? iw * OW / W : (iw + pW < kW ? 0 : (iw + pW - kW) / sW + 1);
   }
-  PRECIS_HOST_DEVICE int64_t out_col_end(int64_t iw) const {
-    const int64_t end = adaptive ? ((iw + 1) * OW + W - 1) / W : (iw + pW) / sW + 1;
+  PRECIS_HOST_DEVICE I out_col_end(I iw) const {
+    const I end = adaptive ? ((iw + 1) * OW + W - 1) / W : (iw + pW) / sW + 1;
     return end < OW ? end : OW;
   }
   // Whether output cell (oh, ow)'s window holds input cell (ih, iw).
-  PRECIS_HOST_DEVICE bool covers(int64_t oh, int64_t ow, int64_t ih, int64_t iw) const {
+  PRECIS_HOST_DEVICE bool covers(I oh, I ow, I ih, I iw) const {
     return row_begin(oh) <= ih && ih < row_end(oh) && col_begin(ow) <= iw && iw < col_end(ow);
   }
   // What avg pooling divides output cell (oh, ow)'s sum by.
-  PRECIS_HOST_DEVICE int64_t divisor(int64_t oh, int64_t ow) const {
+  PRECIS_HOST_DEVICE I divisor(I oh, I ow) const {
     return adaptive ? (row_end(oh) - row_begin(oh)) * (col_end(ow) - col_begin(ow)) : kH * kW;
   }
 
  private:
-  PRECIS_HOST_DEVICE static int64_t clip(int64_t v, int64_t size) { return v < 0 ? 0 : (v > size ? size : v); }
+  PRECIS_HOST_DEVICE static I clip(I v, I size) { return v < 0 ? 0 : (v > size ? size : v); }
 };
+
+using PoolWindows = BasicPoolWindows<int64_t>;
 
 }  // namespace precis::ops
