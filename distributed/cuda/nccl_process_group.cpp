@@ -239,7 +239,7 @@ class NcclProcessGroup final : public ProcessGroup {
   Device device_;
   ShareBytes share_unique_id_;
   Watchdog watchdog_;                      // synchronize()'s timeout and its error
-  int64_t sequence_ = 0;                   // collectives queued so far (watchdog.h)
+  int64_t sequence_ = 0;                   // collectives queued so far (a CUDA graph's replays: not counted)
   const char* last_op_ = "no collective";  // the last one queued
   ncclComm_t comm_ = nullptr;
   bool aborted_ = false;           // by synchronize()'s timeout
