@@ -65,8 +65,8 @@ std::string timeout_message(const std::string& backend, int rank, int world_size
         << " s: " << (one ? "it" : "they") << " died, hang" << (one ? "s" : "") << ", or " << (one ? "is" : "are")
         << " busy outside the collectives; see " << (one ? "its" : "their") << " output for an error.";
   }
-  // The ranks that answered, grouped by where they timed out (this rank's collective first:
-  // it sorts by sequence number, and the others are one by one sentences after it).
+  // The ranks that answered, grouped by where they timed out: those in this rank's collective
+  // first, then one sentence for each other place, in the order of their sequence numbers.
   std::map<std::pair<int64_t, std::string>, std::vector<int>> by_place;
   for (const auto& [r, w] : answers.waiting) by_place[{w.sequence, w.op}].push_back(r);
   bool desynchronised = false;
