@@ -20,11 +20,12 @@ inline std::string mpi_error_text(int code) {
   return std::string(text, length);
 }
 
-// MPI_Wait on `request`, giving up after `timeout` (zero: never) with a precis::Error naming
-// `rank`, the collective `op` and the timeout: a peer that died or hangs never joins. A
-// collective cannot be cancelled, so a request given up on is kept (and `keep_alive`, its
-// buffers, with it) until MPI completes it or finalize_mpi aborts the job (mpi_runtime.h).
-void wait_with_timeout(MPI_Request& request, const char* op, int rank, std::chrono::milliseconds timeout,
+// MPI_Wait on `request` for at most `timeout` (zero: forever); false when it gave up (a
+// peer that died or hangs never joins: the caller reports it, watchdog.h). A collective
+// cannot be cancelled, so a request given up on is kept (and `keep_alive`, its buffers,
+// with it) until MPI completes it or finalize_mpi aborts the job (mpi_runtime.h); `request`
+// becomes MPI_REQUEST_NULL.
+bool wait_with_timeout(MPI_Request& request, const char* op, std::chrono::milliseconds timeout,
                        std::shared_ptr<void> keep_alive);
 
 }  // namespace precis::distributed

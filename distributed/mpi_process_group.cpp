@@ -1,6 +1,7 @@
 #include "distributed/mpi_process_group.h"
 
 #include "distributed/mpi_runtime.h"
+#include "distributed/watchdog.h"
 
 #if PRECIS_WITH_MPI
 #include <climits>
@@ -82,19 +83,20 @@ int mpi_count(int64_t numel, const char* op) {
   return static_cast<int>(numel);
 }
 
-// A nonblocking collective; wait() gives up after the group's timeout (mpi_check.h).
+// A nonblocking collective; wait() gives up after the group's timeout (mpi_check.h) with the
+// watchdog's error (watchdog.h), which names where the other ranks are.
 class MpiWork final : public Work {
  public:
   struct Context {
-    int rank;
-    std::chrono::milliseconds timeout;
+    std::shared_ptr<const Watchdog> watchdog;
+    int64_t sequence;  // of the collective in its group (watchdog.h)
   };
   MpiWork(MPI_Request request, std::vector<Tensor> tensors, const char* op, Context context,
           Profiler* profiler = nullptr)
       : request_(request),
         tensors_(std::make_shared<std::vector<Tensor>>(std::move(tensors))),
         op_(op),
-        context_(context),
+        context_(std::move(context)),
         profiler_(profiler) {}
   ~MpiWork() override {
     // A request must complete before its buffers go; errors here have nowhere to go.
@@ -104,7 +106,8 @@ class MpiWork final : public Work {
     if (request_ == MPI_REQUEST_NULL) return;
     if (profiler_) profiler_->begin("comm");
     try {
-      wait_with_timeout(request_, op_, context_.rank, context_.timeout, tensors_);
+      if (!wait_with_timeout(request_, op_, context_.watchdog->timeout(), tensors_))
+        context_.watchdog->fail({op_, context_.sequence});
     } catch (...) {
       if (profiler_) profiler_->end();
       throw;
@@ -123,12 +126,13 @@ class MpiWork final : public Work {
 
 class MpiProcessGroup final : public ProcessGroup {
  public:
-  explicit MpiProcessGroup(std::chrono::milliseconds timeout) : timeout_(timeout) {
+  MpiProcessGroup(std::chrono::milliseconds timeout, std::chrono::milliseconds answer_grace) {
     init_mpi();
     PRECIS_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "mpi process group");
     PRECIS_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "mpi process group");
     PRECIS_MPI_CHECK(MPI_Comm_rank(comm_, &rank_), "mpi process group");
     PRECIS_MPI_CHECK(MPI_Comm_size(comm_, &world_size_), "mpi process group");
+    watchdog_ = std::make_shared<const Watchdog>("mpi", rank_, world_size_, timeout, answer_grace);
   }
   ~MpiProcessGroup() override {
     int finalized = 0;
@@ -223,9 +227,11 @@ class MpiProcessGroup final : public ProcessGroup {
     copy_(tensor, ops::mul(tensor, 1.0 / world_size_));
   }
 
-  MpiWork::Context context() const { return {rank_, timeout_}; }
+  // The context of the next collective: counts it (every collective, barrier included).
+  MpiWork::Context context() { return {watchdog_, ++sequence_}; }
 
-  std::chrono::milliseconds timeout_;
+  std::shared_ptr<const Watchdog> watchdog_;  // shared with the Works, which may outlive the group
+  int64_t sequence_ = 0;                      // collectives called so far
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int world_size_ = 1;
@@ -233,13 +239,14 @@ class MpiProcessGroup final : public ProcessGroup {
 
 }  // namespace
 
-std::shared_ptr<ProcessGroup> make_mpi_process_group(std::chrono::milliseconds timeout) {
-  return std::make_shared<MpiProcessGroup>(timeout);
+std::shared_ptr<ProcessGroup> make_mpi_process_group(std::chrono::milliseconds timeout,
+                                                     std::chrono::milliseconds answer_grace) {
+  return std::make_shared<MpiProcessGroup>(timeout, answer_grace);
 }
 
 #else
 
-std::shared_ptr<ProcessGroup> make_mpi_process_group(std::chrono::milliseconds) {
+std::shared_ptr<ProcessGroup> make_mpi_process_group(std::chrono::milliseconds, std::chrono::milliseconds) {
   init_mpi();  // throws: no MPI in this build
   return nullptr;
 }

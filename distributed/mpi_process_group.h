@@ -15,13 +15,16 @@
 #include <memory>
 
 #include "distributed/process_group.h"
+#include "distributed/watchdog.h"
 
 namespace precis::distributed {
 
 // A process group of every process of MPI_COMM_WORLD (calls init_mpi). Collective:
 // every rank must call it. Throws in a build without MPI. With a `timeout` (> 0), a
-// collective whose wait() (or barrier()) lasts longer fails with an error naming this
-// rank and the collective: the watchdog for a peer that died or hangs.
-std::shared_ptr<ProcessGroup> make_mpi_process_group(std::chrono::milliseconds timeout = {});
+// collective whose wait() (or barrier()) lasts longer fails with the watchdog's error
+// (watchdog.h): this rank, the collective and its sequence number, and, from the
+// answers the other ranks give within `answer_grace`, which rank is missing.
+std::shared_ptr<ProcessGroup> make_mpi_process_group(std::chrono::milliseconds timeout = {},
+                                                     std::chrono::milliseconds answer_grace = kPeerAnswerGrace);
 
 }  // namespace precis::distributed

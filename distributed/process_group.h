@@ -75,7 +75,8 @@ class ProcessGroup {
   // The watchdog's wait before the host reads results: returns once the work queued on the
   // group's device (its collectives included) has completed; the NCCL backend polls for
   // asynchronous errors meanwhile and, past the group's timeout, aborts the communicator and
-  // throws an error naming this rank. The MPI backend has nothing queued (its waits time out).
+  // throws the watchdog's error (watchdog.h: this rank, the last collective queued, and the
+  // ranks that are missing). The MPI backend has nothing queued (its waits time out).
   virtual void synchronize() {}
 };
 

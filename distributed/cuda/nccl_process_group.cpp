@@ -12,6 +12,7 @@
 #include "core/cuda/runtime.h"
 #include "core/gpu.h"
 #include "distributed/cuda/nccl_check.h"
+#include "distributed/watchdog.h"
 
 namespace precis::distributed {
 
@@ -67,12 +68,12 @@ class NcclWork final : public Work {
 class NcclProcessGroup final : public ProcessGroup {
  public:
   NcclProcessGroup(int rank, int world_size, Device device, ShareBytes share_unique_id,
-                   std::chrono::milliseconds timeout)
+                   std::chrono::milliseconds timeout, std::chrono::milliseconds answer_grace)
       : rank_(rank),
         world_size_(world_size),
         device_(device),
         share_unique_id_(std::move(share_unique_id)),
-        timeout_(timeout) {
+        watchdog_("nccl", rank, world_size, timeout, answer_grace) {
     PRECIS_CHECK(device.is_cuda(), "nccl process group: needs a GPU device, got ", device);
     const int count = cuda_device_count();
     PRECIS_CHECK(device.index < count, "nccl process group: rank ", rank, " takes GPU ", device.index,
@@ -168,15 +169,13 @@ class NcclProcessGroup final : public ProcessGroup {
       PRECIS_CHECK(state == cudaErrorNotReady, "nccl synchronize: ", cudaGetErrorString(state));
       check_async_error();
       const auto waited = std::chrono::steady_clock::now() - start;
-      if (timeout_.count() > 0 && waited > timeout_) {
+      if (watchdog_.timeout().count() > 0 && waited > watchdog_.timeout()) {
         // The collectives in flight never finish: abort them, or the process could not exit.
         ncclCommAbort(comm_);
         comm_ = nullptr;
         aborted_ = true;
-        PRECIS_FAIL("nccl: rank ", rank_, " of ", world_size_, ": the GPU work queued with its collectives did not ",
-                    "finish within ", timeout_.count() / 1000.0,
-                    " s (distributed.timeout_s): another rank died, hangs, or stopped calling the same "
-                    "collectives; see that rank's output for its error");
+        // The host waited for everything queued: the last collective queued had not completed.
+        watchdog_.fail({last_op_, sequence_});
       }
       std::this_thread::sleep_for(std::chrono::microseconds(waited < std::chrono::milliseconds(1) ? 10 : 200));
     }
@@ -218,6 +217,8 @@ class NcclProcessGroup final : public ProcessGroup {
   std::shared_ptr<Work> enqueue(const char* op, std::initializer_list<Tensor> tensors, Collective&& collective,
                                 Profiler* profiler = nullptr) {
     ncclComm_t comm = communicator();
+    ++sequence_;
+    last_op_ = op;
     cuda::DeviceGuard guard(device_);
     cudaStream_t compute = cuda::compute_stream(device_);
     cudaStream_t stream = cuda::comm_stream(device_);
@@ -237,7 +238,9 @@ class NcclProcessGroup final : public ProcessGroup {
   int world_size_;
   Device device_;
   ShareBytes share_unique_id_;
-  std::chrono::milliseconds timeout_;
+  Watchdog watchdog_;                      // synchronize()'s timeout and its error
+  int64_t sequence_ = 0;                   // collectives queued so far (a CUDA graph's replays: not counted)
+  const char* last_op_ = "no collective";  // the last one queued
   ncclComm_t comm_ = nullptr;
   bool aborted_ = false;           // by synchronize()'s timeout
   cudaEvent_t ready_ = nullptr;    // recorded on the compute stream before each collective
@@ -247,8 +250,10 @@ class NcclProcessGroup final : public ProcessGroup {
 }  // namespace
 
 std::shared_ptr<ProcessGroup> make_nccl_process_group(int rank, int world_size, Device device,
-                                                      ShareBytes share_unique_id, std::chrono::milliseconds timeout) {
-  return std::make_shared<NcclProcessGroup>(rank, world_size, device, std::move(share_unique_id), timeout);
+                                                      ShareBytes share_unique_id, std::chrono::milliseconds timeout,
+                                                      std::chrono::milliseconds answer_grace) {
+  return std::make_shared<NcclProcessGroup>(rank, world_size, device, std::move(share_unique_id), timeout,
+                                            answer_grace);
 }
 
 }  // namespace precis::distributed
@@ -259,7 +264,8 @@ std::shared_ptr<ProcessGroup> make_nccl_process_group(int rank, int world_size, 
 
 namespace precis::distributed {
 
-std::shared_ptr<ProcessGroup> make_nccl_process_group(int, int, Device, ShareBytes, std::chrono::milliseconds) {
+std::shared_ptr<ProcessGroup> make_nccl_process_group(int, int, Device, ShareBytes, std::chrono::milliseconds,
+                                                      std::chrono::milliseconds) {
   PRECIS_FAIL("distributed.backend: nccl needs a CUDA build (this one has no CUDA; cmake found no nvcc or NCCL)");
 }
 

@@ -11,7 +11,11 @@
 // NCCL call is checked and its error names the collective, NCCL's message and
 // ncclGetLastError's detail; check_async_error() asks ncclCommGetAsyncError, and
 // synchronize() polls it while it waits for the device, aborting the communicator
-// after `timeout` (zero: never) so that a dead or hung peer ends the run with an error.
+// after `timeout` (zero: never) so that a dead or hung peer ends the run with an error:
+// the watchdog's (watchdog.h), which names the last collective queued and its sequence
+// number and, where MPI is initialized (an mpirun/srun launch without MASTER_ADDR),
+// asks the other ranks over MPI within `answer_grace` to name the missing one. A
+// constructor with a timeout is then collective over MPI_COMM_WORLD.
 //
 // Declared without CUDA headers; in a build without CUDA, making one throws.
 #pragma once
@@ -23,6 +27,7 @@
 #include <vector>
 
 #include "distributed/process_group.h"
+#include "distributed/watchdog.h"
 
 namespace precis::distributed {
 
@@ -32,6 +37,7 @@ using ShareBytes = std::function<void(std::vector<uint8_t>& bytes)>;
 // `device` is this rank's GPU. Nothing is communicated until the first collective.
 std::shared_ptr<ProcessGroup> make_nccl_process_group(int rank, int world_size, Device device,
                                                       ShareBytes share_unique_id,
-                                                      std::chrono::milliseconds timeout = {});
+                                                      std::chrono::milliseconds timeout = {},
+                                                      std::chrono::milliseconds answer_grace = kPeerAnswerGrace);
 
 }  // namespace precis::distributed

@@ -160,7 +160,7 @@ TEST(NcclWatchdog, RankWaitingForAHungPeerFailsWithinTheTimeout) {
   auto group = distributed::make_nccl_process_group(
       rank, world, my_gpu(),
       [](std::vector<uint8_t>& bytes) { distributed::mpi_broadcast_bytes(bytes.data(), bytes.size(), 0); },
-      std::chrono::milliseconds(1000));
+      std::chrono::milliseconds(1000), /*answer_grace=*/std::chrono::milliseconds(500));
   Tensor warm = zeros({16}, DType::f32, my_gpu());
   group->all_reduce(warm, ReduceOp::sum)->wait();  // the communicator is made by every rank
   group->synchronize();
@@ -176,13 +176,19 @@ TEST(NcclWatchdog, RankWaitingForAHungPeerFailsWithinTheTimeout) {
     message = e.what();
   }
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  // The others give up at 1 s, abort their communicators and say so. The late rank's own
-  // all_reduce then meets peers that have aborted: NCCL may fail it or let it finish (on an
-  // H200 host it finished), so for that rank only "it does not hang" is asserted.
+  // The others give up at 1 s, abort their communicators, ask the others over MPI for 0.5 s
+  // and name the late rank, which never answers. The late rank's own all_reduce then meets
+  // peers that have aborted: NCCL may fail it or let it finish (on an H200 host it
+  // finished), so for that rank only "it does not hang" is asserted.
   EXPECT_LT(waited, 2.5) << "rank " << rank;
   if (rank != late) {
-    EXPECT_NE(message.find("nccl: rank " + std::to_string(rank)), std::string::npos) << message;
-    EXPECT_GE(waited, 1.0);
+    EXPECT_NE(message.find("nccl: rank " + std::to_string(rank) + " of " + std::to_string(world) +
+                           ": all_reduce #2 did not complete within 1 s"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("Rank " + std::to_string(late) + " did not answer within 0.5 s"), std::string::npos)
+        << message;
+    EXPECT_GE(waited, 1.5);
   }
   int token = 0;
   distributed::mpi_broadcast_bytes(&token, sizeof token, 0);  // every rank is done before the next test
