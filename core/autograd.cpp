@@ -176,9 +176,7 @@ class GraphTask {
     // other may alias a node's data, or overlap itself (an expanded view): it is copied first.
     // The sum keeps the held gradient's layout (a channels-last one stays channels-last), so
     // that it and the gradient arriving in the same layout add as flat arrays.
-    const bool exclusive = held.impl_ptr().use_count() == 1 && held.storage().use_count() == 1 &&
-                           is_non_overlapping_and_dense(held) && held.dtype() == sum_dtype;
-    if (!exclusive) {
+    if (!exclusive(held) || held.dtype() != sum_dtype) {
       Tensor sum = empty_with_layout_of(held, sum_dtype);
       copy_(sum, held);
       held = sum;
@@ -186,19 +184,46 @@ class GraphTask {
     accumulate_(held, grad);
   }
 
-  GradDestination take_destination(Node* node, size_t input, DType dtype) {
+  // A gradient nothing else refers to (a backward's fresh dense output, neither saved nor viewed
+  // anywhere): it may take a sum in place, as PyTorch's input buffer does. Any other may alias a
+  // node's data, or overlap itself (an expanded view).
+  static bool exclusive(const Tensor& held) {
+    return held.impl_ptr().use_count() == 1 && held.storage().use_count() == 1 && is_non_overlapping_and_dense(held);
+  }
+
+  // Whether t is laid out as `layout` (same strides wherever a dim has more than one element),
+  // or contiguous where no layout is asked for.
+  static bool laid_out_as(const Tensor& t, const Tensor& layout) {
+    if (!layout.defined()) return t.is_contiguous();
+    if (t.shape() != layout.shape()) return false;
+    for (int64_t d = 0; d < t.dim(); ++d)
+      if (t.shape()[d] != 1 && t.strides()[d] != layout.strides()[d]) return false;
+    return true;
+  }
+
+  GradDestination take_destination(Node* node, size_t input, DType dtype, const Tensor& layout) {
     if (input >= node->next_edges().size() || (input < taken.size() && taken[input])) return {};
-    Node* target = node->next_edges()[input].node.get();
+    const Edge& edge = node->next_edges()[input];
+    const Shape& shape = node->input_shapes()[input];
+    auto fits = [&](const Tensor& t) { return t.dtype() == dtype && t.shape() == shape && laid_out_as(t, layout); };
+    GradDestination destination;
+    Node* target = edge.node.get();
     while (target && target->passes_gradient_through()) target = target->next_edges()[0].node.get();
     auto* accumulate = dynamic_cast<AccumulateGrad*>(target);
-    if (!accumulate) return {};
-    std::shared_ptr<TensorImpl> leaf = accumulate->leaf();
-    if (!leaf || !leaf->grad) return {};
-    Tensor grad(leaf->grad);
-    if (grad.dtype() != dtype || grad.shape() != node->input_shapes()[input] || !grad.is_contiguous()) return {};
-    GradDestination destination{grad, !leaf->grad_is_stale};
-    leaf->grad_is_stale = false;
-    pending_of(accumulate).delivered[0] = true;
+    std::shared_ptr<TensorImpl> leaf = accumulate ? accumulate->leaf() : nullptr;
+    if (leaf && leaf->grad && fits(Tensor(leaf->grad))) {
+      // A leaf's .grad.
+      destination = {Tensor(leaf->grad), !leaf->grad_is_stale};
+      leaf->grad_is_stale = false;
+      pending_of(accumulate).delivered[0] = true;
+    } else if (auto it = pending.find(edge.node.get()); it != pending.end()) {
+      // The gradient gathered so far for the input from its other uses, if nothing else holds it.
+      const Tensor& held = it->second.grads[edge.input_nr];
+      if (!held.defined() || !exclusive(held) || !fits(held)) return {};
+      destination = {held, true};
+    } else {
+      return {};
+    }
     if (taken.size() < node->next_edges().size()) taken.resize(node->next_edges().size());
     taken[input] = true;
     return destination;
@@ -288,9 +313,9 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
 
 }  // namespace autograd
 
-GradDestination BackwardArgs::take_grad_destination(size_t input, DType dtype) const {
+GradDestination BackwardArgs::take_grad_destination(size_t input, DType dtype, const Tensor& layout) const {
   if (!task || !node || input >= needs_input_grad.size() || !needs_input_grad[input]) return {};
-  return task->take_destination(node, input, dtype);
+  return task->take_destination(node, input, dtype, layout);
 }
 
 }  // namespace precis

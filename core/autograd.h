@@ -62,13 +62,19 @@ struct BackwardArgs {
   std::vector<bool> delivered;         // per output: a producer wrote gradient into the leaf's .grad itself
   const Tensor& grad(size_t output = 0) const { return grads[output]; }
   bool needs(size_t input) const { return needs_input_grad[input]; }
-  // The .grad that input `input`'s gradient may be written into directly: offered when the
-  // input's edge reaches a live leaf's AccumulateGrad (through pass-through nodes only) and
-  // its .grad is defined, dense, of `dtype` and of the input's shape. Taking it is a promise:
-  // write the gradient there (added if `accumulate`, else written over; on a GPU, queued on the
-  // device's compute stream) and return none for that input. Take it just before writing: the
-  // first taker of a stale .grad overwrites it, later ones add. Undefined: return the gradient.
-  GradDestination take_grad_destination(size_t input, DType dtype) const;
+  // Where input `input`'s gradient may be written directly, instead of returned and then summed
+  // by the engine. Offered when it is of `dtype`, of the input's shape and laid out as `layout`
+  // (contiguous where `layout` is undefined), and either
+  //   - the .grad of a live leaf whose AccumulateGrad the input's edge reaches (through
+  //     pass-through nodes only), or
+  //   - the gradient the input has gathered so far from its other uses, when nothing else refers
+  //     to it (accumulate is then true): a residual block's input, say, whose shortcut's
+  //     gradient arrived first, takes the main branch's as the kernel writes it (cuDNN's beta).
+  // Taking it is a promise: write the gradient there (added if `accumulate`, else written over;
+  // on a GPU, queued on the device's compute stream) and return none for that input. Take it
+  // just before writing: the first taker of a stale .grad overwrites it, later ones add.
+  // Undefined: return the gradient.
+  GradDestination take_grad_destination(size_t input, DType dtype, const Tensor& layout = Tensor()) const;
 
   autograd::GraphTask* task = nullptr;  // set by the engine for the node it runs
   Node* node = nullptr;

@@ -279,22 +279,28 @@ Tensor conv_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bi
   return y;
 }
 
-std::vector<Tensor> conv_backward_cuda(const Tensor& x, const Tensor& weight, const Tensor& grad, const Geometry& g,
-                                       bool want_dx, bool want_dw, bool want_db) {
-  const MemoryFormat format = suggest_memory_format(x);
-  const Tensor gy = dense_in(grad, format, x.dtype());
+std::vector<Tensor> conv_backward_cuda(const Tensor& x_saved, const Tensor& weight, const BackwardArgs& args,
+                                       const Geometry& g) {
+  const MemoryFormat format = suggest_memory_format(x_saved);
+  const Tensor x = dense_in(x_saved, format, x_saved.dtype());
+  const Tensor gy = dense_in(args.grad(), format, x.dtype());
   Tensor dx, dw, db;
-  if (want_dx) {
-    dx = empty_in(x.shape(), format, x.dtype(), x.device());
-    cuda::conv2d_backward_data(gy, dense_in(weight, format, x.dtype()), dx, shapes_of(g), format);
+  if (args.needs(0)) {
+    // Added by cuDNN (beta = 1) into the gradient x has gathered from its other uses where the
+    // engine offers it (a residual block's input: its shortcut's gradient arrives first), which
+    // saves a pass that would read both and write their sum.
+    const GradDestination to = args.take_grad_destination(0, x.dtype(), x);
+    dx = to ? to.grad : empty_in(x.shape(), format, x.dtype(), x.device());
+    cuda::conv2d_backward_data(gy, dense_in(weight, format, x.dtype()), dx, shapes_of(g), format, to.accumulate);
+    if (to) dx = Tensor();
   }
-  if (want_dw) {
+  if (args.needs(1)) {
     // Left in the format cuDNN writes (KRSC for channels-last): the weight's gradient is
     // converted into the parameter's dense .grad by the one copy or add that takes it there.
     dw = empty_in(weight.shape(), format, x.dtype(), x.device());
-    cuda::conv2d_backward_filter(dense_in(x, format, x.dtype()), gy, dw, shapes_of(g), format);
+    cuda::conv2d_backward_filter(x, gy, dw, shapes_of(g), format);
   }
-  if (want_db) {
+  if (args.needs(2)) {
     NoGradGuard no_grad;
     db = sum(gy, {0, 2, 3});
   }
@@ -334,10 +340,9 @@ Tensor conv2d(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_
   }
   if (autograd::any_requires_grad({&x, &weight, &bias})) {
     autograd::record(kOp, {x, weight, bias}, {y}, [x = x.detach(), weight = saved_weight, g](const BackwardArgs& args) {
-      const bool dx = args.needs(0), dw = args.needs(1), db = args.needs(2);
-      if (x.is_cpu()) return conv_backward_cpu(x, weight, args.grad(), g, dx, dw, db);
+      if (x.is_cpu()) return conv_backward_cpu(x, weight, args.grad(), g, args.needs(0), args.needs(1), args.needs(2));
 #if PRECIS_WITH_CUDA
-      return conv_backward_cuda(x, weight, args.grad(), g, dx, dw, db);
+      return conv_backward_cuda(x, weight, args, g);
 #else
                        return std::vector<Tensor>{};
 #endif

@@ -133,10 +133,12 @@ __device__ int64_t warp_channel() { return static_cast<int64_t>(blockIdx.x) * kC
 
 // The channel's two sums over the G partials, in every lane of the warp: lane l adds partials
 // l, l + 32, ... (loads in flight together, where one thread adding all G waited on each in
-// turn), then the warp's butterfly. Every lane of the warp must call it.
+// turn; unrolled, so that a lane's next loads are issued before its first sums wait), then the
+// warp's butterfly. Every lane of the warp must call it. G < 65536.
 __device__ Pair<float> total(const float* partial, int64_t G, int64_t C, int64_t c) {
   Pair<float> s{0.f, 0.f};
-  for (int64_t g = threadIdx.x % 32; g < G; g += 32) {
+#pragma unroll 8
+  for (int g = threadIdx.x % 32; g < static_cast<int>(G); g += 32) {
     s.first += partial[(g * 2) * C + c];
     s.second += partial[(g * 2 + 1) * C + c];
   }

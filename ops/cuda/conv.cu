@@ -156,6 +156,7 @@ struct Buffers {
   const void* a;
   const void* b;
   void* out;
+  size_t out_bytes_to_keep = 0;  // out holds a sum being added to: timing writes into scratch of this size
 };
 
 // heuristic(perfs, &returned) lists the algorithms best first; with `benchmark`,
@@ -249,7 +250,14 @@ Choice choose(cudnnHandle_t h, const Descriptors& d, const Conv2dShapes& s, Memo
     if (it != g_choices.end()) {
       choice = it->second;
     } else {
-      choice = ask(h, d, direction, io, device, benchmark && !precis::cuda::any_capture_underway());
+      const bool timed = benchmark && !precis::cuda::any_capture_underway();
+      Buffers timing = io;
+      Tensor scratch;
+      if (timed && io.out_bytes_to_keep > 0) {
+        scratch = empty({static_cast<int64_t>(io.out_bytes_to_keep)}, DType::u8, device);
+        timing.out = scratch.raw_data();
+      }
+      choice = ask(h, d, direction, timing, device, timed);
       g_choices.emplace(key, choice);
     }
   }
@@ -309,14 +317,15 @@ void conv2d_add_bias(const Tensor& y, const Tensor& bias, MemoryFormat format) {
 }
 
 void conv2d_backward_data(const Tensor& gy, const Tensor& w, const Tensor& dx, const Conv2dShapes& s,
-                          MemoryFormat format) {
-  run(Direction::backward_data, s, format, gy.dtype(), {w.raw_data(), gy.raw_data(), dx.raw_data()}, gy.device(),
+                          MemoryFormat format, bool accumulate) {
+  run(Direction::backward_data, s, format, gy.dtype(),
+      {w.raw_data(), gy.raw_data(), dx.raw_data(), accumulate ? dx.nbytes() : 0}, gy.device(),
       [&](cudnnHandle_t h, const Descriptors& d, const Choice& c, void* ws) {
-        PRECIS_CUDNN_CHECK(
-            cudnnConvolutionBackwardData(h, cudnn::kOne.get(), d.w.get(), w.raw_data(), d.y.get(), gy.raw_data(),
-                                         d.conv.get(), static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws,
-                                         c.workspace, cudnn::kZero.get(), d.x.get(), dx.raw_data()),
-            kOp, ": backward-data into ", describe(dx), " with weight ", describe(w));
+        PRECIS_CUDNN_CHECK(cudnnConvolutionBackwardData(
+                               h, cudnn::kOne.get(), d.w.get(), w.raw_data(), d.y.get(), gy.raw_data(), d.conv.get(),
+                               static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws, c.workspace,
+                               (accumulate ? cudnn::kOne : cudnn::kZero).get(), d.x.get(), dx.raw_data()),
+                           kOp, ": backward-data into ", describe(dx), " with weight ", describe(w));
       });
 }
 

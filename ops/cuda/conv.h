@@ -18,9 +18,9 @@ struct Conv2dShapes {
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dShapes& s, MemoryFormat format);
 // y[:, c] += bias[c]; bias dense [Cout] of y's dtype.
 void conv2d_add_bias(const Tensor& y, const Tensor& bias, MemoryFormat format);
-// dx = the gradient of conv(x, w) with respect to x, from gy
+// dx = the gradient of conv(x, w) with respect to x, from gy; with `accumulate`, dx += it.
 void conv2d_backward_data(const Tensor& gy, const Tensor& w, const Tensor& dx, const Conv2dShapes& s,
-                          MemoryFormat format);
+                          MemoryFormat format, bool accumulate = false);
 // dw = the gradient of conv(x, w) with respect to w, from gy
 void conv2d_backward_filter(const Tensor& x, const Tensor& gy, const Tensor& dw, const Conv2dShapes& s,
                             MemoryFormat format);

@@ -271,3 +271,32 @@ TEST(GradDestination, WritingAndReturningIsAnError) {
     EXPECT_NE(std::string(e.what()).find("both wrote"), std::string::npos) << e.what();
   }
 }
+
+// An input that is not a leaf takes the gradient its other uses have gathered so far, when
+// nothing else holds it (a residual block's input under cuDNN's beta = 1): the writer adds to
+// it. x reaches the loss through h = 2 x twice, by the writer and by another op. The use created
+// last runs first: if it is h * c, its fresh product is held when the writer runs and is taken;
+// if it is the writer, nothing is held yet and it returns its gradient. A held gradient that is
+// also referenced elsewhere (the seed given to backward, which an add passes through) is not
+// offered.
+TEST(GradDestination, ANonLeafTakesTheGradientItsOtherUsesGathered) {
+  const Tensor x0 = values(kShape, 20), x1 = values(kShape, 21), c = values(kShape, 22), seed = values(kShape, 23);
+  for (int order = 0; order < 3; ++order) {
+    Counts counts;
+    Tensor x = x0.clone().set_requires_grad();
+    Tensor h = ops::mul(x, 2.0);
+    if (order == 0) {
+      Tensor written = ops::sum(product(x1, h, true, &counts));
+      (written + ops::sum(ops::mul(h, c))).backward();
+    } else if (order == 1) {
+      Tensor other = ops::sum(ops::mul(h, c));
+      (other + ops::sum(product(x1, h, true, &counts))).backward();
+    } else {
+      ops::add(product(x1, h, true, &counts), h).backward(seed);
+    }
+    const Tensor expected = order == 2 ? (seed * x1 + seed) * 2.0 : (c + x1) * 2.0;
+    expect_close(x.grad(), expected, 1e-6, 1e-6);
+    EXPECT_EQ(counts.written, order == 0 ? 1 : 0) << "order " << order;
+    EXPECT_EQ(counts.returned, order == 0 ? 0 : 1) << "order " << order;
+  }
+}
