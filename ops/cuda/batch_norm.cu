@@ -442,8 +442,8 @@ std::pair<Tensor, int64_t> packed_channel_sums(const PackedSums<T>& a, const Lay
   const PackedShape s = packed_shape(l.C / Packed128<T>::size);
   // One wave: as many blocks as fit on the device at once (a second, partial wave would leave
   // most SMs idle while it runs), each with at least a few cells per thread.
-  const int resident = resident_blocks_per_sm(reinterpret_cast<const void*>(packed_sums_kernel<T, kBackward>),
-                                              s.tx * s.ty);
+  const int resident =
+      resident_blocks_per_sm(reinterpret_cast<const void*>(packed_sums_kernel<T, kBackward>), s.tx * s.ty);
   const int64_t wanted = std::max<int64_t>(1, resident * multiprocessor_count(device) / s.tiles);
   const int64_t G = std::min<int64_t>({wanted, std::max<int64_t>(1, l.M / (4 * s.ty)), 65535});
   Tensor partial = empty({G * 2 * l.C}, DType::f32, device);

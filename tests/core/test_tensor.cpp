@@ -143,7 +143,7 @@ TEST(Tensor, DenseLayoutsAreThoseThatFillTheirSpanOnce) {
   EXPECT_TRUE(is_non_overlapping_and_dense(t));
   EXPECT_TRUE(is_non_overlapping_and_dense(t.as_strided(shape, {60, 1, 15, 3}, 0)));  // channels-last
   EXPECT_TRUE(is_non_overlapping_and_dense(t.transpose(0, 3)));
-  EXPECT_FALSE(is_non_overlapping_and_dense(t.slice(3, 0, 4)));                   // gaps
+  EXPECT_FALSE(is_non_overlapping_and_dense(t.slice(3, 0, 4)));                       // gaps
   EXPECT_FALSE(is_non_overlapping_and_dense(t.as_strided(shape, {60, 1, 1, 3}, 0)));  // overlaps
   EXPECT_FALSE(is_non_overlapping_and_dense(tensor({1.0}).expand({3})));
   // Size-1 dims are never stepped over, whatever their stride.
