@@ -48,6 +48,7 @@ using namespace precis::cuda;  // the device toolkit (core/cuda/)
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kBatch = 4;   // cells whose loads a packed statistics thread issues together
 constexpr int kLanes = 32;  // channels per block, channels-last
 
 // Where a channel's values lie in memory.
@@ -276,32 +277,46 @@ __global__ void __launch_bounds__(kThreads) packed_sums_kernel(PackedSums<T> a, 
 #pragma unroll
       for (int k = 0; k < V; ++k) ref[k] = convert_to<float>(p.v[k]);
     }
-#pragma unroll 4
-    for (int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.y + ty; j < l.M;
-         j += static_cast<int64_t>(gridDim.y) * blockDim.y) {
-      const int64_t i = j * l.C + c0;
-      const Packed128<T> x = load_pack<V>(a.x + i);
-      if constexpr (kBackward) {
-        Packed128<T> g = load_pack<V>(a.gy + i);
-        if (a.y) {
-          const Packed128<T> y = load_pack<V>(a.y + i);
+    // kBatch cells' loads are issued before any of them is summed, so that each thread keeps
+    // kBatch 16-byte loads of each operand in flight (a loop whose sums wait on each load in
+    // turn kept the statistics pass at a third of the bandwidth).
+    const int64_t stride = static_cast<int64_t>(gridDim.y) * blockDim.y;
+    for (int64_t j0 = static_cast<int64_t>(blockIdx.y) * blockDim.y + ty; j0 < l.M; j0 += kBatch * stride) {
+      Packed128<T> x[kBatch], g[kBatch], y[kBatch];
 #pragma unroll
-          for (int k = 0; k < V; ++k)
-            if (!(convert_to<float>(y.v[k]) > 0.f)) g.v[k] = convert_to<T>(0.f);
+      for (int u = 0; u < kBatch; ++u) {
+        const int64_t j = j0 + u * stride;
+        if (j >= l.M) continue;
+        x[u] = load_pack<V>(a.x + j * l.C + c0);
+        if constexpr (kBackward) {
+          g[u] = load_pack<V>(a.gy + j * l.C + c0);
+          if (a.y) y[u] = load_pack<V>(a.y + j * l.C + c0);
         }
-        if (a.gprime) store_pack(a.gprime + i, g);
+      }
 #pragma unroll
-        for (int k = 0; k < V; ++k) {
-          const float gk = convert_to<float>(g.v[k]);
-          s1[k] += gk;
-          s2[k] += gk * (convert_to<float>(x.v[k]) - ref[k]);
-        }
-      } else {
+      for (int u = 0; u < kBatch; ++u) {
+        const int64_t j = j0 + u * stride;
+        if (j >= l.M) continue;
+        if constexpr (kBackward) {
+          if (a.y) {
 #pragma unroll
-        for (int k = 0; k < V; ++k) {
-          const float d = convert_to<float>(x.v[k]) - ref[k];
-          s1[k] += d;
-          s2[k] += d * d;
+            for (int k = 0; k < V; ++k)
+              if (!(convert_to<float>(y[u].v[k]) > 0.f)) g[u].v[k] = convert_to<T>(0.f);
+          }
+          if (a.gprime) store_pack(a.gprime + j * l.C + c0, g[u]);
+#pragma unroll
+          for (int k = 0; k < V; ++k) {
+            const float gk = convert_to<float>(g[u].v[k]);
+            s1[k] += gk;
+            s2[k] += gk * (convert_to<float>(x[u].v[k]) - ref[k]);
+          }
+        } else {
+#pragma unroll
+          for (int k = 0; k < V; ++k) {
+            const float d = convert_to<float>(x[u].v[k]) - ref[k];
+            s1[k] += d;
+            s2[k] += d * d;
+          }
         }
       }
     }
@@ -440,12 +455,11 @@ bool packed(const Layout& l, std::initializer_list<const void*> buffers) {
 template <typename T, bool kBackward>
 std::pair<Tensor, int64_t> packed_channel_sums(const PackedSums<T>& a, const Layout& l, Device device) {
   const PackedShape s = packed_shape(l.C / Packed128<T>::size);
-  // One wave: as many blocks as fit on the device at once (a second, partial wave would leave
-  // most SMs idle while it runs), each with at least a few cells per thread.
-  const int resident =
-      resident_blocks_per_sm(reinterpret_cast<const void*>(packed_sums_kernel<T, kBackward>), s.tx * s.ty);
-  const int64_t wanted = std::max<int64_t>(1, resident * multiprocessor_count(device) / s.tiles);
-  const int64_t G = std::min<int64_t>({wanted, std::max<int64_t>(1, l.M / (4 * s.ty)), 65535});
+  // Two blocks per SM, each thread with kBatch loads of each operand in flight, keep the memory
+  // busy; more blocks would only lengthen the finalize kernel's walk over the G partials. Each
+  // thread takes at least one batch.
+  const int64_t wanted = std::max<int64_t>(1, 2 * multiprocessor_count(device) / s.tiles);
+  const int64_t G = std::min<int64_t>({wanted, std::max<int64_t>(1, l.M / (kBatch * s.ty)), 65535});
   Tensor partial = empty({G * 2 * l.C}, DType::f32, device);
   launch(packed_sums_kernel<T, kBackward>, dim3(static_cast<unsigned>(s.tiles), static_cast<unsigned>(G)),
          dim3(s.tx, s.ty), 0, stream_for(partial), a, l, data_of<float>(partial));

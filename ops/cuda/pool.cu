@@ -111,6 +111,10 @@ __global__ void pool_backward_kernel(const T* gy, const int32_t* indices, T* dx,
   const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= total) return;
   const Layout::Cell cell = in.cell(i);
+  if (!indices && p.adaptive && p.OH == 1 && p.OW == 1) {  // global average pooling: one window
+    dx[i] = convert_to<T>(convert_to<C>(gy[out.at(cell.n, cell.c, 0, 0)]) / static_cast<C>(p.H * p.W));
+    return;
+  }
   const int32_t ih = cell.h, iw = cell.w;
   C acc = 0;
   for (int32_t oh = p.out_row_begin(ih); oh < p.out_row_end(ih); ++oh)
