@@ -1,5 +1,6 @@
 #include "distributed/mpi_runtime.h"
 
+#include <atomic>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -14,6 +15,13 @@
 #endif
 
 namespace precis::distributed {
+
+namespace {
+std::atomic<bool> g_given_up{false};
+}  // namespace
+
+void note_collective_given_up() { g_given_up = true; }
+bool collective_given_up() { return g_given_up; }
 
 #if PRECIS_WITH_MPI
 
@@ -94,6 +102,11 @@ void finalize_mpi() {
     }
   }
   abandoned().clear();
+  if (collective_given_up()) {
+    std::cerr << "error: this rank gave up on a collective after its timeout; aborting the job rather than "
+                 "waiting at exit for ranks that may never come\n";
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
   MPI_Finalize();
 }
 

@@ -18,8 +18,16 @@ void init_mpi();
 // MPI_Finalize, if init_mpi() initialized MPI and it is not finalized yet. A collective
 // given up on after a timeout (mpi_check.h's wait_with_timeout) that has still not
 // completed after a few seconds means a peer is gone: MPI_Finalize would wait for it
-// forever, so the job is aborted instead (MPI_Abort: mpirun ends every rank).
+// forever, so the job is aborted instead (MPI_Abort: mpirun ends every rank). So it is after
+// the NCCL backend gave up on a collective (note_collective_given_up).
 void finalize_mpi();
+// Marks that this process gave up on an NCCL collective after its timeout (the fault
+// watchdog's error, distributed/watchdog.h). At exit MPI_Finalize would wait for every rank,
+// and a rank that hangs never comes; NCCL leaves no MPI request behind to show it (the MPI
+// backend's abandoned requests do). So finalize_mpi aborts the job instead. Any build
+// (without MPI: only remembered).
+void note_collective_given_up();
+bool collective_given_up();
 // This process's rank and the number of processes in MPI_COMM_WORLD (after init_mpi).
 int mpi_world_rank();
 int mpi_world_size();

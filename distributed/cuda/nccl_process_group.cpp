@@ -12,6 +12,7 @@
 #include "core/cuda/runtime.h"
 #include "core/gpu.h"
 #include "distributed/cuda/nccl_check.h"
+#include "distributed/mpi_runtime.h"
 #include "distributed/watchdog.h"
 
 namespace precis::distributed {
@@ -174,6 +175,8 @@ class NcclProcessGroup final : public ProcessGroup {
         ncclCommAbort(comm_);
         comm_ = nullptr;
         aborted_ = true;
+        // At exit, abort the job rather than wait in MPI_Finalize for a rank that hangs.
+        note_collective_given_up();
         // The host waited for everything queued: the last collective queued had not completed.
         watchdog_.fail({last_op_, sequence_});
       }
