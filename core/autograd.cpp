@@ -171,11 +171,9 @@ class GraphTask {
     // The sum takes the wider dtype: a leaf's gradients can arrive in its own dtype and in a
     // cast's (ops/tensor_methods.cpp), and adding f32 into bf16 would lose bits.
     const DType sum_dtype = promote_types(held.dtype(), grad.dtype());
-    // A held gradient that nothing else refers to (a backward's fresh dense output, neither
-    // saved nor viewed anywhere) takes the sum in place, as PyTorch's input buffer does. Any
-    // other may alias a node's data, or overlap itself (an expanded view): it is copied first.
-    // The sum keeps the held gradient's layout (a channels-last one stays channels-last), so
-    // that it and the gradient arriving in the same layout add as flat arrays.
+    // An exclusive held gradient takes the sum in place; any other is copied first. The sum keeps
+    // the held gradient's layout (a channels-last one stays channels-last), so that it and the
+    // gradient arriving in the same layout add as flat arrays.
     if (!exclusive(held) || held.dtype() != sum_dtype) {
       Tensor sum = empty_with_layout_of(held, sum_dtype);
       copy_(sum, held);
