@@ -123,6 +123,7 @@ Tensor empty_with_layout_of(const Tensor& t, DType dtype) {
   if (t.is_contiguous() || !is_non_overlapping_and_dense(t)) return out;
   return out.as_strided(t.shape(), t.strides(), 0);
 }
+
 Tensor scalar_tensor(double value, DType dtype, Device device) { return full({}, value, dtype, device); }
 
 Tensor arange(int64_t start, int64_t end, int64_t step, DType dtype) {
