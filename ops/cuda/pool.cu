@@ -1,6 +1,9 @@
 // The pooling kernels (ops/cuda/pool.h); the math is ops/pool.cpp's, the loops the CPU's.
 // A thread owns one cell of the tensor it writes, taken in memory order, so in either
-// memory format consecutive threads write consecutive addresses.
+// memory format consecutive threads write consecutive addresses. Channels-last, a thread owns
+// V consecutive channels of its cell (a 16-byte pack when C allows): the window bounds and
+// index math are then paid once per V channels, and every access is one vector load or store
+// (each channel's values are visited in the same order as with V = 1, so the results agree).
 // Index math is 32-bit: a cell's (n, c, h, w) comes from its position by multiply-shift
 // divisions (FastDivider) and the windows' bounds by int32 divisions. (64-bit divisions are
 // emulated in dozens of instructions each, and ResNet-50's max-pool backward, with ten of them
@@ -13,6 +16,7 @@
 #include "core/cuda/convert.cuh"
 #include "core/cuda/dispatch.cuh"
 #include "core/cuda/launch.cuh"
+#include "core/cuda/pack.cuh"
 #include "core/cuda/strided_index.cuh"
 #include "ops/cuda/pool.h"
 
@@ -25,7 +29,8 @@ namespace {
 using Windows = BasicPoolWindows<int32_t>;
 
 // A dense [N, C, H, W] tensor in NCHW or channels-last memory: the cell at memory position
-// i, and the memory position of a cell, for fewer than 2^31 cells.
+// i, and the memory position of a cell, for fewer than 2^31 cells. A kernel of V channels a
+// thread sees C / V channel packs: positions and c count packs.
 struct Layout {
   int32_t C, H, W;
   FastDivider by_C, by_H, by_W;
@@ -70,7 +75,7 @@ struct Layout {
   }
 };
 
-template <typename T>
+template <typename T, int V>
 __global__ void pool_forward_kernel(const T* x, T* y, int32_t* indices, Windows p, Layout in, Layout out,
                                     uint32_t total) {
   wait_for_previous_grid();
@@ -80,29 +85,46 @@ __global__ void pool_forward_kernel(const T* x, T* y, int32_t* indices, Windows 
   if (o >= total) return;
   const Layout::Cell cell = out.cell(o);
   const int32_t oh = cell.h, ow = cell.w;
+  Pack<T, V> result;
   if (indices) {
-    C best = -INFINITY;
-    int32_t where = p.row_begin(oh) * p.W + p.col_begin(ow);
+    C best[V];
+    Pack<int32_t, V> where;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      best[k] = -INFINITY;
+      where.v[k] = p.row_begin(oh) * p.W + p.col_begin(ow);
+    }
     for (int32_t ih = p.row_begin(oh); ih < p.row_end(oh); ++ih)
       for (int32_t iw = p.col_begin(ow); iw < p.col_end(ow); ++iw) {
-        const C v = convert_to<C>(x[in.at(cell.n, cell.c, ih, iw)]);
-        if (v > best || isnan(v)) {
-          best = v;
-          where = ih * p.W + iw;
+        const Pack<T, V> xs = load_pack<V>(x + static_cast<uint32_t>(in.at(cell.n, cell.c, ih, iw)) * V);
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          const C v = convert_to<C>(xs.v[k]);
+          if (v > best[k] || isnan(v)) {
+            best[k] = v;
+            where.v[k] = ih * p.W + iw;
+          }
         }
       }
-    y[o] = convert_to<T>(best);
-    indices[o] = where;
+#pragma unroll
+    for (int k = 0; k < V; ++k) result.v[k] = convert_to<T>(best[k]);
+    store_pack(indices + o * V, where);
   } else {
-    C sum = 0;
+    C sum[V] = {};
     for (int32_t ih = p.row_begin(oh); ih < p.row_end(oh); ++ih)
-      for (int32_t iw = p.col_begin(ow); iw < p.col_end(ow); ++iw)
-        sum += convert_to<C>(x[in.at(cell.n, cell.c, ih, iw)]);
-    y[o] = convert_to<T>(sum / static_cast<C>(p.divisor(oh, ow)));
+      for (int32_t iw = p.col_begin(ow); iw < p.col_end(ow); ++iw) {
+        const Pack<T, V> xs = load_pack<V>(x + static_cast<uint32_t>(in.at(cell.n, cell.c, ih, iw)) * V);
+#pragma unroll
+        for (int k = 0; k < V; ++k) sum[k] += convert_to<C>(xs.v[k]);
+      }
+    const C divisor = static_cast<C>(p.divisor(oh, ow));
+#pragma unroll
+    for (int k = 0; k < V; ++k) result.v[k] = convert_to<T>(sum[k] / divisor);
   }
+  store_pack(y + o * V, result);
 }
 
-template <typename T>
+template <typename T, int V>
 __global__ void pool_backward_kernel(const T* gy, const int32_t* indices, T* dx, Windows p, Layout in, Layout out,
                                      uint32_t total) {
   wait_for_previous_grid();
@@ -111,29 +133,62 @@ __global__ void pool_backward_kernel(const T* gy, const int32_t* indices, T* dx,
   const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= total) return;
   const Layout::Cell cell = in.cell(i);
+  Pack<T, V> result;
   if (!indices && p.adaptive && p.OH == 1 && p.OW == 1) {  // global average pooling: one window
-    dx[i] = convert_to<T>(convert_to<C>(gy[out.at(cell.n, cell.c, 0, 0)]) / static_cast<C>(p.H * p.W));
+    const Pack<T, V> g = load_pack<V>(gy + static_cast<uint32_t>(out.at(cell.n, cell.c, 0, 0)) * V);
+#pragma unroll
+    for (int k = 0; k < V; ++k) result.v[k] = convert_to<T>(convert_to<C>(g.v[k]) / static_cast<C>(p.H * p.W));
+    store_pack(dx + i * V, result);
     return;
   }
   const int32_t ih = cell.h, iw = cell.w;
-  C acc = 0;
+  C acc[V] = {};
   for (int32_t oh = p.out_row_begin(ih); oh < p.out_row_end(ih); ++oh)
     for (int32_t ow = p.out_col_begin(iw); ow < p.out_col_end(iw); ++ow) {
-      const int32_t o = out.at(cell.n, cell.c, oh, ow);
+      const uint32_t o = static_cast<uint32_t>(out.at(cell.n, cell.c, oh, ow)) * V;
       if (indices) {
-        if (indices[o] == ih * p.W + iw) acc += convert_to<C>(gy[o]);
+        const Pack<int32_t, V> where = load_pack<V>(indices + o);
+        const Pack<T, V> g = load_pack<V>(gy + o);
+#pragma unroll
+        for (int k = 0; k < V; ++k)
+          if (where.v[k] == ih * p.W + iw) acc[k] += convert_to<C>(g.v[k]);
       } else if (!p.adaptive || p.covers(oh, ow, ih, iw)) {
-        acc += convert_to<C>(gy[o]) / static_cast<C>(p.divisor(oh, ow));
+        const Pack<T, V> g = load_pack<V>(gy + o);
+        const C divisor = static_cast<C>(p.divisor(oh, ow));
+#pragma unroll
+        for (int k = 0; k < V; ++k) acc[k] += convert_to<C>(g.v[k]) / divisor;
       }
     }
-  dx[i] = convert_to<T>(acc);
+#pragma unroll
+  for (int k = 0; k < V; ++k) result.v[k] = convert_to<T>(acc[k]);
+  store_pack(dx + i * V, result);
 }
 
-Layout input_layout(const PoolWindows& p, MemoryFormat format) {
-  return {p.C, p.H, p.W, format == MemoryFormat::channels_last};
+// The layouts of x and y as a kernel of V channels a thread sees them.
+Layout input_layout(const PoolWindows& p, MemoryFormat format, int V) {
+  return {p.C / V, p.H, p.W, format == MemoryFormat::channels_last};
 }
-Layout output_layout(const PoolWindows& p, MemoryFormat format) {
-  return {p.C, p.OH, p.OW, format == MemoryFormat::channels_last};
+Layout output_layout(const PoolWindows& p, MemoryFormat format, int V) {
+  return {p.C / V, p.OH, p.OW, format == MemoryFormat::channels_last};
+}
+
+// The channels a thread takes: a 16-byte pack of them where the layout is channels-last, C a
+// multiple of the pack and every operand (indices: as many int32s) starts on a pack; else one.
+template <typename T>
+int channels_per_thread(const PoolWindows& p, MemoryFormat format, const T* x, const T* y, const int32_t* indices) {
+  constexpr int V = Packed128<T>::size;
+  const bool packs = format == MemoryFormat::channels_last && p.C % V == 0 && pack_aligned<V>(x) &&
+                     pack_aligned<V>(y) && (!indices || pack_aligned<V>(indices));
+  return packs ? V : 1;
+}
+
+// Calls body(Width<V>) for the V of channels_per_thread (the pack's, or 1).
+template <typename T, typename Body>
+void with_channels_per_thread(int V, Body&& body) {
+  if (V == 1)
+    body(Width<1>{});
+  else
+    body(Width<Packed128<T>::size>{});
 }
 
 // Calls launch(windows, n0) for runs of samples n0, n0 + 1, ... (windows.N of them) whose input
@@ -159,15 +214,20 @@ void pool2d_forward(const Tensor& x, const Tensor& y, const Tensor& indices, con
                     MemoryFormat format) {
   if (y.numel() == 0) return;
   const char* op = indices.defined() ? "max_pool2d" : "avg_pool2d";
-  const Layout in = input_layout(p, format), out = output_layout(p, format);
   dispatch_floating(x.dtype(), "pool2d", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    over_sample_runs(p, op, [&](const Windows& w, int64_t n0) {
-      const int64_t x_at = n0 * p.C * p.H * p.W, y_at = n0 * p.C * p.OH * p.OW;
-      const int64_t total = static_cast<int64_t>(w.N) * p.C * p.OH * p.OW;
-      launch(pool_forward_kernel<T>, grid_for(total), kBlockSize, 0, stream_for(y), data_of<const T>(x) + x_at,
-             data_of<T>(y) + y_at, indices.defined() ? data_of<int32_t>(indices) + y_at : nullptr, w, in, out,
-             static_cast<uint32_t>(total));
+    const T* xs = data_of<const T>(x);
+    T* ys = data_of<T>(y);
+    int32_t* where = indices.defined() ? data_of<int32_t>(indices) : nullptr;
+    with_channels_per_thread<T>(channels_per_thread(p, format, xs, ys, where), [&](auto width) {
+      constexpr int V = decltype(width)::value;
+      const Layout in = input_layout(p, format, V), out = output_layout(p, format, V);
+      over_sample_runs(p, op, [&](const Windows& w, int64_t n0) {
+        const int64_t x_at = n0 * p.C * p.H * p.W, y_at = n0 * p.C * p.OH * p.OW;
+        const int64_t total = static_cast<int64_t>(w.N) * p.C / V * p.OH * p.OW;
+        launch(pool_forward_kernel<T, V>, grid_for(total), kBlockSize, 0, stream_for(y), xs + x_at, ys + y_at,
+               where ? where + y_at : nullptr, w, in, out, static_cast<uint32_t>(total));
+      });
     });
   });
   PRECIS_CUDA_CHECK_LAUNCH(op);
@@ -177,15 +237,20 @@ void pool2d_backward(const Tensor& gy, const Tensor& indices, const Tensor& dx, 
                      MemoryFormat format) {
   if (dx.numel() == 0) return;
   const char* op = indices.defined() ? "max_pool2d backward" : "avg_pool2d backward";
-  const Layout in = input_layout(p, format), out = output_layout(p, format);
   dispatch_floating(dx.dtype(), "pool2d", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    over_sample_runs(p, op, [&](const Windows& w, int64_t n0) {
-      const int64_t x_at = n0 * p.C * p.H * p.W, y_at = n0 * p.C * p.OH * p.OW;
-      const int64_t total = static_cast<int64_t>(w.N) * p.C * p.H * p.W;
-      launch(pool_backward_kernel<T>, grid_for(total), kBlockSize, 0, stream_for(dx), data_of<const T>(gy) + y_at,
-             indices.defined() ? data_of<const int32_t>(indices) + y_at : nullptr, data_of<T>(dx) + x_at, w, in, out,
-             static_cast<uint32_t>(total));
+    const T* gys = data_of<const T>(gy);
+    T* dxs = data_of<T>(dx);
+    const int32_t* where = indices.defined() ? data_of<const int32_t>(indices) : nullptr;
+    with_channels_per_thread<T>(channels_per_thread(p, format, gys, dxs, where), [&](auto width) {
+      constexpr int V = decltype(width)::value;
+      const Layout in = input_layout(p, format, V), out = output_layout(p, format, V);
+      over_sample_runs(p, op, [&](const Windows& w, int64_t n0) {
+        const int64_t x_at = n0 * p.C * p.H * p.W, y_at = n0 * p.C * p.OH * p.OW;
+        const int64_t total = static_cast<int64_t>(w.N) * p.C / V * p.H * p.W;
+        launch(pool_backward_kernel<T, V>, grid_for(total), kBlockSize, 0, stream_for(dx), gys + y_at,
+               where ? where + y_at : nullptr, dxs + x_at, w, in, out, static_cast<uint32_t>(total));
+      });
     });
   });
   PRECIS_CUDA_CHECK_LAUNCH(op);

@@ -145,34 +145,35 @@ TEST(CnnOpsGpu, Conv2dUnderTf32StaysCloseToF32) {
 TEST(CnnOpsGpu, PoolsMatchTheCpu) {
   PRECIS_SKIP_WITHOUT_GPU();
   uint64_t seed = 100;
-  for (DType dtype : kDtypes) {
-    for (auto format : kFormats) {
-      const std::string n = name(dtype, format);
-      const Shape shape{3, 5, 13, 11};
-      expect_gpu_matches_cpu(
-          [format](const std::vector<Tensor>& in) {
-            return ops::max_pool2d(ops::to_memory_format(in[0], format), {3, 3}, {2, 2}, {1, 1});
-          },
-          {random_f64(shape, seed++)}, dtype, "max_pool2d 3x3/2 pad 1 " + n);
-      expect_gpu_matches_cpu(
-          [format](const std::vector<Tensor>& in) {
-            return ops::max_pool2d(ops::to_memory_format(in[0], format), {2, 3}, {1, 2}, {1, 0});
-          },
-          {random_f64(shape, seed++)}, dtype, "max_pool2d 2x3 " + n);
-      expect_gpu_matches_cpu(
-          [format](const std::vector<Tensor>& in) {
-            return ops::avg_pool2d(ops::to_memory_format(in[0], format), {3, 2}, {2, 1}, {1, 1});
-          },
-          {random_f64(shape, seed++)}, dtype, "avg_pool2d " + n);
-      for (auto out : {std::array<int64_t, 2>{1, 1}, std::array<int64_t, 2>{4, 3}, std::array<int64_t, 2>{15, 12}}) {
+  // 5 channels take the one-channel-a-thread kernels; 16, channels-last, the 16-byte packs.
+  for (const Shape& shape : {Shape{3, 5, 13, 11}, Shape{2, 16, 13, 11}})
+    for (DType dtype : kDtypes) {
+      for (auto format : kFormats) {
+        const std::string n = name(dtype, format) + " C=" + std::to_string(shape[1]);
         expect_gpu_matches_cpu(
-            [format, out](const std::vector<Tensor>& in) {
-              return ops::adaptive_avg_pool2d(ops::to_memory_format(in[0], format), out);
+            [format](const std::vector<Tensor>& in) {
+              return ops::max_pool2d(ops::to_memory_format(in[0], format), {3, 3}, {2, 2}, {1, 1});
             },
-            {random_f64(shape, seed++)}, dtype, "adaptive_avg_pool2d " + n);
+            {random_f64(shape, seed++)}, dtype, "max_pool2d 3x3/2 pad 1 " + n);
+        expect_gpu_matches_cpu(
+            [format](const std::vector<Tensor>& in) {
+              return ops::max_pool2d(ops::to_memory_format(in[0], format), {2, 3}, {1, 2}, {1, 0});
+            },
+            {random_f64(shape, seed++)}, dtype, "max_pool2d 2x3 " + n);
+        expect_gpu_matches_cpu(
+            [format](const std::vector<Tensor>& in) {
+              return ops::avg_pool2d(ops::to_memory_format(in[0], format), {3, 2}, {2, 1}, {1, 1});
+            },
+            {random_f64(shape, seed++)}, dtype, "avg_pool2d " + n);
+        for (auto out : {std::array<int64_t, 2>{1, 1}, std::array<int64_t, 2>{4, 3}, std::array<int64_t, 2>{15, 12}}) {
+          expect_gpu_matches_cpu(
+              [format, out](const std::vector<Tensor>& in) {
+                return ops::adaptive_avg_pool2d(ops::to_memory_format(in[0], format), out);
+              },
+              {random_f64(shape, seed++)}, dtype, "adaptive_avg_pool2d " + n);
+        }
       }
     }
-  }
 }
 
 TEST(CnnOpsGpu, BatchNormMatchesTheCpu) {
