@@ -22,6 +22,7 @@ std::atomic<bool> g_given_up{false};
 
 void note_collective_given_up() { g_given_up = true; }
 bool collective_given_up() { return g_given_up; }
+void clear_collective_given_up() { g_given_up = false; }
 
 #if PRECIS_WITH_MPI
 

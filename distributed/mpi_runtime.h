@@ -28,6 +28,9 @@ void finalize_mpi();
 // (without MPI: only remembered).
 void note_collective_given_up();
 bool collective_given_up();
+// Forgets the mark, for a caller that has since seen every rank answer (a test that provoked
+// the timeout, then met all ranks at a barrier): MPI_Finalize will not wait forever then.
+void clear_collective_given_up();
 // This process's rank and the number of processes in MPI_COMM_WORLD (after init_mpi).
 int mpi_world_rank();
 int mpi_world_size();
