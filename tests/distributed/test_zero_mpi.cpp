@@ -33,20 +33,13 @@ RunOptions on_cpu(DType dtype, bool sgd = false) {
   return options;
 }
 
-// A 3x3 convolution, 2 -> 3 channels, f64, its values set by a formula (as TinyMlp's).
+// A 3x3 convolution, 2 -> 3 channels, f64, its values set by the formula TinyMlp's are.
 class TinyConv : public nn::Module {
  public:
   TinyConv() : nn::Module("TinyConv") {
     conv = register_module("conv",
                            std::make_shared<nn::Conv2d>(2, 3, nn::Conv2dOptions{.padding = 1, .dtype = DType::f64}));
-    NoGradGuard no_grad;
-    int index = 0;
-    for (const nn::NamedTensor& p : named_parameters()) {
-      std::vector<double> values(p.tensor.numel());
-      for (size_t i = 0; i < values.size(); ++i) values[i] = 0.5 * std::sin(1.3 * i + 0.7 * index);
-      copy_(p.tensor, from_vector<double>(values, p.tensor.shape()));
-      ++index;
-    }
+    set_parameters_by_formula(*this);
   }
   Tensor forward(const Tensor& x) override { return conv->forward(x); }
   std::shared_ptr<nn::Conv2d> conv;
