@@ -21,9 +21,10 @@
 // A parameter dense in another order of its dims than row-major (a 4-D weight laid out
 // channels-last by to_channels_last) keeps that order in its slot: numel elements of the
 // buffer in the parameter's memory order, the parameter and its .grad view with its strides.
-// Everything that works on the buffers (the optimizers, the gradient norm, DDP's buckets,
-// ZeRO-1's shards) pairs elements by their place in memory, so it needs no change; what
-// reads a parameter by index (checkpoints, copy_) sees the same values in either layout.
+// What works on the buffers (the gradient norm, DDP's buckets, ZeRO-1's shards) or on a
+// parameter's memory (the optimizers, whose state is made in the parameter's layout) pairs
+// elements by their place in memory; what reads a parameter by index (checkpoints, copy_)
+// sees the same values in either layout.
 //
 // With `shards` > 1 (ZeRO-1, distributed/zero.h) each buffer ends in zeros up to a
 // multiple of shards x (64 bytes' worth of elements), as llm.c pads its buffers, so
