@@ -73,7 +73,9 @@ bool unscale_and_check_inf(T* g, int64_t n, compute_type_t<T> inv_scale) {
 void unscale_gradient(const Tensor& grad, const Tensor& state) {
   PRECIS_CHECK(grad.device() == state.device(), "GradScaler: gradient on ", grad.device(),
                " but the scaler's state on ", state.device(), "; create the scaler on the parameters' device");
-  PRECIS_CHECK(grad.is_contiguous(), "GradScaler: gradients must be dense tensors (got ", describe(grad), ")");
+  // Dense in any order of its dims (a channels-last weight's): each element is scaled where it is.
+  PRECIS_CHECK(is_non_overlapping_and_dense(grad), "GradScaler: gradients must be dense tensors (got ", describe(grad),
+               ")");
   PRECIS_CHECK(is_floating(grad.dtype()), "GradScaler: gradients must be floating point, got ", describe(grad));
 #if PRECIS_WITH_CUDA
   if (grad.is_cuda()) return cuda::unscale_(grad, state);

@@ -48,8 +48,10 @@ class AccumulateGrad final : public Node {
       accumulate_(Tensor(leaf->grad), incoming);
     } else {
       // A fresh, dense gradient owned by the leaf: the incoming one may be a view,
-      // a broadcast, or another dtype.
-      Tensor grad = empty(param.shape(), param.dtype(), param.device());
+      // a broadcast, or another dtype. It takes the leaf's layout where the leaf is dense (a
+      // channels-last weight gets a channels-last gradient), as PyTorch's does, so that the
+      // optimizers may update the two as flat arrays.
+      Tensor grad = empty_with_layout_of(param, param.dtype());
       copy_(grad, incoming);
       leaf->grad = grad.impl_ptr();
     }

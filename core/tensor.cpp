@@ -118,6 +118,12 @@ bool is_non_overlapping_and_dense(const Tensor& t) {
   return true;
 }
 
+bool same_dense_layout(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape()) return false;
+  if (a.is_contiguous() && b.is_contiguous()) return true;
+  return a.strides() == b.strides() && is_non_overlapping_and_dense(a);
+}
+
 Tensor empty_with_layout_of(const Tensor& t, DType dtype) {
   Tensor out = empty(t.shape(), dtype, t.device());
   if (t.is_contiguous() || !is_non_overlapping_and_dense(t)) return out;

@@ -134,6 +134,10 @@ Tensor empty_like(const Tensor& t);
 // dims: a contiguous tensor or a permutation of one (channels-last, a transpose). Such a tensor
 // can be read, written and summed with another of the same strides as one flat array.
 bool is_non_overlapping_and_dense(const Tensor& t);
+// Whether a and b (of one shape) are two dense arrays whose i-th elements in memory correspond:
+// both contiguous, or both non-overlapping and dense with the same strides (both channels-last).
+// Elementwise kernels may then run over them as flat arrays.
+bool same_dense_layout(const Tensor& a, const Tensor& b);
 // A new tensor of `dtype` with t's strides when t is non-overlapping and dense, else contiguous
 // (PyTorch's preserve_format): a copy of a channels-last tensor stays channels-last.
 Tensor empty_with_layout_of(const Tensor& t, DType dtype);

@@ -141,9 +141,11 @@ std::map<std::string, Tensor> Zero1::gather_state(const std::map<std::string, Te
       for (size_t s = 0; s < buffer.slots.size(); ++s) {
         const int64_t index = slot_param_index_[b][s];
         if (index < 0) continue;
+        // The slot's elements are in the parameter's memory order: read with its strides, they
+        // give the unsharded optimizer's state in its usual row-major form.
         const nn::FlatSlot& slot = buffer.slots[s];
         out[state_key(static_cast<size_t>(index), kStateNames[name])] =
-            host.slice(0, slot.offset, slot.offset + slot.numel).clone().view(slot.param.shape());
+            host.as_strided(slot.param.shape(), slot.param.strides(), slot.offset).clone();
       }
     }
   }
@@ -168,8 +170,12 @@ std::map<std::string, Tensor> Zero1::shard_state(const std::map<std::string, Ten
     for (const char* name : kStateNames) {
       const auto it = full_state.find(state_key(piece.param_index, name));
       if (it == full_state.end()) continue;
-      const Tensor flat = it->second.contiguous().view({it->second.numel()});
-      out[state_key(i, name)] = flat.slice(0, piece.begin - piece.slot_offset, piece.end - piece.slot_offset);
+      // Laid out as the parameter is in its slot (channels-last, say), so the piece's range of
+      // the slot is the same range of the state, whatever layout the state came in.
+      const Tensor& param = param_slots_[piece.param_index]->param;
+      const Tensor memory = empty({param.numel()}, it->second.dtype(), it->second.device());
+      copy_(memory.as_strided(param.shape(), param.strides(), 0), it->second);
+      out[state_key(i, name)] = memory.slice(0, piece.begin - piece.slot_offset, piece.end - piece.slot_offset);
     }
   }
   return out;

@@ -4,6 +4,7 @@
 
 #include "core/autograd.h"
 #include "core/copy.h"
+#include "ops/memory_format.h"
 
 namespace precis::nn {
 
@@ -39,16 +40,38 @@ void FlatParameters::settle_grads() {
 
 namespace {
 
-// Points `tensor` at `storage` from `offset` on, contiguous, keeping its shape, as `dtype`.
-void rebind(const Tensor& tensor, const std::shared_ptr<Storage>& storage, int64_t offset, DType dtype) {
+// Points `tensor` at `storage` from `offset` on with `strides`, keeping its shape, as `dtype`.
+void rebind(const Tensor& tensor, const std::shared_ptr<Storage>& storage, int64_t offset, const Shape& strides,
+            DType dtype) {
   TensorImpl* impl = tensor.impl();
   impl->storage = storage;
   impl->offset = offset;
-  impl->strides = contiguous_strides(impl->shape);
+  impl->strides = strides;
   impl->dtype = dtype;
 }
 
+// The strides of a parameter in its flat slot: its own where it is dense (row-major, or in
+// another order of its dims: a channels-last weight stays channels-last, with the very strides
+// the convolutions' channels-last tensors have), else row-major.
+Shape slot_strides(const Tensor& param) {
+  return is_non_overlapping_and_dense(param) ? param.strides() : contiguous_strides(param.shape());
+}
+
 }  // namespace
+
+void to_channels_last(Module& model) {
+  NoGradGuard no_grad;
+  for (const NamedTensor& p : model.named_parameters()) {
+    if (p.tensor.dim() != 4 || !is_floating(p.tensor.dtype())) continue;
+    PRECIS_CHECK(!p.tensor.grad().defined(), "to_channels_last: parameter ", p.name,
+                 " has a gradient already (a flat buffer's, or a backward's); lay the weights out channels-last "
+                 "before flatten_parameters and before the first backward");
+    const Tensor laid_out =
+        ops::empty_in(p.tensor.shape(), ops::MemoryFormat::channels_last, p.tensor.dtype(), p.tensor.device());
+    copy_(laid_out, p.tensor);
+    rebind(p.tensor, laid_out.storage(), laid_out.offset(), laid_out.strides(), laid_out.dtype());
+  }
+}
 
 int64_t flat_alignment_elements(DType param_dtype) {
   const size_t narrowest = std::min(element_size(param_dtype), element_size(flat_grad_dtype(param_dtype)));
@@ -89,9 +112,10 @@ std::shared_ptr<FlatParameters> flatten_parameters(Module& model, Device device,
     b.data = zeros({total}, b.dtype, device);
     b.grad = zeros({total}, flat_grad_dtype(b.dtype), device);
     for (const FlatSlot& s : b.slots) {
-      copy_(b.data.slice(0, s.offset, s.offset + s.numel).view(s.param.shape()), s.param);
-      rebind(s.param, b.data.storage(), s.offset, b.dtype);
-      Tensor grad_view = b.grad.as_strided(s.param.shape(), contiguous_strides(s.param.shape()), s.offset);
+      const Shape strides = slot_strides(s.param);
+      copy_(b.data.as_strided(s.param.shape(), strides, s.offset), s.param);
+      rebind(s.param, b.data.storage(), s.offset, strides, b.dtype);
+      Tensor grad_view = b.grad.as_strided(s.param.shape(), strides, s.offset);
       s.param.impl()->grad = grad_view.impl_ptr();
     }
   }
@@ -100,7 +124,7 @@ std::shared_ptr<FlatParameters> flatten_parameters(Module& model, Device device,
     if (buf.tensor.device() == device) continue;
     Tensor moved = empty(buf.tensor.shape(), buf.tensor.dtype(), device);
     copy_(moved, buf.tensor);
-    rebind(buf.tensor, moved.storage(), 0, buf.tensor.dtype());
+    rebind(buf.tensor, moved.storage(), 0, moved.strides(), buf.tensor.dtype());
   }
   return flat;
 }

@@ -18,6 +18,14 @@
 // themselves (core/autograd.h, take_grad_destination): written over where stale,
 // added to otherwise.
 //
+// A parameter dense in another order of its dims than row-major (a 4-D weight laid out
+// channels-last by to_channels_last) keeps that order in its slot: numel elements of the
+// buffer in the parameter's memory order, the parameter and its .grad view with its strides.
+// What works on the buffers (the gradient norm, DDP's buckets, ZeRO-1's shards) or on a
+// parameter's memory (the optimizers, whose state is made in the parameter's layout) pairs
+// elements by their place in memory; what reads a parameter by index (checkpoints, copy_)
+// sees the same values in either layout.
+//
 // With `shards` > 1 (ZeRO-1, distributed/zero.h) each buffer ends in zeros up to a
 // multiple of shards x (64 bytes' worth of elements), as llm.c pads its buffers, so
 // it splits into `shards` equal pieces that each start on a 64-byte boundary. The
@@ -78,6 +86,15 @@ DType flat_grad_dtype(DType param_dtype);
 // kFlatAlignmentBytes in elements of the narrower of a buffer's data and gradient: every
 // slot's offset is a multiple of it, and with `shards` every buffer's size is shards times one.
 int64_t flat_alignment_elements(DType param_dtype);
+
+// Lays every 4-D floating parameter of `model` out channels-last ([K, C, R, S] stored as K,
+// R, S, C: the filter layout of cuDNN's channels-last convolutions), with the same values, as
+// PyTorch's model.to(memory_format=torch.channels_last) does, so that a channels-last network's
+// weight casts and weight gradients are channels-last already. Call it before
+// flatten_parameters, which keeps the layout (afterwards the parameters are views of the flat
+// buffers, and new storage would take them out of the buffers), and before any backward: a
+// parameter with a gradient is an error.
+void to_channels_last(Module& model);
 
 // `param_dtype` must be floating; non-floating parameters keep their dtype. `shards` >= 1.
 std::shared_ptr<FlatParameters> flatten_parameters(Module& model, Device device = Device::cpu(),

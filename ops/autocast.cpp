@@ -64,8 +64,10 @@ void precache(const Tensor& buffer, const std::vector<Tensor>& leaves, DType dty
   }
   std::lock_guard<std::mutex> lock(g_cache_mutex);
   for (const Tensor& leaf : leaves) {
-    PRECIS_CHECK(leaf.is_leaf() && leaf.requires_grad() && leaf.is_contiguous() && leaf.storage() == buffer.storage() &&
-                     leaf.dtype() == buffer.dtype(),
+    // Dense in any order of its dims (a channels-last weight too): its cast is the same
+    // elements of the cast buffer, read with its strides.
+    PRECIS_CHECK(leaf.is_leaf() && leaf.requires_grad() && is_non_overlapping_and_dense(leaf) &&
+                     leaf.storage() == buffer.storage() && leaf.dtype() == buffer.dtype(),
                  "autocast::precache: every leaf must be a dense view of the buffer that requires grad, got ",
                  describe(leaf));
     Tensor cast = whole.as_strided(leaf.shape(), leaf.strides(), leaf.offset() - buffer.offset());

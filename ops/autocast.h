@@ -50,11 +50,12 @@ DType fp32_dtype(DType dtype);
 std::optional<DType> linear_input_dtype();
 // Forgets cached weight casts; call once per optimizer step (the weights changed).
 void clear_cache();
-// Fills the cache for every leaf of `leaves` at once: `leaves` are views of the dense 1-D
-// `buffer` (a flat parameter buffer, nn/flat_parameters.h) that require grad, and each
-// one's cast to `dtype` becomes a view of one cast of the whole buffer, with its own
-// autograd node. One kernel instead of one per weight (GPT-2: 1 launch instead of ~110).
-// A buffer already of `dtype` needs nothing.
+// Fills the cache for every leaf of `leaves` at once: `leaves` are dense views of the dense 1-D
+// `buffer` (a flat parameter buffer, nn/flat_parameters.h) that require grad, row-major or in
+// another order of their dims (channels-last weights), and each one's cast to `dtype` becomes a
+// view of one cast of the whole buffer, with the leaf's strides and its own autograd node. One
+// kernel instead of one per weight (GPT-2: 1 launch instead of ~110). A buffer already of
+// `dtype` needs nothing.
 void precache(const Tensor& buffer, const std::vector<Tensor>& leaves, DType dtype);
 size_t cache_size();
 

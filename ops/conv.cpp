@@ -296,7 +296,8 @@ std::vector<Tensor> conv_backward_cuda(const Tensor& x_saved, const Tensor& weig
   }
   if (args.needs(1)) {
     // Left in the format cuDNN writes (KRSC for channels-last): the weight's gradient is
-    // converted into the parameter's dense .grad by the one copy or add that takes it there.
+    // converted into the parameter's dense .grad by the one copy or add that takes it there, a
+    // flat one where the .grad is KRSC too (a channels-last parameter's).
     dw = empty_in(weight.shape(), format, x.dtype(), x.device());
     cuda::conv2d_backward_filter(x, gy, dw, shapes_of(g), format);
   }
@@ -326,9 +327,10 @@ Tensor conv2d(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_
   });
   common_device(kOp, {&x, &weight, &bias});
   Tensor y;
-  // What the backward reads of the weight: on the GPU the copy laid out in x's memory format
-  // that the forward made (a channels-last network's weights are laid out once a step, not
-  // again for the backward-data convolution).
+  // What the backward reads of the weight: on the GPU the weight laid out in x's memory format,
+  // by the forward (a channels-last network's weights are laid out once a step, not again for the
+  // backward-data convolution), or as it came where it is already (a channels-last parameter's
+  // cast, nn::to_channels_last: no copy at all).
   Tensor saved_weight = weight.detach();
   if (x.is_cpu()) {
     y = conv_forward_cpu(x, weight, bias, g);

@@ -130,7 +130,7 @@ int64_t AdamW::state_bytes_per_element(DType param_dtype) const {
 
 bool AdamW::check_param(size_t index, const Tensor& p) const {
   const Tensor& g = p.grad();
-  PRECIS_CHECK(p.is_contiguous() && g.is_contiguous(), "AdamW: parameter ", index, " and its gradient must be dense");
+  check_layout(index, p, "AdamW");
   PRECIS_CHECK(g.device() == p.device(), "AdamW: parameter ", index, " is on ", p.device(), " but its gradient on ",
                g.device());
   const bool low_precision =

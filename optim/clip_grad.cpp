@@ -40,8 +40,8 @@ Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm, const 
   PRECIS_CHECK(out.is_contiguous() && out.dtype() == DType::f64 && out.numel() == 2,
                "clip_grad_norm: the result must be a dense f64 [2], got ", describe(out));
   for (const Tensor& g : grads)
-    PRECIS_CHECK(g.device() == device && g.is_contiguous(), "clip_grad_norm: gradients must be dense and on ", device,
-                 ", got ", describe(g));
+    PRECIS_CHECK(g.device() == device && is_non_overlapping_and_dense(g),
+                 "clip_grad_norm: gradients must be dense and on ", device, ", got ", describe(g));
   for (const Tensor* scalar : {&scale, &found_inf})
     PRECIS_CHECK(
         !scalar->defined() || (scalar->dtype() == DType::f64 && scalar->numel() == 1 && scalar->device() == device),

@@ -58,7 +58,9 @@ Tensor& Optimizer::state_buffer(size_t param_index, const std::string& name, con
   auto it = state_.find(key);
   if (it == state_.end()) {
     DType dtype = like.dtype() == DType::f64 ? DType::f64 : DType::f32;
-    it = state_.emplace(key, zeros(like.shape(), dtype, like.device())).first;
+    Tensor buffer = empty_with_layout_of(like, dtype);
+    fill_(buffer, 0.0);
+    it = state_.emplace(key, buffer).first;
   }
   return it->second;
 }
@@ -67,11 +69,18 @@ Tensor& Optimizer::master_buffer(size_t param_index, const Tensor& param) {
   std::string key = "state." + std::to_string(param_index) + ".master";
   auto it = state_.find(key);
   if (it == state_.end()) {
-    Tensor master = empty(param.shape(), DType::f32, param.device());
+    Tensor master = empty_with_layout_of(param, DType::f32);
     copy_(master, param);
     it = state_.emplace(key, master).first;
   }
   return it->second;
+}
+
+void Optimizer::check_layout(size_t index, const Tensor& param, const char* op) {
+  const Tensor& grad = param.grad();
+  PRECIS_CHECK(is_non_overlapping_and_dense(param) && same_dense_layout(param, grad), op, ": parameter ", index,
+               " and its gradient must be dense in one layout, got ", describe(param), " with strides ",
+               param.strides(), " and ", describe(grad), " with strides ", grad.strides());
 }
 
 Tensor Optimizer::master(size_t param_index) const {
@@ -120,7 +129,9 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
                    "; master copies are float32 copies of float16/bfloat16 parameters, so the checkpoint was "
                    "made with another precision policy");
     }
-    Tensor buffer = empty(value.shape(), value.dtype(), flat[index].device());
+    // In the parameter's layout, which the update pairs it with element by element; the saved
+    // value's own layout (row-major from a checkpoint) does not matter.
+    Tensor buffer = empty_with_layout_of(flat[index], value.dtype());
     copy_(buffer, value);
     loaded[key] = buffer;
   }

@@ -6,6 +6,13 @@
 // (optim/low_precision.h). The master copy is saved and restored with the rest
 // of the state.
 //
+// The updates run over a parameter, its gradient and its state as flat arrays, element i of
+// each in memory with element i of the others: a parameter may be laid out in any dense order
+// of its dims (a channels-last weight) when its gradient has the same layout, and its state
+// buffers are made in that layout too. state_dict() gives the state as it is held; a checkpoint
+// writes it in row-major order (as every tensor), and load_state_dict lays it out as each
+// parameter is, so a state resumes under either layout.
+//
 // The learning rate and the step count are 0-d tensors on the parameters' device
 // (all parameters share one), made at construction, so that on a GPU an update
 // waits for nothing on the host and a CUDA graph that holds it picks up each
@@ -79,10 +86,12 @@ class Optimizer {
   int64_t state_bytes() const;
 
  protected:
-  // Per-parameter state buffers, created lazily (zeros like the parameter, f32 or f64).
+  // Per-parameter state buffers, created lazily (zeros like the parameter, f32 or f64, in its layout).
   Tensor& state_buffer(size_t param_index, const std::string& name, const Tensor& like);
-  // The f32 master copy of a low-precision parameter, a copy of it on first use.
+  // The f32 master copy of a low-precision parameter (in its layout), a copy of it on first use.
   Tensor& master_buffer(size_t param_index, const Tensor& param);
+  // Checks that parameter `index` and its gradient are dense in one layout, naming optimizer `op`.
+  static void check_layout(size_t index, const Tensor& param, const char* op);
   // Checks `inputs` (f64 scalars on device()) for optimizer `op`.
   void check_inputs(const StepInputs& inputs, const char* op) const;
   // The CPU step's view of `inputs` and the step count: false when the step is skipped;

@@ -54,7 +54,7 @@ void SGD::step(const StepInputs& inputs) {
   std::vector<cuda::SGDTensors> params;
   for_each_param([&](size_t index, Tensor& p, double weight_decay) {
     const Tensor& g = p.grad();
-    PRECIS_CHECK(p.is_contiguous() && g.is_contiguous(), "SGD: parameter ", index, " and its gradient must be dense");
+    check_layout(index, p, "SGD");
     const bool low_precision =
         !(p.dtype() == DType::f32 && g.dtype() == DType::f32) && !(p.dtype() == DType::f64 && g.dtype() == DType::f64);
     if (low_precision) {

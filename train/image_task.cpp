@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/pinned.h"
 #include "core/source_dir.h"
+#include "nn/flat_parameters.h"
 #include "ops/autocast.h"
 #include "ops/conv.h"
 #include "ops/elementwise.h"
@@ -106,6 +107,10 @@ ImageTask::ImageTask(const TrainConfig& config, int rank, int world_size, bool c
   model_config.in_channels = train_set_->channels;
   model_config.num_classes = train_set_->num_classes;
   model_ = models::make_image_model(model_config, config.seed);
+  // The weights channels-last too, before the trainer flattens them (which keeps the layout): the
+  // convolutions then find their filters' casts in cuDNN's channels-last layout, and their
+  // weight gradients go into .grad as they come.
+  if (channels_last_) nn::to_channels_last(*model_);
 }
 
 TaskBatch ImageTask::next_batch() {

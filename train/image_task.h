@@ -9,7 +9,9 @@
 // that a benchmark measures the model and not the loader. Validation is the test split, in order, without augmentation:
 // eval_steps batches of micro_batch images, or all of it when eval_steps is 0.
 // With channels_last the images enter the model in NHWC memory (ops/conv.h), and every
-// layer keeps that layout.
+// layer keeps that layout; the convolutions' weights are laid out channels-last too
+// (nn::to_channels_last), as PyTorch's model.to(memory_format=torch.channels_last) does.
+// Checkpoints hold every tensor row-major, so a run resumes under either setting.
 #pragma once
 
 #include <memory>

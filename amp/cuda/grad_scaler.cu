@@ -53,7 +53,7 @@ __global__ void update_kernel(double* s, float* scale_f32, ScalerRule rule) {
 }  // namespace
 
 void unscale_(const Tensor& grad, const Tensor& state) {
-  PRECIS_CHECK(grad.is_contiguous(), "GradScaler: GPU gradients must be dense, got ", describe(grad));
+  PRECIS_CHECK(is_non_overlapping_and_dense(grad), "GradScaler: GPU gradients must be dense, got ", describe(grad));
   PRECIS_CHECK(state.is_cuda() && state.dtype() == DType::f64 && state.numel() == kScalerSlots &&
                    state.device() == grad.device(),
                "GradScaler: the state must be f64 [", int64_t{kScalerSlots}, "] beside the gradients, got ",

@@ -232,8 +232,7 @@ void launch_pairwise(const Tensor& dst, const Tensor& src, const char* op, cudaS
   const S* in = static_cast<const S*>(src.raw_data());
   // Two tensors of the same dense layout in any order of dims (both channels-last, say) are two
   // flat arrays whose i-th elements correspond.
-  const bool flat = (dst.is_contiguous() && src.is_contiguous()) ||
-                    (dst.strides() == src.strides() && is_non_overlapping_and_dense(dst));
+  const bool flat = same_dense_layout(dst, src);
   if (flat && aligned(out, sizeof(D) * kVec) && aligned(in, sizeof(S) * kVec)) {
     precis::cuda::launch(contiguous, blocks_for(n / kVec), kBlockSize, 0, stream, out, in, n);
   } else {

@@ -108,11 +108,12 @@ int64_t for_each_batch(const std::vector<const Tensor*>& tensors, Launch&& launc
   return launched;
 }
 
-// The tensors grouped by dtype (each group in the given order); all must be dense and on one device.
+// The tensors grouped by dtype (each group in the given order); all must be dense (in any order of
+// their dims: a sum of squares reads each element once, wherever it is) and on one device.
 std::map<DType, std::vector<const Tensor*>> by_dtype(const std::vector<Tensor>& tensors, const char* op) {
   std::map<DType, std::vector<const Tensor*>> groups;
   for (const Tensor& t : tensors) {
-    PRECIS_CHECK(t.is_contiguous() && t.device() == tensors.front().device(), op,
+    PRECIS_CHECK(is_non_overlapping_and_dense(t) && t.device() == tensors.front().device(), op,
                  ": gradients must be dense and on one device, got ", describe(t), " and ", describe(tensors.front()));
     groups[t.dtype()].push_back(&t);
   }

@@ -14,6 +14,19 @@
 
 namespace precis::testing {
 
+// Parameter k's element i (in row-major order) = 0.5 sin(1.3 i + 0.7 k): deterministic values,
+// the same in every process, whatever the random generator holds.
+inline void set_parameters_by_formula(nn::Module& model) {
+  NoGradGuard no_grad;
+  int index = 0;
+  for (const nn::NamedTensor& p : model.named_parameters()) {
+    std::vector<double> values(p.tensor.numel());
+    for (size_t i = 0; i < values.size(); ++i) values[i] = 0.5 * std::sin(1.3 * i + 0.7 * index);
+    copy_(p.tensor, from_vector<double>(values, p.tensor.shape()));
+    ++index;
+  }
+}
+
 class TinyMlp : public nn::Module {
  public:
   // `with_unused`: a third layer the forward never calls (its parameters get no gradient).
@@ -22,15 +35,7 @@ class TinyMlp : public nn::Module {
     fc2 = register_module("fc2", std::make_shared<nn::Linear>(8, 3, nn::LinearOptions{.dtype = dtype}));
     if (with_unused)
       unused = register_module("unused", std::make_shared<nn::Linear>(3, 3, nn::LinearOptions{.dtype = dtype}));
-    // Deterministic values, the same in every process, whatever the random generator holds.
-    NoGradGuard no_grad;
-    int index = 0;
-    for (const nn::NamedTensor& p : named_parameters()) {
-      std::vector<double> values(p.tensor.numel());
-      for (size_t i = 0; i < values.size(); ++i) values[i] = 0.5 * std::sin(1.3 * i + 0.7 * index);
-      copy_(p.tensor, from_vector<double>(values, p.tensor.shape()));
-      ++index;
-    }
+    set_parameters_by_formula(*this);
   }
   Tensor forward(const Tensor& x) override { return fc2->forward(ops::tanh(fc1->forward(x))); }
 

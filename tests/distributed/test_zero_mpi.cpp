@@ -4,13 +4,17 @@
 // under DDP (AdamW f64 to round-off, f32 close; SGD with momentum); each rank holds
 // only its shard of the optimizer state, their sum the whole; the state gathered from
 // the shards is DDP's (master copies too), and cut back into shards it continues the
-// run as DDP does; an inf on one rank's chunk skips every rank's step.
+// run as DDP does; an inf on one rank's chunk skips every rank's step. A convolution's weight
+// laid out channels-last is sharded in its memory order and its state gathered row-major.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 
 #include "distributed/mpi_world.h"
+#include "nn/conv.h"
+#include "nn/flat_parameters.h"
+#include "ops/memory_format.h"
 #include "zero_runs.h"
 
 using namespace precis;
@@ -29,7 +33,99 @@ RunOptions on_cpu(DType dtype, bool sgd = false) {
   return options;
 }
 
+// A 3x3 convolution, 2 -> 3 channels, f64, its values set by the formula TinyMlp's are.
+class TinyConv : public nn::Module {
+ public:
+  TinyConv() : nn::Module("TinyConv") {
+    conv = register_module("conv",
+                           std::make_shared<nn::Conv2d>(2, 3, nn::Conv2dOptions{.padding = 1, .dtype = DType::f64}));
+    set_parameters_by_formula(*this);
+  }
+  Tensor forward(const Tensor& x) override { return conv->forward(x); }
+  std::shared_ptr<nn::Conv2d> conv;
+};
+
+// The same images on every rank (so the averaged gradient is each rank's), channels-last.
+Tensor conv_images() {
+  std::vector<double> x(2 * 2 * 4 * 4);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.37 * i);
+  return ops::to_memory_format(from_vector<double>(x, {2, 2, 4, 4}), ops::MemoryFormat::channels_last);
+}
+
+Tensor conv_loss(TinyConv& model) {
+  const Tensor y = model.forward(conv_images());
+  return ops::mul(ops::sum(ops::mul(y, y)), 0.01);
+}
+
+// TinyConv, its weight channels-last, under ZeRO-1 with 96-byte buckets (the weight's 54
+// elements cut between chunks in its memory order).
+struct ZeroConvRun {
+  ZeroConvRun() {
+    nn::to_channels_last(model);
+    flat = nn::flatten_parameters(model, Device::cpu(), std::nullopt, world_size());
+    reducer = std::make_unique<distributed::Reducer>(
+        flat, mpi_world_group(),
+        distributed::ReducerOptions{.bucket_sizes = {96, 96}, .reduce_dtype = std::nullopt, .shard = true});
+    zero = std::make_unique<distributed::Zero1>(flat, mpi_world_group(), *reducer);
+    optimizer = make_optimizer(zero->shard_groups(optim::default_param_groups(model, 0.1)), /*sgd=*/false);
+  }
+  void step() {
+    flat->zero_grad();
+    conv_loss(model).backward();
+    reducer->finish();
+    optimizer->step();
+    zero->gather_parameters();
+  }
+  TinyConv model;
+  std::shared_ptr<nn::FlatParameters> flat;
+  std::unique_ptr<distributed::Reducer> reducer;
+  std::unique_ptr<distributed::Zero1> zero;
+  std::unique_ptr<optim::Optimizer> optimizer;
+};
+
+// The same model row-major in one process, unsharded: the reference.
+struct PlainConvRun {
+  PlainConvRun() {
+    flat = nn::flatten_parameters(model);
+    optimizer = make_optimizer(optim::default_param_groups(model, 0.1), /*sgd=*/false);
+  }
+  void step() {
+    flat->zero_grad();
+    conv_loss(model).backward();
+    optimizer->step();
+  }
+  TinyConv model;
+  std::shared_ptr<nn::FlatParameters> flat;
+  std::unique_ptr<optim::Optimizer> optimizer;
+};
+
 }  // namespace
+
+TEST(Zero1, ChannelsLastWeightsShardInMemoryOrderAndGatherRowMajor) {
+  ZeroConvRun zero;
+  PlainConvRun plain;
+  ASSERT_FALSE(zero.model.conv->weight.is_contiguous());
+  for (int step = 0; step < 3; ++step) zero.step(), plain.step();
+  EXPECT_LT(relative_difference(zero.model.parameters(), plain.model.parameters()), 1e-12);
+  const std::map<std::string, Tensor> reference = plain.optimizer->state_dict();
+  const std::map<std::string, Tensor> gathered = zero.zero->gather_state(zero.optimizer->state_dict());
+  ASSERT_EQ(gathered.size(), reference.size());
+  for (const auto& [key, value] : reference) {
+    ASSERT_TRUE(gathered.count(key)) << key;
+    EXPECT_TRUE(gathered.at(key).is_contiguous()) << key << ": saved row-major";
+    EXPECT_LT(relative_difference({gathered.at(key)}, {value}), 1e-12) << key;
+  }
+  // The row-major state cut into the channels-last run's shards continues the reference run.
+  ZeroConvRun resumed;
+  {
+    NoGradGuard no_grad;
+    for (size_t i = 0; i < plain.model.parameters().size(); ++i)
+      copy_(resumed.model.parameters()[i], plain.model.parameters()[i]);
+  }
+  resumed.optimizer->load_state_dict(resumed.zero->shard_state(reference));
+  for (int step = 0; step < 2; ++step) resumed.step(), plain.step();
+  EXPECT_LT(relative_difference(resumed.model.parameters(), plain.model.parameters()), 1e-12);
+}
 
 TEST(Zero1, PadsTheFlatBufferIntoEqualAlignedShards) {
   TinyMlp model(DType::f64);

@@ -11,6 +11,7 @@
 #include "core/random.h"
 #include "models/image_classifier.h"
 #include "models/resnet.h"
+#include "nn/flat_parameters.h"
 #include "train/checkpoint.h"
 #include "train/safetensors.h"
 
@@ -186,5 +187,43 @@ TEST(ResNet, CheckpointRoundTripsUnderTorchvisionNames) {
 
   auto other = make("resnet34", 10, true);
   EXPECT_THROW(train::load_checkpoint(dir.string(), train::module_checkpoint_model(*other, config)), Error);
+  fs::remove_all(dir);
+}
+
+// Weights laid out channels-last (nn::to_channels_last, as a channels-last run does) are saved
+// row-major, as torchvision reads them: the file holds a row-major twin's tensors, and it loads
+// into a row-major model and into a channels-last one with the same values.
+TEST(ResNet, ChannelsLastWeightsAreSavedRowMajor) {
+  const fs::path dir = fs::temp_directory_path() / "precis_test_resnet_checkpoint_channels_last";
+  fs::remove_all(dir);
+  auto model = make("resnet18", 10, /*cifar_stem=*/true, 3), twin = make("resnet18", 10, /*cifar_stem=*/true, 3);
+  nn::to_channels_last(*model);
+  ASSERT_FALSE(model->state_dict().at("layer1.0.conv1.weight").is_contiguous());
+  Json config = Json::object();
+  config["model"] = "resnet18";
+  const std::string folder = train::save_checkpoint(dir.string(), 1, train::module_checkpoint_model(*model, config),
+                                                    nullptr, Json::object(), 2);
+
+  train::SafetensorsFile file = train::read_safetensors((fs::path(folder) / "model.safetensors").string());
+  const auto reference = twin->state_dict();
+  for (const auto& [name, tensor] : file.tensors) {
+    ASSERT_TRUE(tensor.is_contiguous()) << name;
+    if (tensor.dtype() == DType::i64) continue;
+    // The file's bytes in order: the row-major reading of the logical tensor.
+    const float* bytes = tensor.data<float>();
+    EXPECT_EQ(std::vector<float>(bytes, bytes + tensor.numel()), reference.at(name).to_vector<float>()) << name;
+  }
+
+  for (bool channels_last : {false, true}) {
+    auto fresh = make("resnet18", 10, /*cifar_stem=*/true, 4);
+    if (channels_last) nn::to_channels_last(*fresh);
+    train::load_checkpoint(dir.string(), train::module_checkpoint_model(*fresh, config));
+    const auto loaded = fresh->state_dict();
+    for (const auto& [name, tensor] : reference) {
+      if (tensor.dtype() == DType::i64) continue;
+      EXPECT_EQ(loaded.at(name).to_vector<float>(), tensor.to_vector<float>()) << name;
+    }
+    EXPECT_EQ(loaded.at("conv1.weight").is_contiguous(), !channels_last) << "loading keeps the model's layout";
+  }
   fs::remove_all(dir);
 }

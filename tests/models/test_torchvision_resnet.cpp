@@ -1,7 +1,8 @@
 // A Precis ResNet checkpoint in torchvision: scripts/check_torchvision_resnet.py loads the
 // checkpoint's model.safetensors with torchvision.models.resnetXX().load_state_dict(strict=True)
 // and checks that torchvision computes, on the same images, the logits Precis computed here
-// (eval mode and a training-mode forward) and the running statistics that forward left.
+// (eval mode and a training-mode forward) and the running statistics that forward left; also
+// from a model whose weights were laid out channels-last, which are saved row-major.
 // Needs python3 with torch and torchvision; skips, saying so, where they do not import.
 #include <gtest/gtest.h>
 
@@ -13,6 +14,7 @@
 #include "core/random.h"
 #include "models/image_classifier.h"
 #include "nn/batch_norm.h"
+#include "nn/flat_parameters.h"
 #include "train/checkpoint.h"
 #include "train/safetensors.h"
 
@@ -42,9 +44,11 @@ struct Case {
   const char* model;
   bool cifar_stem;
   int64_t image;
+  bool channels_last = false;  // the weights laid out channels-last (nn::to_channels_last) before saving
 };
 void PrintTo(const Case& c, std::ostream* os) {
-  *os << c.model << (c.cifar_stem ? " (CIFAR stem)" : "") << " at " << c.image << "x" << c.image;
+  *os << c.model << (c.cifar_stem ? " (CIFAR stem)" : "") << " at " << c.image << "x" << c.image
+      << (c.channels_last ? ", channels-last weights" : "");
 }
 
 class TorchvisionResNet : public ::testing::TestWithParam<Case> {};
@@ -54,11 +58,13 @@ TEST_P(TorchvisionResNet, LoadsAndComputesTheSameLogits) {
     GTEST_SKIP() << "python3 cannot import torchvision (pip install torch torchvision), so "
                     "scripts/check_torchvision_resnet.py cannot run";
   const Case c = GetParam();
-  const fs::path dir = fs::temp_directory_path() /
-                       (std::string("precis_torchvision_") + c.model + (c.cifar_stem ? "_cifar" : "_imagenet"));
+  const fs::path dir =
+      fs::temp_directory_path() / (std::string("precis_torchvision_") + c.model +
+                                   (c.cifar_stem ? "_cifar" : "_imagenet") + (c.channels_last ? "_channels_last" : ""));
   fs::remove_all(dir);
   Generator gen(7);
   auto model = models::make_image_model({c.model, 3, 10, c.cifar_stem}, 11);
+  if (c.channels_last) nn::to_channels_last(*model);
   randomise_batch_norms(*model, gen);
   Json config = Json::object();
   config["model"] = c.model;
@@ -89,9 +95,10 @@ TEST_P(TorchvisionResNet, LoadsAndComputesTheSameLogits) {
 
 INSTANTIATE_TEST_SUITE_P(Models, TorchvisionResNet,
                          ::testing::Values(Case{"resnet18", true, 32}, Case{"resnet18", false, 64},
-                                           Case{"resnet50", false, 64}),
+                                           Case{"resnet50", false, 64}, Case{"resnet18", true, 32, true}),
                          [](const auto& info) {
-                           return std::string(info.param.model) + (info.param.cifar_stem ? "_cifar" : "_imagenet");
+                           return std::string(info.param.model) + (info.param.cifar_stem ? "_cifar" : "_imagenet") +
+                                  (info.param.channels_last ? "_channels_last" : "");
                          });
 
 }  // namespace

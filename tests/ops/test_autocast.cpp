@@ -3,10 +3,12 @@
 #include "core/autograd.h"
 #include "ops/autocast.h"
 #include "ops/ops.h"
+#include "support/errors.h"
 #include "support/gradcheck.h"
 
 using namespace precis;
 using precis::testing::expect_close;
+using precis::testing::expect_error;
 using precis::testing::random_f64;
 
 TEST(Autocast, OutputDtypesFollowPyTorchLists) {
@@ -130,5 +132,36 @@ TEST(Autocast, PrecachedCastsOfAFlatBufferMatchPerWeightCasts) {
     expect_close(cached[i].grad(), plain[i].grad(), 0, 0);
   }
   EXPECT_FALSE(cached[2].grad().defined()) << "a leaf the loss does not use gets no gradient";
+  ops::autocast::clear_cache();
+}
+
+// precache takes a leaf laid out channels-last in the buffer (nn::to_channels_last): its cast is
+// the same elements of the cast buffer read with the leaf's strides, so it is channels-last too
+// and equals the leaf's own cast element by element. A view with gaps is still refused.
+TEST(Autocast, PrecacheKeepsAChannelsLastLeafsLayout) {
+  const Shape shape{4, 3, 3, 3}, channels_last{27, 1, 9, 3};
+  Tensor buffer = random_f64({2 + 4 * 27}, 13).to(DType::f32);
+  Tensor leaf;
+  {
+    NoGradGuard no_grad;
+    leaf = buffer.as_strided(shape, channels_last, 2).set_requires_grad();
+  }
+  ops::autocast::clear_cache();
+  ops::autocast::precache(buffer, {leaf}, DType::bf16);
+  {
+    ops::autocast::Scope scope(DType::bf16);
+    const Tensor cast = ops::autocast::to_compute(leaf);
+    EXPECT_EQ(cast.dtype(), DType::bf16);
+    EXPECT_EQ(cast.strides(), channels_last);
+    expect_close(cast, leaf.detach().to(DType::bf16), 0, 0);
+  }
+  ops::autocast::clear_cache();
+  Tensor gappy;
+  {
+    NoGradGuard no_grad;
+    gappy = buffer.as_strided({4, 3}, {6, 1}, 0).set_requires_grad();
+  }
+  expect_error([&] { ops::autocast::precache(buffer, {gappy}, DType::bf16); },
+               "every leaf must be a dense view of the buffer that requires grad");
   ops::autocast::clear_cache();
 }

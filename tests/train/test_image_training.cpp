@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "core/autograd.h"
@@ -86,22 +87,27 @@ TEST(ImageTraining, TinyResNetLossDecreases) {
 }
 
 TEST(ImageTraining, ResumeContinuesExactly) {
-  for (const char* yaml : {kLeNet, kTinyResNet}) {
+  // The tiny ResNet also with its weights channels-last: the optimizer state goes into the
+  // checkpoint row-major and comes back in the parameters' layout.
+  const std::pair<const char*, const char*> runs[] = {
+      {kLeNet, "channels_last=false"}, {kTinyResNet, "channels_last=false"}, {kTinyResNet, "channels_last=true"}};
+  for (const auto& [yaml, layout] : runs) {
     const fs::path whole = fresh_dir("whole"), split = fresh_dir("split");
     // One schedule of 6 steps for all three runs (a resume keeps the checkpoint's schedule end
     // rather than stretching it to a new max_steps: train/resume_schedule.h).
     train::Trainer straight(
-        train::parse_config(yaml, {"out_dir=" + whole.string(), "max_steps=6", "schedule.decay_steps=6"}));
+        train::parse_config(yaml, {"out_dir=" + whole.string(), "max_steps=6", "schedule.decay_steps=6", layout}));
     straight.run();
 
     train::Trainer first(
-        train::parse_config(yaml, {"out_dir=" + split.string(), "max_steps=3", "schedule.decay_steps=6"}));
+        train::parse_config(yaml, {"out_dir=" + split.string(), "max_steps=3", "schedule.decay_steps=6", layout}));
     first.run();  // the final checkpoint at step 3
     train::Trainer second(
-        train::parse_config(yaml, {"out_dir=" + split.string(), "max_steps=6", "checkpoint.resume=true"}));
+        train::parse_config(yaml, {"out_dir=" + split.string(), "max_steps=6", "checkpoint.resume=true", layout}));
     second.run();
     ASSERT_EQ(second.losses().size(), 3u);
-    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(second.losses()[i], straight.losses()[3 + i]) << yaml << " step " << 4 + i;
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_EQ(second.losses()[i], straight.losses()[3 + i]) << yaml << layout << " step " << 4 + i;
     // Parameters and the batch-norm buffers (running statistics, batch counts) end the same.
     const auto a = straight.model().state_dict(), b = second.model().state_dict();
     for (const auto& [name, tensor] : a) {
@@ -110,6 +116,70 @@ TEST(ImageTraining, ResumeContinuesExactly) {
       } else {
         EXPECT_EQ(b.at(name).to_vector<float>(), tensor.to_vector<float>()) << name;
       }
+    }
+  }
+}
+
+// channels_last: true on the CPU lays the images and the convolutions' weights out
+// channels-last. The CPU's kernels compute in NCHW whatever the layout, and the optimizer
+// updates each element alone, so with the gradients unclipped (the clip factor is the one
+// number that depends on the layout: the norm sums the squares in memory order) both layouts
+// give the same losses and parameters bit for bit.
+TEST(ImageTraining, ChannelsLastWeightsTrainAsRowMajorOnesDo) {
+  std::map<std::string, std::vector<double>> losses;
+  std::map<std::string, std::map<std::string, Tensor>> states;
+  for (const char* channels_last : {"false", "true"}) {
+    const fs::path dir = fresh_dir(std::string("layout_") + channels_last);
+    train::Trainer trainer(train::parse_config(
+        kTinyResNet, {"out_dir=" + dir.string(), "max_steps=4", "optimizer.grad_clip=0", "checkpoint.save_final=false",
+                      std::string("channels_last=") + channels_last}));
+    trainer.run();
+    losses[channels_last] = trainer.losses();
+    states[channels_last] = trainer.model().state_dict();
+    for (const auto& p : trainer.model().named_parameters()) {
+      if (p.tensor.dim() != 4) continue;
+      const Tensor w = p.tensor, g = p.tensor.grad();
+      const int64_t C = w.size(1), H = w.size(2), W = w.size(3);
+      if (channels_last == std::string("true"))
+        EXPECT_EQ(w.strides(), (Shape{H * W * C, 1, W * C, C})) << p.name;
+      else
+        EXPECT_TRUE(w.is_contiguous()) << p.name;
+      EXPECT_EQ(g.strides(), w.strides()) << p.name << ": the gradient in its parameter's layout";
+    }
+  }
+  EXPECT_EQ(losses["true"], losses["false"]);
+  for (const auto& [name, tensor] : states["false"]) {
+    if (tensor.dtype() == DType::i64) continue;
+    EXPECT_EQ(states["true"].at(name).to_vector<float>(), tensor.to_vector<float>()) << name;
+  }
+}
+
+// A checkpoint holds the weights and the optimizer state row-major whatever the run's layout,
+// so a run resumes under the other channels_last setting and continues exactly as one that
+// never stopped (unclipped: see ChannelsLastWeightsTrainAsRowMajorOnesDo).
+TEST(ImageTraining, ResumeUnderTheOtherWeightLayoutContinuesExactly) {
+  const std::vector<std::string> common = {"optimizer.grad_clip=0", "schedule.decay_steps=6"};
+  auto config = [&](const fs::path& dir, std::vector<std::string> more) {
+    more.insert(more.end(), common.begin(), common.end());
+    more.push_back("out_dir=" + dir.string());
+    return train::parse_config(kTinyResNet, more);
+  };
+  train::Trainer straight(config(fresh_dir("layout_whole"), {"max_steps=6", "channels_last=false"}));
+  straight.run();
+  for (const auto& [before, after] :
+       std::vector<std::pair<std::string, std::string>>{{"false", "true"}, {"true", "false"}}) {
+    const fs::path split = fresh_dir("layout_split_" + before);
+    train::Trainer first(config(split, {"max_steps=3", "channels_last=" + before}));
+    first.run();
+    train::Trainer second(config(split, {"max_steps=6", "checkpoint.resume=true", "channels_last=" + after}));
+    second.run();
+    ASSERT_EQ(second.losses().size(), 3u);
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_EQ(second.losses()[i], straight.losses()[3 + i]) << before << " -> " << after << ", step " << 4 + i;
+    const auto a = straight.model().state_dict(), b = second.model().state_dict();
+    for (const auto& [name, tensor] : a) {
+      if (tensor.dtype() == DType::i64) continue;
+      EXPECT_EQ(b.at(name).to_vector<float>(), tensor.to_vector<float>()) << before << " -> " << after << ": " << name;
     }
   }
 }
