@@ -208,6 +208,21 @@ void over_sample_runs(const PoolWindows& p, const char* op, Launch&& launch) {
   }
 }
 
+// Calls launch(Width<V>(), in, out, windows, x_at, y_at) for each run of samples
+// (over_sample_runs), V the channels a thread takes for these operands, in and out x's and y's
+// layouts as such a kernel sees them, x_at and y_at the run's first element in x and y.
+template <typename T, typename Launch>
+void over_launches(const PoolWindows& p, MemoryFormat format, const char* op, const T* a, const T* b,
+                   const int32_t* indices, Launch&& launch) {
+  with_channels_per_thread<T>(channels_per_thread(p, format, a, b, indices), [&](auto width) {
+    constexpr int V = decltype(width)::value;
+    const Layout in = input_layout(p, format, V), out = output_layout(p, format, V);
+    over_sample_runs(p, op, [&](const Windows& w, int64_t n0) {
+      launch(width, in, out, w, n0 * p.C * p.H * p.W, n0 * p.C * p.OH * p.OW);
+    });
+  });
+}
+
 }  // namespace
 
 void pool2d_forward(const Tensor& x, const Tensor& y, const Tensor& indices, const PoolWindows& p,
@@ -219,16 +234,13 @@ void pool2d_forward(const Tensor& x, const Tensor& y, const Tensor& indices, con
     const T* xs = data_of<const T>(x);
     T* ys = data_of<T>(y);
     int32_t* where = indices.defined() ? data_of<int32_t>(indices) : nullptr;
-    with_channels_per_thread<T>(channels_per_thread(p, format, xs, ys, where), [&](auto width) {
-      constexpr int V = decltype(width)::value;
-      const Layout in = input_layout(p, format, V), out = output_layout(p, format, V);
-      over_sample_runs(p, op, [&](const Windows& w, int64_t n0) {
-        const int64_t x_at = n0 * p.C * p.H * p.W, y_at = n0 * p.C * p.OH * p.OW;
-        const int64_t total = static_cast<int64_t>(w.N) * p.C / V * p.OH * p.OW;
-        launch(pool_forward_kernel<T, V>, grid_for(total), kBlockSize, 0, stream_for(y), xs + x_at, ys + y_at,
-               where ? where + y_at : nullptr, w, in, out, static_cast<uint32_t>(total));
-      });
-    });
+    over_launches(p, format, op, xs, ys, where,
+                  [&](auto width, const Layout& in, const Layout& out, const Windows& w, int64_t x_at, int64_t y_at) {
+                    constexpr int V = decltype(width)::value;
+                    const int64_t total = static_cast<int64_t>(w.N) * p.C / V * p.OH * p.OW;
+                    launch(pool_forward_kernel<T, V>, grid_for(total), kBlockSize, 0, stream_for(y), xs + x_at,
+                           ys + y_at, where ? where + y_at : nullptr, w, in, out, static_cast<uint32_t>(total));
+                  });
   });
   PRECIS_CUDA_CHECK_LAUNCH(op);
 }
@@ -242,16 +254,13 @@ void pool2d_backward(const Tensor& gy, const Tensor& indices, const Tensor& dx, 
     const T* gys = data_of<const T>(gy);
     T* dxs = data_of<T>(dx);
     const int32_t* where = indices.defined() ? data_of<const int32_t>(indices) : nullptr;
-    with_channels_per_thread<T>(channels_per_thread(p, format, gys, dxs, where), [&](auto width) {
-      constexpr int V = decltype(width)::value;
-      const Layout in = input_layout(p, format, V), out = output_layout(p, format, V);
-      over_sample_runs(p, op, [&](const Windows& w, int64_t n0) {
-        const int64_t x_at = n0 * p.C * p.H * p.W, y_at = n0 * p.C * p.OH * p.OW;
-        const int64_t total = static_cast<int64_t>(w.N) * p.C / V * p.H * p.W;
-        launch(pool_backward_kernel<T, V>, grid_for(total), kBlockSize, 0, stream_for(dx), gys + y_at,
-               where ? where + y_at : nullptr, dxs + x_at, w, in, out, static_cast<uint32_t>(total));
-      });
-    });
+    over_launches(p, format, op, gys, dxs, where,
+                  [&](auto width, const Layout& in, const Layout& out, const Windows& w, int64_t x_at, int64_t y_at) {
+                    constexpr int V = decltype(width)::value;
+                    const int64_t total = static_cast<int64_t>(w.N) * p.C / V * p.H * p.W;
+                    launch(pool_backward_kernel<T, V>, grid_for(total), kBlockSize, 0, stream_for(dx), gys + y_at,
+                           where ? where + y_at : nullptr, dxs + x_at, w, in, out, static_cast<uint32_t>(total));
+                  });
   });
   PRECIS_CUDA_CHECK_LAUNCH(op);
 }
