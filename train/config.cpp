@@ -860,7 +860,26 @@ int64_t second_document_line(const std::string& text) {
   return 0;
 }
 
-YAML::Node parse_yaml(const std::string& yaml_text, const std::string& source_name) {
+// YAML's line breaks are LF, CR LF and a lone CR (YAML 1.2, 5.4). yaml-cpp keeps a lone CR
+// (a last line saved with a Windows or old Mac ending and no LF after it) inside the scalar
+// before it, so a value would end in an invisible "\r", and the config written back would not
+// read back the same. All three become LF first.
+std::string with_lf_line_breaks(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\r') {
+      out += text[i];
+      continue;
+    }
+    out += '\n';
+    if (i + 1 < text.size() && text[i + 1] == '\n') ++i;
+  }
+  return out;
+}
+
+YAML::Node parse_yaml(const std::string& raw_text, const std::string& source_name) {
+  const std::string yaml_text = with_lf_line_breaks(raw_text);
   check_utf8(yaml_text, source_name);
   if (const int64_t line = second_document_line(yaml_text)) {
     fail(source_name + ":" + std::to_string(line) + ":1",

@@ -66,6 +66,23 @@ TEST(Config, EmptySectionsAndEmptyStringsAreAllowed) {
   EXPECT_EQ(config.sample.prompt, "");
 }
 
+// A config saved with Windows (CR LF) or old Mac (CR) line endings reads as with LF ones,
+// the last line's value included when no LF follows its CR (the fuzzer's find: out_dir ended
+// in an invisible "\r", and the resolved config did not read back the same).
+TEST(Config, CarriageReturnsAreLineBreaks) {
+  const std::string lf = kData + "max_steps: 20\nout_dir: out/run\n";
+  for (const std::string& text :
+       {kData + "max_steps: 20\r\nout_dir: out/run\r\n", kData + "max_steps: 20\rout_dir: out/run\r",
+        kData + "max_steps: 20\nout_dir: out/run\r"}) {
+    const TrainConfig config = parse(text);
+    EXPECT_EQ(config.out_dir, "out/run");
+    EXPECT_EQ(config.max_steps, 20);
+    const std::string resolved = resolved_config_yaml(config);
+    EXPECT_EQ(resolved, resolved_config_yaml(parse(lf)));
+    EXPECT_EQ(resolved_config_yaml(parse(resolved)), resolved);
+  }
+}
+
 TEST(Config, EveryShippedConfigLoads) {
   std::vector<std::filesystem::path> files;
   for (const auto& entry : std::filesystem::directory_iterator("examples/configs")) {
