@@ -52,7 +52,6 @@ using namespace precis::cuda;  // the device toolkit (core/cuda/)
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kBatch = 4;   // cells whose loads a packed statistics thread issues together
 constexpr int kLanes = 32;  // channels per block, channels-last
 
 // Where a channel's values lie in memory.
@@ -283,9 +282,22 @@ struct PackedSums {
 // As channel_sums_kernel, V channels a thread: forward sums x - p and (x - p)^2 (p the channel's
 // first value), backward g' and g' (x - mean). The block's ty partial sums of each channel are
 // added by a tree (rows r and r + stride, stride halving), the same order every run.
-// kMaskFromX: the backward's relu mask from x (a.relu_bias), as BackwardValues.
-template <typename T, bool kBackward, bool kMaskFromX = false>
-__global__ void __launch_bounds__(kThreads) packed_sums_kernel(PackedSums<T> a, Layout l, float* partial) {
+// kMask: where the backward's relu mask comes from (a.y or x, as BackwardValues), if any.
+enum class Mask { none, from_y, from_x };
+// The statistics pass's shape: each thread issues kBatch cells' loads together, and two blocks
+// are resident on every SM (the launch bounds cap a thread at 128 registers), the grid one wave
+// of them. A backward that also loads y (or recomputes the mask from x) batches 3 cells, not 4,
+// to fit those registers without spilling (ptxas -v; bench/NOTES.md). Uncapped, the backward
+// took 165 registers: one block an SM, and the grid ran in two waves.
+constexpr int kStatsBlocks = 2;
+template <bool kBackward, Mask kMask>
+constexpr int stats_batch() {
+  return kMask == Mask::none ? 4 : 3;
+}
+template <typename T, bool kBackward, Mask kMask>
+__global__ void __launch_bounds__(kThreads, kStatsBlocks)
+    packed_sums_kernel(PackedSums<T> a, Layout l, float* partial) {
+  constexpr int kBatch = stats_batch<kBackward, kMask>();
   wait_for_previous_grid();
   allow_next_grid_to_start();
   constexpr int V = Packed128<T>::size;
@@ -299,7 +311,7 @@ __global__ void __launch_bounds__(kThreads) packed_sums_kernel(PackedSums<T> a, 
     if constexpr (kBackward) {
 #pragma unroll
       for (int k = 0; k < V; ++k) ref[k] = a.mean[c0 + k];
-      if constexpr (kMaskFromX) {
+      if constexpr (kMask == Mask::from_x) {
 #pragma unroll
         for (int k = 0; k < V; ++k) {
           scale[k] = a.weight[c0 + k] * a.invstd[c0 + k];
@@ -324,7 +336,7 @@ __global__ void __launch_bounds__(kThreads) packed_sums_kernel(PackedSums<T> a, 
         x[u] = load_pack<V>(a.x + j * l.C + c0);
         if constexpr (kBackward) {
           g[u] = load_pack<V>(a.gy + j * l.C + c0);
-          if (a.y) y[u] = load_pack<V>(a.y + j * l.C + c0);
+          if constexpr (kMask == Mask::from_y) y[u] = load_pack<V>(a.y + j * l.C + c0);
         }
       }
 #pragma unroll
@@ -332,12 +344,12 @@ __global__ void __launch_bounds__(kThreads) packed_sums_kernel(PackedSums<T> a, 
         const int64_t j = j0 + u * stride;
         if (j >= l.M) continue;
         if constexpr (kBackward) {
-          if constexpr (kMaskFromX) {
+          if constexpr (kMask == Mask::from_x) {
 #pragma unroll
             for (int k = 0; k < V; ++k)
               if (!relu_passes<T>(normalized(convert_to<float>(x[u].v[k]), ref[k], scale[k], bias[k])))
                 g[u].v[k] = convert_to<T>(0.f);
-          } else if (a.y) {
+          } else if constexpr (kMask == Mask::from_y) {
 #pragma unroll
             for (int k = 0; k < V; ++k)
               if (!(convert_to<float>(y[u].v[k]) > 0.f)) g[u].v[k] = convert_to<T>(0.f);
@@ -506,16 +518,17 @@ bool packed(const Layout& l, std::initializer_list<const void*> buffers) {
 }
 
 // channel_sums by packed_sums_kernel: its [G, 2, C] partial and G.
-template <typename T, bool kBackward, bool kMaskFromX = false>
+template <typename T, bool kBackward, Mask kMask>
 std::pair<Tensor, int64_t> packed_channel_sums(const PackedSums<T>& a, const Layout& l, Device device) {
+  constexpr int kBatch = stats_batch<kBackward, kMask>();
   const PackedShape s = packed_shape(l.C / Packed128<T>::size);
-  // Two blocks per SM, each thread with kBatch loads of each operand in flight, keep the memory
-  // busy; more blocks would only lengthen the finalize kernel's walk over the G partials. Each
-  // thread takes at least one batch.
-  const int64_t wanted = std::max<int64_t>(1, 2 * multiprocessor_count(device) / s.tiles);
+  // kStatsBlocks blocks per SM, each thread with kBatch loads of each operand in flight, keep the
+  // memory busy; more blocks would only lengthen the finalize kernel's walk over the G partials.
+  // Each thread takes at least one batch.
+  const int64_t wanted = std::max<int64_t>(1, kStatsBlocks * multiprocessor_count(device) / s.tiles);
   const int64_t G = std::min<int64_t>({wanted, std::max<int64_t>(1, l.M / (kBatch * s.ty)), 65535});
   Tensor partial = empty({G * 2 * l.C}, DType::f32, device);
-  launch(packed_sums_kernel<T, kBackward, kMaskFromX>, dim3(static_cast<unsigned>(s.tiles), static_cast<unsigned>(G)),
+  launch(packed_sums_kernel<T, kBackward, kMask>, dim3(static_cast<unsigned>(s.tiles), static_cast<unsigned>(G)),
          dim3(s.tx, s.ty), 0, stream_for(partial), a, l, data_of<float>(partial));
   PRECIS_CUDA_CHECK_LAUNCH("batch_norm statistics");
   return {partial, G};
@@ -559,7 +572,7 @@ void batch_norm_forward(const BatchNormForward& f) {
     int64_t G = 0;
     if (f.training && l.M > 0) {
       std::tie(partial, G) = is_packed
-                                 ? packed_channel_sums<T, false>(
+                                 ? packed_channel_sums<T, false, Mask::none>(
                                        {x, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr}, l, device)
                                  : channel_sums(ForwardValues<T>{x}, l, device);
     }
@@ -612,8 +625,9 @@ void batch_norm_backward(const BatchNormBackward& b) {
     const BackwardValues<T> values{x, y, gy, mean, gprime, weight, invstd, relu_bias};
     const PackedSums<T> sums{x, y, gy, mean, gprime, weight, invstd, relu_bias};
     const auto [partial, G] = !is_packed  ? channel_sums(values, l, device)
-                              : relu_bias ? packed_channel_sums<T, true, true>(sums, l, device)
-                                          : packed_channel_sums<T, true>(sums, l, device);
+                              : relu_bias ? packed_channel_sums<T, true, Mask::from_x>(sums, l, device)
+                              : y         ? packed_channel_sums<T, true, Mask::from_y>(sums, l, device)
+                                          : packed_channel_sums<T, true, Mask::none>(sums, l, device);
     launch(backward_finalize_kernel, finalize_blocks(l), kThreads, 0, stream_for(b.dx), data_of<const float>(partial),
            G, l, data_of<const float>(b.weight), data_of<const float>(b.save_invstd), data_of<float>(b.dw),
            data_of<float>(b.db), data_of<float>(coefficients), b.training, b.accumulate_dw, b.accumulate_db);
