@@ -20,7 +20,9 @@
 // the same two each way backward; batch_norm_relu applies the relu in the normalising pass
 // and its mask in the backward's, so it costs nothing over batch_norm. batch_norm_add_relu reads
 // r in the normalising pass, and its backward's statistics pass writes g' (r's gradient), which
-// the dx pass then reads instead of g and y.
+// the dx pass then reads instead of g and y. On the GPU batch_norm_relu keeps the bias, not y,
+// and its backward passes recompute the mask from x: they read a tensor less each, and y is
+// freed with its last other use (a ResNet stem's y, which only a max-pool reads).
 #include "ops/batch_norm.h"
 
 #include <cmath>
@@ -67,10 +69,11 @@ DType statistics_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : 
 
 // What the backward needs.
 struct Saved {
-  // x and y (batch_norm_relu only: its mask) as the kernels read and wrote them: contiguous on the
-  // CPU, dense in the memory format on the GPU; weight in the statistics dtype (on the GPU f32
-  // ones where undefined)
-  Tensor x, weight, mean, invstd, y;
+  // x and y (the relu's mask) as the kernels read and wrote them: contiguous on the CPU, dense in
+  // the memory format on the GPU; weight in the statistics dtype (on the GPU f32 ones where
+  // undefined). On the GPU batch_norm_relu keeps the f32 bias instead of y and recomputes the
+  // mask from x (ops/cuda/batch_norm.h): y is then freed with its last other use.
+  Tensor x, weight, mean, invstd, y, bias;
   MemoryFormat format;
   bool training, residual;  // residual: r's gradient is wanted (batch_norm_add_relu)
 };
@@ -295,10 +298,15 @@ Tensor forward_cuda(const Arguments& a, Saved& saved) {
   saved.mean = empty({C}, DType::f32, device);
   saved.invstd = empty({C}, DType::f32, device);
   const Tensor residual = a.residual.defined() ? dense_as(a.residual, saved.format, a.x.dtype()) : Tensor();
-  cuda::batch_norm_forward({saved.x, residual, y, saved.weight, f32_parameter(a.bias, C, 0.0, device), a.running_mean,
-                            a.running_var, a.training ? a.num_batches_tracked : Tensor(), saved.mean, saved.invstd,
-                            a.momentum, a.eps, saved.format, a.training, a.relu});
-  if (a.relu) saved.y = y.detach();  // the relu's mask
+  const Tensor bias = f32_parameter(a.bias, C, 0.0, device);
+  cuda::batch_norm_forward({saved.x, residual, y, saved.weight, bias, a.running_mean, a.running_var,
+                            a.training ? a.num_batches_tracked : Tensor(), saved.mean, saved.invstd, a.momentum, a.eps,
+                            saved.format, a.training, a.relu});
+  // The relu's mask: batch_norm_add_relu's needs y (its residual is not kept); batch_norm_relu's
+  // is recomputed from x and the bias, which reads a tensor less and lets y go with its last use
+  // (a ResNet's stem keeps its pooled output, not y).
+  if (a.relu && residual.defined()) saved.y = y.detach();
+  if (a.relu && !residual.defined()) saved.bias = bias;
   return y;
 }
 
@@ -319,8 +327,8 @@ std::vector<Tensor> backward_cuda(const Saved& s, const BackwardArgs& g) {
   Tensor dr = !s.residual      ? Tensor()
               : s.x.dim() == 4 ? empty_in(s.x.shape(), s.format, s.x.dtype(), device)
                                : empty(s.x.shape(), s.x.dtype(), device);
-  cuda::batch_norm_backward({s.x, s.y, dense_as(g.grad(), s.format, s.x.dtype()), s.weight, s.mean, s.invstd, dx,
-                             values_or_scratch(dw), values_or_scratch(db), dr, s.format, s.training,
+  cuda::batch_norm_backward({s.x, s.y, s.bias, dense_as(g.grad(), s.format, s.x.dtype()), s.weight, s.mean, s.invstd,
+                             dx, values_or_scratch(dw), values_or_scratch(db), dr, s.format, s.training,
                              dw.destination.accumulate, db.destination.accumulate});
   return {g.needs(0) ? dx : Tensor(), dw.returned(), db.returned(), g.needs(3) ? dr : Tensor()};
 }

@@ -17,7 +17,11 @@
 // and the running statistics r <- (1 - momentum) r + momentum (mean, var M / (M - 1)).
 // Eval skips the sums: mean, var are the running ones.
 // Backward sums g' and g' (x - mean), g' = g, or g [y > 0] for the relu variants (and
-// batch_norm_add_relu's sums pass stores g', r's gradient, for the dx pass to read):
+// batch_norm_add_relu's sums pass stores g', r's gradient, for the dx pass to read).
+// batch_norm_relu's mask comes from x where y was not kept: the forward's value
+// fma(x - mean, w invstd, bias) again, the same f32 operations on the same numbers, rounded to
+// T as y was: T(v) > 0 exactly where y > 0, at the price of an fma per element instead of a
+// tensor read.
 //   db = sum g',  dw = invstd sum g' (x - mean),  k = w invstd, and
 //   training: dx = k g' - k db / M - (x - mean) k invstd dw / M;   eval: dx = k g'.
 //
@@ -48,7 +52,6 @@ using namespace precis::cuda;  // the device toolkit (core/cuda/)
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kBatch = 4;   // cells whose loads a packed statistics thread issues together
 constexpr int kLanes = 32;  // channels per block, channels-last
 
 // Where a channel's values lie in memory.
@@ -60,6 +63,19 @@ struct Layout {
   // the channel of the element at memory position i
   __device__ int64_t channel(int64_t i) const { return channels_last ? i % C : (i / S) % C; }
 };
+
+// The normalised value (x - mean) scale + bias, rounded once: the forward's apply, and the
+// backward where it recomputes batch_norm_relu's mask from x, so that both get the same bits.
+__device__ __forceinline__ float normalized(float x, float mean, float scale, float bias) {
+  return __fmaf_rn(x - mean, scale, bias);
+}
+
+// Whether the relu passes the gradient at v, the value before it, for a y stored as T: where
+// T(max(0, v)) > 0, the test the mask from y makes (a NaN passes neither way).
+template <typename T>
+__device__ __forceinline__ bool relu_passes(float v) {
+  return convert_to<float>(convert_to<T>(v)) > 0.f;
+}
 
 // The statistics sums: x - p and (x - p)^2, p the channel's first value.
 template <typename T>
@@ -79,8 +95,17 @@ struct BackwardValues {
   const T* gy;
   const float* mean;
   T* gprime;  // where g' goes (batch_norm_add_relu's dr), or null
+  const float *weight, *invstd;
+  const float* relu_bias;  // y null and this not: the relu's mask from x (relu_passes)
+  // g' at i: gy where the relu (if any) passes it, else 0.
+  __device__ float gradient(int64_t i, int64_t c) const {
+    const bool blocked = y ? !(convert_to<float>(y[i]) > 0.f)
+                           : relu_bias && !relu_passes<T>(normalized(convert_to<float>(x[i]), mean[c],
+                                                                     weight[c] * invstd[c], relu_bias[c]));
+    return blocked ? 0.f : convert_to<float>(gy[i]);
+  }
   __device__ Pair<float> operator()(int64_t i, int64_t c, const Layout&) const {
-    const float g = (y && !(convert_to<float>(y[i]) > 0.f)) ? 0.f : convert_to<float>(gy[i]);
+    const float g = gradient(i, c);
     if (gprime) gprime[i] = convert_to<T>(g);
     return {g, g * (convert_to<float>(x[i]) - mean[c])};
   }
@@ -189,7 +214,7 @@ __global__ void forward_apply_kernel(const T* x, const T* r, T* y, Layout l, con
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const int64_t c = l.channel(i);
-  float v = (convert_to<float>(x[i]) - mean[c]) * scale[c] + bias[c];
+  float v = normalized(convert_to<float>(x[i]), mean[c], scale[c], bias[c]);
   if (r) v += convert_to<float>(r[i]);
   if (relu && v < 0.f) v = 0.f;
   y[i] = convert_to<T>(v);
@@ -220,9 +245,7 @@ __global__ void backward_apply_kernel(BackwardValues<T> v, T* dx, Layout l, cons
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const int64_t c = l.channel(i);
-  const float g = v.gprime                                      ? convert_to<float>(v.gprime[i])
-                  : (v.y && !(convert_to<float>(v.y[i]) > 0.f)) ? 0.f
-                                                                : convert_to<float>(v.gy[i]);
+  const float g = v.gprime ? convert_to<float>(v.gprime[i]) : v.gradient(i, c);
   dx[i] = convert_to<T>(coefficients[c] * g + coefficients[l.C + c] +
                         coefficients[2 * l.C + c] * (convert_to<float>(v.x[i]) - v.mean[c]));
 }
@@ -244,7 +267,8 @@ PackedShape packed_shape(int64_t packs) {
 }
 
 // What the packed statistics pass reads (forward: x; backward: x, gy, y or null, and writes
-// g' where gprime is not null).
+// g' where gprime is not null; the relu's mask from x with weight, invstd and relu_bias, as
+// BackwardValues).
 template <typename T>
 struct PackedSums {
   const T* x;
@@ -252,26 +276,48 @@ struct PackedSums {
   const T* gy;
   const float* mean;
   T* gprime;
+  const float *weight, *invstd, *relu_bias;
 };
 
 // As channel_sums_kernel, V channels a thread: forward sums x - p and (x - p)^2 (p the channel's
 // first value), backward g' and g' (x - mean). The block's ty partial sums of each channel are
 // added by a tree (rows r and r + stride, stride halving), the same order every run.
-template <typename T, bool kBackward>
-__global__ void __launch_bounds__(kThreads) packed_sums_kernel(PackedSums<T> a, Layout l, float* partial) {
+// kMask: where the backward's relu mask comes from (a.y or x, as BackwardValues), if any.
+enum class Mask { none, from_y, from_x };
+// The statistics pass's shape: each thread issues kBatch cells' loads together, and two blocks
+// are resident on every SM (the launch bounds cap a thread at 128 registers), the grid one wave
+// of them. A backward that also loads y (or recomputes the mask from x) batches 3 cells, not 4,
+// to fit those registers without spilling (ptxas -v; bench/NOTES.md). Uncapped, the backward
+// took 165 registers: one block an SM, and the grid ran in two waves.
+constexpr int kStatsBlocks = 2;
+template <bool kBackward, Mask kMask>
+constexpr int stats_batch() {
+  return kMask == Mask::none ? 4 : 3;
+}
+template <typename T, bool kBackward, Mask kMask>
+__global__ void __launch_bounds__(kThreads, kStatsBlocks)
+    packed_sums_kernel(PackedSums<T> a, Layout l, float* partial) {
+  constexpr int kBatch = stats_batch<kBackward, kMask>();
   wait_for_previous_grid();
   allow_next_grid_to_start();
   constexpr int V = Packed128<T>::size;
   __shared__ float rows[kThreads * 2 * V];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + tx) * V;
-  float s1[V], s2[V], ref[V];
+  float s1[V], s2[V], ref[V], scale[V], bias[V];
 #pragma unroll
   for (int k = 0; k < V; ++k) s1[k] = s2[k] = 0.f;
   if (c0 < l.C) {
     if constexpr (kBackward) {
 #pragma unroll
       for (int k = 0; k < V; ++k) ref[k] = a.mean[c0 + k];
+      if constexpr (kMask == Mask::from_x) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          scale[k] = a.weight[c0 + k] * a.invstd[c0 + k];
+          bias[k] = a.relu_bias[c0 + k];
+        }
+      }
     } else {
       const Packed128<T> p = load_pack<V>(a.x + c0);  // cell 0
 #pragma unroll
@@ -290,7 +336,7 @@ __global__ void __launch_bounds__(kThreads) packed_sums_kernel(PackedSums<T> a, 
         x[u] = load_pack<V>(a.x + j * l.C + c0);
         if constexpr (kBackward) {
           g[u] = load_pack<V>(a.gy + j * l.C + c0);
-          if (a.y) y[u] = load_pack<V>(a.y + j * l.C + c0);
+          if constexpr (kMask == Mask::from_y) y[u] = load_pack<V>(a.y + j * l.C + c0);
         }
       }
 #pragma unroll
@@ -298,7 +344,12 @@ __global__ void __launch_bounds__(kThreads) packed_sums_kernel(PackedSums<T> a, 
         const int64_t j = j0 + u * stride;
         if (j >= l.M) continue;
         if constexpr (kBackward) {
-          if (a.y) {
+          if constexpr (kMask == Mask::from_x) {
+#pragma unroll
+            for (int k = 0; k < V; ++k)
+              if (!relu_passes<T>(normalized(convert_to<float>(x[u].v[k]), ref[k], scale[k], bias[k])))
+                g[u].v[k] = convert_to<T>(0.f);
+          } else if constexpr (kMask == Mask::from_y) {
 #pragma unroll
             for (int k = 0; k < V; ++k)
               if (!(convert_to<float>(y[u].v[k]) > 0.f)) g[u].v[k] = convert_to<T>(0.f);
@@ -372,7 +423,7 @@ __global__ void __launch_bounds__(kThreads)
     Packed128<T> out;
 #pragma unroll
     for (int k = 0; k < V; ++k) {
-      float v = (convert_to<float>(xv.v[k]) - m[k]) * sc[k] + b[k];
+      float v = normalized(convert_to<float>(xv.v[k]), m[k], sc[k], b[k]);
       if (r) v += convert_to<float>(rv.v[k]);
       if (relu && v < 0.f) v = 0.f;
       out.v[k] = convert_to<T>(v);
@@ -382,11 +433,13 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // backward_apply_kernel, V channels a thread: dx = a g' + b + k (x - mean), with g' read from
-// gprime where the statistics pass wrote it, else gy masked by y > 0 (y not null) or gy.
+// gprime where the statistics pass wrote it, else gy masked by y > 0 (y not null), by the mask
+// from x (relu_bias not null, as BackwardValues), or gy.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     packed_backward_apply_kernel(const T* x, const T* y, const T* gy, const T* gprime, T* dx, Layout l,
-                                 const float* mean, const float* coefficients) {
+                                 const float* mean, const float* coefficients, const float* weight, const float* invstd,
+                                 const float* relu_bias) {
   wait_for_previous_grid();
   allow_next_grid_to_start();
   constexpr int V = Packed128<T>::size;
@@ -402,6 +455,15 @@ __global__ void __launch_bounds__(kThreads)
   }
   const T* g_in = gprime ? gprime : gy;
   const T* mask = gprime ? nullptr : y;
+  const bool mask_from_x = !gprime && !y && relu_bias;
+  float scale[V], bias[V];
+  if (mask_from_x) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      scale[k] = weight[c0 + k] * invstd[c0 + k];
+      bias[k] = relu_bias[c0 + k];
+    }
+  }
 #pragma unroll 2
   for (int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; j < l.M;
        j += static_cast<int64_t>(gridDim.y) * blockDim.y) {
@@ -413,8 +475,12 @@ __global__ void __launch_bounds__(kThreads)
     Packed128<T> out;
 #pragma unroll
     for (int k = 0; k < V; ++k) {
-      const float g = (mask && !(convert_to<float>(yv.v[k]) > 0.f)) ? 0.f : convert_to<float>(gv.v[k]);
-      out.v[k] = convert_to<T>(a[k] * g + b[k] + k2[k] * (convert_to<float>(xv.v[k]) - m[k]));
+      const float xk = convert_to<float>(xv.v[k]);
+      const bool blocked = mask          ? !(convert_to<float>(yv.v[k]) > 0.f)
+                           : mask_from_x ? !relu_passes<T>(normalized(xk, m[k], scale[k], bias[k]))
+                                         : false;
+      const float g = blocked ? 0.f : convert_to<float>(gv.v[k]);
+      out.v[k] = convert_to<T>(a[k] * g + b[k] + k2[k] * (xk - m[k]));
     }
     store_pack(dx + i, out);
   }
@@ -452,16 +518,17 @@ bool packed(const Layout& l, std::initializer_list<const void*> buffers) {
 }
 
 // channel_sums by packed_sums_kernel: its [G, 2, C] partial and G.
-template <typename T, bool kBackward>
+template <typename T, bool kBackward, Mask kMask>
 std::pair<Tensor, int64_t> packed_channel_sums(const PackedSums<T>& a, const Layout& l, Device device) {
+  constexpr int kBatch = stats_batch<kBackward, kMask>();
   const PackedShape s = packed_shape(l.C / Packed128<T>::size);
-  // Two blocks per SM, each thread with kBatch loads of each operand in flight, keep the memory
-  // busy; more blocks would only lengthen the finalize kernel's walk over the G partials. Each
-  // thread takes at least one batch.
-  const int64_t wanted = std::max<int64_t>(1, 2 * multiprocessor_count(device) / s.tiles);
+  // kStatsBlocks blocks per SM, each thread with kBatch loads of each operand in flight, keep the
+  // memory busy; more blocks would only lengthen the finalize kernel's walk over the G partials.
+  // Each thread takes at least one batch.
+  const int64_t wanted = std::max<int64_t>(1, kStatsBlocks * multiprocessor_count(device) / s.tiles);
   const int64_t G = std::min<int64_t>({wanted, std::max<int64_t>(1, l.M / (kBatch * s.ty)), 65535});
   Tensor partial = empty({G * 2 * l.C}, DType::f32, device);
-  launch(packed_sums_kernel<T, kBackward>, dim3(static_cast<unsigned>(s.tiles), static_cast<unsigned>(G)),
+  launch(packed_sums_kernel<T, kBackward, kMask>, dim3(static_cast<unsigned>(s.tiles), static_cast<unsigned>(G)),
          dim3(s.tx, s.ty), 0, stream_for(partial), a, l, data_of<float>(partial));
   PRECIS_CUDA_CHECK_LAUNCH("batch_norm statistics");
   return {partial, G};
@@ -505,7 +572,8 @@ void batch_norm_forward(const BatchNormForward& f) {
     int64_t G = 0;
     if (f.training && l.M > 0) {
       std::tie(partial, G) = is_packed
-                                 ? packed_channel_sums<T, false>({x, nullptr, nullptr, nullptr, nullptr}, l, device)
+                                 ? packed_channel_sums<T, false, Mask::none>(
+                                       {x, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr}, l, device)
                                  : channel_sums(ForwardValues<T>{x}, l, device);
     }
     launch(forward_finalize_kernel<T>, finalize_blocks(l), kThreads, 0, stream_for(f.y), x,
@@ -532,9 +600,9 @@ void batch_norm_forward(const BatchNormForward& f) {
 }
 
 void batch_norm_backward(const BatchNormBackward& b) {
-  const char* op = b.dr.defined()  ? "batch_norm_add_relu backward"
-                   : b.y.defined() ? "batch_norm_relu backward"
-                                   : "batch_norm backward";
+  const char* op = b.dr.defined()                           ? "batch_norm_add_relu backward"
+                   : b.y.defined() || b.relu_bias.defined() ? "batch_norm_relu backward"
+                                                            : "batch_norm backward";
   const Layout l = layout_of(b.x, b.format);
   const Device device = b.x.device();
   if (l.C == 0) return;
@@ -546,15 +614,20 @@ void batch_norm_backward(const BatchNormBackward& b) {
     const T* gy = data_of<const T>(b.gy);
     T* gprime = b.dr.defined() ? data_of<T>(b.dr) : nullptr;
     const float* mean = data_of<const float>(b.save_mean);
+    const float *weight = data_of<const float>(b.weight), *invstd = data_of<const float>(b.save_invstd);
+    const float* relu_bias = !y && b.relu_bias.defined() ? data_of<const float>(b.relu_bias) : nullptr;
     if (l.M == 0) {  // no values: zero sums
       if (!b.accumulate_dw) fill_(b.dw, 0.0);
       if (!b.accumulate_db) fill_(b.db, 0.0);
       return;
     }
     const bool is_packed = packed<T>(l, {x, y, gy, gprime, b.dx.raw_data()});
-    const BackwardValues<T> values{x, y, gy, mean, gprime};
-    const auto [partial, G] =
-        is_packed ? packed_channel_sums<T, true>({x, y, gy, mean, gprime}, l, device) : channel_sums(values, l, device);
+    const BackwardValues<T> values{x, y, gy, mean, gprime, weight, invstd, relu_bias};
+    const PackedSums<T> sums{x, y, gy, mean, gprime, weight, invstd, relu_bias};
+    const auto [partial, G] = !is_packed  ? channel_sums(values, l, device)
+                              : relu_bias ? packed_channel_sums<T, true, Mask::from_x>(sums, l, device)
+                              : y         ? packed_channel_sums<T, true, Mask::from_y>(sums, l, device)
+                                          : packed_channel_sums<T, true, Mask::none>(sums, l, device);
     launch(backward_finalize_kernel, finalize_blocks(l), kThreads, 0, stream_for(b.dx), data_of<const float>(partial),
            G, l, data_of<const float>(b.weight), data_of<const float>(b.save_invstd), data_of<float>(b.dw),
            data_of<float>(b.db), data_of<float>(coefficients), b.training, b.accumulate_dw, b.accumulate_db);
@@ -563,7 +636,7 @@ void batch_norm_backward(const BatchNormBackward& b) {
       const PackedShape shape = packed_shape(l.C / Packed128<T>::size);
       launch(packed_backward_apply_kernel<T>, packed_apply_grid(shape, l, device), dim3(shape.tx, shape.ty), 0,
              stream_for(b.dx), x, y, gy, static_cast<const T*>(gprime), data_of<T>(b.dx), l, mean,
-             data_of<const float>(coefficients));
+             data_of<const float>(coefficients), weight, invstd, relu_bias);
     } else {
       launch(backward_apply_kernel<T>, grid_for(b.x.numel()), kBlockSize, 0, stream_for(b.dx), values, data_of<T>(b.dx),
              l, data_of<const float>(coefficients), b.x.numel());

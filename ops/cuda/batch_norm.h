@@ -20,10 +20,13 @@ struct BatchNormForward {
 };
 void batch_norm_forward(const BatchNormForward& f);
 
-// dx, and dw, db (f32 [C]), from gy, the forward's x and statistics (and y for the relu's mask);
-// with dr defined (batch_norm_add_relu), dr = g' = gy [y > 0] too.
+// dx, and dw, db (f32 [C]), from gy, the forward's x and statistics, and the relu's mask: from y
+// where y is defined, else from x where relu_bias is (the forward's value (x - mean) weight
+// invstd + bias recomputed bit for bit and rounded as y was: the same mask); with dr defined
+// (batch_norm_add_relu), dr = g' = gy [y > 0] too.
 struct BatchNormBackward {
-  Tensor x, y, gy, weight, save_mean, save_invstd;  // y: the relu variants only (else undefined); gy laid out as x
+  Tensor x, y, relu_bias, gy, weight, save_mean, save_invstd;  // y, relu_bias: f32 [C]: relu variants only
+                                                               // (else undefined); gy laid out as x
   Tensor dx, dw, db, dr;
   MemoryFormat format;
   bool training;
