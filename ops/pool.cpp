@@ -1,12 +1,14 @@
 // Pooling over the spatial dims of [N, C, H, W] tensors, each (n, c) plane on its own, over
 // the windows of ops/pool_window.h:
-//   max:  y[oh, ow] = max over the window of x, and i[oh, ow] = ih W + iw of the first maximum
-//         (a NaN wins, as in PyTorch);      dx[ih, iw] = sum of gy[oh, ow] over the outputs with i == ih W + iw
+//   max:  y[oh, ow] = max over the window of x, and i[oh, ow] = the first maximum's place in the
+//         window (a NaN wins, as in PyTorch; PoolWindows::place_in_window);
+//                                           dx[ih, iw] = sum of gy[oh, ow] over the outputs whose i is (ih, iw)'s place
 //   avg:  y[oh, ow] = sum over the window of x / divisor(oh, ow);
 //                                           dx[ih, iw] = sum of gy[oh, ow] / divisor(oh, ow) over the windows holding
 //                                           (ih, iw)
 // Sums and comparisons in f32 for f16/bf16 (f64 for f64), rounded once. max saves its
-// indices (i32, y's layout); avg saves nothing.
+// indices in y's layout, one byte each (u8) for windows of up to 256 cells (every ResNet's
+// 3x3), else i32: PyTorch keeps i64 plane positions, 8 bytes; avg saves nothing.
 //
 // The CPU works on contiguous NCHW copies, planes in parallel; its backward scatters (each
 // output adds into its window), which reads every output once. The CUDA kernels
@@ -36,8 +38,8 @@ namespace precis::ops {
 
 namespace {
 
-template <typename T>
-void pool_forward(const T* x, T* y, int32_t* indices, const PoolWindows& p) {
+template <typename T, typename I>
+void pool_forward(const T* x, T* y, I* indices, const PoolWindows& p) {
   using C = compute_type_t<T>;
   const int64_t planes = p.N * p.C, in_plane = p.H * p.W, out_plane = p.OH * p.OW;
 #pragma omp parallel for schedule(static) if (planes * out_plane >= kParallelGrain && planes > 1)
@@ -48,17 +50,17 @@ void pool_forward(const T* x, T* y, int32_t* indices, const PoolWindows& p) {
         const int64_t o = plane * out_plane + oh * p.OW + ow;
         if (indices) {
           C best = -std::numeric_limits<C>::infinity();
-          int64_t where = p.row_begin(oh) * p.W + p.col_begin(ow);
+          int64_t where = p.place_in_window(oh, ow, p.row_begin(oh), p.col_begin(ow));
           for (int64_t ih = p.row_begin(oh); ih < p.row_end(oh); ++ih)
             for (int64_t iw = p.col_begin(ow); iw < p.col_end(ow); ++iw) {
               const C v = convert<C>(xp[ih * p.W + iw]);
               if (v > best || std::isnan(v)) {
                 best = v;
-                where = ih * p.W + iw;
+                where = p.place_in_window(oh, ow, ih, iw);
               }
             }
           y[o] = convert<T>(best);
-          indices[o] = static_cast<int32_t>(where);
+          indices[o] = static_cast<I>(where);
         } else {
           C sum = 0;
           for (int64_t ih = p.row_begin(oh); ih < p.row_end(oh); ++ih)
@@ -69,8 +71,8 @@ void pool_forward(const T* x, T* y, int32_t* indices, const PoolWindows& p) {
   }
 }
 
-template <typename T>
-void pool_backward(const T* gy, const int32_t* indices, T* dx, const PoolWindows& p) {
+template <typename T, typename I>
+void pool_backward(const T* gy, const I* indices, T* dx, const PoolWindows& p) {
   using C = compute_type_t<T>;
   const int64_t planes = p.N * p.C, in_plane = p.H * p.W, out_plane = p.OH * p.OW;
 #pragma omp parallel for schedule(static) if (planes * in_plane >= kParallelGrain && planes > 1)
@@ -81,7 +83,8 @@ void pool_backward(const T* gy, const int32_t* indices, T* dx, const PoolWindows
       for (int64_t ow = 0; ow < p.OW; ++ow) {
         const int64_t o = oh * p.OW + ow;
         if (indices) {
-          acc[indices[plane * out_plane + o]] += convert<C>(gp[o]);
+          const int64_t place = indices[plane * out_plane + o];
+          acc[p.row_of_place(oh, place) * p.W + p.col_of_place(ow, place)] += convert<C>(gp[o]);
           continue;
         }
         const C share = convert<C>(gp[o]) / static_cast<C>(p.divisor(oh, ow));
@@ -97,13 +100,27 @@ struct Pooled {
   Tensor y, indices;  // indices: max pooling only
 };
 
+DType pool_index_dtype(const PoolWindows& p) { return p.places_fit_a_byte() ? DType::u8 : DType::i32; }
+
+// Calls fn(I{}) with I the element type of max pooling's indices for these windows.
+template <typename Fn>
+void with_index_type(const PoolWindows& p, Fn&& fn) {
+  if (pool_index_dtype(p) == DType::u8)
+    fn(uint8_t{});
+  else
+    fn(int32_t{});
+}
+
 Pooled pool_forward_cpu(const Tensor& x_in, const PoolWindows& p, bool max, const char* op) {
   const Tensor x = dense_in(x_in, MemoryFormat::contiguous, x_in.dtype());
   Tensor y = empty({p.N, p.C, p.OH, p.OW}, x.dtype());
-  Tensor indices = max ? empty(y.shape(), DType::i32) : Tensor();
+  Tensor indices = max ? empty(y.shape(), pool_index_dtype(p)) : Tensor();
   cpu::dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    pool_forward<T>(x.data<T>(), y.data<T>(), max ? indices.data<int32_t>() : nullptr, p);
+    with_index_type(p, [&](auto index) {
+      using I = decltype(index);
+      pool_forward<T, I>(x.data<T>(), y.data<T>(), max ? indices.data<I>() : nullptr, p);
+    });
   });
   return {dense_in(y, suggest_memory_format(x_in), x.dtype()), indices};
 }
@@ -114,7 +131,10 @@ Tensor pool_backward_cpu(const Tensor& grad, const Tensor& indices, const PoolWi
   Tensor dx = empty({p.N, p.C, p.H, p.W}, dtype);
   cpu::dispatch_floating(dtype, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    pool_backward<T>(g.data<T>(), indices.defined() ? indices.data<int32_t>() : nullptr, dx.data<T>(), p);
+    with_index_type(p, [&](auto index) {
+      using I = decltype(index);
+      pool_backward<T, I>(g.data<T>(), indices.defined() ? indices.data<I>() : nullptr, dx.data<T>(), p);
+    });
   });
   return dense_in(dx, format, dtype);
 }
@@ -135,7 +155,7 @@ Tensor pool(const Tensor& x, const PoolWindows& p, bool max, const char* op) {
   } else {
 #if PRECIS_WITH_CUDA
     out.y = empty_in({p.N, p.C, p.OH, p.OW}, format, x.dtype(), x.device());
-    if (max) out.indices = empty_in(out.y.shape(), format, DType::i32, x.device());
+    if (max) out.indices = empty_in(out.y.shape(), format, pool_index_dtype(p), x.device());
     cuda::pool2d_forward(dense_in(x, format, x.dtype()), out.y, out.indices, p, format);
 #endif
   }

@@ -55,6 +55,16 @@ struct BasicPoolWindows {
   PRECIS_HOST_DEVICE bool covers(I oh, I ow, I ih, I iw) const {
     return row_begin(oh) <= ih && ih < row_end(oh) && col_begin(ow) <= iw && iw < col_end(ow);
   }
+  // Input cell (ih, iw)'s place in output cell (oh, ow)'s fixed window, row by row from its
+  // padded corner: what max pooling keeps of its maximum (0 <= place < kH kW).
+  PRECIS_HOST_DEVICE I place_in_window(I oh, I ow, I ih, I iw) const {
+    return (ih - (oh * sH - pH)) * kW + (iw - (ow * sW - pW));
+  }
+  // Whether every place fits a byte (max pooling then keeps u8 indices).
+  PRECIS_HOST_DEVICE bool places_fit_a_byte() const { return kH * kW <= 256; }
+  // The input row and column of `place` in output cell (oh, ow)'s window.
+  PRECIS_HOST_DEVICE I row_of_place(I oh, I place) const { return oh * sH - pH + place / kW; }
+  PRECIS_HOST_DEVICE I col_of_place(I ow, I place) const { return ow * sW - pW + place % kW; }
   // What avg pooling divides output cell (oh, ow)'s sum by.
   PRECIS_HOST_DEVICE I divisor(I oh, I ow) const {
     return adaptive ? (row_end(oh) - row_begin(oh)) * (col_end(ow) - col_begin(ow)) : kH * kW;

@@ -75,9 +75,8 @@ struct Layout {
   }
 };
 
-template <typename T, int V>
-__global__ void pool_forward_kernel(const T* x, T* y, int32_t* indices, Windows p, Layout in, Layout out,
-                                    uint32_t total) {
+template <typename T, int V, typename I>
+__global__ void pool_forward_kernel(const T* x, T* y, I* indices, Windows p, Layout in, Layout out, uint32_t total) {
   wait_for_previous_grid();
   allow_next_grid_to_start();
   using C = compute_t<T>;
@@ -88,11 +87,11 @@ __global__ void pool_forward_kernel(const T* x, T* y, int32_t* indices, Windows 
   Pack<T, V> result;
   if (indices) {
     C best[V];
-    Pack<int32_t, V> where;
+    Pack<I, V> where;
 #pragma unroll
     for (int k = 0; k < V; ++k) {
       best[k] = -INFINITY;
-      where.v[k] = p.row_begin(oh) * p.W + p.col_begin(ow);
+      where.v[k] = static_cast<I>(p.place_in_window(oh, ow, p.row_begin(oh), p.col_begin(ow)));
     }
     for (int32_t ih = p.row_begin(oh); ih < p.row_end(oh); ++ih)
       for (int32_t iw = p.col_begin(ow); iw < p.col_end(ow); ++iw) {
@@ -102,7 +101,7 @@ __global__ void pool_forward_kernel(const T* x, T* y, int32_t* indices, Windows 
           const C v = convert_to<C>(xs.v[k]);
           if (v > best[k] || isnan(v)) {
             best[k] = v;
-            where.v[k] = ih * p.W + iw;
+            where.v[k] = static_cast<I>(p.place_in_window(oh, ow, ih, iw));
           }
         }
       }
@@ -124,8 +123,8 @@ __global__ void pool_forward_kernel(const T* x, T* y, int32_t* indices, Windows 
   store_pack(y + o * V, result);
 }
 
-template <typename T, int V>
-__global__ void pool_backward_kernel(const T* gy, const int32_t* indices, T* dx, Windows p, Layout in, Layout out,
+template <typename T, int V, typename I>
+__global__ void pool_backward_kernel(const T* gy, const I* indices, T* dx, Windows p, Layout in, Layout out,
                                      uint32_t total) {
   wait_for_previous_grid();
   allow_next_grid_to_start();
@@ -147,11 +146,12 @@ __global__ void pool_backward_kernel(const T* gy, const int32_t* indices, T* dx,
     for (int32_t ow = p.out_col_begin(iw); ow < p.out_col_end(iw); ++ow) {
       const uint32_t o = static_cast<uint32_t>(out.at(cell.n, cell.c, oh, ow)) * V;
       if (indices) {
-        const Pack<int32_t, V> where = load_pack<V>(indices + o);
+        const Pack<I, V> where = load_pack<V>(indices + o);
         const Pack<T, V> g = load_pack<V>(gy + o);
+        const int32_t place = p.place_in_window(oh, ow, ih, iw);
 #pragma unroll
         for (int k = 0; k < V; ++k)
-          if (where.v[k] == ih * p.W + iw) acc[k] += convert_to<C>(g.v[k]);
+          if (static_cast<int32_t>(where.v[k]) == place) acc[k] += convert_to<C>(g.v[k]);
       } else if (!p.adaptive || p.covers(oh, ow, ih, iw)) {
         const Pack<T, V> g = load_pack<V>(gy + o);
         const C divisor = static_cast<C>(p.divisor(oh, ow));
@@ -174,8 +174,8 @@ Layout output_layout(const PoolWindows& p, MemoryFormat format, int V) {
 
 // The channels a thread takes: a 16-byte pack of them where the layout is channels-last, C a
 // multiple of the pack and every operand (indices: as many int32s) starts on a pack; else one.
-template <typename T>
-int channels_per_thread(const PoolWindows& p, MemoryFormat format, const T* x, const T* y, const int32_t* indices) {
+template <typename T, typename I>
+int channels_per_thread(const PoolWindows& p, MemoryFormat format, const T* x, const T* y, const I* indices) {
   constexpr int V = Packed128<T>::size;
   const bool packs = format == MemoryFormat::channels_last && p.C % V == 0 && pack_aligned<V>(x) &&
                      pack_aligned<V>(y) && (!indices || pack_aligned<V>(indices));
@@ -208,12 +208,25 @@ void over_sample_runs(const PoolWindows& p, const char* op, Launch&& launch) {
   }
 }
 
+// Calls fn(I{}) with I the element type of max pooling's `indices` (u8 or i32); average
+// pooling's undefined ones take u8, unused.
+template <typename Fn>
+void with_index_type(const Tensor& indices, Fn&& fn) {
+  if (!indices.defined() || indices.dtype() == DType::u8) {
+    fn(uint8_t{});
+  } else {
+    PRECIS_CHECK(indices.dtype() == DType::i32, "pool2d: max pooling's indices are u8 or i32, got ",
+                 dtype_name(indices.dtype()));
+    fn(int32_t{});
+  }
+}
+
 // Calls launch(Width<V>(), in, out, windows, x_at, y_at) for each run of samples
 // (over_sample_runs), V the channels a thread takes for these operands, in and out x's and y's
 // layouts as such a kernel sees them, x_at and y_at the run's first element in x and y.
-template <typename T, typename Launch>
-void over_launches(const PoolWindows& p, MemoryFormat format, const char* op, const T* a, const T* b,
-                   const int32_t* indices, Launch&& launch) {
+template <typename T, typename I, typename Launch>
+void over_launches(const PoolWindows& p, MemoryFormat format, const char* op, const T* a, const T* b, const I* indices,
+                   Launch&& launch) {
   with_channels_per_thread<T>(channels_per_thread(p, format, a, b, indices), [&](auto width) {
     constexpr int V = decltype(width)::value;
     const Layout in = input_layout(p, format, V), out = output_layout(p, format, V);
@@ -231,16 +244,19 @@ void pool2d_forward(const Tensor& x, const Tensor& y, const Tensor& indices, con
   const char* op = indices.defined() ? "max_pool2d" : "avg_pool2d";
   dispatch_floating(x.dtype(), "pool2d", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* xs = data_of<const T>(x);
-    T* ys = data_of<T>(y);
-    int32_t* where = indices.defined() ? data_of<int32_t>(indices) : nullptr;
-    over_launches(p, format, op, xs, ys, where,
-                  [&](auto width, const Layout& in, const Layout& out, const Windows& w, int64_t x_at, int64_t y_at) {
-                    constexpr int V = decltype(width)::value;
-                    const int64_t total = static_cast<int64_t>(w.N) * p.C / V * p.OH * p.OW;
-                    launch(pool_forward_kernel<T, V>, grid_for(total), kBlockSize, 0, stream_for(y), xs + x_at,
-                           ys + y_at, where ? where + y_at : nullptr, w, in, out, static_cast<uint32_t>(total));
-                  });
+    with_index_type(indices, [&](auto index) {
+      using I = decltype(index);
+      const T* xs = data_of<const T>(x);
+      T* ys = data_of<T>(y);
+      I* where = indices.defined() ? data_of<I>(indices) : nullptr;
+      over_launches(p, format, op, xs, ys, where,
+                    [&](auto width, const Layout& in, const Layout& out, const Windows& w, int64_t x_at, int64_t y_at) {
+                      constexpr int V = decltype(width)::value;
+                      const int64_t total = static_cast<int64_t>(w.N) * p.C / V * p.OH * p.OW;
+                      launch(pool_forward_kernel<T, V, I>, grid_for(total), kBlockSize, 0, stream_for(y), xs + x_at,
+                             ys + y_at, where ? where + y_at : nullptr, w, in, out, static_cast<uint32_t>(total));
+                    });
+    });
   });
   PRECIS_CUDA_CHECK_LAUNCH(op);
 }
@@ -251,16 +267,19 @@ void pool2d_backward(const Tensor& gy, const Tensor& indices, const Tensor& dx, 
   const char* op = indices.defined() ? "max_pool2d backward" : "avg_pool2d backward";
   dispatch_floating(dx.dtype(), "pool2d", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* gys = data_of<const T>(gy);
-    T* dxs = data_of<T>(dx);
-    const int32_t* where = indices.defined() ? data_of<const int32_t>(indices) : nullptr;
-    over_launches(p, format, op, gys, dxs, where,
-                  [&](auto width, const Layout& in, const Layout& out, const Windows& w, int64_t x_at, int64_t y_at) {
-                    constexpr int V = decltype(width)::value;
-                    const int64_t total = static_cast<int64_t>(w.N) * p.C / V * p.H * p.W;
-                    launch(pool_backward_kernel<T, V>, grid_for(total), kBlockSize, 0, stream_for(dx), gys + y_at,
-                           where ? where + y_at : nullptr, dxs + x_at, w, in, out, static_cast<uint32_t>(total));
-                  });
+    with_index_type(indices, [&](auto index) {
+      using I = decltype(index);
+      const T* gys = data_of<const T>(gy);
+      T* dxs = data_of<T>(dx);
+      const I* where = indices.defined() ? data_of<const I>(indices) : nullptr;
+      over_launches(p, format, op, gys, dxs, where,
+                    [&](auto width, const Layout& in, const Layout& out, const Windows& w, int64_t x_at, int64_t y_at) {
+                      constexpr int V = decltype(width)::value;
+                      const int64_t total = static_cast<int64_t>(w.N) * p.C / V * p.H * p.W;
+                      launch(pool_backward_kernel<T, V, I>, grid_for(total), kBlockSize, 0, stream_for(dx), gys + y_at,
+                             where ? where + y_at : nullptr, dxs + x_at, w, in, out, static_cast<uint32_t>(total));
+                    });
+    });
   });
   PRECIS_CUDA_CHECK_LAUNCH(op);
 }

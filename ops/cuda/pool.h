@@ -8,7 +8,8 @@
 
 namespace precis::ops::cuda {
 
-// y (and, for max pooling, indices: i32, ih W + iw of each output's first maximum) from x;
+// y (and, for max pooling, indices: u8 or i32, each output's first maximum's place in its
+// window, PoolWindows::place_in_window) from x;
 // average pooling when `indices` is undefined. x, y, indices dense in `format`.
 void pool2d_forward(const Tensor& x, const Tensor& y, const Tensor& indices, const PoolWindows& p, MemoryFormat format);
 // dx from gy (and the forward's indices for max pooling), all dense in `format`.

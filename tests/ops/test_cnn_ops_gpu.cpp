@@ -162,6 +162,12 @@ TEST(CnnOpsGpu, PoolsMatchTheCpu) {
               return ops::max_pool2d(ops::to_memory_format(in[0], format), {2, 3}, {1, 2}, {1, 0});
             },
             {random_f64(shape, seed++)}, dtype, "max_pool2d 2x3 " + n);
+        // 272 places a window: i32 indices (a byte holds those of windows up to 256 cells)
+        expect_gpu_matches_cpu(
+            [format](const std::vector<Tensor>& in) {
+              return ops::max_pool2d(ops::to_memory_format(in[0], format), {17, 16}, {3, 3}, {8, 8});
+            },
+            {random_f64(shape, seed++)}, dtype, "max_pool2d 17x16 " + n);
         expect_gpu_matches_cpu(
             [format](const std::vector<Tensor>& in) {
               return ops::avg_pool2d(ops::to_memory_format(in[0], format), {3, 2}, {2, 1}, {1, 1});

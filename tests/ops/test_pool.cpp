@@ -154,6 +154,24 @@ TEST(Pool, GradientsMatchFiniteDifferences) {
   }
 }
 
+// Max pooling keeps each maximum's place in its window: a byte for windows of up to 256 cells,
+// i32 beyond. A 17x16 window (272 places), with the padding that puts places past 256 on real
+// cells, takes the i32 indices; the forward against the reference, the backward against
+// finite differences.
+TEST(Pool, MaxPoolWindowsOfMoreThan256Cells) {
+  for (auto format : kFormats) {
+    Tensor x = random_f64({1, 2, 20, 19}, 450);
+    const std::array<int64_t, 2> kernel{17, 16}, stride{3, 3}, padding{8, 8};
+    expect_close(ops::max_pool2d(ops::to_memory_format(x, format), kernel, stride, padding),
+                 reference_pool(x, Kind::max, kernel, stride, padding), 0, 0);
+    expect_gradients_match(
+        [&](const std::vector<Tensor>& in) {
+          return ops::max_pool2d(ops::to_memory_format(in[0], format), kernel, stride, padding);
+        },
+        {x});
+  }
+}
+
 TEST(Pool, MaxPoolGradientGoesToTheMaximumOnly) {
   // Overlapping windows (3x3, stride 1): the 9 at the centre is the max of all four windows.
   Tensor x_leaf = tensor({1, 2, 3, 4, 9, 5, 6, 7, 8}).reshape({1, 1, 3, 3});
