@@ -449,6 +449,7 @@ size_t fastest(const std::vector<Plan>& plans, cudnnHandle_t h, const Buffers& i
 
 std::mutex g_mutex;
 std::map<GraphKey, std::shared_ptr<const Plan>> g_plans;  // null: the legacy path runs the problem
+ConvGraphStats g_stats;                                   // under g_mutex
 
 // The cached plan of the problem (chosen on first meeting), or null for the legacy path.
 std::shared_ptr<const Plan> choose(Direction direction, const Conv2dShapes& s, MemoryFormat format, DType dtype,
@@ -466,13 +467,17 @@ std::shared_ptr<const Plan> choose(Direction direction, const Conv2dShapes& s, M
     if (plans.empty()) {
       rejected = "no engine config of its heuristics gives a usable plan";
     } else {
-      const size_t best = timed && plans.size() > 1 ? fastest(plans, h, io, device) : 0;
-      chosen = std::make_shared<const Plan>(std::move(plans[best]));
+      const bool compare = timed && plans.size() > 1;
+      chosen = std::make_shared<const Plan>(std::move(plans[compare ? fastest(plans, h, io, device) : 0]));
+      ++g_stats.planned;
+      if (compare) ++g_stats.timed;
     }
   }
-  if (!chosen)
+  if (!chosen) {
+    ++g_stats.fell_back;
     std::cerr << "note: " << kConvOp << ": cuDNN's graph API runs no " << describe_problem(direction, s, format, dtype)
               << " (" << rejected << "); the legacy API runs it (said once)\n";
+  }
   g_plans.emplace(key, chosen);
   return chosen;
 }
@@ -487,7 +492,14 @@ bool conv2d_graph(Direction direction, const Conv2dShapes& s, MemoryFormat forma
   const Tensor ws = workspace_tensor(plan->workspace, device);
   PRECIS_CUDNN_CHECK(execute(h, *plan, io, ws.defined() ? ws.raw_data() : nullptr), kConvOp, ": running the ",
                      describe_problem(direction, s, format, dtype), " on cuDNN's graph API");
+  std::lock_guard<std::mutex> lock(g_mutex);
+  ++g_stats.runs;
   return true;
+}
+
+ConvGraphStats conv_graph_stats() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_stats;
 }
 
 }  // namespace precis::ops::cuda
