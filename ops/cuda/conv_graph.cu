@@ -38,8 +38,10 @@
 //     and out, an error that grows with the filter, so a plain f32 convolution, the fp32
 //     policy's and the CPU reference's match, keeps to the direct and GEMM ones: as the legacy
 //     path). f16/bf16 take tensor-core engines, but never inputs converted further down (to
-//     8 bits). During a CUDA-graph capture, runtime-compiled engines are skipped too
-//     (compiling and loading a module is no work a capture can record);
+//     8 bits). No dtype takes a reduction in reduced precision (REDUCED_PRECISION_REDUCTION:
+//     sums kept in f16), as ops/cuda/conv.h promises f32 accumulation. During a CUDA-graph
+//     capture, runtime-compiled engines are skipped too (compiling and loading a module is no
+//     work a capture can record);
 //   - a config whose plan fails to finalize, or needs more than kMaxWorkspaceBytes, is
 //     skipped;
 //   - with cudnn_benchmark() and no capture under way, the first kBenchmarkLimit usable plans
@@ -359,6 +361,7 @@ std::optional<Notes> notes_of(const Desc& config) {
 // Whether an engine with these notes may run the problem (the head comment says why).
 bool numerics_allowed(const Notes& notes, DType dtype, bool tf32, bool capturing) {
   if (capturing && notes.has(CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION)) return false;
+  if (notes.has(CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION)) return false;
   const bool plain_f32 = dtype == DType::f32 && !tf32;
   if (!(dtype == DType::f32 && tf32) && notes.has(CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS)) return false;
   if (plain_f32 &&
