@@ -246,12 +246,13 @@ Desc convolution(const Conv2dOptions& o) {
   return c;
 }
 
-#if CUDNN_VERSION < 90800
-// Before cuDNN 9.8 a graph and a plan name the handle they are for.
+// A graph and a plan name the handle they are for: its device is the GPU whose engines the
+// heuristics offer and whose architecture the plan is built for. (From cuDNN 9.8 the handle
+// may be left out for a device-property descriptor, made ahead of time; with neither, the
+// plan is built for no GPU in particular and fails to run: CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH.)
 void set_handle(const Desc& d, cudnnBackendAttributeName_t name, cudnnHandle_t h) {
   d.set(name, CUDNN_TYPE_HANDLE, 1, &h, "the cuDNN handle");
 }
-#endif
 
 // The graph of one direction of the problem, or the reason cuDNN's graph API rejects it.
 std::shared_ptr<const Graph> build_graph(Direction direction, const Conv2dShapes& s, MemoryFormat format, DType dtype,
@@ -283,11 +284,7 @@ std::shared_ptr<const Graph> build_graph(Direction direction, const Conv2dShapes
   Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "the operation graph");
   const cudnnBackendDescriptor_t ops[] = {g->parts.back().get()};
   graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, ops, "the graph's operations");
-#if CUDNN_VERSION < 90800
   set_handle(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, h);
-#else
-  (void)h;
-#endif
   // A graph cuDNN cannot take (a geometry no engine supports) is no error of ours.
   if (const cudnnStatus_t status = cudnnBackendFinalize(graph.get()); status != CUDNN_STATUS_SUCCESS) {
     rejected = std::string("the operation graph does not finalize: ") + cudnnGetErrorString(status);
@@ -372,22 +369,39 @@ bool numerics_allowed(const Notes& notes, DType dtype, bool tf32, bool capturing
   return true;
 }
 
+// What became of the configs the heuristics offered, for the note when none is usable.
+struct Tally {
+  int offered = 0, numerics = 0, unfinalized = 0, too_large = 0;
+  cudnnStatus_t first_failure = CUDNN_STATUS_SUCCESS;
+
+  std::string describe() const {
+    std::ostringstream out;
+    out << "no engine config of its heuristics gives a usable plan: " << offered << " offered, " << numerics
+        << " skipped for their numerics, " << unfinalized << " failed to finalize";
+    if (unfinalized > 0) out << " (the first: " << cudnnGetErrorString(first_failure) << ")";
+    out << ", " << too_large << " needing over " << (kMaxWorkspaceBytes >> 20) << " MiB of workspace";
+    return out.str();
+  }
+};
+
 // The plan of `config` for the graph, or none where it does not finalize here or needs more
-// than kMaxWorkspaceBytes.
-std::optional<Plan> plan_of(Desc config, const std::shared_ptr<const Graph>& g, cudnnHandle_t h) {
+// than kMaxWorkspaceBytes (counted in `tally`).
+std::optional<Plan> plan_of(Desc config, const std::shared_ptr<const Graph>& g, cudnnHandle_t h, Tally& tally) {
   Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "an execution plan");
   plan.set_descriptor(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config, "the plan's engine config");
-#if CUDNN_VERSION < 90800
   set_handle(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, h);
-#else
-  (void)h;
-#endif
-  if (cudnnBackendFinalize(plan.get()) != CUDNN_STATUS_SUCCESS) return std::nullopt;
+  if (const cudnnStatus_t status = cudnnBackendFinalize(plan.get()); status != CUDNN_STATUS_SUCCESS) {
+    if (tally.unfinalized++ == 0) tally.first_failure = status;
+    return std::nullopt;
+  }
   int64_t workspace = 0, n = 0;
   PRECIS_CUDNN_CHECK(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
                                               &n, &workspace),
                      kConvOp, ": reading a plan's workspace size");
-  if (workspace < 0 || static_cast<size_t>(workspace) > kMaxWorkspaceBytes) return std::nullopt;
+  if (workspace < 0 || static_cast<size_t>(workspace) > kMaxWorkspaceBytes) {
+    ++tally.too_large;
+    return std::nullopt;
+  }
   return Plan{g, std::move(config), std::move(plan), workspace};
 }
 
@@ -409,16 +423,21 @@ Tensor workspace_tensor(int64_t bytes, Device device) {
 
 // The usable plans of the graph, in the heuristics' order: the first one only, or with
 // `timed` up to kBenchmarkLimit.
-std::vector<Plan> usable_plans(const std::shared_ptr<const Graph>& g, DType dtype, bool timed, cudnnHandle_t h) {
+std::vector<Plan> usable_plans(const std::shared_ptr<const Graph>& g, DType dtype, bool timed, cudnnHandle_t h,
+                               Tally& tally) {
   const bool tf32 = uses_tf32(dtype), capturing = precis::cuda::any_capture_underway();
   const size_t wanted = timed ? kBenchmarkLimit : 1;
   std::vector<Plan> plans;
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
     if (mode == CUDNN_HEUR_MODE_FALLBACK && !timed && !plans.empty()) break;
     for (Desc& config : engine_configs(*g, mode)) {
+      ++tally.offered;
       const std::optional<Notes> notes = notes_of(config);
-      if (!notes || !numerics_allowed(*notes, dtype, tf32, capturing)) continue;
-      if (std::optional<Plan> plan = plan_of(std::move(config), g, h)) plans.push_back(std::move(*plan));
+      if (!notes || !numerics_allowed(*notes, dtype, tf32, capturing)) {
+        ++tally.numerics;
+        continue;
+      }
+      if (std::optional<Plan> plan = plan_of(std::move(config), g, h, tally)) plans.push_back(std::move(*plan));
       if (plans.size() == wanted) return plans;
     }
   }
@@ -466,9 +485,10 @@ std::shared_ptr<const Plan> choose(Direction direction, const Conv2dShapes& s, M
   std::shared_ptr<const Plan> chosen;
   if (std::shared_ptr<const Graph> g = build_graph(direction, s, format, dtype, key, h, rejected)) {
     const bool timed = may_time(benchmark);
-    std::vector<Plan> plans = usable_plans(g, dtype, timed, h);
+    Tally tally;
+    std::vector<Plan> plans = usable_plans(g, dtype, timed, h, tally);
     if (plans.empty()) {
-      rejected = "no engine config of its heuristics gives a usable plan";
+      rejected = tally.describe();
     } else {
       const bool compare = timed && plans.size() > 1;
       chosen = std::make_shared<const Plan>(std::move(plans[compare ? fastest(plans, h, io, device) : 0]));

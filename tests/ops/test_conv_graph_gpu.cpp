@@ -169,9 +169,9 @@ TEST(ConvGraphGpu, CaptureChoosesAPlanWithoutTimingAndReplays) {
   const Shape ys{s.N, s.Cout, s.OH, s.OW};
   // Eagerly first, another problem: the cuDNN handle and libraries are made outside the capture.
   {
-    Tensor warm = random_f64({2, 4, 6, 6}, 69).to(kGpu);
+    Tensor warm = random_f64({2, 4, 6, 6}, 69).to(DType::f32).to(kGpu);
     warm.set_requires_grad();
-    ops::conv2d(warm, random_f64({4, 4, 3, 3}, 68).to(kGpu), Tensor(), options)
+    ops::conv2d(warm, random_f64({4, 4, 3, 3}, 68).to(DType::f32).to(kGpu), Tensor(), options)
         .backward(zeros({2, 4, 6, 6}, DType::f32, kGpu));
   }
   for (DType dtype : {DType::f32, DType::bf16}) {
