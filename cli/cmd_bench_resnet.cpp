@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/gpu.h"
 #include "core/op_profile.h"
+#include "ops/conv.h"
 #include "train/config.h"
 #include "train/image_task.h"
 #include "train/trainer.h"
@@ -133,6 +134,8 @@ void print_resnet_figures(const ResnetBenchOptions& b, train::Trainer& trainer, 
                        " steps=" + std::to_string(s.steps) + " warmup=" + std::to_string(b.warmup) +
                        " images_per_s=" + format("%.0f", images_per_s) +
                        " ms_per_step=" + format("%.3f", s.ms_per_step) + " peak_gib=" + format("%.3f", peak_gib);
+  if (device.is_cuda())  // which cuDNN API ran the convolutions (PRECIS_CUDNN_CONV)
+    record += std::string(" cudnn_conv=") + (ops::cudnn_conv_api() == ops::CudnnConvApi::graph ? "graph" : "legacy");
   for (const auto& [name, ms] : s.phase_ms) record += " " + name + "_ms=" + format("%.3f", ms);
   std::cout << record << std::endl;
 }

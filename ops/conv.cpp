@@ -24,6 +24,8 @@
 
 #include <Eigen/Dense>
 #include <atomic>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -47,6 +49,7 @@ namespace {
 constexpr const char* kOp = "conv2d";
 
 std::atomic<bool> g_cudnn_benchmark{true};
+std::atomic<int> g_cudnn_conv_api{-1};  // a CudnnConvApi, -1 until set or read from the environment
 
 struct Geometry {
   int64_t N, Cin, H, W, Cout, kH, kW, OH, OW, groups;
@@ -313,6 +316,23 @@ std::vector<Tensor> conv_backward_cuda(const Tensor& x_saved, const Tensor& weig
 
 void set_cudnn_benchmark(bool benchmark) { g_cudnn_benchmark = benchmark; }
 bool cudnn_benchmark() { return g_cudnn_benchmark; }
+
+void set_cudnn_conv_api(CudnnConvApi api) { g_cudnn_conv_api = static_cast<int>(api); }
+
+CudnnConvApi cudnn_conv_api() {
+  int api = g_cudnn_conv_api.load(std::memory_order_relaxed);
+  if (api < 0) {
+    const char* setting = std::getenv("PRECIS_CUDNN_CONV");
+    const std::string value = setting ? setting : "legacy";
+    PRECIS_CHECK(value == "legacy" || value == "graph", "PRECIS_CUDNN_CONV is '", value,
+                 "': set it to legacy (cuDNN's legacy convolution API) or graph (its backend API), or unset it");
+    int unset = -1;
+    g_cudnn_conv_api.compare_exchange_strong(
+        unset, static_cast<int>(value == "graph" ? CudnnConvApi::graph : CudnnConvApi::legacy));
+    api = g_cudnn_conv_api.load();
+  }
+  return static_cast<CudnnConvApi>(api);
+}
 
 Tensor conv2d(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_arg, const Conv2dOptions& options) {
   // autocast: conv2d runs in the compute dtype, like matmul, and in the caller's layout (a

@@ -42,4 +42,13 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
 void set_cudnn_benchmark(bool benchmark);
 bool cudnn_benchmark();
 
+// Which cuDNN API runs GPU convolutions: the legacy one (cudnnConvolutionForward and its
+// ~8 algorithms a direction, ops/cuda/conv.cu) or the graph (backend) API, whose engine
+// configurations PyTorch times (ops/cuda/conv_graph.cu; a problem no engine runs there
+// falls back to legacy). Until set, the environment's PRECIS_CUDNN_CONV=legacy|graph, read
+// once; legacy when unset.
+enum class CudnnConvApi { legacy, graph };
+void set_cudnn_conv_api(CudnnConvApi api);
+CudnnConvApi cudnn_conv_api();
+
 }  // namespace precis::ops

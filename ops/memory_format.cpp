@@ -11,15 +11,11 @@
 
 namespace precis::ops {
 
-namespace {
-
 Shape strides_of(const Shape& shape, MemoryFormat format) {
   const int64_t C = shape[1], H = shape[2], W = shape[3];
   if (format == MemoryFormat::channels_last) return {H * W * C, 1, W * C, C};
   return {C * H * W, H * W, W, 1};
 }
-
-}  // namespace
 
 void require_image(const char* op, const Tensor& x, const char* what) {
   require_defined(op, x, what);

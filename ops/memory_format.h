@@ -7,6 +7,8 @@
 
 namespace precis::ops {
 
+// The strides of a dense [N, C, H, W] tensor (or a [K, C, R, S] filter) in `format`.
+Shape strides_of(const Shape& shape, MemoryFormat format);
 // Whether t (4-D) is dense in `format`: its strides are the format's, ignoring dims of size 1.
 bool is_dense_in(const Tensor& t, MemoryFormat format);
 // A new [N, C, H, W] tensor laid out in `format`.

@@ -1,6 +1,8 @@
 // conv2d on cuDNN (ops/cuda/conv.h): the legacy convolution API (cudnn_cnn), its three
 // directions, the algorithm of each chosen once per problem and cached; the bias added by
-// our own kernel (cudnnAddTensor's bf16 support is not documented).
+// our own kernel (cudnnAddTensor's bf16 support is not documented). Under
+// ops::CudnnConvApi::graph the directions run on cuDNN's graph API instead
+// (ops/cuda/conv_graph.cu), a problem it has no plan for staying here.
 //
 // The algorithm, the first time a problem is met: with cudnn_benchmark() (on by default, as
 // PyTorch's cudnn.benchmark) cuDNN times its algorithms on the call's own buffers
@@ -24,8 +26,9 @@
 #include "core/cuda/launch.cuh"
 #include "core/cuda/runtime.h"
 #include "ops/cuda/conv.h"
+#include "ops/cuda/conv_graph.h"
+#include "ops/cuda/conv_problem.h"
 #include "ops/cuda/cudnn.h"
-#include "ops/matmul.h"
 
 namespace precis::ops::cuda {
 
@@ -33,17 +36,7 @@ using namespace precis::cuda;  // the device toolkit (core/cuda/)
 
 namespace {
 
-constexpr const char* kOp = "conv2d";
-constexpr size_t kMaxWorkspaceBytes = size_t(1) << 30;
-
-enum class Direction { forward, backward_data, backward_filter };
-
-struct AlgoKey {
-  int device, dtype, format, direction;
-  bool tf32, benchmark;
-  int64_t N, Cin, H, W, Cout, kH, kW, sh, sw, ph, pw, dh, dw, groups;
-  auto operator<=>(const AlgoKey&) const = default;
-};
+constexpr const char* kOp = kConvOp;
 
 struct Choice {
   int algo;  // the direction's cudnnConvolution*Algo_t
@@ -78,7 +71,7 @@ struct Descriptors {
         kOp, ": describing the convolution");
     PRECIS_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv.get(), static_cast<int>(o.groups)), kOp,
                        ": setting the group count");
-    tf32 = dtype == DType::f32 && allow_tf32();
+    tf32 = uses_tf32(dtype);
     // Plain FMA keeps f32 out of TF32; the default math lets f32 use TF32 tensor cores; f16/bf16
     // ask for tensor cores.
     if (dtype == DType::f32)
@@ -91,31 +84,6 @@ struct Descriptors {
     PRECIS_CUDNN_CHECK(cudnnSetConvolutionMathType(conv.get(), math), kOp, ": setting the math type");
   }
 };
-
-AlgoKey key_of(const Conv2dShapes& s, MemoryFormat format, DType dtype, Direction direction, bool tf32, bool benchmark,
-               Device device) {
-  const Conv2dOptions& o = s.options;
-  return {device.index,
-          static_cast<int>(dtype),
-          static_cast<int>(format),
-          static_cast<int>(direction),
-          tf32,
-          benchmark,
-          s.N,
-          s.Cin,
-          s.H,
-          s.W,
-          s.Cout,
-          s.kH,
-          s.kW,
-          o.stride[0],
-          o.stride[1],
-          o.padding[0],
-          o.padding[1],
-          o.dilation[0],
-          o.dilation[1],
-          o.groups};
-}
 
 // Whether an algorithm convolves in a transformed domain (FFT, Winograd): its transforms round
 // in f32 on the way in and out, an error that grows with the filter, so a plain f32
@@ -149,15 +117,6 @@ std::optional<Choice> first_usable(const std::vector<Perf>& perfs, int returned,
   }
   return std::nullopt;
 }
-
-// The buffers a direction reads and writes, in cuDNN's argument order: forward x, w, y;
-// backward-data w, dy, dx; backward-filter x, dy, dw.
-struct Buffers {
-  const void* a;
-  const void* b;
-  void* out;
-  size_t out_bytes_to_keep = 0;  // out holds a sum being added to: timing writes into scratch of this size
-};
 
 // heuristic(perfs, &returned) lists the algorithms best first; with `benchmark`,
 // find(perfs, &returned, workspace, bytes) runs them on the buffers (overwriting the output)
@@ -242,7 +201,7 @@ Choice ask(cudnnHandle_t h, const Descriptors& d, Direction direction, const Buf
 Choice choose(cudnnHandle_t h, const Descriptors& d, const Conv2dShapes& s, MemoryFormat format, Direction direction,
               const Buffers& io, Device device) {
   const bool benchmark = cudnn_benchmark();
-  const AlgoKey key = key_of(s, format, d.dtype, direction, d.tf32, benchmark, device);
+  const AlgoKey key = key_of(s, format, d.dtype, direction, benchmark, device);
   Choice choice;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
@@ -250,14 +209,9 @@ Choice choose(cudnnHandle_t h, const Descriptors& d, const Conv2dShapes& s, Memo
     if (it != g_choices.end()) {
       choice = it->second;
     } else {
-      const bool timed = benchmark && !precis::cuda::any_capture_underway();
-      Buffers timing = io;
+      const bool timed = may_time(benchmark);
       Tensor scratch;
-      if (timed && io.out_bytes_to_keep > 0) {
-        scratch = empty({static_cast<int64_t>(io.out_bytes_to_keep)}, DType::u8, device);
-        timing.out = scratch.raw_data();
-      }
-      choice = ask(h, d, direction, timing, device, timed);
+      choice = ask(h, d, direction, timed ? timing_buffers(io, device, scratch) : io, device, timed);
       g_choices.emplace(key, choice);
     }
   }
@@ -276,12 +230,15 @@ __global__ void add_bias_kernel(T* y, const T* bias, int64_t C, int64_t HW, bool
   y[i] = convert_to<T>(convert_to<float>(y[i]) + convert_to<float>(bias[c]));
 }
 
-// Runs call(handle, descriptors, choice, workspace) for one direction of the problem on
-// `device`: the descriptors made, the algorithm chosen (cached), its workspace allocated
-// from the device's caching allocator (none for 0 bytes; freed when the call returns).
+// Runs one direction of the problem on `device`: on cuDNN's graph API where
+// ops::cudnn_conv_api() says so and it has a plan for the problem (ops/cuda/conv_graph.cu),
+// else call(handle, descriptors, choice, workspace) on the legacy API: the descriptors made,
+// the algorithm chosen (cached), its workspace allocated from the device's caching
+// allocator (none for 0 bytes; freed when the call returns).
 template <typename Call>
 void run(Direction direction, const Conv2dShapes& s, MemoryFormat format, DType dtype, const Buffers& io, Device device,
          Call call) {
+  if (cudnn_conv_api() == CudnnConvApi::graph && conv2d_graph(direction, s, format, dtype, io, device)) return;
   cudnnHandle_t h = cudnn::handle(device);
   Descriptors d(s, format, dtype);
   const Choice c = choose(h, d, s, format, direction, io, device);

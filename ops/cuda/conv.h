@@ -25,4 +25,14 @@ void conv2d_backward_data(const Tensor& gy, const Tensor& w, const Tensor& dx, c
 void conv2d_backward_filter(const Tensor& x, const Tensor& gy, const Tensor& dw, const Conv2dShapes& s,
                             MemoryFormat format);
 
+// What the graph-API path (ops::CudnnConvApi::graph, ops/cuda/conv_graph.cu) has done in
+// this process, for tests and benchmarks.
+struct ConvGraphStats {
+  int64_t runs = 0;       // convolutions it ran
+  int64_t planned = 0;    // problems it chose a plan for (once each)
+  int64_t timed = 0;      // of which by timing plans (cudnn_benchmark(), outside CUDA-graph captures)
+  int64_t fell_back = 0;  // problems it has no plan for, left to the legacy API
+};
+ConvGraphStats conv_graph_stats();
+
 }  // namespace precis::ops::cuda

@@ -4,8 +4,10 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <utility>
 
 #include "core/cuda/runtime.h"
+#include "core/cuda/timed_runs.h"
 #include "ops/cuda/matmul_autotune.h"
 #include "ops/matmul.h"
 
@@ -17,28 +19,10 @@ constexpr int kAutotuneRuns = 3;  // after one untimed run; the fastest of the r
 constexpr double kAutotuneMargin = 0.02;
 constexpr double kAutotuneMinFlops = 2.0 * 256 * 256 * 256;  // smaller products are launch-bound
 
-// The fastest of kAutotuneRuns timed runs of `work` on `stream`, in milliseconds, after one
-// untimed run (the algorithm choice of any product inside it, and warm-up).
+// The fastest of kAutotuneRuns timed runs of `work` on `stream`, after one untimed run.
 template <typename Work>
 float fastest_run_ms(cudaStream_t stream, Work&& work) {
-  const char* op = "matmul autotune";
-  cudaEvent_t start = nullptr, stop = nullptr;
-  PRECIS_CUDA_CHECK(cudaEventCreate(&start), op);
-  PRECIS_CUDA_CHECK(cudaEventCreate(&stop), op);
-  work();
-  float best = std::numeric_limits<float>::infinity();
-  for (int r = 0; r < kAutotuneRuns; ++r) {
-    PRECIS_CUDA_CHECK(cudaEventRecord(start, stream), op);
-    work();
-    PRECIS_CUDA_CHECK(cudaEventRecord(stop, stream), op);
-    PRECIS_CUDA_CHECK(cudaEventSynchronize(stop), op);
-    float ms = 0;
-    PRECIS_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop), op);
-    best = std::min(best, ms);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return best;
+  return precis::cuda::fastest_run_ms(stream, kAutotuneRuns, "matmul autotune", std::forward<Work>(work));
 }
 
 }  // namespace

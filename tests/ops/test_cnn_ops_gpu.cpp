@@ -1,16 +1,9 @@
 // The CNN ops on the GPU (cuDNN's conv2d, our batch norm and pooling kernels) against the CPU,
-// forward and backward, for f32, f16 and bf16, NCHW and channels-last inputs.
-//
-// Both devices get the very same values in the dtype under test; the CPU computes in f32
-// and rounds once, the GPU accumulates in f32 (cuDNN may pick FFT or Winograd algorithms),
-// so results are compared relative to the magnitude of the whole result
-// (expect_near_magnitude): 1e-4 for f32 (TF32 off, the default), 2e-2 for f16/bf16.
-// Outputs land in poisoned (NaN) memory, so an element left unwritten fails.
-// Skipped, with the reason, where no GPU is usable.
+// forward and backward, for f32, f16 and bf16, NCHW and channels-last inputs, compared as
+// tests/support/cnn_compare.h says. Skipped, with the reason, where no GPU is usable.
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,58 +15,21 @@
 #include "ops/ops.h"
 #include "ops/pool.h"
 #include "ops/residual.h"
+#include "support/cnn_compare.h"
 #include "support/gpu.h"
 #include "support/gpu_compare.h"
 
 using namespace precis;
+using precis::testing::cnn_case_name;
+using precis::testing::expect_gpu_matches_cpu;
 using precis::testing::expect_near_magnitude;
 using precis::testing::kGpu;
 using precis::testing::random_f64;
 
 namespace {
 
-using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
-
-const DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
-const ops::MemoryFormat kFormats[] = {ops::MemoryFormat::contiguous, ops::MemoryFormat::channels_last};
-
-double tolerance(DType dtype) { return dtype == DType::f32 ? 1e-4 : 2e-2; }
-
-std::string name(DType dtype, ops::MemoryFormat format) {
-  return std::string(dtype_name(dtype)) + (format == ops::MemoryFormat::channels_last ? " channels-last" : " NCHW");
-}
-
-// fn on the CPU and on the GPU, from the same values of `inputs` (f64, converted to dtype;
-// f32 where keep_f32[i]); fn puts its first input into the memory format under test. The
-// outputs, their layouts and every input's gradient (from one random output gradient) agree.
-void expect_gpu_matches_cpu(const Fn& fn, const std::vector<Tensor>& inputs, DType dtype, const std::string& what,
-                            const std::vector<bool>& keep_f32 = {}) {
-  std::vector<Tensor> cpu, gpu;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const bool f32 = i < keep_f32.size() && keep_f32[i];
-    Tensor value = inputs[i].to(f32 ? DType::f32 : dtype);
-    cpu.push_back(value.detach());
-    gpu.push_back(value.to(kGpu));
-    cpu.back().set_requires_grad();
-    gpu.back().set_requires_grad();
-  }
-  const Tensor y_cpu = fn(cpu);
-  precis::testing::poison(y_cpu.shape(), y_cpu.dtype());
-  const Tensor y_gpu = fn(gpu);
-  ASSERT_TRUE(y_gpu.is_cuda()) << what;
-  ASSERT_EQ(y_gpu.dtype(), y_cpu.dtype()) << what;
-  EXPECT_EQ(ops::is_channels_last(y_gpu), ops::is_channels_last(y_cpu)) << what;
-  const double tol = tolerance(dtype);
-  expect_near_magnitude(y_gpu, y_cpu, tol, what + ": output");
-  const Tensor gy = random_f64(y_cpu.shape(), 999).to(y_cpu.dtype());
-  y_cpu.backward(gy);
-  y_gpu.backward(gy.to(kGpu));
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    ASSERT_TRUE(gpu[i].grad().defined()) << what << ": input " << i << " got no gradient on the GPU";
-    EXPECT_TRUE(gpu[i].grad().is_cuda()) << what;
-    expect_near_magnitude(gpu[i].grad(), cpu[i].grad(), tol, what + ": gradient of input " + std::to_string(i));
-  }
-}
+const auto& kDtypes = precis::testing::kCnnDtypes;
+const auto& kFormats = precis::testing::kCnnFormats;
 
 struct ConvCase {
   Shape x, w;
@@ -107,7 +63,7 @@ TEST(CnnOpsGpu, Conv2dMatchesTheCpu) {
             },
             inputs, dtype,
             "conv2d x " + ::testing::PrintToString(c.x) + " w " + ::testing::PrintToString(c.w) + " " +
-                name(dtype, format));
+                cnn_case_name(dtype, format));
       }
     }
   }
@@ -124,7 +80,7 @@ TEST(CnnOpsGpu, Conv2dWithTheHeuristicsChoiceMatchesTheCpu) {
             return ops::conv2d(ops::to_memory_format(in[0], format), in[1], in[2], {{2, 1}, {1, 1}, {1, 1}, 1});
           },
           {random_f64({4, 8, 15, 16}, seed++), random_f64({16, 8, 3, 3}, seed++, -0.5, 0.5), random_f64({16}, seed++)},
-          dtype, "conv2d without benchmark " + name(dtype, format));
+          dtype, "conv2d without benchmark " + cnn_case_name(dtype, format));
     }
   }
   ops::set_cudnn_benchmark(true);
@@ -151,7 +107,7 @@ TEST(CnnOpsGpu, PoolsMatchTheCpu) {
   for (const Shape& shape : {Shape{3, 5, 13, 11}, Shape{2, 16, 13, 11}})
     for (DType dtype : kDtypes) {
       for (auto format : kFormats) {
-        const std::string n = name(dtype, format) + " C=" + std::to_string(shape[1]);
+        const std::string n = cnn_case_name(dtype, format) + " C=" + std::to_string(shape[1]);
         expect_gpu_matches_cpu(
             [format](const std::vector<Tensor>& in) {
               return ops::max_pool2d(ops::to_memory_format(in[0], format), {3, 3}, {2, 2}, {1, 1});
@@ -193,7 +149,7 @@ TEST(CnnOpsGpu, BatchNormMatchesTheCpu) {
       for (bool relu : {false, true}) {
         for (bool training : {true, false}) {
           const std::string what = std::string(relu ? "batch_norm_relu " : "batch_norm ") +
-                                   (training ? "training " : "eval ") + name(dtype, format);
+                                   (training ? "training " : "eval ") + cnn_case_name(dtype, format);
           auto op = relu ? ops::batch_norm_relu : ops::batch_norm;
           // running statistics on each device, starting equal
           const Tensor mean0 = random_f64({8}, seed++).to(DType::f32),
@@ -237,7 +193,7 @@ TEST(CnnOpsGpu, BatchNormReluMaskFromXIsTheMaskOfY) {
       for (auto format : kFormats) {
         for (bool training : {true, false}) {
           const std::string what = std::string(training ? "training " : "eval ") + ::testing::PrintToString(shape) +
-                                   " " + name(dtype, format);
+                                   " " + cnn_case_name(dtype, format);
           // one run: the op, its input's, weight's and bias's gradients, and y
           auto run = [&](bool relu, const Tensor& gy) {
             Tensor x = ops::to_memory_format(x0.to(dtype).to(kGpu), format).detach();
@@ -303,7 +259,7 @@ TEST(CnnOpsGpu, BatchNormPackedChannelsLastMatchesTheCpu) {
                                                : variant == 1 ? "batch_norm_relu "
                                                               : "batch_norm_add_relu ") +
                                    (training ? "training " : "eval ") + ::testing::PrintToString(shape) + " " +
-                                   name(dtype, ops::MemoryFormat::channels_last);
+                                   cnn_case_name(dtype, ops::MemoryFormat::channels_last);
           const Tensor mean0 = random_f64({C}, seed++).to(DType::f32),
                        var0 = random_f64({C}, seed++, 0.5, 2).to(DType::f32);
           Tensor cpu_mean = mean0.clone(), cpu_var = var0.clone();
@@ -361,7 +317,7 @@ TEST(CnnOpsGpu, BatchNormAddReluMatchesTheCpuInEitherLayout) {
           },
           {random_f64({6, 16, 7, 5}, seed++), random_f64({16}, seed++), random_f64({16}, seed++),
            random_f64({6, 16, 7, 5}, seed++)},
-          dtype, "batch_norm_add_relu " + name(dtype, format), {false, true, true, false});
+          dtype, "batch_norm_add_relu " + cnn_case_name(dtype, format), {false, true, true, false});
     }
   }
 }
@@ -446,7 +402,7 @@ TEST(CnnOpsGpu, AddReluMatchesTheCpu) {
             return ops::add_relu(ops::to_memory_format(in[0], format), in[1]);
           },
           {random_f64({4, 6, 7, 5}, seed++), random_f64({4, 6, 7, 5}, seed++)}, dtype,
-          "add_relu " + name(dtype, format));
+          "add_relu " + cnn_case_name(dtype, format));
     }
   }
 }
