@@ -323,7 +323,7 @@ CudnnConvApi cudnn_conv_api() {
   int api = g_cudnn_conv_api.load(std::memory_order_relaxed);
   if (api < 0) {
     const char* setting = std::getenv("PRECIS_CUDNN_CONV");
-    const std::string value = setting ? setting : "legacy";
+    const std::string value = setting ? setting : "graph";
     PRECIS_CHECK(value == "legacy" || value == "graph", "PRECIS_CUDNN_CONV is '", value,
                  "': set it to legacy (cuDNN's legacy convolution API) or graph (its backend API), or unset it");
     int unset = -1;

@@ -46,7 +46,7 @@ bool cudnn_benchmark();
 // ~8 algorithms a direction, ops/cuda/conv.cu) or the graph (backend) API, whose engine
 // configurations PyTorch times (ops/cuda/conv_graph.cu; a problem no engine runs there
 // falls back to legacy). Until set, the environment's PRECIS_CUDNN_CONV=legacy|graph, read
-// once; legacy when unset.
+// once; graph when unset (it reaches the engines PyTorch's convolutions run: bench/NOTES.md).
 enum class CudnnConvApi { legacy, graph };
 void set_cudnn_conv_api(CudnnConvApi api);
 CudnnConvApi cudnn_conv_api();

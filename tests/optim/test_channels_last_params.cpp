@@ -79,8 +79,11 @@ void expect_layouts_agree(DType dtype, const MakeOptimizer& make) {
   EXPECT_EQ(channels_last.params[0].strides(), (Shape{27, 1, 9, 3}));
   expect_same_values(channels_last.params, row_major.params);
   expect_same_state(*channels_last.optimizer, *row_major.optimizer);
-  for (const auto& [key, value] : channels_last.optimizer->state_dict())
-    if (key.starts_with("state.0.")) EXPECT_EQ(value.strides(), (Shape{27, 1, 9, 3})) << key << ": the param's layout";
+  for (const auto& [key, value] : channels_last.optimizer->state_dict()) {
+    if (key.starts_with("state.0.")) {
+      EXPECT_EQ(value.strides(), (Shape{27, 1, 9, 3})) << key << ": the param's layout";
+    }
+  }
 
   for (bool into_channels_last : {true, false}) {
     Run original(dtype, !into_channels_last, make), resumed(dtype, into_channels_last, make);
