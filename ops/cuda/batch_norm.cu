@@ -284,20 +284,20 @@ struct PackedSums {
 // added by a tree (rows r and r + stride, stride halving), the same order every run.
 // kMask: where the backward's relu mask comes from (a.y or x, as BackwardValues), if any.
 enum class Mask { none, from_y, from_x };
-// The statistics pass's shape: each thread issues kBatch cells' loads together, and two blocks
-// are resident on every SM (the launch bounds cap a thread at 128 registers), the grid one wave
-// of them. A backward that also loads y (or recomputes the mask from x) batches 3 cells, not 4,
-// to fit those registers without spilling (ptxas -v; bench/NOTES.md). Uncapped, the backward
-// took 165 registers: one block an SM, and the grid ran in two waves.
+// The statistics pass's shape: each thread issues kBatch cells' loads together, and kBlocks
+// blocks are resident on every SM, the grid one wave of them. Two blocks (the launch bounds cap
+// a thread at 128 registers) batch 4 cells, or 3 for a backward that also loads y (or
+// recomputes the mask from x), to fit those registers without spilling (ptxas -v;
+// bench/NOTES.md); one block (small tensors: packed_channel_sums) batches twice as many.
+// Uncapped, the backward took 165 registers: one block an SM, and the grid ran in two waves.
 constexpr int kStatsBlocks = 2;
-template <bool kBackward, Mask kMask>
+template <Mask kMask, int kBlocks>
 constexpr int stats_batch() {
-  return kMask == Mask::none ? 4 : 3;
+  return kBlocks == 1 ? (kMask == Mask::none ? 8 : 6) : (kMask == Mask::none ? 4 : 3);
 }
-template <typename T, bool kBackward, Mask kMask>
-__global__ void __launch_bounds__(kThreads, kStatsBlocks)
-    packed_sums_kernel(PackedSums<T> a, Layout l, float* partial) {
-  constexpr int kBatch = stats_batch<kBackward, kMask>();
+template <typename T, bool kBackward, Mask kMask, int kBlocks>
+__global__ void __launch_bounds__(kThreads, kBlocks) packed_sums_kernel(PackedSums<T> a, Layout l, float* partial) {
+  constexpr int kBatch = stats_batch<kMask, kBlocks>();
   wait_for_previous_grid();
   allow_next_grid_to_start();
   constexpr int V = Packed128<T>::size;
@@ -518,20 +518,35 @@ bool packed(const Layout& l, std::initializer_list<const void*> buffers) {
 }
 
 // channel_sums by packed_sums_kernel: its [G, 2, C] partial and G.
-template <typename T, bool kBackward, Mask kMask>
-std::pair<Tensor, int64_t> packed_channel_sums(const PackedSums<T>& a, const Layout& l, Device device) {
-  constexpr int kBatch = stats_batch<kBackward, kMask>();
+template <typename T, bool kBackward, Mask kMask, int kBlocks>
+std::pair<Tensor, int64_t> packed_channel_sums_as(const PackedSums<T>& a, const Layout& l, Device device) {
+  constexpr int kBatch = stats_batch<kMask, kBlocks>();
   const PackedShape s = packed_shape(l.C / Packed128<T>::size);
-  // kStatsBlocks blocks per SM, each thread with kBatch loads of each operand in flight, keep the
+  // kBlocks blocks per SM, each thread with kBatch loads of each operand in flight, keep the
   // memory busy; more blocks would only lengthen the finalize kernel's walk over the G partials.
   // Each thread takes at least one batch.
-  const int64_t wanted = std::max<int64_t>(1, kStatsBlocks * multiprocessor_count(device) / s.tiles);
+  const int64_t wanted = std::max<int64_t>(1, kBlocks * multiprocessor_count(device) / s.tiles);
   const int64_t G = std::min<int64_t>({wanted, std::max<int64_t>(1, l.M / (kBatch * s.ty)), 65535});
   Tensor partial = empty({G * 2 * l.C}, DType::f32, device);
-  launch(packed_sums_kernel<T, kBackward, kMask>, dim3(static_cast<unsigned>(s.tiles), static_cast<unsigned>(G)),
-         dim3(s.tx, s.ty), 0, stream_for(partial), a, l, data_of<float>(partial));
+  launch(packed_sums_kernel<T, kBackward, kMask, kBlocks>,
+         dim3(static_cast<unsigned>(s.tiles), static_cast<unsigned>(G)), dim3(s.tx, s.ty), 0, stream_for(partial), a, l,
+         data_of<float>(partial));
   PRECIS_CUDA_CHECK_LAUNCH("batch_norm statistics");
   return {partial, G};
+}
+
+// Tensors under this many bytes (one operand) take the statistics pass at one block per SM,
+// each thread with twice the loads in flight: half the partials for the finalize kernel to
+// walk, and the loads of a small layer issued in one round. Larger ones keep two blocks per SM,
+// which hide the memory's latency better over many rounds (the threshold was measured:
+// bench/NOTES.md).
+constexpr int64_t kSmallStatsBytes = int64_t{40} << 20;
+
+template <typename T, bool kBackward, Mask kMask>
+std::pair<Tensor, int64_t> packed_channel_sums(const PackedSums<T>& a, const Layout& l, Device device) {
+  if (l.M * l.C * static_cast<int64_t>(sizeof(T)) < kSmallStatsBytes)
+    return packed_channel_sums_as<T, kBackward, kMask, 1>(a, l, device);
+  return packed_channel_sums_as<T, kBackward, kMask, kStatsBlocks>(a, l, device);
 }
 
 // The packed apply kernels' grid: about eight blocks per SM (the device full), each cell once.
