@@ -45,7 +45,8 @@
 //   - a config whose plan fails to finalize, or needs more than kMaxWorkspaceBytes, is
 //     skipped;
 //   - with cudnn_benchmark() and no capture under way, the first kBenchmarkLimit usable plans
-//     (PyTorch's cudnn.benchmark_limit, 10) each run on the call's own buffers (one warm-up
+//     of heuristic modes A, then B, then the fallback list (PyTorch's cudnn.benchmark_limit
+//     is 10; more pays, bench/NOTES.md) each run on the call's own buffers (one warm-up
 //     run, then the fastest of kTimedRuns runs timed by CUDA events on the compute stream; a
 //     problem adding into its output times into a scratch buffer, so the real sum is left
 //     alone) and the fastest is kept; a plan that fails to run is dropped. Otherwise, and
@@ -79,7 +80,7 @@ namespace precis::ops::cuda {
 
 namespace {
 
-constexpr int kBenchmarkLimit = 10;  // plans timed per problem at most
+constexpr int kBenchmarkLimit = 64;  // plans timed per problem at most
 constexpr int kTimedRuns = 3;        // after one warm-up run; the fastest counts
 
 // The unique ids of the three tensors, in Buffers' order (a, b, out).
@@ -428,8 +429,8 @@ std::vector<Plan> usable_plans(const std::shared_ptr<const Graph>& g, DType dtyp
   const bool tf32 = uses_tf32(dtype), capturing = precis::cuda::any_capture_underway();
   const size_t wanted = timed ? kBenchmarkLimit : 1;
   std::vector<Plan> plans;
-  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-    if (mode == CUDNN_HEUR_MODE_FALLBACK && !timed && !plans.empty()) break;
+  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_B, CUDNN_HEUR_MODE_FALLBACK}) {
+    if (mode != CUDNN_HEUR_MODE_A && !timed && !plans.empty()) break;
     for (Desc& config : engine_configs(*g, mode)) {
       ++tally.offered;
       const std::optional<Notes> notes = notes_of(config);
