@@ -12,7 +12,7 @@ struct DeviceStepInputs {
   int64_t* step = nullptr;                 // the step count t: t <- t + 1 first, unless skipped
   const double* grad_factor = nullptr;     // or null: each gradient is multiplied by it as it is read
   const double* skip = nullptr;            // or null: when *skip != 0 nothing is updated and t stays
-  bool round_scaled_grads_to_f32 = false;  // StepInputs::round_scaled_grads_to_f32
+  bool round_scaled_grads_to_f32 = false;  // StepInputs::round_scaled_grads_to_f32 (a value: fixed for a run)
 };
 
 }  // namespace precis::optim::cuda
