@@ -72,19 +72,18 @@ inline C scaled_gradient(G g, double factor, bool in_f32 = false) {
   return convert<C>(convert<G>(scaled));
 }
 
-// Checks the dtypes of parameter `index` and of its gradient for optimizer `op`; true when the
-// step takes the mixed path (an f32 update of a 16-bit parameter or from a 16-bit gradient,
-// dispatch_low_precision), false for f32/f32 and f64/f64.
-inline bool check_step_dtypes(const char* op, size_t index, DType param, DType grad, bool stochastic_rounding) {
+// Checks the dtypes of parameter `index` and of its gradient for optimizer `op`: f32/f32 and
+// f64/f64 take the plain loop; any other pair the mixed path (an f32 update of a 16-bit
+// parameter or from a 16-bit gradient, dispatch_low_precision), which takes f32, f16 and bf16.
+inline void check_step_dtypes(const char* op, size_t index, DType param, DType grad, bool stochastic_rounding) {
   const bool mixed = !(param == DType::f32 && grad == DType::f32) && !(param == DType::f64 && grad == DType::f64);
-  if (!mixed) return false;
+  if (!mixed) return;
   const auto f32_or_16bit = [](DType d) { return d == DType::f32 || is_low_precision(d); };
   PRECIS_CHECK(f32_or_16bit(param) && f32_or_16bit(grad), op, ": parameter ", index, " is ", param, " with a ", grad,
                " gradient; supported: float64 with a float64 gradient, float32/float16/bfloat16 with a float32, "
                "float16 or bfloat16 gradient");
   PRECIS_CHECK(!stochastic_rounding || param == DType::bf16 || param == DType::f32, op,
                ": stochastic_rounding is for bfloat16 parameters, but parameter ", index, " is ", param);
-  return true;
 }
 
 // Calls fn(TypeTag<P>{}, TypeTag<G>{}) for a parameter of dtype `param` and a gradient of
