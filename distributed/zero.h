@@ -8,10 +8,10 @@
 // owns chunk r of every bucket. A step:
 //   1. backward; as each bucket's last gradient is final the reducer (options.shard)
 //      reduce_scatters it (avg), so rank r gets its chunk of the averaged gradient
-//      (Reducer::shard_grad), overlapping the rest of the backward;
-//      A bucket reduced in bf16/f16 over the f32 gradient buffer (bf16-pure's grad_reduce)
-//      is not cast back: its chunk stays in the reducer's staging buffer, where steps 2 and
-//      3 read it in 16 bits (grads_staged());
+//      (Reducer::shard_grad), overlapping the rest of the backward. A bucket reduced in
+//      bf16/f16 over the f32 gradient buffer (bf16-pure's grad_reduce) is not cast back:
+//      its chunk stays in the reducer's staging buffer, where steps 2 and 3 read it in
+//      16 bits (grads_staged());
 //   2. clip_grad_norm over the owned gradients with reduce_sum = sum_over_ranks: each
 //      rank's sum of squares is all-reduced before the norm, the clip factor and the
 //      loss scaler's found_inf are computed from it, on the device, the same on every rank;
