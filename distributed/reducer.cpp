@@ -10,13 +10,14 @@ namespace precis::distributed {
 
 struct Reducer::State {
   struct BucketRun {
-    Tensor grad;                 // the bucket's slice of the flat gradient buffer
-    Tensor staging;              // defined when it is reduced in another dtype
-    Tensor shard;                // ZeRO-1: this rank's chunk of `grad`, averaged over ranks (shard_grad)
-    Tensor shard_staging;        // ZeRO-1 with staging: this rank's chunk of `staging`, the reduce_scatter's output
-    size_t expected = 0;         // parameters of the bucket that take gradients
-    size_t pending = 0;          // of those, not ready yet this step
-    std::shared_ptr<Work> work;  // its all-reduce, once launched
+    Tensor grad;                    // the bucket's slice of the flat gradient buffer
+    Tensor staging;                 // defined when it is reduced in another dtype
+    Tensor shard;                   // ZeRO-1: this rank's chunk of `grad`, averaged over ranks unless staged
+    Tensor shard_staging;           // ZeRO-1 with staging: this rank's chunk of `staging`, the reduce_scatter's output
+    bool shard_in_staging = false;  // ZeRO-1: shard_grad is shard_staging itself (16-bit), not cast back
+    size_t expected = 0;            // parameters of the bucket that take gradients
+    size_t pending = 0;             // of those, not ready yet this step
+    std::shared_ptr<Work> work;     // its all-reduce, once launched
   };
   struct SlotRun {
     std::string name;
@@ -108,7 +109,14 @@ Reducer::Reducer(std::shared_ptr<nn::FlatParameters> flat, std::shared_ptr<Proce
       // In place: this rank's chunk of the bucket receives the average, no buffer of its own.
       const int64_t chunk = (bucket.end - bucket.begin) / s.group->world_size(), first = s.group->rank() * chunk;
       run.shard = run.grad.slice(0, first, first + chunk);
-      if (run.staging.defined()) run.shard_staging = run.staging.slice(0, first, first + chunk);
+      if (run.staging.defined()) {
+        run.shard_staging = run.staging.slice(0, first, first + chunk);
+        // The optimizers read a 16-bit gradient as it is, rounding it to f32 when they scale it
+        // (optim/optimizer.h, StepInputs::round_scaled_grads_to_f32); a staging over another
+        // gradient dtype (f32 over f64, bf16 over f16) is cast back into `shard` in finish().
+        const DType reduce = *options.reduce_dtype;
+        run.shard_in_staging = buffer.grad.dtype() == DType::f32 && (reduce == DType::bf16 || reduce == DType::f16);
+      }
     }
     for (size_t slot_index : bucket.slots) {
       const size_t id = first_slot[bucket.buffer] + slot_index;
@@ -140,7 +148,10 @@ void Reducer::set_profiler(Profiler* profiler) { state_->profiler = profiler; }
 const std::vector<Bucket>& Reducer::buckets() const { return state_->buckets; }
 ProcessGroup& Reducer::group() const { return *state_->group; }
 
-Tensor Reducer::shard_grad(size_t bucket) const { return state_->runs.at(bucket).shard; }
+Tensor Reducer::shard_grad(size_t bucket) const {
+  const State::BucketRun& run = state_->runs.at(bucket);
+  return run.shard_in_staging ? run.shard_staging : run.shard;
+}
 
 void Reducer::finish() {
   State& s = *state_;
@@ -162,7 +173,7 @@ void Reducer::finish() {
   for (State::BucketRun& run : s.runs) {
     if (!run.work) continue;
     run.work->wait();
-    if (run.shard_staging.defined())
+    if (run.shard_staging.defined() && !run.shard_in_staging)
       copy_(run.shard, run.shard_staging);
     else if (run.staging.defined() && !run.shard.defined())
       copy_(run.grad, run.staging);

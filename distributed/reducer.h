@@ -16,7 +16,7 @@
 //   reduce_dtype (the precision policy's grad_reduce_dtype): a bucket whose
 //     gradients are of another dtype is cast into a staging buffer of it on the
 //     compute stream, reduced there (bf16/f16: divided by the world size before
-//     the sum, see process_group.h), and cast back in finish().
+//     the sum, see process_group.h), and cast back in finish() (not under ZeRO-1: below).
 //   A parameter that got no gradient by finish() is an error naming it: every rank
 //     must reduce every bucket, so every parameter must take part in the loss.
 //
@@ -29,9 +29,12 @@
 // by both), and a bucket's collective is a reduce_scatter (avg) instead of an all-reduce:
 // rank r receives only chunk r of the bucket's averaged gradient, in place: shard_grad(bucket)
 // is that chunk of the flat gradient buffer (the other chunks keep this rank's own sum), so
-// ZeRO-1 takes no gradient memory beyond DDP's. It launches as soon as the
-// bucket's last gradient is final, overlapping the rest of the backward as DDP's
-// all-reduces do; finish() waits.
+// ZeRO-1 takes no gradient memory beyond DDP's. A bucket reduced in bf16/f16 over an f32
+// gradient buffer is not cast back: shard_grad is then chunk r of its staging buffer (made
+// once with the reducer and reused every step, so a CUDA graph's replays find it where the
+// capture did), which the optimizer reads in the reduce dtype; the flat gradient buffer
+// keeps this rank's own sums everywhere. It launches as soon as the bucket's last gradient
+// is final, overlapping the rest of the backward as DDP's all-reduces do; finish() waits.
 #pragma once
 
 #include <memory>
@@ -75,8 +78,9 @@ class Reducer {
   const std::vector<Bucket>& buckets() const;
   ProcessGroup& group() const;
   // ZeRO-1: this rank's chunk of bucket `bucket`'s averaged gradient (chunk r of world_size
-  // equal ones, a view of the flat gradient buffer), complete after finish(); undefined
-  // without options.shard.
+  // equal ones), complete after finish(): a view of the bucket's staging buffer when it is
+  // reduced in bf16/f16 over an f32 gradient buffer, else of the flat gradient buffer; the
+  // same tensor every step; undefined without options.shard.
   Tensor shard_grad(size_t bucket) const;
 
   struct State;

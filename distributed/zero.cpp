@@ -89,6 +89,12 @@ std::vector<optim::ParamGroup> Zero1::shard_groups(const std::vector<optim::Para
   return groups;
 }
 
+bool Zero1::grads_staged() const {
+  return std::any_of(chunks_.begin(), chunks_.end(), [&](const Chunk& chunk) {
+    return chunk.grad.dtype() != flat_->buffers()[chunk.buffer].grad.dtype();
+  });
+}
+
 void Zero1::sum_over_ranks(const Tensor& sum) const { group_->all_reduce(sum, ReduceOp::sum)->wait(); }
 
 void Zero1::gather_parameters() const {

@@ -8,15 +8,18 @@
 // owns chunk r of every bucket. A step:
 //   1. backward; as each bucket's last gradient is final the reducer (options.shard)
 //      reduce_scatters it (avg), so rank r gets its chunk of the averaged gradient
-//      (Reducer::shard_grad), overlapping the rest of the backward;
+//      (Reducer::shard_grad), overlapping the rest of the backward. A bucket reduced in
+//      bf16/f16 over the f32 gradient buffer (bf16-pure's grad_reduce) is not cast back:
+//      its chunk stays in the reducer's staging buffer, where steps 2 and 3 read it in
+//      16 bits (grads_staged());
 //   2. clip_grad_norm over the owned gradients with reduce_sum = sum_over_ranks: each
 //      rank's sum of squares is all-reduced before the norm, the clip factor and the
 //      loss scaler's found_inf are computed from it, on the device, the same on every rank;
 //   3. the optimizer, built over shard_groups(), updates only what this rank owns: its
 //      parameters are 1-D views of the flat data, one per piece of a parameter inside
 //      an owned chunk (a parameter may be cut between chunks and ranks), with the
-//      matching slice of the chunk's gradient as .grad, so its moments and master copies
-//      hold about 1/world_size of the whole state;
+//      matching slice of the chunk's gradient (Reducer::shard_grad) as .grad, so its moments
+//      and master copies hold about 1/world_size of the whole state;
 //   4. gather_parameters(): an in-place all_gather of every bucket, each rank
 //      contributing its updated chunk, in the parameters' dtype.
 //
@@ -61,6 +64,10 @@ class Zero1 {
   std::vector<optim::ParamGroup> shard_groups(const std::vector<optim::ParamGroup>& full_groups);
   const std::vector<ShardPiece>& pieces() const { return pieces_; }
 
+  // Whether the shard's gradients are the reducer's 16-bit staging of f32 gradients
+  // (Reducer::shard_grad): the step then passes StepInputs::round_scaled_grads_to_f32, so a
+  // clipped or unscaled gradient rounds as the f32 one did and the update is the same.
+  bool grads_staged() const;
   // sum <- the sum over ranks of sum (in place; optim::clip_grad_norm's reduce_sum).
   void sum_over_ranks(const Tensor& sum) const;
   // Every rank's chunks of the parameters into every rank's flat buffers.
@@ -85,7 +92,7 @@ class Zero1 {
     int64_t bucket_begin = 0, bucket_end = 0;  // the bucket, in the buffer
     int64_t begin = 0, end = 0;                // this rank's chunk of it
     bool has_slots = false;                    // false: padding only, never reduced nor gathered
-    Tensor grad;                               // Reducer::shard_grad
+    Tensor grad;                               // Reducer::shard_grad (f32, or 16-bit staged)
   };
 
   std::shared_ptr<nn::FlatParameters> flat_;

@@ -47,16 +47,16 @@ void adamw_update(T* p, const T* g, double grad_factor, T* m, T* v, int64_t n, c
   for (int64_t i = 0; i < n; ++i) p[i] = adamw_element(p[i], scaled_gradient<T>(g[i], grad_factor), m[i], v[i], c);
 }
 
-// A low-precision parameter P (f16/bf16) with gradient G (f32 or P), f32 moments:
+// A parameter P with gradient G (each f32, f16 or bf16; not both f32), f32 moments:
 //   x = master ? master[i] : float(p[i]);  x <- adamw_element(x, float(g[i]))
 //   master[i] = x (when kept);  p[i] = round(x) (nearest-even or stochastic)
 template <typename P, typename G>
-void adamw_update_low_precision(P* p, float* master, const G* g, double grad_factor, float* m, float* v, int64_t n,
-                                const AdamWConstants<float>& c, const Rounding& rounding) {
+void adamw_update_low_precision(P* p, float* master, const G* g, double grad_factor, bool grad_in_f32, float* m,
+                                float* v, int64_t n, const AdamWConstants<float>& c, const Rounding& rounding) {
 #pragma omp parallel for schedule(static) if (n >= kParallelGrain)
   for (int64_t i = 0; i < n; ++i) {
-    float x = adamw_element(master ? master[i] : convert<float>(p[i]), scaled_gradient<float>(g[i], grad_factor), m[i],
-                            v[i], c);
+    float x = adamw_element(master ? master[i] : convert<float>(p[i]),
+                            scaled_gradient<float>(g[i], grad_factor, grad_in_f32), m[i], v[i], c);
     if (master) master[i] = x;
     p[i] = round_to<P>(x, rounding, static_cast<uint64_t>(i));
   }
@@ -68,10 +68,10 @@ void AdamW::step(const StepInputs& inputs) {
   check_inputs(inputs, "AdamW");
   std::vector<cuda::AdamWTensors> params;
   for_each_param([&](size_t index, Tensor& p, double weight_decay) {
-    const bool low_precision = check_param(index, p);
+    check_param(index, p);
     Tensor& m = state_buffer(index, "exp_avg", p);
     Tensor& v = state_buffer(index, "exp_avg_sq", p);
-    const Tensor master = low_precision && options_.master_weights ? master_buffer(index, p) : Tensor();
+    const Tensor master = is_low_precision(p.dtype()) && options_.master_weights ? master_buffer(index, p) : Tensor();
     params.push_back({p, p.grad(), m, v, master, weight_decay, index});
   });
   OpScope timed(
@@ -86,11 +86,11 @@ void AdamW::step(const StepInputs& inputs) {
       OpPass::step);
 #if PRECIS_WITH_CUDA
   if (device().is_cuda()) {
-    cuda::adamw_step(params,
-                     {options_.beta1, options_.beta2, options_.eps, options_.stochastic_rounding, options_.seed},
-                     {lr_tensor_.data<double>(), step_tensor_.data<int64_t>(),
-                      inputs.grad_factor.defined() ? inputs.grad_factor.data<double>() : nullptr,
-                      inputs.skip_if.defined() ? inputs.skip_if.data<double>() : nullptr});
+    cuda::adamw_step(
+        params, {options_.beta1, options_.beta2, options_.eps, options_.stochastic_rounding, options_.seed},
+        {lr_tensor_.data<double>(), step_tensor_.data<int64_t>(),
+         inputs.grad_factor.defined() ? inputs.grad_factor.data<double>() : nullptr,
+         inputs.skip_if.defined() ? inputs.skip_if.data<double>() : nullptr, inputs.round_scaled_grads_to_f32});
     return;
   }
 #endif
@@ -115,7 +115,8 @@ void AdamW::step(const StepInputs& inputs) {
         using P = typename decltype(param_tag)::type;
         using G = typename decltype(grad_tag)::type;
         adamw_update_low_precision<P, G>(p.data<P>(), a.master.defined() ? a.master.data<float>() : nullptr,
-                                         g.data<G>(), factor, m.data<float>(), v.data<float>(), p.numel(),
+                                         g.data<G>(), factor, inputs.round_scaled_grads_to_f32, m.data<float>(),
+                                         v.data<float>(), p.numel(),
                                          adamw_constants<float>(lr, a.weight_decay, options_, bias1, bias2), rounding);
       });
     }
@@ -128,22 +129,12 @@ int64_t AdamW::state_bytes_per_element(DType param_dtype) const {
   return 2 * moment + (is_low_precision(param_dtype) && options_.master_weights ? 4 : 0);
 }
 
-bool AdamW::check_param(size_t index, const Tensor& p) const {
+void AdamW::check_param(size_t index, const Tensor& p) const {
   const Tensor& g = p.grad();
   check_layout(index, p, "AdamW");
   PRECIS_CHECK(g.device() == p.device(), "AdamW: parameter ", index, " is on ", p.device(), " but its gradient on ",
                g.device());
-  const bool low_precision =
-      !(p.dtype() == DType::f32 && g.dtype() == DType::f32) && !(p.dtype() == DType::f64 && g.dtype() == DType::f64);
-  if (low_precision) {
-    PRECIS_CHECK(is_low_precision(p.dtype()) && (g.dtype() == DType::f32 || g.dtype() == p.dtype()),
-                 "AdamW: parameter ", index, " is ", p.dtype(), " with a ", g.dtype(),
-                 " gradient; supported: float32/float64 with a gradient of the same dtype, float16/bfloat16 with "
-                 "a float32 or same-dtype gradient");
-    PRECIS_CHECK(!options_.stochastic_rounding || p.dtype() == DType::bf16,
-                 "AdamW: stochastic_rounding is for bfloat16 parameters, but parameter ", index, " is ", p.dtype());
-  }
-  return low_precision;
+  check_step_dtypes("AdamW", index, p.dtype(), g.dtype(), options_.stochastic_rounding);
 }
 
 }  // namespace precis::optim

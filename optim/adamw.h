@@ -35,8 +35,8 @@ class AdamW : public Optimizer {
   int64_t state_bytes_per_element(DType param_dtype) const override;
 
  private:
-  // Checks parameter `index` and its gradient; whether it is f16/bf16 (updated in f32).
-  bool check_param(size_t index, const Tensor& p) const;
+  // Checks parameter `index` and its gradient: device, layout, dtypes (optim/low_precision.h).
+  void check_param(size_t index, const Tensor& p) const;
 
   AdamWOptions options_;
 };

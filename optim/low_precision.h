@@ -1,6 +1,8 @@
 // Low-precision (f16/bf16) parameters in the optimizers: the update runs in f32
 // (on the f32 master copy when the optimizer keeps one) and the result is
-// rounded back into the parameter, to nearest-even or stochastically.
+// rounded back into the parameter, to nearest-even or stochastically. An f32 parameter
+// with a 16-bit gradient (ZeRO-1's shard of a reduce in bf16, distributed/zero.h) takes
+// the same path, the gradient widened as it is read and the result stored as it is.
 //
 // Stochastic rounding of an f32 value x to bf16 (bf16 is the top 16 bits of
 // an f32): add 16 uniform random bits r to the low half of x's bit pattern and
@@ -16,6 +18,7 @@
 #include <cstdint>
 
 #include "core/convert.h"
+#include "core/error.h"
 #include "core/philox.h"
 
 namespace precis::optim {
@@ -55,30 +58,53 @@ inline P round_to(float x, const Rounding& r, uint64_t i) {
 
 // A gradient element g as the step reads it, in the compute type C: times the step's
 // gradient factor (StepInputs::grad_factor) in f64 and rounded back to g's dtype, as an
-// in-place scaling of the gradient would store it; g itself when the factor is 1. The
-// CUDA kernels read it alike (optim/cuda/low_precision.cuh).
+// in-place scaling of the gradient would store it; g itself when the factor is 1. With
+// `in_f32` a 16-bit g is rounded to f32 instead: g stands for an f32 gradient it was
+// reduced from (StepInputs::round_scaled_grads_to_f32). The CUDA kernels read it alike
+// (optim/cuda/step_kernels.cuh).
 template <typename C, typename G>
-inline C scaled_gradient(G g, double factor) {
+inline C scaled_gradient(G g, double factor, bool in_f32 = false) {
   if (factor == 1.0) return convert<C>(g);
-  return convert<C>(convert<G>(convert<double>(g) * factor));
+  const double scaled = convert<double>(g) * factor;
+  if constexpr (sizeof(G) < sizeof(float)) {
+    if (in_f32) return convert<C>(convert<float>(scaled));
+  }
+  return convert<C>(convert<G>(scaled));
 }
 
-// Calls fn(TypeTag<P>{}, TypeTag<G>{}) for a low-precision parameter of dtype `param`
-// whose gradient is f32 or of the parameter's own dtype.
+// Checks the dtypes of parameter `index` and of its gradient for optimizer `op`: f32/f32 and
+// f64/f64 take the plain loop; any other pair the mixed path (an f32 update of a 16-bit
+// parameter or from a 16-bit gradient, dispatch_low_precision), which takes f32, f16 and bf16.
+inline void check_step_dtypes(const char* op, size_t index, DType param, DType grad, bool stochastic_rounding) {
+  const bool mixed = !(param == DType::f32 && grad == DType::f32) && !(param == DType::f64 && grad == DType::f64);
+  if (!mixed) return;
+  const auto f32_or_16bit = [](DType d) { return d == DType::f32 || is_low_precision(d); };
+  PRECIS_CHECK(f32_or_16bit(param) && f32_or_16bit(grad), op, ": parameter ", index, " is ", param, " with a ", grad,
+               " gradient; supported: float64 with a float64 gradient, float32/float16/bfloat16 with a float32, "
+               "float16 or bfloat16 gradient");
+  PRECIS_CHECK(!stochastic_rounding || param == DType::bf16 || param == DType::f32, op,
+               ": stochastic_rounding is for bfloat16 parameters, but parameter ", index, " is ", param);
+}
+
+// Calls fn(TypeTag<P>{}, TypeTag<G>{}) for a parameter of dtype `param` and a gradient of
+// dtype `grad`, each f32, f16 or bf16 (check_step_dtypes' mixed path).
 template <typename Fn>
 void dispatch_low_precision(DType param, DType grad, Fn&& fn) {
   auto with_grad = [&](auto param_tag) {
-    using P = typename decltype(param_tag)::type;
-    if (grad == DType::f32) {
-      fn(param_tag, TypeTag<float>{});
+    if (grad == DType::f16) {
+      fn(param_tag, TypeTag<half>{});
+    } else if (grad == DType::bf16) {
+      fn(param_tag, TypeTag<bfloat16>{});
     } else {
-      fn(param_tag, TypeTag<P>{});
+      fn(param_tag, TypeTag<float>{});
     }
   };
   if (param == DType::f16) {
     with_grad(TypeTag<half>{});
-  } else {
+  } else if (param == DType::bf16) {
     with_grad(TypeTag<bfloat16>{});
+  } else {
+    with_grad(TypeTag<float>{});
   }
 }
 

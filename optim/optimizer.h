@@ -45,6 +45,11 @@ struct StepInputs {
   // f64 scalar: when nonzero nothing is updated and the step count stays (the loss
   // scaler's found_inf). Undefined: never skip.
   Tensor skip_if = Tensor();
+  // A scaled 16-bit gradient is rounded to f32 instead of its own dtype: the gradients are
+  // 16-bit copies of f32 ones, and the update must be the one the f32 gradients give
+  // (ZeRO-1 reading its shard from the reduce's bf16/f16 staging, distributed/zero.h).
+  // No effect on f32 or f64 gradients.
+  bool round_scaled_grads_to_f32 = false;
 };
 
 struct ParamGroup {

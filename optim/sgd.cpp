@@ -27,16 +27,17 @@ void sgd_update(T* p, const T* g, double grad_factor, T* buf, int64_t n, double 
     p[i] = sgd_element(p[i], scaled_gradient<T>(g[i], grad_factor), buf ? buf + i : nullptr, lr, wd, r, first);
 }
 
-// A low-precision parameter P (f16/bf16) with gradient G (f32 or P), f32 momentum:
+// A parameter P with gradient G (each f32, f16 or bf16; not both f32), f32 momentum:
 //   x = master ? master[i] : float(p[i]);  x <- sgd_element(x, float(g[i]))
 //   master[i] = x (when kept);  p[i] = round(x) (nearest-even or stochastic)
 template <typename P, typename G>
-void sgd_update_low_precision(P* p, float* master, const G* g, double grad_factor, float* buf, int64_t n, double lr,
-                              double wd, const SGDRule& r, bool first, const Rounding& rounding) {
+void sgd_update_low_precision(P* p, float* master, const G* g, double grad_factor, bool grad_in_f32, float* buf,
+                              int64_t n, double lr, double wd, const SGDRule& r, bool first, const Rounding& rounding) {
 #pragma omp parallel for schedule(static) if (n >= kParallelGrain)
   for (int64_t i = 0; i < n; ++i) {
-    float x = sgd_element(master ? master[i] : convert<float>(p[i]), scaled_gradient<float>(g[i], grad_factor),
-                          buf ? buf + i : nullptr, lr, wd, r, first);
+    float x =
+        sgd_element(master ? master[i] : convert<float>(p[i]), scaled_gradient<float>(g[i], grad_factor, grad_in_f32),
+                    buf ? buf + i : nullptr, lr, wd, r, first);
     if (master) master[i] = x;
     p[i] = round_to<P>(x, rounding, static_cast<uint64_t>(i));
   }
@@ -55,20 +56,9 @@ void SGD::step(const StepInputs& inputs) {
   for_each_param([&](size_t index, Tensor& p, double weight_decay) {
     const Tensor& g = p.grad();
     check_layout(index, p, "SGD");
-    const bool low_precision =
-        !(p.dtype() == DType::f32 && g.dtype() == DType::f32) && !(p.dtype() == DType::f64 && g.dtype() == DType::f64);
-    if (low_precision) {
-      PRECIS_CHECK(is_low_precision(p.dtype()) && (g.dtype() == DType::f32 || g.dtype() == p.dtype()),
-                   "SGD: parameter ", index, " is ", p.dtype(), " with a ", g.dtype(),
-                   " gradient; supported: float32/float64 with a gradient of the same dtype, float16/bfloat16 with "
-                   "a float32 or same-dtype gradient");
-      PRECIS_CHECK(!options_.stochastic_rounding || p.dtype() == DType::bf16,
-                   "SGD: stochastic_rounding is for "
-                   "bfloat16 parameters, but parameter ",
-                   index, " is ", p.dtype());
-    }
+    check_step_dtypes("SGD", index, p.dtype(), g.dtype(), options_.stochastic_rounding);
     const Tensor buf = options_.momentum > 0 ? state_buffer(index, "momentum_buffer", p) : Tensor();
-    const Tensor master = low_precision && options_.master_weights ? master_buffer(index, p) : Tensor();
+    const Tensor master = is_low_precision(p.dtype()) && options_.master_weights ? master_buffer(index, p) : Tensor();
     params.push_back({p, g, buf, master, weight_decay, index});
   });
   const SGDRule rule{options_.momentum, options_.dampening, options_.nesterov};
@@ -86,10 +76,11 @@ void SGD::step(const StepInputs& inputs) {
       OpPass::step);
 #if PRECIS_WITH_CUDA
   if (device().is_cuda()) {
-    cuda::sgd_step(params, {rule, options_.stochastic_rounding, options_.seed},
-                   {lr_tensor_.data<double>(), step_tensor_.data<int64_t>(),
-                    inputs.grad_factor.defined() ? inputs.grad_factor.data<double>() : nullptr,
-                    inputs.skip_if.defined() ? inputs.skip_if.data<double>() : nullptr});
+    cuda::sgd_step(
+        params, {rule, options_.stochastic_rounding, options_.seed},
+        {lr_tensor_.data<double>(), step_tensor_.data<int64_t>(),
+         inputs.grad_factor.defined() ? inputs.grad_factor.data<double>() : nullptr,
+         inputs.skip_if.defined() ? inputs.skip_if.data<double>() : nullptr, inputs.round_scaled_grads_to_f32});
     return;
   }
 #endif
@@ -113,8 +104,8 @@ void SGD::step(const StepInputs& inputs) {
         using P = typename decltype(param_tag)::type;
         using G = typename decltype(grad_tag)::type;
         sgd_update_low_precision<P, G>(p.data<P>(), data_or_null<float>(a.master), g.data<G>(), factor,
-                                       data_or_null<float>(a.momentum_buffer), p.numel(), lr, a.weight_decay, rule,
-                                       first, rounding);
+                                       inputs.round_scaled_grads_to_f32, data_or_null<float>(a.momentum_buffer),
+                                       p.numel(), lr, a.weight_decay, rule, first, rounding);
       });
     }
   }

@@ -402,7 +402,9 @@ void Trainer::finish_step(Profiler* profiler) {
       optim::clip_grad_norm(model().parameters(), config_.optimizer.grad_clip, scaler_->scale_tensor(), found_inf,
                             grad_norm_);
     }
-    optimizer_->step({.grad_factor = grad_norm_.select(0, 1), .skip_if = found_inf});
+    optimizer_->step({.grad_factor = grad_norm_.select(0, 1),
+                      .skip_if = found_inf,
+                      .round_scaled_grads_to_f32 = zero_ && zero_->grads_staged()});
     if (zero_) zero_->gather_parameters();  // every rank's updated shard into every rank's parameters
   }
   // Without loss scaling the update only counts a skipped non-finite step (train/nonfinite.h).

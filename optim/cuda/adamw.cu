@@ -110,6 +110,7 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__
   c.inv_sqrt_bias2 = static_cast<C>(device->inv_sqrt_bias2);
   c.step = device->base.step;
   const double factor = device->base.grad_factor;
+  const bool in_f32 = device->base.grad_in_f32;
   const C decay =
       static_cast<C>(__dsub_rn(1.0, __dmul_rn(device->base.lr, t.weight_decay)));  // no fused multiply-add: as the host
   const int64_t start = (blockIdx.x - batch.first_block[s]) * kChunk;
@@ -127,7 +128,7 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
         const C x = t.master ? C(master.v[k]) : convert_to<C>(p.v[k]);
-        const C updated = adamw_element(x, scaled_gradient<C>(g.v[k], factor), m.v[k], v.v[k], decay, c);
+        const C updated = adamw_element(x, scaled_gradient<C>(g.v[k], factor, in_f32), m.v[k], v.v[k], decay, c);
         if (t.master) master.v[k] = static_cast<float>(updated);
         p.v[k] = store_param<P>(updated, stochastic, bits.x[k]);
       }
@@ -138,7 +139,7 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__
     } else {
       for (int64_t j = i; j < i + kVec && j < end; ++j) {
         const C x = t.master ? C(t.master[j]) : convert_to<C>(t.param[j]);
-        const C updated = adamw_element(x, scaled_gradient<C>(t.grad[j], factor), t.m[j], t.v[j], decay, c);
+        const C updated = adamw_element(x, scaled_gradient<C>(t.grad[j], factor, in_f32), t.m[j], t.v[j], decay, c);
         if (t.master) t.master[j] = static_cast<float>(updated);
         t.param[j] = store_param<P>(updated, stochastic, bits.x[j % 4]);
       }
@@ -201,14 +202,22 @@ void launch_all(const std::vector<AdamWTensors>& params, const AdamWHyper& step,
       adamw_launch<float, float>(group, step, device_step);
     else if (param == DType::f64 && grad == DType::f64)
       adamw_launch<double, double>(group, step, device_step);
+    else if (param == DType::f32 && grad == DType::bf16)
+      adamw_launch<float, __nv_bfloat16>(group, step, device_step);
+    else if (param == DType::f32 && grad == DType::f16)
+      adamw_launch<float, __half>(group, step, device_step);
     else if (param == DType::f16 && grad == DType::f32)
       adamw_launch<__half, float>(group, step, device_step);
     else if (param == DType::f16 && grad == DType::f16)
       adamw_launch<__half, __half>(group, step, device_step);
+    else if (param == DType::f16 && grad == DType::bf16)
+      adamw_launch<__half, __nv_bfloat16>(group, step, device_step);
     else if (param == DType::bf16 && grad == DType::f32)
       adamw_launch<__nv_bfloat16, float>(group, step, device_step);
     else if (param == DType::bf16 && grad == DType::bf16)
       adamw_launch<__nv_bfloat16, __nv_bfloat16>(group, step, device_step);
+    else if (param == DType::bf16 && grad == DType::f16)
+      adamw_launch<__nv_bfloat16, __half>(group, step, device_step);
     else
       PRECIS_FAIL("AdamW: no CUDA kernel for ", param, " parameters with ", grad, " gradients");
   }

@@ -19,9 +19,9 @@ namespace precis::optim::cuda {
 inline constexpr int kAdamWBatch = 256;
 
 // One parameter: all dense, on one device. param f32/f64 with a gradient and moments
-// of its dtype; or param f16/bf16 with an f32 or same-dtype gradient, f32 moments and
-// an optional f32 master copy (then the update runs on the master and the parameter
-// gets it rounded).
+// of its dtype; or param f32/f16/bf16 with an f32, f16 or bf16 gradient, f32 moments and
+// for f16/bf16 an optional f32 master copy (then the update runs on the master and the
+// parameter gets it rounded).
 struct AdamWTensors {
   Tensor param, grad, exp_avg, exp_avg_sq, master;
   double weight_decay = 0.0;

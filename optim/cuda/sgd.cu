@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t end = start + kChunk < t.n ? start + kChunk : t.n;
   for (int64_t i = start + threadIdx.x; i < end; i += kThreads) {
     const C x = t.master != nullptr ? C(t.master[i]) : convert_to<C>(t.param[i]);
-    const C updated = sgd_element<C>(x, scaled_gradient<C>(t.grad[i], step->grad_factor),
+    const C updated = sgd_element<C>(x, scaled_gradient<C>(t.grad[i], step->grad_factor, step->grad_in_f32),
                                      t.buf != nullptr ? t.buf + i : nullptr, step->lr, t.weight_decay, rule, first);
     if (t.master != nullptr) t.master[i] = static_cast<float>(updated);
     const uint32_t word = stochastic ? rounding_bits(i / 4, t.index, step->step, seed).x[i % 4] : 0u;
@@ -129,14 +129,22 @@ void sgd_step(const std::vector<SGDTensors>& params, const SGDHyper& hyper, cons
       sgd_launch<float, float>(group, hyper, step, stream);
     else if (p == DType::f64 && g == DType::f64)
       sgd_launch<double, double>(group, hyper, step, stream);
+    else if (p == DType::f32 && g == DType::bf16)
+      sgd_launch<float, __nv_bfloat16>(group, hyper, step, stream);
+    else if (p == DType::f32 && g == DType::f16)
+      sgd_launch<float, __half>(group, hyper, step, stream);
     else if (p == DType::f16 && g == DType::f32)
       sgd_launch<__half, float>(group, hyper, step, stream);
     else if (p == DType::f16 && g == DType::f16)
       sgd_launch<__half, __half>(group, hyper, step, stream);
+    else if (p == DType::f16 && g == DType::bf16)
+      sgd_launch<__half, __nv_bfloat16>(group, hyper, step, stream);
     else if (p == DType::bf16 && g == DType::f32)
       sgd_launch<__nv_bfloat16, float>(group, hyper, step, stream);
     else if (p == DType::bf16 && g == DType::bf16)
       sgd_launch<__nv_bfloat16, __nv_bfloat16>(group, hyper, step, stream);
+    else if (p == DType::bf16 && g == DType::f16)
+      sgd_launch<__nv_bfloat16, __half>(group, hyper, step, stream);
     else
       PRECIS_FAIL(op, ": no CUDA kernel for ", p, " parameters with ", g, " gradients");
   }

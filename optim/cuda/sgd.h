@@ -13,9 +13,9 @@
 namespace precis::optim::cuda {
 
 // One parameter, dense, all on one device: param f32/f64 with a gradient and momentum
-// buffer of its dtype, or f16/bf16 with an f32 or same-dtype gradient, an f32 momentum
-// buffer and an optional f32 master copy (updated in its place; the parameter gets it
-// rounded). momentum_buffer is undefined without momentum.
+// buffer of its dtype, or f32/f16/bf16 with an f32, f16 or bf16 gradient, an f32 momentum
+// buffer and for f16/bf16 an optional f32 master copy (updated in its place; the parameter
+// gets it rounded). momentum_buffer is undefined without momentum.
 struct SGDTensors {
   Tensor param, grad, momentum_buffer, master;
   double weight_decay = 0.0;

@@ -18,6 +18,7 @@ struct DeviceStep {
   double lr, grad_factor;
   uint64_t step;
   int skip;
+  bool grad_in_f32;  // DeviceStepInputs::round_scaled_grads_to_f32
 };
 
 // t <- t + 1 unless the step is skipped (Optimizer::begin_cpu_step on the CPU); the rest of
@@ -28,14 +29,20 @@ __device__ __forceinline__ void begin_device_step(const DeviceStepInputs& in, De
   out.step = static_cast<uint64_t>(++*in.step);
   out.lr = *in.lr;
   out.grad_factor = in.grad_factor != nullptr ? *in.grad_factor : 1.0;
+  out.grad_in_f32 = in.round_scaled_grads_to_f32;
 }
 
 // A gradient element in the compute type C, times the factor first when it is not 1 (rounded
-// to G as an in-place scaling would store it: optim/low_precision.h's scaled_gradient).
+// to G as an in-place scaling would store it, or a 16-bit G to f32 with `in_f32`:
+// optim/low_precision.h's scaled_gradient).
 template <typename C, typename G>
-__device__ __forceinline__ C scaled_gradient(G g, double factor) {
+__device__ __forceinline__ C scaled_gradient(G g, double factor, bool in_f32) {
   if (factor == 1.0) return convert_to<C>(g);
-  return convert_to<C>(convert_to<G>(convert_to<double>(g) * factor));
+  const double scaled = convert_to<double>(g) * factor;
+  if constexpr (sizeof(G) < sizeof(float)) {
+    if (in_f32) return convert_to<C>(convert_to<float>(scaled));
+  }
+  return convert_to<C>(convert_to<G>(scaled));
 }
 
 // bf16 bits of x rounded stochastically: add 16 random bits below the kept half and

@@ -6,6 +6,8 @@
 // the shards is DDP's (master copies too), and cut back into shards it continues the
 // run as DDP does; an inf on one rank's chunk skips every rank's step. A convolution's weight
 // laid out channels-last is sharded in its memory order and its state gathered row-major.
+// Gradients reduced in bf16/f16 are read from the reducer's 16-bit staging and step the
+// parameters bit for bit as their f32 widening does (AdamW with f32 and bf16 parameters, SGD).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -165,6 +167,40 @@ TEST(Zero1, EqualsDdpAfterClippedAdamWStepsInF32) { expect_zero_equals_ddp(on_cp
 
 TEST(Zero1, EqualsDdpAfterClippedSgdStepsWithMomentum) {
   expect_zero_equals_ddp(on_cpu(DType::f64, /*sgd=*/true), 1e-12);
+}
+
+// bf16-pure's path: the f32 gradients reduced in 16 bits, read by the norm and the optimizer
+// where the reduce_scatter left them; the same run, bit for bit, as widening them first.
+TEST(Zero1, F32ParametersReadTheirBf16ReducedGradientsInPlaceBitForBit) {
+  RunOptions options = on_cpu(DType::f32);
+  options.reduce_dtype = DType::bf16;
+  expect_staged_grads_step_as_widened(options, 0.0);
+}
+
+TEST(Zero1, Bf16ParametersWithMasterCopiesReadTheirBf16ReducedGradientsInPlaceBitForBit) {
+  RunOptions options = on_cpu(DType::bf16);
+  options.reduce_dtype = DType::bf16;
+  expect_staged_grads_step_as_widened(options, 0.0);
+}
+
+TEST(Zero1, SgdReadsF16ReducedGradientsInPlaceBitForBit) {
+  RunOptions options = on_cpu(DType::f32, /*sgd=*/true);
+  options.reduce_dtype = DType::f16;
+  expect_staged_grads_step_as_widened(options, 0.0);
+}
+
+TEST(Zero1, StagedGradientsScaledAndRoundedTo16BitsWouldStepOtherwise) {
+  // What the in-place reading relies on: the clip factor's product rounded to f32, as the f32
+  // gradient held it, not to bf16 (StepInputs::round_scaled_grads_to_f32).
+  RunOptions options = on_cpu(DType::f32);
+  options.reduce_dtype = DType::bf16;
+  options.round_staged_grads_to_f32 = false;
+  ZeroRun rounded_to_bf16(options);
+  options.round_staged_grads_to_f32 = true;
+  options.widen_staged_grads = true;
+  ZeroRun widened(options);
+  for (int step = 0; step < 4; ++step) rounded_to_bf16.step(step), widened.step(step);
+  EXPECT_GT(relative_difference(rounded_to_bf16.model.parameters(), widened.model.parameters()), 0.0);
 }
 
 TEST(Zero1, EachRankHoldsItsShardOfTheOptimizerState) {

@@ -3,7 +3,8 @@
 // reduce_scatter ZeRO-1 issues give the exact results; the tiny model (zero_runs.h)
 // trained under ZeRO-1 equals DDP on the same GPUs in f32 and with bf16 parameters
 // (f32 master copies sharded, gradients reduced in bf16), the grad norm's sum over
-// the shards included; the state gathered from the GPUs' shards is DDP's.
+// the shards included; the state gathered from the GPUs' shards is DDP's; gradients
+// reduced in bf16/f16, read from the reducer's staging, step as their f32 widening does.
 #include <gtest/gtest.h>
 
 #include "core/copy.h"
@@ -62,6 +63,18 @@ TEST(NcclZero1, EqualsDdpWithBf16ParametersReducedInBf16) {
   // A gradient reduced in bf16 in another order may differ by a bf16 ulp, and a parameter
   // rounded from its f32 master by one (4e-3 relative); a wrong shard would be off by far more.
   expect_zero_equals_ddp(on_gpus(DType::bf16, DType::bf16), 2e-2);
+  mpi_barrier();
+}
+
+TEST(NcclZero1, GradientsReducedInBf16AreReadInPlaceBitForBit) {
+  SKIP_WITHOUT_A_GPU_PER_RANK();
+  // The parameters bit for bit; the norm's f64 sum of squares may add the 16-bit and the f32
+  // chunks in another order on the GPU (their loads are of 8 and 4 elements): round-off.
+  expect_staged_grads_step_as_widened(on_gpus(DType::f32, DType::bf16), 1e-14);
+  expect_staged_grads_step_as_widened(on_gpus(DType::bf16, DType::bf16), 1e-14);
+  RunOptions sgd = on_gpus(DType::f32, DType::f16);
+  sgd.sgd = true;
+  expect_staged_grads_step_as_widened(sgd, 1e-14);
   mpi_barrier();
 }
 

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "ddp_model.h"
@@ -27,6 +28,12 @@ struct RunOptions {
   // ZeRO-1's buckets: 96 bytes, rounded up to world_size 64-byte lines: several, and in f32
   // a parameter cut between two (fc2.weight, elements 48..71, by the boundary at 64).
   distributed::BucketSizes shard_buckets{96, 96};
+  // ZeRO-1 with a bf16/f16 reduce_dtype over f32 gradients (Zero1::grads_staged), whose optimizer
+  // reads the reduced chunks in the reducer's 16-bit staging: with widen_staged_grads it steps
+  // instead from f32 copies of them in the flat gradient buffer (the path before it read them in
+  // place, the reference); round_staged_grads_to_f32 false leaves StepInputs' option off.
+  bool widen_staged_grads = false;
+  bool round_staged_grads_to_f32 = true;
 };
 
 // Rows of step `step`'s global batch that this rank takes, on the group's device.
@@ -79,17 +86,34 @@ struct ZeroRun {
         distributed::ReducerOptions{.bucket_sizes = o.shard_buckets, .reduce_dtype = o.reduce_dtype, .shard = true});
     zero = std::make_unique<distributed::Zero1>(flat, o.group, *reducer);
     optimizer = make_optimizer(zero->shard_groups(optim::default_param_groups(model, 0.1)), o.sgd);
+    if (o.widen_staged_grads) {
+      // Piece i of the shard is the optimizer's parameter i: its gradient becomes its range of the f32 buffer.
+      size_t i = 0;
+      for (optim::ParamGroup& group : optimizer->param_groups())
+        for (Tensor& view : group.params) {
+          const distributed::ShardPiece& piece = zero->pieces()[i++];
+          const Tensor wide = flat->buffers()[piece.buffer].grad.slice(0, piece.begin, piece.end);
+          widened.push_back({wide, view.grad()});
+          view.set_grad(wide);
+        }
+    }
   }
   std::vector<double> step(int step, const Tensor& found_inf = Tensor()) {
     flat->zero_grad();
     mse_loss(model, my_rows(o, step)).backward();
     reducer->finish();
+    {
+      NoGradGuard no_grad;
+      for (const auto& [wide, staged] : widened) copy_(wide, staged);
+    }
     std::vector<Tensor> params;
     for (const optim::ParamGroup& group : optimizer->param_groups())
       params.insert(params.end(), group.params.begin(), group.params.end());
     Tensor norm = optim::clip_grad_norm(params, kMaxNorm, Tensor(), found_inf, Tensor(),
                                         [this](const Tensor& sum) { zero->sum_over_ranks(sum); });
-    optimizer->step({.grad_factor = norm.select(0, 1), .skip_if = found_inf});
+    optimizer->step({.grad_factor = norm.select(0, 1),
+                     .skip_if = found_inf,
+                     .round_scaled_grads_to_f32 = zero->grads_staged() && o.round_staged_grads_to_f32});
     zero->gather_parameters();
     return norm.to_vector<double>();
   }
@@ -99,6 +123,7 @@ struct ZeroRun {
   std::unique_ptr<distributed::Reducer> reducer;
   std::unique_ptr<distributed::Zero1> zero;
   std::unique_ptr<optim::Optimizer> optimizer;
+  std::vector<std::pair<Tensor, Tensor>> widened;  // widen_staged_grads: (f32 gradient, staged chunk) per piece
 };
 
 inline std::vector<Tensor> clones_of(const std::vector<Tensor>& tensors) {
@@ -153,6 +178,41 @@ inline void expect_gathered_state_is_ddps(const RunOptions& options, double tole
     resumed.step(step);
   }
   EXPECT_LT(relative_difference(resumed.model.parameters(), ddp.model.parameters()), tolerance);
+}
+
+// ZeRO-1 reducing f32 gradients in options.reduce_dtype (bf16 or f16): the optimizer's views
+// take their gradients from the reducer's 16-bit staging (not from the f32 gradient buffer),
+// and k clipped steps give the norms (within norm_tolerance: 0 on the CPU) and the parameters
+// bit for bit of the run that widens the reduced chunks into the f32 buffer first.
+inline void expect_staged_grads_step_as_widened(RunOptions options, double norm_tolerance) {
+  ZeroRun in_place(options);
+  options.widen_staged_grads = true;
+  ZeroRun widened(options);
+  ASSERT_TRUE(in_place.zero->grads_staged());
+  const Tensor& wide = in_place.flat->buffers()[0].grad;
+  const char* begin = static_cast<const char*>(wide.raw_data());
+  const char* end = begin + wide.numel() * element_size(wide.dtype());
+  int64_t views = 0;  // a rank may own padding only
+  for (const optim::ParamGroup& group : in_place.optimizer->param_groups())
+    for (const Tensor& view : group.params) {
+      EXPECT_EQ(view.grad().dtype(), *options.reduce_dtype);
+      const char* grad = static_cast<const char*>(view.grad().raw_data());
+      EXPECT_TRUE(grad < begin || grad >= end) << "a view's gradient lies in the f32 gradient buffer";
+      ++views;
+    }
+  Tensor all_views = from_vector<int64_t>({views}, {1}).to(options.group->device());
+  options.group->all_reduce(all_views, distributed::ReduceOp::sum)->wait();
+  EXPECT_GT(all_views.to_vector<int64_t>()[0], 0);
+
+  const std::vector<Tensor> start = clones_of(in_place.model.parameters());
+  for (int step = 0; step < 4; ++step) {
+    const std::vector<double> norm = in_place.step(step), reference = widened.step(step);
+    EXPECT_LT(norm[1], 1.0) << "step " << step << ": the test means to clip (a factor to round)";
+    EXPECT_NEAR(norm[0], reference[0], norm_tolerance * reference[0]) << "step " << step;
+    EXPECT_NEAR(norm[1], reference[1], norm_tolerance * reference[1]) << "step " << step;
+  }
+  EXPECT_EQ(relative_difference(in_place.model.parameters(), widened.model.parameters()), 0.0);
+  EXPECT_GT(relative_difference(in_place.model.parameters(), start), 1e-3);  // they moved
 }
 
 }  // namespace precis::testing

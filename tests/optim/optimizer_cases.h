@@ -9,6 +9,8 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "core/copy.h"
@@ -222,6 +224,47 @@ TEST_P(OptimizerOn, ClipGradNormReturnsTheNormAndTheFactor) {
     EXPECT_TRUE(std::isinf(v[0]) && v[0] > 0);
     EXPECT_EQ(v[1], 1.0 / 1024);
     EXPECT_EQ(found_inf.item<double>(), 1.0);
+  }
+}
+
+// A 16-bit gradient read with round_scaled_grads_to_f32 (ZeRO-1 reading its bf16/f16 reduce
+// staging, distributed/zero.h) steps an f32 or bf16 parameter bit for bit as the f32 gradient
+// it widens to does, the gradient factor included; without the option the scaled gradient is
+// rounded to its 16-bit dtype, as an in-place scaling of it would store it: another update.
+TEST_P(OptimizerOn, A16BitGradientRoundedToF32StepsAsItsF32Widening) {
+  struct Case {
+    bool sgd;
+    DType param, grad;
+  };
+  for (const Case& c : {Case{false, DType::f32, DType::bf16}, Case{false, DType::bf16, DType::bf16},
+                        Case{false, DType::f32, DType::f16}, Case{true, DType::f32, DType::bf16},
+                        Case{true, DType::bf16, DType::f16}}) {
+    SCOPED_TRACE(std::string(c.sgd ? "SGD, " : "AdamW, ") + dtype_name(c.param) + " params, " + dtype_name(c.grad) +
+                 " grads");
+    const Tensor start = precis::testing::random_f64({64}, 5).to(c.param).to(device());
+    auto run = [&](DType grad_dtype, bool in_f32) {
+      Tensor p = start.clone().set_requires_grad();
+      std::unique_ptr<optim::Optimizer> opt;
+      if (c.sgd)
+        opt = std::make_unique<optim::SGD>(std::vector<optim::ParamGroup>{{{p}, 0.1}},
+                                           optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .master_weights = true});
+      else
+        opt = std::make_unique<optim::AdamW>(std::vector<optim::ParamGroup>{{{p}, 0.1}},
+                                             optim::AdamWOptions{.lr = 0.01, .master_weights = true});
+      for (int step = 0; step < 3; ++step) {
+        // 16-bit values, so the widened f32 gradient holds the same numbers.
+        p.set_grad(precis::testing::random_f64({64}, 10 + step).to(c.grad).to(grad_dtype).to(device()));
+        opt->step({.grad_factor = scalar(0.3 + 0.1 * step), .round_scaled_grads_to_f32 = in_f32});
+      }
+      // The parameter, then its f32 master copy when it has one (a bf16 parameter may round both updates alike).
+      std::vector<double> out = p.to(Device::cpu()).to(DType::f64).to_vector<double>();
+      if (opt->master(0).defined())
+        for (double v : opt->master(0).to(Device::cpu()).to(DType::f64).to_vector<double>()) out.push_back(v);
+      return out;
+    };
+    const std::vector<double> widened = run(DType::f32, false);
+    EXPECT_EQ(run(c.grad, true), widened);
+    EXPECT_NE(run(c.grad, false), widened) << "the option must matter for this test to mean anything";
   }
 }
 

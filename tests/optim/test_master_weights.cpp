@@ -264,15 +264,17 @@ TEST(MasterWeights, StateDictRoundTripIncludesTheMaster) {
   }
 }
 
+// f32, f16 and bf16 gradients go with f32, f16 and bf16 parameters (ZeRO-1 reads a bf16 or f16
+// reduce as it is, distributed/zero.h); an f64 gradient only with an f64 parameter.
 TEST(MasterWeights, MismatchedGradientDtypesAreErrors) {
   Tensor p = low_precision_param(full({2}, 1.0), DType::bf16);
   optim::AdamW opt({{{p}, 0.0}});
-  p.set_grad(full({2}, 1.0, DType::f16));
+  p.set_grad(full({2}, 1.0, DType::f64));
   try {
     opt.step();
-    FAIL() << "a bf16 parameter took an f16 gradient";
+    FAIL() << "a bf16 parameter took an f64 gradient";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("parameter 0 is bfloat16 with a float16 gradient"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("parameter 0 is bfloat16 with a float64 gradient"), std::string::npos)
         << e.what();
   }
 }

@@ -2,9 +2,10 @@
 // the same assertions as on the CPU), and the fused GPU AdamW, the GPU SGD and the GPU
 // global grad norm against the CPU: several steps over many parameters (more than one
 // launch's batch) of odd sizes, misaligned ones among them, two weight-decay groups,
-// f32 and f64, and f16/bf16 parameters with f32 master weights (nearest and stochastic
-// rounding). Tolerances: f32 1e-5 relative, f16/bf16 1e-2, f64 1e-12. Skipped, with
-// the reason, where no GPU is usable.
+// f32 and f64, f16/bf16 parameters with f32 master weights (nearest and stochastic
+// rounding), and f32 parameters with 16-bit gradients (ZeRO-1's staged shards).
+// Tolerances: f32 1e-5 relative, f16/bf16 1e-2, f64 1e-12. Skipped, with the reason,
+// where no GPU is usable.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -146,7 +147,8 @@ TEST(AdamWGpu, LowPrecisionParametersMatchTheCpu) {
   };
   const Case cases[] = {{DType::bf16, DType::f32, true, false},   {DType::bf16, DType::f32, true, true},
                         {DType::bf16, DType::bf16, false, false}, {DType::bf16, DType::f32, false, true},
-                        {DType::f16, DType::f32, true, false},    {DType::f16, DType::f16, false, false}};
+                        {DType::f16, DType::f32, true, false},    {DType::f16, DType::f16, false, false},
+                        {DType::f32, DType::bf16, false, false},  {DType::bf16, DType::f16, true, false}};
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(dtype_name(c.param)) + " params, " + dtype_name(c.grad) + " grads" +
                  (c.master ? ", master weights" : "") + (c.stochastic ? ", stochastic rounding" : ""));
@@ -169,10 +171,11 @@ TEST(SGDGpu, MatchesTheCpuOverSeveralSteps) {
     bool nesterov;
   };
   const Case cases[] = {
-      {DType::f32, DType::f32, false, false, 0.9, false}, {DType::f64, DType::f64, false, false, 0.9, true},
-      {DType::f32, DType::f32, false, false, 0.0, false}, {DType::bf16, DType::f32, true, false, 0.9, false},
-      {DType::bf16, DType::f32, true, true, 0.9, true},   {DType::bf16, DType::bf16, false, false, 0.0, false},
-      {DType::f16, DType::f32, true, false, 0.5, false},  {DType::f16, DType::f16, false, false, 0.9, false}};
+      {DType::f32, DType::f32, false, false, 0.9, false},  {DType::f64, DType::f64, false, false, 0.9, true},
+      {DType::f32, DType::f32, false, false, 0.0, false},  {DType::bf16, DType::f32, true, false, 0.9, false},
+      {DType::bf16, DType::f32, true, true, 0.9, true},    {DType::bf16, DType::bf16, false, false, 0.0, false},
+      {DType::f16, DType::f32, true, false, 0.5, false},   {DType::f16, DType::f16, false, false, 0.9, false},
+      {DType::f32, DType::bf16, false, false, 0.9, false}, {DType::f32, DType::f16, false, false, 0.9, true}};
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(dtype_name(c.param)) + " params, " + dtype_name(c.grad) + " grads" +
                  (c.master ? ", master weights" : "") + (c.stochastic ? ", stochastic rounding" : "") + ", momentum " +

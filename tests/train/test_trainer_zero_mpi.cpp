@@ -1,6 +1,7 @@
 // The Trainer under ZeRO-1 (distributed.zero: 1, MPI backend, CPU), run by mpirun on N
 // ranks: it trains as plain DDP does (the same losses and parameters to f32 round-off,
-// gradients clipped on every step, with and without accumulation); each rank holds
+// gradients clipped on every step, with and without accumulation, and with the gradients
+// reduced in bf16, which ZeRO-1's optimizer reads in bf16); each rank holds
 // about 1/N of the optimizer state and says so at the start; a checkpoint it writes
 // holds the whole state, so it resumes under zero 0, under zero 1 and in one process.
 #include <gtest/gtest.h>
@@ -36,10 +37,14 @@ void expect_same_run(train::Trainer& a, train::Trainer& b, size_t first_loss = 0
   EXPECT_LT(max_abs_difference(parameters_of(a), parameters_of(b)), 2e-5);
 }
 
-void expect_zero_trains_as_ddp(int64_t accum) {
-  train::Trainer zero(config_of("zero", 1, 2, accum), mpi_world_group());
+// `grad_reduce`: the dtype the gradients are reduced in (bf16: ZeRO-1's optimizer reads the
+// reduced shard in bf16, distributed/zero.h; DDP casts it back into its f32 buffer).
+void expect_zero_trains_as_ddp(int64_t accum, DType grad_reduce = DType::f32) {
+  train::TrainConfig zero_config = config_of("zero", 1, 2, accum), ddp_config = config_of("ddp", 0, 2, accum);
+  zero_config.precision.policy.grad_reduce_dtype = ddp_config.precision.policy.grad_reduce_dtype = grad_reduce;
+  train::Trainer zero(zero_config, mpi_world_group());
   zero.run();
-  train::Trainer ddp(config_of("ddp", 0, 2, accum), mpi_world_group());
+  train::Trainer ddp(ddp_config, mpi_world_group());
   ddp.run();
   expect_same_run(zero, ddp);
   for (const train::StepReport& report : ddp.reports()) EXPECT_GT(report.grad_norm, 0.05) << "the test clips";
@@ -54,6 +59,10 @@ void expect_zero_trains_as_ddp(int64_t accum) {
 TEST(TrainerZero1, TrainsAsDdp) { expect_zero_trains_as_ddp(/*accum=*/1); }
 
 TEST(TrainerZero1, TrainsAsDdpWithAccumulation) { expect_zero_trains_as_ddp(/*accum=*/2); }
+
+TEST(TrainerZero1, TrainsAsDdpWithGradientsReducedInBf16) {
+  expect_zero_trains_as_ddp(/*accum=*/2, /*grad_reduce=*/DType::bf16);
+}
 
 TEST(TrainerZero1, EachRankHoldsItsShardOfTheStateAndSaysSo) {
   train::Trainer zero(config_of("state_zero", 1, 2, 1, 2), mpi_world_group());
