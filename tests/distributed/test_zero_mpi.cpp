@@ -174,19 +174,19 @@ TEST(Zero1, EqualsDdpAfterClippedSgdStepsWithMomentum) {
 TEST(Zero1, F32ParametersReadTheirBf16ReducedGradientsInPlaceBitForBit) {
   RunOptions options = on_cpu(DType::f32);
   options.reduce_dtype = DType::bf16;
-  expect_staged_grads_step_as_widened(options, 0.0);
+  expect_staged_grads_step_as_widened(options, 0.0, 0.0);
 }
 
 TEST(Zero1, Bf16ParametersWithMasterCopiesReadTheirBf16ReducedGradientsInPlaceBitForBit) {
   RunOptions options = on_cpu(DType::bf16);
   options.reduce_dtype = DType::bf16;
-  expect_staged_grads_step_as_widened(options, 0.0);
+  expect_staged_grads_step_as_widened(options, 0.0, 0.0);
 }
 
 TEST(Zero1, SgdReadsF16ReducedGradientsInPlaceBitForBit) {
   RunOptions options = on_cpu(DType::f32, /*sgd=*/true);
   options.reduce_dtype = DType::f16;
-  expect_staged_grads_step_as_widened(options, 0.0);
+  expect_staged_grads_step_as_widened(options, 0.0, 0.0);
 }
 
 TEST(Zero1, StagedGradientsScaledAndRoundedTo16BitsWouldStepOtherwise) {
