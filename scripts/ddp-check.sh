@@ -8,8 +8,8 @@
 #   NGPUS     GPUs to use (default: all)            ROUNDS   rounds of the main runs (default 2)
 #   SIZES     GPU counts of the main rounds (default 1, 2 if NGPUS > 2, and NGPUS)
 #   MAIN      settings of the main Precis runs (default "cuda_graphs=true"); MAIN_MULTI those of
-#             its runs on more than one GPU (default: the best measured on H100s, ZeRO-1 with
-#             100 MB buckets and graphs)
+#             its runs on more than one GPU (default: the best measured on 2x H100, ZeRO-1 in
+#             one bucket, reduce-scattered after the backward, with graphs)
 #   STEPS     timed steps (default 30)              WARMUP   steps before them (default 10)
 #   VARIANTS  extra N-GPU Precis runs, ';'-separated "name:ENV=V ENV2=W|config.key=value ...":
 #             env assignments before the '|', config settings after it (a name Ngpu-...: N GPUs)
@@ -34,7 +34,7 @@ default_sizes="1 $NGPUS"
 ((NGPUS > 2)) && default_sizes="1 2 $NGPUS"
 SIZES=${SIZES:-$default_sizes}
 MAIN=${MAIN:-cuda_graphs=true}
-MAIN_MULTI=${MAIN_MULTI:-"distributed.zero=1 distributed.bucket_mb=100 cuda_graphs=true"}
+MAIN_MULTI=${MAIN_MULTI:-"distributed.zero=1 distributed.bucket_mb=1000 distributed.first_bucket_mb=1000 cuda_graphs=true"}
 MPI="mpirun --allow-run-as-root --bind-to none"
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
