@@ -38,7 +38,7 @@ TEST(MemoryProfile, TinyGpt2OnTheCpu) {
   Trainer& trainer = *run.trainer;
   const OpProfile& profile = *run.profile;
   ASSERT_EQ(profile.steps().size(), 2u);
-  const MemoryOwners owners = memory_owners(trainer.model(), trainer.optimizer());
+  const MemoryOwners owners = memory_owners(trainer.model(), trainer.optimizer(), trainer.policy().grad_dtype);
   EXPECT_EQ(owners.parameters, trainer.model().num_parameters() * 4);  // f32
   EXPECT_EQ(owners.gradients, owners.parameters);
   EXPECT_EQ(owners.optimizer_state, 2 * owners.parameters);  // AdamW's two moments
