@@ -398,7 +398,9 @@ void linear_gelu_input_backward(const Tensor& grad_pre, const Tensor& grad_out, 
     gemm.epilogue = CUBLASLT_EPILOGUE_DGELU;
     gemm.aux = pre.raw_data();
     gemm.aux_ld = pre.strides()[0];
-    if (sums) {
+    // Sums added into a 16-bit .grad (precision.grad_dtype) skip the epilogue, which would round
+    // them before the add: column_sums adds the f32 sums and rounds once.
+    if (sums && !(accumulate_sums && grad_pre_sums.dtype() == dtype)) {
       // DGELU_BGRAD writes the sums in grad_pre's dtype, over what was there: sums in f32, or
       // to be added, go through a scratch vector (timing uses one too, never grad_pre_sums).
       const bool direct = grad_pre_sums.dtype() == dtype && !accumulate_sums;

@@ -2,14 +2,16 @@
 // parameter's .grad in its own dtype), on the CPU (test_grad_dtype.cpp) and the GPU
 // (test_grad_dtype_gpu.cpp). A model with the writers of GPT-2's step: a table used by an
 // embedding and by the head's product (GPT-2's tied wte: the head writes, the embedding then
-// adds), a layer norm, a linear with bias. Its parameters are flattened twice from the same
-// values: with an f32 gradient buffer, which gives each contribution (the head's and the
-// embedding's apart), and with a 16-bit one, whose .grad must equal
+// adds), a layer norm, and GPT-2's MLP (linear_gelu_linear: the first bias's gradient by the
+// DGELU_BGRAD epilogue or column sums, the second's by BGRADB or column sums). Its parameters are flattened twice from
+// the same values: with an f32 gradient buffer, which gives each contribution (the head's and the embedding's apart),
+// and with a 16-bit one, whose .grad must equal
 //   after the first backward (stale .grad: written over)   r(c1), then r(r(c1) + c2) for wte
 //   after a second one (adds, as a micro-step does)          r(prev + c) for each contribution c
 // with r rounding to the 16-bit dtype: each add rounded once. On the GPU the kernels add their
 // f32 sums (c unrounded: cuBLASLt's accumulator with beta = 1, the layer norm's and the
-// embedding's f32 sums); on the CPU the ops return each contribution in the parameter's dtype
+// embedding's f32 sums; the reference run takes no epilogue, whose bias sums would be rounded
+// to the operands' dtype); on the CPU the ops return each contribution in the parameter's dtype
 // (c rounded first), the engine sums the table's two and adds the sum to .grad. The embedding's contribution is summed
 // on the host from the gradient its rows received, in f64.
 #pragma once
@@ -34,18 +36,41 @@
 #include "ops/nn_functional.h"
 #include "ops/reduce.h"
 #include "support/devices.h"
+#if PRECIS_WITH_CUDA
+#include "ops/cuda/matmul.h"
+#endif
 
 namespace grad_dtype_cases {
 
 using namespace precis;
 using precis::testing::OnDevice;
 
+// On a GPU: cuBLASLt's epilogues on or off for the scope (the bias gradients by the epilogue, or
+// by column_sums); nothing on the CPU.
+class EpiloguesFused {
+ public:
+  explicit EpiloguesFused(bool fuse) {
+#if PRECIS_WITH_CUDA
+    ops::cuda::set_fuse_epilogues(fuse);
+#endif
+    (void)fuse;
+  }
+  ~EpiloguesFused() {
+#if PRECIS_WITH_CUDA
+    ops::cuda::set_fuse_epilogues(true);
+#endif
+  }
+  EpiloguesFused(const EpiloguesFused&) = delete;
+  EpiloguesFused& operator=(const EpiloguesFused&) = delete;
+};
+
 class TiedTableModel : public nn::Module {
  public:
   TiedTableModel(int64_t vocab, int64_t C, uint64_t seed) : nn::Module("TiedTableModel") {
     wte = register_parameter("wte", zeros({vocab, C}));
     ln = register_module("ln", std::make_shared<nn::LayerNorm>(C));
-    fc = register_module("fc", std::make_shared<nn::Linear>(C, C));
+    fc = register_module("fc", std::make_shared<nn::Linear>(C, 2 * C));
+    proj = register_module("proj", std::make_shared<nn::Linear>(2 * C, C));
     Generator gen(seed);
     NoGradGuard no_grad;
     for (const nn::NamedTensor& p : named_parameters()) copy_(p.tensor, randn(p.tensor.shape(), DType::f32, &gen));
@@ -57,12 +82,12 @@ class TiedTableModel : public nn::Module {
     Tensor loss;
     Tensor rows;  // the embedding's output: a leaf with requires_grad where the embedding's use is cut
   };
-  // loss = sum(r * (fc(ln(wte[idx])) wte^T)).
+  // loss = sum(r * (proj(gelu(fc(ln(wte[idx])))) wte^T)).
   Forward forward(const Tensor& idx, const Tensor& r, Uses uses) {
     Forward f;
     f.rows = ops::embedding(uses == Uses::head_only ? wte.detach() : wte, idx);
     if (uses == Uses::head_only) f.rows.set_requires_grad();
-    const Tensor h = fc->forward(ln->forward(f.rows));
+    const Tensor h = ops::linear_gelu_linear(ln->forward(f.rows), fc->weight, fc->bias, proj->weight, proj->bias);
     const Tensor logits = ops::linear(h, uses == Uses::embedding_only ? wte.detach() : wte);
     f.loss = ops::sum(ops::mul(ops::cast(logits, DType::f32), r));
     return f;
@@ -70,7 +95,7 @@ class TiedTableModel : public nn::Module {
 
   Tensor wte;
   std::shared_ptr<nn::LayerNorm> ln;
-  std::shared_ptr<nn::Linear> fc;
+  std::shared_ptr<nn::Linear> fc, proj;
 };
 
 // Each parameter's gradient as f64 values on the host.
@@ -94,7 +119,8 @@ class GradDtype : public OnDevice {
   // another order of the f32 sums, for a 16-bit output than for an f32 one).
   double exact_fraction() const { return device().is_cuda() ? 0.99 : 1.0; }
 
-  void expect_rounded_once(DType dtype, int64_t vocab, int64_t C, int64_t N) {
+  // `fuse`: the 16-bit run's epilogues (GPU).
+  void expect_rounded_once(DType dtype, int64_t vocab, int64_t C, int64_t N, bool fuse = true) {
     const Device dev = device();
     const bool rounded_contributions = dev.is_cpu();
     Generator gen(7);
@@ -106,7 +132,10 @@ class GradDtype : public OnDevice {
     auto reference_flat = nn::flatten_parameters(reference, dev, dtype, 1, DType::f32);
     reference_flat->zero_grad_lazily();
     const TiedTableModel::Forward head = reference.forward(idx, r, TiedTableModel::Uses::head_only);
-    head.loss.backward();
+    {
+      EpiloguesFused unfused(false);
+      head.loss.backward();
+    }
     reference_flat->settle_grads();
     const std::map<std::string, std::vector<double>> c = gradients_of(reference);  // wte: the head's only
     // The embedding's: dwte[v] = sum of the gradient rows n with idx[n] == v.
@@ -127,6 +156,7 @@ class GradDtype : public OnDevice {
         held[i] = rounded(held[i] + (rounded_contributions ? rounded(part[i], dtype) : part[i]), dtype);
     };
     flat->zero_grad_lazily();
+    EpiloguesFused fused(fuse);
     for (int backward = 0; backward < 2; ++backward) {
       model.forward(idx, r, TiedTableModel::Uses::both).loss.backward();
       for (auto& [name, held] : expected) {
@@ -170,8 +200,11 @@ class GradDtype : public OnDevice {
 TEST_P(GradDtype, SixteenBitGradientsAreEachAddRoundedOnce) {
   for (DType dtype : {DType::bf16, DType::f16}) {
     SCOPED_TRACE(dtype_name(dtype));
-    expect_rounded_once(dtype, /*vocab=*/40, /*C=*/48, /*N=*/64);  // runs of a few rows per table row
-    expect_rounded_once(dtype, /*vocab=*/37, /*C=*/20, /*N=*/50);  // odd sizes: the unpacked kernels
+    for (bool fuse : {true, false}) {
+      SCOPED_TRACE(fuse ? "epilogues" : "column sums");
+      expect_rounded_once(dtype, /*vocab=*/40, /*C=*/48, /*N=*/64, fuse);  // runs of a few rows per table row
+      expect_rounded_once(dtype, /*vocab=*/37, /*C=*/20, /*N=*/50, fuse);  // odd sizes: the unpacked kernels
+    }
   }
 }
 
