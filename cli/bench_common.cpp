@@ -98,7 +98,8 @@ void print_profile(train::Trainer& trainer, const OpProfile& profile) {
   train::print_op_profile(std::cout, profile.steps(),
                           train::device_roofline(device, trainer.policy().compute_dtype, trainer.policy().allow_tf32),
                           (out_dir / "roofline.svg").string());
-  train::print_memory_profile(std::cout, profile.steps(), train::memory_owners(trainer.model(), trainer.optimizer()),
+  train::print_memory_profile(std::cout, profile.steps(),
+                              train::memory_owners(trainer.model(), trainer.optimizer(), trainer.policy().grad_dtype),
                               (out_dir / "memory.svg").string());
   const std::string tsv = (out_dir / "profile.tsv").string();
   train::write_profile_tsv(tsv, profile.steps());

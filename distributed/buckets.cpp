@@ -78,7 +78,7 @@ std::vector<BufferLayout> layout_of(const nn::FlatParameters& flat) {
     BufferLayout& layout = layouts.emplace_back();
     layout.grad_dtype = buffer.grad.dtype();
     layout.numel = buffer.grad.numel();
-    layout.alignment = nn::flat_alignment_elements(buffer.dtype);
+    layout.alignment = nn::flat_alignment_elements(buffer.dtype, buffer.grad.dtype());
     for (const nn::FlatSlot& slot : buffer.slots) layout.slots.push_back({slot.offset, slot.numel});
   }
   return layouts;

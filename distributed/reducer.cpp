@@ -148,6 +148,12 @@ void Reducer::set_profiler(Profiler* profiler) { state_->profiler = profiler; }
 const std::vector<Bucket>& Reducer::buckets() const { return state_->buckets; }
 ProcessGroup& Reducer::group() const { return *state_->group; }
 
+bool Reducer::stages() const {
+  for (const State::BucketRun& run : state_->runs)
+    if (run.staging.defined()) return true;
+  return false;
+}
+
 Tensor Reducer::shard_grad(size_t bucket) const {
   const State::BucketRun& run = state_->runs.at(bucket);
   return run.shard_in_staging ? run.shard_staging : run.shard;

@@ -77,6 +77,8 @@ class Reducer {
 
   const std::vector<Bucket>& buckets() const;
   ProcessGroup& group() const;
+  // Whether any bucket is cast into a staging buffer (its reduce dtype differs from its gradients').
+  bool stages() const;
   // ZeRO-1: this rank's chunk of bucket `bucket`'s averaged gradient (chunk r of world_size
   // equal ones), complete after finish(): a view of the bucket's staging buffer when it is
   // reduced in bf16/f16 over an f32 gradient buffer, else of the flat gradient buffer; the

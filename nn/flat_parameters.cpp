@@ -73,17 +73,21 @@ void to_channels_last(Module& model) {
   }
 }
 
-int64_t flat_alignment_elements(DType param_dtype) {
-  const size_t narrowest = std::min(element_size(param_dtype), element_size(flat_grad_dtype(param_dtype)));
+int64_t flat_alignment_elements(DType param_dtype, DType grad_dtype) {
+  const size_t narrowest = std::min(element_size(param_dtype), element_size(grad_dtype));
   return static_cast<int64_t>(kFlatAlignmentBytes / narrowest);
 }
 
-DType flat_grad_dtype(DType param_dtype) {
-  return param_dtype == DType::f16 || param_dtype == DType::bf16 ? DType::f32 : param_dtype;
+DType flat_grad_dtype(DType param_dtype, std::optional<DType> grad_dtype) {
+  if (param_dtype != DType::f16 && param_dtype != DType::bf16) return param_dtype;
+  if (!grad_dtype) return DType::f32;
+  PRECIS_CHECK(*grad_dtype == DType::f32 || *grad_dtype == param_dtype, "the gradients of ", param_dtype,
+               " parameters (precision.grad_dtype) must be float32 or ", param_dtype, ", got ", *grad_dtype);
+  return *grad_dtype;
 }
 
 std::shared_ptr<FlatParameters> flatten_parameters(Module& model, Device device, std::optional<DType> param_dtype,
-                                                   int64_t shards) {
+                                                   int64_t shards, std::optional<DType> grad_dtype) {
   PRECIS_CHECK(!param_dtype || is_floating(*param_dtype),
                "flatten_parameters: param_dtype must be a floating dtype, got ", *param_dtype);
   PRECIS_CHECK(shards >= 1, "flatten_parameters: shards must be >= 1, got ", shards);
@@ -97,7 +101,7 @@ std::shared_ptr<FlatParameters> flatten_parameters(Module& model, Device device,
     for (auto& b : flat->buffers_)
       if (b.dtype == dtype) buffer = &b;
     if (!buffer) buffer = &flat->buffers_.emplace_back(FlatBuffer{dtype, Tensor(), Tensor(), {}});
-    const int64_t align = flat_alignment_elements(dtype);
+    const int64_t align = flat_alignment_elements(dtype, flat_grad_dtype(dtype, grad_dtype));
     int64_t offset = 0;
     if (!buffer->slots.empty()) {
       const FlatSlot& last = buffer->slots.back();
@@ -107,10 +111,11 @@ std::shared_ptr<FlatParameters> flatten_parameters(Module& model, Device device,
   }
   for (auto& b : flat->buffers_) {
     const FlatSlot& last = b.slots.back();
-    const int64_t multiple = shards * flat_alignment_elements(b.dtype);
+    const DType b_grad_dtype = flat_grad_dtype(b.dtype, grad_dtype);
+    const int64_t multiple = shards * flat_alignment_elements(b.dtype, b_grad_dtype);
     const int64_t total = (last.offset + last.numel + multiple - 1) / multiple * multiple;
     b.data = zeros({total}, b.dtype, device);
-    b.grad = zeros({total}, flat_grad_dtype(b.dtype), device);
+    b.grad = zeros({total}, b_grad_dtype, device);
     for (const FlatSlot& s : b.slots) {
       const Shape strides = slot_strides(s.param);
       copy_(b.data.as_strided(s.param.shape(), strides, s.offset), s.param);

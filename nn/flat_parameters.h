@@ -10,13 +10,16 @@
 //
 // With `param_dtype`, every floating parameter is converted to it (values
 // rounded to nearest-even, the TensorImpl's dtype rebound too). Gradients of
-// f16/bf16 parameters live in an f32 buffer with the same element offsets:
-// backward accumulates into an existing .grad converting to its dtype, so
-// low-precision gradients sum in f32 (across micro-steps too), and the
-// optimizers take an f32 gradient for a low-precision parameter. On the GPU the
-// products and layer norm write their parameters' gradients into these f32 views
-// themselves (core/autograd.h, take_grad_destination): written over where stale,
-// added to otherwise.
+// f16/bf16 parameters live in a buffer of `grad_dtype` (a precision policy's
+// precision.grad_dtype) with the same element offsets: f32 by default, so
+// low-precision gradients sum unrounded (across micro-steps too), or the
+// parameters' own dtype (half the bytes, as llm.c and PyTorch keep a bf16
+// parameter's .grad; each add then rounds). Backward accumulates into an existing
+// .grad converting to its dtype, and the optimizers take either for a
+// low-precision parameter. On the GPU the products, layer norm and the embedding
+// write their parameters' gradients into these views themselves, in either dtype,
+// rounding once from their f32 sums (core/autograd.h, take_grad_destination):
+// written over where stale, added to otherwise.
 //
 // A parameter dense in another order of its dims than row-major (a 4-D weight laid out
 // channels-last by to_channels_last) keeps that order in its slot: numel elements of the
@@ -52,7 +55,7 @@ struct FlatSlot {
 struct FlatBuffer {
   DType dtype;  // of the parameters
   Tensor data;  // 1-D, all parameters of this dtype
-  Tensor grad;  // 1-D, their gradients, same layout; f32 when dtype is f16/bf16
+  Tensor grad;  // 1-D, their gradients, same layout; of flat_grad_dtype(dtype, grad_dtype)
   std::vector<FlatSlot> slots;
 };
 
@@ -73,7 +76,8 @@ class FlatParameters {
   void settle_grads();
 
  private:
-  friend std::shared_ptr<FlatParameters> flatten_parameters(Module&, Device, std::optional<DType>, int64_t);
+  friend std::shared_ptr<FlatParameters> flatten_parameters(Module&, Device, std::optional<DType>, int64_t,
+                                                            std::optional<DType>);
   std::vector<FlatBuffer> buffers_;
   Device device_;
 };
@@ -81,11 +85,13 @@ class FlatParameters {
 // Each parameter starts on a 64-byte boundary, so vector loads never straddle two.
 inline constexpr size_t kFlatAlignmentBytes = 64;
 
-// The dtype a flat gradient buffer has for parameters of `param_dtype`.
-DType flat_grad_dtype(DType param_dtype);
+// The dtype a flat gradient buffer has for parameters of `param_dtype`: for f16/bf16 ones
+// `grad_dtype` where given (f32 or `param_dtype`, else an error), f32 otherwise; other
+// parameters' gradients keep their dtype.
+DType flat_grad_dtype(DType param_dtype, std::optional<DType> grad_dtype = std::nullopt);
 // kFlatAlignmentBytes in elements of the narrower of a buffer's data and gradient: every
 // slot's offset is a multiple of it, and with `shards` every buffer's size is shards times one.
-int64_t flat_alignment_elements(DType param_dtype);
+int64_t flat_alignment_elements(DType param_dtype, DType grad_dtype);
 
 // Lays every 4-D floating parameter of `model` out channels-last ([K, C, R, S] stored as K,
 // R, S, C: the filter layout of cuDNN's channels-last convolutions), with the same values, as
@@ -97,7 +103,9 @@ int64_t flat_alignment_elements(DType param_dtype);
 void to_channels_last(Module& model);
 
 // `param_dtype` must be floating; non-floating parameters keep their dtype. `shards` >= 1.
+// `grad_dtype`: the gradient buffer's dtype for f16/bf16 parameters (flat_grad_dtype).
 std::shared_ptr<FlatParameters> flatten_parameters(Module& model, Device device = Device::cpu(),
-                                                   std::optional<DType> param_dtype = std::nullopt, int64_t shards = 1);
+                                                   std::optional<DType> param_dtype = std::nullopt, int64_t shards = 1,
+                                                   std::optional<DType> grad_dtype = std::nullopt);
 
 }  // namespace precis::nn

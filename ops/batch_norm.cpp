@@ -317,8 +317,8 @@ std::vector<Tensor> backward_cuda(const Saved& s, const BackwardArgs& g) {
   const Device device = s.x.device();
   Tensor dx =
       s.x.dim() == 4 ? empty_in(s.x.shape(), s.format, s.x.dtype(), device) : empty(s.x.shape(), s.x.dtype(), device);
-  const ParamGrad dw = param_grad(g, 1, DType::f32, {C}, DType::f32, device),
-                  db = param_grad(g, 2, DType::f32, {C}, DType::f32, device);
+  const ParamGrad dw = param_grad(g, 1, {DType::f32}, {C}, DType::f32, device),
+                  db = param_grad(g, 2, {DType::f32}, {C}, DType::f32, device);
   // the kernels write both sums: scratch for one nobody wants
   auto values_or_scratch = [&](const ParamGrad& p) {
     return p.values.defined() ? p.values : empty({C}, DType::f32, device);

@@ -18,6 +18,7 @@
 #include "ops/cpu/loops.h"
 #include "ops/nn_functional.h"
 #include "ops/op_cost.h"
+#include "ops/param_grad.h"
 
 #if PRECIS_WITH_CUDA
 #include "ops/cuda/embedding.h"
@@ -130,8 +131,12 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
         });
       } else {
 #if PRECIS_WITH_CUDA
-        dweight = empty({rows, C}, dtype, idx.device());
-        cuda::embedding_backward(dense(grad_rows, dtype), idx, dweight);
+        // Into the weight's .grad where the engine offers it in the weight's dtype (ops/param_grad.h):
+        // a 16-bit .grad (precision.grad_dtype), or an f32 weight's. GPT-2's tied wte gets the
+        // lm_head product's gradient first; this adds to it, rounding the sum once.
+        const ParamGrad dw = param_grad(g, 0, {dtype}, {rows, C}, dtype, idx.device());
+        cuda::embedding_backward(dense(grad_rows, dtype), idx, dw.values, dw.destination.accumulate);
+        dweight = dw.returned();
 #endif
       }
       return std::vector<Tensor>{dweight};

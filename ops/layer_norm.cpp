@@ -165,9 +165,11 @@ void layer_norm_backward(const Saved& s, const Tensor& grad, Tensor* dx, Tensor*
   if (db) reduce_partials(db_partial, db);
 }
 
-// A parameter gradient of C values in the statistics dtype (ops/param_grad.h).
-ParamGrad param_grad(const BackwardArgs& g, size_t input, int64_t C, DType stats, Device device) {
-  return ops::param_grad(g, input, stats, {C}, stats, device);
+// A parameter gradient of C values in the statistics dtype (ops/param_grad.h), or written into
+// a .grad of x's dtype `narrow` (a 16-bit parameter's 16-bit gradient: the kernel rounds its
+// f32 sum once, added to what the .grad holds where it adds).
+ParamGrad param_grad(const BackwardArgs& g, size_t input, int64_t C, DType stats, DType narrow, Device device) {
+  return ops::param_grad(g, input, {stats, narrow}, {C}, stats, device);
 }
 
 // {dx, dweight, dbias}, each undefined where not needed (or written into .grad), dweight and dbias
@@ -180,7 +182,8 @@ std::vector<Tensor> layer_norm_grads(const Saved& s, const BackwardArgs& g, DTyp
   const Device device = s.x.device();
   if (g.needs(0)) dx = empty(s.x.shape(), s.x.dtype(), device);
   const Tensor grad = dense(g.grad(), y_dtype);
-  const ParamGrad dw = param_grad(g, 1, C, stats, device), db = param_grad(g, 2, C, stats, device);
+  const ParamGrad dw = param_grad(g, 1, C, stats, s.x.dtype(), device),
+                  db = param_grad(g, 2, C, stats, s.x.dtype(), device);
   if (device.is_cpu()) {
     Tensor dw_values = dw.values, db_values = db.values;
     cpu::dispatch_floating(s.x.dtype(), "layer_norm", [&](auto tag) {
@@ -275,8 +278,8 @@ AddLayerNorm add_layer_norm_cuda(const char* op, Tensor wide, Tensor narrow, int
           if (g.needs(wide_index) || (g.needs(narrow_index) && !split)) ds = empty(saved.x.shape(), S, device);
           if (g.needs(narrow_index) && split) dr = empty(saved.x.shape(), narrow_dtype, device);
           const Tensor g_y = dense(g.grad(1), y_dtype);
-          const ParamGrad dw = param_grad(g, 2, C, stats, device), db = param_grad(g, 3, C, stats, device),
-                          drb = param_grad(g, 4, C, stats, device);
+          const ParamGrad dw = param_grad(g, 2, C, stats, S, device), db = param_grad(g, 3, C, stats, S, device),
+                          drb = param_grad(g, 4, C, stats, S, device);
           cuda::layer_norm_backward(saved.x, g_y, saved.weight, saved.mean, saved.rstd, ds, dw.values, db.values, g_sum,
                                     dr, dw.destination.accumulate, db.destination.accumulate, drb.values,
                                     drb.destination.accumulate);

@@ -232,10 +232,14 @@ Tensor kernel_operand(const Tensor& t) {
              : t;
 }
 
-// A parameter gradient that a product writes (ops/param_grad.h): the parameter's f32 .grad
-// where the engine offers it, else a new tensor of `dtype`.
+// A parameter gradient that a product of `dtype` operands writes (ops/param_grad.h): the
+// parameter's .grad where the engine offers it in f32 (the f32 sums unrounded) or in `dtype`
+// (a 16-bit .grad, precision.grad_dtype: cuBLASLt's f32 accumulator rounded once, and where it
+// adds, beta = 1, the sum of the old value and the accumulator rounded once), else a new tensor
+// of `dtype`. A tied weight (GPT-2's wte: the lm_head product writes, the embedding's backward
+// adds after it) with a 16-bit .grad so holds the rounded sum of its two contributions, as llm.c's.
 ParamGrad product_param_grad(const BackwardArgs& g, size_t input, const Shape& shape, DType dtype, Device device) {
-  return param_grad(g, input, DType::f32, shape, dtype, device);
+  return param_grad(g, input, {DType::f32, dtype}, shape, dtype, device);
 }
 
 // The gradients of z = x W^T + b from g, the gradient of z ([N, out] contiguous), with x

@@ -9,12 +9,13 @@ Tensor ParamGrad::returned_as(DType dtype) const {
   return r.defined() ? converted(r, dtype) : r;
 }
 
-ParamGrad param_grad(const BackwardArgs& g, size_t input, DType grad_dtype, const Shape& shape, DType dtype,
-                     Device device) {
+ParamGrad param_grad(const BackwardArgs& g, size_t input, std::initializer_list<DType> grad_dtypes, const Shape& shape,
+                     DType dtype, Device device) {
   if (!g.needs(input)) return {};
   if (device.is_cuda()) {
-    if (GradDestination destination = g.take_grad_destination(input, grad_dtype))
-      return {destination.grad, destination};
+    for (DType grad_dtype : grad_dtypes)
+      if (GradDestination destination = g.take_grad_destination(input, grad_dtype))
+        return {destination.grad, destination};
   }
   return {empty(shape, dtype, device), {}};
 }

@@ -4,6 +4,8 @@
 // new tensor that the backward returns.
 #pragma once
 
+#include <initializer_list>
+
 #include "core/autograd.h"
 #include "core/tensor.h"
 
@@ -19,9 +21,11 @@ struct ParamGrad {
   Tensor returned_as(DType dtype) const;
 };
 
-// For input `input` of the node: on a GPU its .grad when the engine offers it in
-// `grad_dtype`, else a new tensor of `shape` and `dtype` on `device`; none when not needed.
-ParamGrad param_grad(const BackwardArgs& g, size_t input, DType grad_dtype, const Shape& shape, DType dtype,
-                     Device device);
+// For input `input` of the node: on a GPU its .grad when the engine offers it in one of
+// `grad_dtypes` (those the kernel writes: its f32 sums, say, and the parameter's 16-bit dtype,
+// rounded once, for a 16-bit .grad: precision.grad_dtype), else a new tensor of `shape` and
+// `dtype` on `device`; none when not needed.
+ParamGrad param_grad(const BackwardArgs& g, size_t input, std::initializer_list<DType> grad_dtypes, const Shape& shape,
+                     DType dtype, Device device);
 
 }  // namespace precis::ops

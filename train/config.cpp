@@ -32,7 +32,7 @@ const std::vector<std::string> kSections = {"model",     "data",       "optimize
                                             "precision", "checkpoint", "sample",    "profile",  "distributed"};
 
 const std::vector<std::string> kPrecisionPresets = {"fp32", "tf32", "fp16", "bf16", "bf16-pure"};
-const std::vector<std::string> kPolicyKeys = {"params", "compute", "output"};
+const std::vector<std::string> kPolicyKeys = {"params", "compute", "output", "grads"};
 const std::vector<std::string> kPolicyDtypes = {"float32", "fp32", "f32",      "float16", "fp16",
                                                 "f16",     "half", "bfloat16", "bf16"};
 
@@ -208,8 +208,8 @@ void check_precision(const std::string& key, const std::string& text, const std:
     size_t equals = part.find('=');
     std::string name = part.substr(0, equals);
     if (equals == std::string::npos || !contains(kPolicyKeys, name)) {
-      fail(where,
-           quoted(key) + ": " + quoted(part) + " in " + quoted(text) + " is not params=, compute= or output=<dtype>");
+      fail(where, quoted(key) + ": " + quoted(part) + " in " + quoted(text) +
+                      " is not params=, compute=, output= or grads=<dtype>");
     }
     if (contains(seen, name)) fail(where, quoted(key) + ": " + quoted(name) + " is given twice in " + quoted(text));
     std::string dtype = part.substr(equals + 1);
@@ -390,6 +390,7 @@ std::vector<Field> make_fields(TrainConfig& c) {
       choice("precision.params", policy.param_dtype, policy_dtypes()),
       choice("precision.compute", policy.compute_dtype, policy_dtypes()),
       choice("precision.output", policy.output_dtype, policy_dtypes()),
+      choice("precision.grad_dtype", policy.grad_dtype, policy_dtypes()),
       choice("precision.grad_reduce", policy.grad_reduce_dtype, policy_dtypes()),
       choice("precision.master_weights", policy.master_weights, kTrueFalse),
       choice("precision.allow_tf32", policy.allow_tf32, kTrueFalse),
@@ -679,11 +680,17 @@ void ConfigReader::resolve_precision() {
   // master weights, as those of a policy string are.
   const bool params_given = was_set("precision.params");
   const bool low_precision_params = policy.param_dtype == DType::f16 || policy.param_dtype == DType::bf16;
+  fill("precision.grad_dtype", policy.grad_dtype, named.grad_dtype);
   fill("precision.grad_reduce", policy.grad_reduce_dtype, params_given ? policy.param_dtype : named.grad_reduce_dtype);
   fill("precision.master_weights", policy.master_weights, params_given ? low_precision_params : named.master_weights);
   fill("precision.allow_tf32", policy.allow_tf32, named.allow_tf32);
   fill("precision.loss_scaling", policy.loss_scaling, named.loss_scaling);
   policy.static_scale = scaler.init_scale;
+  try {
+    policy.check_grad_dtype();
+  } catch (const Error& e) {
+    fail(where_set({"precision.grad_dtype", "precision.params", "precision.policy"}), e.what());
+  }
   if (refined) policy.name += "*";
 
   scaler.enabled = policy.loss_scaling != amp::LossScaling::none;

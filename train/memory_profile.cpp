@@ -19,11 +19,11 @@ double mib(int64_t bytes) { return static_cast<double>(bytes) / kMiB; }
 
 }  // namespace
 
-MemoryOwners memory_owners(const nn::Module& model, const optim::Optimizer& optimizer) {
+MemoryOwners memory_owners(const nn::Module& model, const optim::Optimizer& optimizer, DType grad_dtype) {
   MemoryOwners o;
   for (const Tensor& p : model.parameters()) {
     o.parameters += p.numel() * static_cast<int64_t>(element_size(p.dtype()));
-    o.gradients += p.numel() * static_cast<int64_t>(element_size(nn::flat_grad_dtype(p.dtype())));
+    o.gradients += p.numel() * static_cast<int64_t>(element_size(nn::flat_grad_dtype(p.dtype(), grad_dtype)));
   }
   o.optimizer_state = optimizer.state_bytes();
   return o;

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/op_profile.h"
 
 namespace precis::nn {
@@ -30,7 +31,8 @@ namespace precis::train {
 struct MemoryOwners {
   int64_t parameters = 0, gradients = 0, optimizer_state = 0;
 };
-MemoryOwners memory_owners(const nn::Module& model, const optim::Optimizer& optimizer);
+// `grad_dtype`: the precision policy's gradient dtype for f16/bf16 parameters (nn::flat_grad_dtype).
+MemoryOwners memory_owners(const nn::Module& model, const optim::Optimizer& optimizer, DType grad_dtype);
 
 struct MemoryBreakdown {
   int64_t peak = 0;  // the allocator's peak of live bytes in the step

@@ -165,7 +165,7 @@ void Trainer::setup_model() {
   if (policy_.param_dtype != DType::f32) param_dtype = policy_.param_dtype;
   // ZeRO-1 pads every flat buffer into world_size equal shards (distributed/zero.h).
   const bool zero = group_ && config_.distributed.zero == 1;
-  flat_ = nn::flatten_parameters(model(), device_, param_dtype, zero ? world_size_ : 1);
+  flat_ = nn::flatten_parameters(model(), device_, param_dtype, zero ? world_size_ : 1, policy_.grad_dtype);
   if (!config_.init_from.empty()) {
     // Fine-tuning: the weights only; the optimizer, data position and step start fresh.
     const PretrainedSource source = inspect_pretrained(config_.init_from);

@@ -92,6 +92,8 @@ class Trainer {
   models::GPT2& gpt2();
   // This rank's optimizer (under ZeRO-1: over its shard of the parameters).
   const optim::Optimizer& optimizer() const { return *optimizer_; }
+  // The data-parallel gradient reducer; null in one process.
+  const distributed::Reducer* reducer() const { return reducer_.get(); }
   const TrainConfig& config() const { return config_; }
   const amp::PrecisionPolicy& policy() const { return policy_; }
   const amp::GradScaler& scaler() const { return *scaler_; }

@@ -67,13 +67,17 @@ __global__ void embedding_sort_input_kernel(const Index* indices, int32_t* keys,
 // a row a round trip (its sorted key, its position, then its gradient, one after the other)
 // made that run the kernel's critical path; a block per position launched ~100K blocks,
 // most of which only learn they are not a run start.
-// dweight must be zero beforehand (rows no index names stay zero).
-// Bytes: each gradient row read once, each named weight row written once.
+// dweight must be zero beforehand (rows no index names stay zero), or with `accumulate` hold
+// what the sums are added to (a parameter's .grad, written where it lies: GPT-2's tied wte,
+// whose lm_head product wrote first): each row's f32 sum plus its old value, rounded once to
+// T (a bf16 .grad so holds the rounded sum of the two contributions, as llm.c's).
+// Bytes: each gradient row read once, each named weight row written once (and read once
+// when accumulating).
 constexpr int kRowSlices = 8, kRowsInFlight = 4, kPositionsPerBlock = 4;
 template <int kPack, typename T, typename A = compute_t<T>>
 __global__ void __launch_bounds__(32 * kRowSlices)
     embedding_backward_kernel(const T* grad, const int32_t* sorted_rows, const int32_t* sorted_positions, T* dweight,
-                              int64_t N, int64_t C) {
+                              int64_t N, int64_t C, bool accumulate) {
   precis::cuda::wait_for_previous_grid();
   precis::cuda::allow_next_grid_to_start();
   __shared__ A slices[kRowSlices][kPack][32];
@@ -111,14 +115,16 @@ __global__ void __launch_bounds__(32 * kRowSlices)
     for (int k = 0; k < kPack; ++k) slices[threadIdx.y][k][threadIdx.x] = sum[k];
     __syncthreads();
     if (threadIdx.y == 0 && c < C) {
+      T* target = dweight + static_cast<int64_t>(row) * C + c;
       Pack<T, kPack> out;
+      if (accumulate) out = load_pack<kPack>(target);
 #pragma unroll
       for (int k = 0; k < kPack; ++k) {
         A total = sum[k];
         for (int y = 1; y < kRowSlices; ++y) total += slices[y][k][threadIdx.x];
-        out.v[k] = convert_to<T>(total);
+        out.v[k] = convert_to<T>(accumulate ? convert_to<A>(out.v[k]) + total : total);
       }
-      store_pack<kPack>(dweight + static_cast<int64_t>(row) * C + c, out);
+      store_pack<kPack>(target, out);
     }
     __syncthreads();  // slices is refilled by the block's next run
   }
@@ -158,11 +164,13 @@ BadIndex embedding_forward(const Tensor& weight, const Tensor& indices, const Te
   return read_bad_position(bad, indices, stream, op);
 }
 
-void embedding_backward(const Tensor& grad_rows, const Tensor& indices, const Tensor& dweight) {
+void embedding_backward(const Tensor& grad_rows, const Tensor& indices, const Tensor& dweight, bool accumulate) {
   const char* op = "embedding backward";
   const int64_t rows = dweight.shape()[0], C = dweight.shape()[1], N = indices.numel();
+  PRECIS_CHECK(dweight.dtype() == grad_rows.dtype() && dweight.is_contiguous(), op, ": dweight ", describe(dweight),
+               " must be contiguous and of the gradient's dtype ", grad_rows.dtype());
   cudaStream_t stream = stream_for(dweight);
-  PRECIS_CUDA_CHECK(cudaMemsetAsync(dweight.raw_data(), 0, dweight.nbytes(), stream), op);
+  if (!accumulate) PRECIS_CUDA_CHECK(cudaMemsetAsync(dweight.raw_data(), 0, dweight.nbytes(), stream), op);
   if (N == 0 || C == 0) return;
   PRECIS_CHECK(N <= INT32_MAX && rows <= INT32_MAX, op, ": ", N, " indices into ", rows,
                " rows; the CUDA kernel sorts 32-bit indices and positions");
@@ -198,7 +206,8 @@ void embedding_backward(const Tensor& grad_rows, const Tensor& indices, const Te
     auto launch = [&](auto kernel, int pack) {
       const dim3 grid(static_cast<unsigned>((N + kPositionsPerBlock - 1) / kPositionsPerBlock),
                       static_cast<unsigned>((C + 32 * pack - 1) / (32 * pack)));
-      precis::cuda::launch(kernel, grid, dim3(32, kRowSlices), 0, stream, gp, sorted_keys, sorted_positions, dp, N, C);
+      precis::cuda::launch(kernel, grid, dim3(32, kRowSlices), 0, stream, gp, sorted_keys, sorted_positions, dp, N, C,
+                           accumulate);
     };
     if (C % kWide == 0 && aligned16(gp) && aligned16(dp))
       launch(embedding_backward_kernel<kWide, T>, kWide);

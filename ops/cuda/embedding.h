@@ -11,8 +11,10 @@ namespace precis::ops::cuda {
 // out [N, C] = weight[indices[n], :]; weight [rows, C] with unit column stride; indices
 // dense i32/i64. Synchronises once to read back the index check (as cross_entropy_forward).
 BadIndex embedding_forward(const Tensor& weight, const Tensor& indices, const Tensor& out);
-// dweight [rows, C] (dense) = scatter-add of grad_rows [N, C] (dense) by indices,
-// deterministic: the indices are sorted, and each weight row sums its gradient rows in order.
-void embedding_backward(const Tensor& grad_rows, const Tensor& indices, const Tensor& dweight);
+// dweight [rows, C] (dense, grad_rows' dtype) = scatter-add of grad_rows [N, C] (dense) by
+// indices, deterministic: the indices are sorted, and each weight row sums its gradient rows
+// in order, in f32, rounded once. With `accumulate` the sums are added to what dweight holds
+// (rounded once: a parameter's .grad, written where it lies) instead of written over it.
+void embedding_backward(const Tensor& grad_rows, const Tensor& indices, const Tensor& dweight, bool accumulate = false);
 
 }  // namespace precis::ops::cuda

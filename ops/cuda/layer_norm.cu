@@ -384,30 +384,36 @@ __global__ void __launch_bounds__(kAhead ? 256 : 1024)
   }
 }
 
-// One column sum of stage 1: its partial rows [blocks, C] and where it goes (null: not wanted),
-// added to what out holds where `accumulate` (a parameter's .grad, written where it lies).
-template <typename A>
+// One column sum of stage 1: its partial rows [blocks, C] and where it goes (null: not wanted):
+// `out` in the statistics dtype A, or `narrow_out` in x's dtype T (a 16-bit parameter's 16-bit
+// .grad: the f32 sum rounded once), added to what it holds where `accumulate` (a parameter's
+// .grad, written where it lies; a 16-bit one takes the sum of the two rounded once).
+template <typename A, typename T>
 struct ColumnSum {
   const A* partial = nullptr;
   A* out = nullptr;
+  T* narrow_out = nullptr;
   bool accumulate = false;
 };
 
 // Backward, stage 2: out[c] = sum over b of partial[b, c], b in order, for dw (blockIdx.y
 // 0), db (1) and the residual bias's gradient (2). A block covers 32 columns; its kSlices
 // rows of threads each sum every kSlices-th partial row, then one thread per column adds the
-// slices in order. Bytes: the partials read once, C values written per sum.
+// slices in order, and (to a 16-bit out) rounds once. Bytes: the partials read once, C values
+// written per sum.
 constexpr int kSlices = 16;
-template <typename A>
+template <typename A, typename T>
 __global__ void __launch_bounds__(32 * kSlices)
-    layer_norm_param_grads_kernel(ColumnSum<A> dw, ColumnSum<A> db, ColumnSum<A> drb, int64_t blocks, int64_t C) {
+    layer_norm_param_grads_kernel(ColumnSum<A, T> dw, ColumnSum<A, T> db, ColumnSum<A, T> drb, int64_t blocks,
+                                  int64_t C) {
   precis::cuda::wait_for_previous_grid();
   precis::cuda::allow_next_grid_to_start();
-  const ColumnSum<A> target = blockIdx.y == 0 ? dw : blockIdx.y == 1 ? db : drb;
+  const ColumnSum<A, T> target = blockIdx.y == 0 ? dw : blockIdx.y == 1 ? db : drb;
   const A* partial = target.partial;
   A* out = target.out;
+  T* narrow_out = target.narrow_out;
   const bool accumulate = target.accumulate;
-  if (!out) return;
+  if (!out && !narrow_out) return;
   __shared__ A slices[kSlices][33];
   const int64_t col = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   A sum = 0;
@@ -417,7 +423,10 @@ __global__ void __launch_bounds__(32 * kSlices)
   __syncthreads();
   if (threadIdx.y == 0 && col < C) {
     for (int s = 1; s < kSlices; ++s) sum += slices[s][threadIdx.x];
-    out[col] = accumulate ? out[col] + sum : sum;
+    if (out)
+      out[col] = accumulate ? out[col] + sum : sum;
+    else
+      narrow_out[col] = convert_to<T>(accumulate ? convert_to<A>(narrow_out[col]) + sum : sum);
   }
 }
 
@@ -604,10 +613,16 @@ void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight,
                                  partial_drb, rows, C, rows_per_block);
             PRECIS_CUDA_CHECK_LAUNCH(op);
             if (!param_grads) return;
-            const ColumnSum<A> dw{partial_dw, pointer<A>(dweight), accumulate_dweight},
-                db{partial_db, pointer<A>(dbias), accumulate_dbias},
-                drb{partial_drb, pointer<A>(dresidual_bias), accumulate_dresidual_bias};
-            precis::cuda::launch(layer_norm_param_grads_kernel<A>,
+            // Each parameter gradient in A, or in T (a 16-bit .grad) where it is of x's dtype.
+            auto column_sum = [&](const A* partial, const Tensor& out, bool accumulate) {
+              const bool narrow = out.defined() && out.dtype() == x.dtype() && out.dtype() != mean.dtype();
+              return ColumnSum<A, T>{partial, narrow ? nullptr : pointer<A>(out), narrow ? pointer<T>(out) : nullptr,
+                                     accumulate};
+            };
+            const ColumnSum<A, T> dw = column_sum(partial_dw, dweight, accumulate_dweight),
+                                  db = column_sum(partial_db, dbias, accumulate_dbias),
+                                  drb = column_sum(partial_drb, dresidual_bias, accumulate_dresidual_bias);
+            precis::cuda::launch(layer_norm_param_grads_kernel<A, T>,
                                  dim3(static_cast<unsigned>((C + 31) / 32), residual_bias ? 3 : 2), dim3(32, kSlices),
                                  0, stream, dw, db, drb, blocks, C);
             PRECIS_CUDA_CHECK_LAUNCH(op);

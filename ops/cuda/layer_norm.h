@@ -19,13 +19,13 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
                         const Tensor& mean, const Tensor& rstd, const Tensor& residual = Tensor(),
                         const Tensor& sum = Tensor(), const Tensor& residual_bias = Tensor());
 // dx, dweight, dbias (each skipped when undefined; dweight/dbias [C] in the statistics
-// dtype), from the dense x (the values normalised), the dense gradient g (in y's dtype) and
-// the saved statistics (weight in either dtype that layer_norm_forward takes). For add_layer_norm: g_sum (dense, x's
-// dtype; the gradient of the sum) is added to dx, and dresidual (dense, in the residual's dtype) gets dx's values too;
-// dresidual_bias ([C], statistics dtype) gets the column sums of those values (the sum's
-// whole gradient, summed unrounded, in a fixed order). accumulate_*: add to what dweight /
-// dbias / dresidual_bias hold (a parameter's .grad, written where it lies) instead of
-// writing over it.
+// dtype, or in x's dtype where that is f16/bf16: a 16-bit .grad, the f32 sum rounded once), from the dense x (the
+// values normalised), the dense gradient g (in y's dtype) and the saved statistics (weight in either dtype that
+// layer_norm_forward takes). For add_layer_norm: g_sum (dense, x's dtype; the gradient of the sum) is added to dx, and
+// dresidual (dense, in the residual's dtype) gets dx's values too; dresidual_bias ([C], statistics dtype or x's as
+// dweight) gets the column sums of those values (the sum's whole gradient, summed unrounded, in a fixed order).
+// accumulate_*: add to what dweight / dbias / dresidual_bias hold (a parameter's .grad, written where it lies) instead
+// of writing over it.
 void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                          const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& g_sum = Tensor(),
                          const Tensor& dresidual = Tensor(), bool accumulate_dweight = false,

@@ -4,10 +4,12 @@
 // linear_gelu: the GELU gradient, and bias + GELU for a product whose epilogue could not
 // be fused.
 //
-// Weight gradients in f32. linear_param_backward may write dW (and db) in f32 from
-// f16/bf16 operands (D and C of type f32, CUBLAS_COMPUTE_32F: the accumulator is stored
-// unrounded), and may add into them (beta = 1): a product writes a parameter's gradient
-// straight into the flat f32 gradient buffer (core/autograd.h, take_grad_destination).
+// Weight gradients in f32 or the operands' dtype. linear_param_backward may write dW (and
+// db) in f32 from f16/bf16 operands (D and C of type f32, CUBLAS_COMPUTE_32F: the
+// accumulator is stored unrounded), or in their own dtype (the accumulator rounded once), and
+// may add into them (beta = 1: D = round(acc + C), one rounding): a product writes a
+// parameter's gradient straight into the flat gradient buffer, f32 or 16-bit by
+// precision.grad_dtype (core/autograd.h, take_grad_destination).
 // A bias gradient from an epilogue has D's type and cannot be added to: where db must be
 // added, or differs in type from D, column_sums makes it (it writes f32 and adds).
 #include <algorithm>
@@ -396,7 +398,9 @@ void linear_gelu_input_backward(const Tensor& grad_pre, const Tensor& grad_out, 
     gemm.epilogue = CUBLASLT_EPILOGUE_DGELU;
     gemm.aux = pre.raw_data();
     gemm.aux_ld = pre.strides()[0];
-    if (sums) {
+    // Sums added into a 16-bit .grad (precision.grad_dtype) skip the epilogue, which would round
+    // them before the add: column_sums adds the f32 sums and rounds once.
+    if (sums && !(accumulate_sums && grad_pre_sums.dtype() == dtype)) {
       // DGELU_BGRAD writes the sums in grad_pre's dtype, over what was there: sums in f32, or
       // to be added, go through a scratch vector (timing uses one too, never grad_pre_sums).
       const bool direct = grad_pre_sums.dtype() == dtype && !accumulate_sums;

@@ -53,7 +53,8 @@ void gelu_backward(const Tensor& grad_pre, const Tensor& grad_out, const Tensor&
 // [N, in], grad_pre contiguous [N, in]. grad_pre_sums (contiguous [in], optional): grad_pre
 // summed over its rows, the bias gradient of the linear that made pre, by the same
 // epilogue (DGELU_BGRAD) or column_sums after it, whichever autotuning timed faster; in
-// the operands' dtype or f32, added to what it holds with accumulate_sums.
+// the operands' dtype or f32, added to what it holds with accumulate_sums (by column_sums
+// where it is in the operands' dtype: the f32 sums added, rounded once).
 void linear_gelu_input_backward(const Tensor& grad_pre, const Tensor& grad_out, const Tensor& weight, const Tensor& pre,
                                 const Tensor& grad_pre_sums = Tensor(), bool accumulate_sums = false);
 

@@ -52,7 +52,8 @@ TEST(PrecisionPolicy, ErrorsSayWhatIsAccepted) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()),
-              "precision 'params=float32,gradients=float16': unknown key 'gradients' (use params, compute, output)");
+              "precision 'params=float32,gradients=float16': unknown key 'gradients' (use params, compute, output, "
+              "grads)");
   }
   EXPECT_THROW(PrecisionPolicy::parse("params=int32"), Error);
   EXPECT_THROW(PrecisionPolicy::parse("params=float64").validate(), Error);
@@ -72,4 +73,57 @@ TEST(PrecisionPolicy, ValidateWarnsOnFp16WithoutScalingAndRejectsBf16OnOldGpus) 
     EXPECT_NE(std::string(e.what()).find("bfloat16 needs a GPU of compute capability 8.0"), std::string::npos);
   }
   EXPECT_EQ(PrecisionPolicy::preset("tf32").validate(0).size(), 1u) << "tf32 on the CPU is noted";
+}
+
+// precision.grad_dtype: f32 in every preset (the gradients of 16-bit parameters summed
+// unrounded); a policy string names it with grads=; it is f32 or the 16-bit parameters' own.
+TEST(PrecisionPolicy, GradDtypeIsFloat32InPresetsAndTheParametersOwnOrFloat32Otherwise) {
+  for (const char* name : {"fp32", "tf32", "fp16", "bf16", "bf16-pure"})
+    EXPECT_EQ(PrecisionPolicy::preset(name).grad_dtype, DType::f32) << name;
+  EXPECT_EQ(PrecisionPolicy::parse("params=bf16,compute=bf16").grad_dtype, DType::f32);
+  const PrecisionPolicy bf16_grads = PrecisionPolicy::parse("params=bfloat16,compute=bfloat16,grads=bfloat16");
+  EXPECT_EQ(bf16_grads.grad_dtype, DType::bf16);
+  EXPECT_EQ(bf16_grads.grad_reduce_dtype, DType::bf16);
+  EXPECT_NE(bf16_grads.describe().find("grads bfloat16"), std::string::npos) << bf16_grads.describe();
+  EXPECT_NE(PrecisionPolicy::preset("bf16-pure").describe().find("grads float32"), std::string::npos);
+  EXPECT_EQ(PrecisionPolicy::parse("params=f16,compute=f16,grads=f16").grad_dtype, DType::f16);
+  EXPECT_EQ(PrecisionPolicy::parse("params=f32,compute=bf16,grads=f32").grad_dtype, DType::f32);
+
+  auto error_of = [](const char* text) {
+    try {
+      PrecisionPolicy::parse(text);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error_of("params=bfloat16,compute=bfloat16,grads=float16"),
+            "precision 'params=bfloat16,compute=bfloat16,grads=float16': precision.grad_dtype (grads=) float16 is not "
+            "allowed with parameters in bfloat16: use float32 or bfloat16 (the parameters' own dtype)");
+  EXPECT_EQ(error_of("params=float32,compute=bfloat16,grads=bfloat16"),
+            "precision 'params=float32,compute=bfloat16,grads=bfloat16': precision.grad_dtype (grads=) bfloat16 is "
+            "not allowed with parameters in float32: use float32 (gradients of float32/float64 parameters keep their "
+            "dtype)");
+  // A policy refined field by field (the config's precision.grad_dtype) is checked by validate().
+  PrecisionPolicy refined = PrecisionPolicy::preset("bf16");
+  refined.grad_dtype = DType::bf16;
+  EXPECT_THROW(refined.validate(), Error);
+  refined.grad_dtype = DType::f64;
+  EXPECT_THROW(refined.validate(), Error);
+}
+
+TEST(PrecisionPolicy, ValidateWarnsOnceAboutSixteenBitGradients) {
+  PrecisionPolicy pure = PrecisionPolicy::preset("bf16-pure");
+  EXPECT_TRUE(pure.validate(90).empty());
+  pure.grad_dtype = DType::bf16;
+  auto warnings = pure.validate(90);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("bfloat16 gradients"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("grad_accum"), std::string::npos) << "it names the micro-steps' sum: " << warnings[0];
+
+  PrecisionPolicy half = PrecisionPolicy::parse("params=f16,compute=f16,grads=f16");
+  half.loss_scaling = LossScaling::dynamic;
+  warnings = half.validate();
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("found_inf"), std::string::npos) << warnings[0];
 }

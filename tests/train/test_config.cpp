@@ -268,6 +268,15 @@ TEST(Config, PrecisionKeysRefineThePolicy) {
   EXPECT_EQ(c.policy.grad_reduce_dtype, DType::bf16);
   EXPECT_EQ(c.policy.name, "bf16*");
   EXPECT_EQ(parse(kData + "precision:\n  policy: bf16\n").precision.policy.grad_reduce_dtype, DType::f32);
+  // The gradient buffer's dtype: bf16-pure's parameters' own, or f32 (every preset's).
+  EXPECT_EQ(parse(kData + "precision:\n  policy: bf16-pure\n").precision.policy.grad_dtype, DType::f32);
+  c = parse(kData + "precision:\n  policy: bf16-pure\n  grad_dtype: bfloat16\n").precision;
+  EXPECT_EQ(c.policy.grad_dtype, DType::bf16);
+  EXPECT_EQ(c.policy.param_dtype, DType::bf16);
+  EXPECT_EQ(c.policy.name, "bf16-pure*");
+  EXPECT_EQ(parse(kData, {"precision=bf16-pure", "precision.grad_dtype=bf16"}).precision.policy.grad_dtype,
+            DType::bf16);
+  EXPECT_EQ(parse(kData + "precision: params=bf16,compute=bf16,grads=bf16\n").precision.policy.grad_dtype, DType::bf16);
 
   c = parse(kData + "precision:\n  policy: fp32\n  loss_scaling: static\n  loss_scale: 128\n").precision;
   EXPECT_TRUE(c.scaler.enabled);
@@ -352,11 +361,12 @@ TEST(ConfigErrors, UnknownKeyNamesTheKeyItsPositionAndTheKnownKeys) {
       "precision, checkpoint, sample, profile, distributed, task, max_steps, eval_interval, eval_steps, log_interval, "
       "seed, device, threads, cuda_graphs, matmul_autotune, fused_classifier, channels_last, on_nonfinite, "
       "max_nonfinite_steps, out_dir)");
-  EXPECT_EQ(parse_error(kData + "precision: {policy: fp32, loss_scal: 2}\n"),
-            "config.yaml:3:27: unknown key 'precision.loss_scal' (known keys: policy, params, compute, output, "
-            "grad_reduce, master_weights, allow_tf32, loss_scaling, loss_scale, growth_interval, growth_factor, "
-            "backoff_factor, "
-            "min_scale, max_scale, hysteresis, stochastic_rounding, report, report_interval)");
+  EXPECT_EQ(
+      parse_error(kData + "precision: {policy: fp32, loss_scal: 2}\n"),
+      "config.yaml:3:27: unknown key 'precision.loss_scal' (known keys: policy, params, compute, output, "
+      "grad_dtype, grad_reduce, master_weights, allow_tf32, loss_scaling, loss_scale, growth_interval, growth_factor, "
+      "backoff_factor, "
+      "min_scale, max_scale, hysteresis, stochastic_rounding, report, report_interval)");
   EXPECT_EQ(parse_config(kData + "precision: {policy: fp16, loss_scale: 1024, hysteresis: 2, compute: bf16}\n")
                 .precision.scaler.hysteresis,
             2);
@@ -431,9 +441,16 @@ TEST(ConfigErrors, BadPrecision) {
   EXPECT_EQ(parse_error(kData + "precision: bf32\n"),
             "config.yaml:3:12: 'precision.policy' must be one of fp32, tf32, fp16, bf16, bf16-pure or a policy like "
             "'params=float32,compute=bfloat16,output=float32', got 'bf32'");
-  EXPECT_EQ(parse_error(kData + "precision: params=float32,grads=float32\n"),
-            "config.yaml:3:12: 'precision.policy': 'grads=float32' in 'params=float32,grads=float32' is not "
-            "params=, compute= or output=<dtype>");
+  EXPECT_EQ(parse_error(kData + "precision: params=float32,gradients=float32\n"),
+            "config.yaml:3:12: 'precision.policy': 'gradients=float32' in 'params=float32,gradients=float32' is not "
+            "params=, compute=, output= or grads=<dtype>");
+  // The gradient buffer's dtype: f32, or the 16-bit parameters' own; the error is where it was set.
+  EXPECT_EQ(parse_error(kData + "precision:\n  policy: bf16\n  grad_dtype: bfloat16\n"),
+            "config.yaml:5:15: precision 'bf16': precision.grad_dtype (grads=) bfloat16 is not allowed with "
+            "parameters in float32: use float32 (gradients of float32/float64 parameters keep their dtype)");
+  EXPECT_EQ(parse_error(kData + "precision:\n  policy: bf16-pure\n  grad_dtype: float16\n"),
+            "config.yaml:5:15: precision 'bf16-pure': precision.grad_dtype (grads=) float16 is not allowed with "
+            "parameters in bfloat16: use float32 or bfloat16 (the parameters' own dtype)");
   EXPECT_EQ(parse_error(kData + "precision: compute=int8\n"),
             "config.yaml:3:12: 'precision.policy': unknown dtype 'int8' for compute in 'compute=int8' (expected "
             "float32, float16 or bfloat16)");

@@ -8,12 +8,26 @@
 #include <fstream>
 #include <sstream>
 
+#include "nn/flat_parameters.h"
+#include "nn/linear.h"
+#include "optim/adamw.h"
 #include "support/profiled_run.h"
 #include "train/memory_profile.h"
 #include "train/trainer.h"
 
 using namespace precis;
 using namespace precis::train;
+
+// The gradients' bytes follow precision.grad_dtype: 2 a bf16 parameter with bf16 gradients, 4 with f32 ones.
+TEST(MemoryProfile, GradientBytesFollowThePolicysGradientDtype) {
+  nn::Linear layer(24, 8);
+  nn::flatten_parameters(layer, Device::cpu(), DType::bf16, 1, DType::bf16);
+  optim::AdamW adamw({{layer.parameters(), 0.0}}, {.lr = 1e-3});
+  const int64_t n = 24 * 8 + 8;
+  EXPECT_EQ(memory_owners(layer, adamw, DType::bf16).gradients, 2 * n);
+  EXPECT_EQ(memory_owners(layer, adamw, DType::f32).gradients, 4 * n);
+  EXPECT_EQ(memory_owners(layer, adamw, DType::bf16).parameters, 2 * n);
+}
 
 TEST(MemoryProfile, OwnersOfTheMadeUpPeak) {
   StepMemory memory;
@@ -38,7 +52,7 @@ TEST(MemoryProfile, TinyGpt2OnTheCpu) {
   Trainer& trainer = *run.trainer;
   const OpProfile& profile = *run.profile;
   ASSERT_EQ(profile.steps().size(), 2u);
-  const MemoryOwners owners = memory_owners(trainer.model(), trainer.optimizer());
+  const MemoryOwners owners = memory_owners(trainer.model(), trainer.optimizer(), trainer.policy().grad_dtype);
   EXPECT_EQ(owners.parameters, trainer.model().num_parameters() * 4);  // f32
   EXPECT_EQ(owners.gradients, owners.parameters);
   EXPECT_EQ(owners.optimizer_state, 2 * owners.parameters);  // AdamW's two moments
