@@ -132,6 +132,9 @@ void Zero1::wait_for(const nn::Module& module) {
       const auto found = param_chunks_.find(p.impl());
       if (found != param_chunks_.end()) it->second.insert(it->second.end(), found->second.begin(), found->second.end());
     }
+    // Each once, in the order they were launched (the reducer's reversed).
+    std::sort(it->second.rbegin(), it->second.rend());
+    it->second.erase(std::unique(it->second.begin(), it->second.end()), it->second.end());
   }
   for (size_t k : it->second) {
     if (!gathers_[k]) continue;
