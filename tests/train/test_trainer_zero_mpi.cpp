@@ -3,7 +3,8 @@
 // gradients clipped on every step, with and without accumulation, and with the gradients
 // reduced in bf16, which ZeRO-1's optimizer reads in bf16); each rank holds
 // about 1/N of the optimizer state and says so at the start; a checkpoint it writes
-// holds the whole state, so it resumes under zero 0, under zero 1 and in one process.
+// holds the whole state, so it resumes under zero 0, under zero 1 and in one process;
+// distributed.gather_overlap (the parameters gathered behind the next forward) changes no bit.
 #include <gtest/gtest.h>
 
 #include "trainer_mpi.h"
