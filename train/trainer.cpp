@@ -315,11 +315,13 @@ void Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Tens
   // Under data parallelism the buckets' all-reduces are launched from the backward's hooks on
   // the communication stream; a captured step records them (NCCL calls can be captured) as a
   // branch of the graph that joins the step before the optimizer, untimed.
+  // The first step of this process times its products (matmul_autotune): its buckets are
+  // reduced after the backward, and its parameters gathered before the forward, so no NCCL
+  // kernel skews those timings.
+  const bool overlap_comm = steps_run_ > 0 || !config_.matmul_autotune;
   if (reducer_) {
     reducer_->set_profiler(profiler);
-    // The first step of this process times its products (matmul_autotune): its buckets are
-    // reduced after the backward, so no NCCL kernel skews those timings.
-    reducer_->set_overlap(steps_run_ > 0 || !config_.matmul_autotune);
+    reducer_->set_overlap(overlap_comm);
   }
   ++steps_run_;
   // distributed.gather_overlap: the last step's all-gather runs behind this forward, each
@@ -330,7 +332,7 @@ void Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Tens
   std::optional<nn::ParameterGateScope> gate;
   if (gather_overlap()) {
     zero_->launch_gather();
-    if (policy_.autocasts())
+    if (policy_.autocasts() || !overlap_comm)
       zero_->complete_gather();
     else
       gate.emplace([this](const nn::Module& module) { zero_->wait_for(module); });
