@@ -49,6 +49,14 @@ Zero1::Zero1(std::shared_ptr<nn::FlatParameters> flat, std::shared_ptr<ProcessGr
                        bucket.begin + (rank + 1) * size, !bucket.slots.empty(), reducer.shard_grad(k)});
   }
   for (const nn::FlatBuffer& buffer : flat_->buffers()) slot_param_index_.emplace_back(buffer.slots.size(), -1);
+  gathers_.resize(chunks_.size());
+  for (size_t k = 0; k < chunks_.size(); ++k) {
+    if (!chunks_[k].has_slots) continue;
+    const nn::FlatBuffer& buffer = flat_->buffers()[chunks_[k].buffer];
+    for (const nn::FlatSlot& slot : buffer.slots)
+      if (slot.offset < chunks_[k].bucket_end && slot.offset + slot.numel > chunks_[k].bucket_begin)
+        param_chunks_[slot.param.impl()].push_back(k);
+  }
 }
 
 std::vector<optim::ParamGroup> Zero1::shard_groups(const std::vector<optim::ParamGroup>& full_groups) {
@@ -97,13 +105,53 @@ bool Zero1::grads_staged() const {
 
 void Zero1::sum_over_ranks(const Tensor& sum) const { group_->all_reduce(sum, ReduceOp::sum)->wait(); }
 
-void Zero1::gather_parameters() const {
-  for (const Chunk& chunk : chunks_) {
+void Zero1::gather_parameters() {
+  defer_gather();
+  complete_gather();
+}
+
+void Zero1::launch_gather() {
+  gather_pending_ = false;
+  gathers_in_flight_ = 0;  // what a failed capture left is not waited for
+  // Forward order: the reducer lists the buckets from the last parameter to the first.
+  for (size_t k = chunks_.size(); k-- > 0;) {
+    const Chunk& chunk = chunks_[k];
     if (!chunk.has_slots) continue;
     const Tensor& data = flat_->buffers()[chunk.buffer].data;
-    group_->all_gather(data.slice(0, chunk.bucket_begin, chunk.bucket_end), data.slice(0, chunk.begin, chunk.end))
-        ->wait();
+    gathers_[k] =
+        group_->all_gather(data.slice(0, chunk.bucket_begin, chunk.bucket_end), data.slice(0, chunk.begin, chunk.end));
+    ++gathers_in_flight_;
   }
+}
+
+void Zero1::wait_for(const nn::Module& module) {
+  if (gathers_in_flight_ == 0) return;
+  auto [it, first] = module_chunks_.try_emplace(&module);
+  if (first) {
+    for (const Tensor& p : module.parameters()) {
+      const auto found = param_chunks_.find(p.impl());
+      if (found != param_chunks_.end()) it->second.insert(it->second.end(), found->second.begin(), found->second.end());
+    }
+    // Each once, in the order they were launched (the reducer's reversed).
+    std::sort(it->second.rbegin(), it->second.rend());
+    it->second.erase(std::unique(it->second.begin(), it->second.end()), it->second.end());
+  }
+  for (size_t k : it->second) {
+    if (!gathers_[k]) continue;
+    gathers_[k]->wait();
+    gathers_[k].reset();
+    --gathers_in_flight_;
+  }
+}
+
+void Zero1::complete_gather() {
+  if (gather_pending_) launch_gather();
+  for (size_t k = chunks_.size(); k-- > 0;) {
+    if (!gathers_[k]) continue;
+    gathers_[k]->wait();
+    gathers_[k].reset();
+  }
+  gathers_in_flight_ = 0;
 }
 
 std::map<std::string, Tensor> Zero1::gather_state(const std::map<std::string, Tensor>& shard_state) const {

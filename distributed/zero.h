@@ -23,6 +23,18 @@
 //   4. gather_parameters(): an in-place all_gather of every bucket, each rank
 //      contributing its updated chunk, in the parameters' dtype.
 //
+// With distributed.gather_overlap, step 4 moves behind the next step's forward: after the
+// optimizer the parameters are only pending (defer_gather: each rank holds its own updated
+// chunks); every step starts with launch_gather, every bucket's all_gather in forward
+// order (the reducer's list reversed: its buckets run from the last parameter to the
+// first) without the compute stream waiting, and the model's forward calls the parameter
+// gate (nn/parameter_gate.h) with each module before it reads its parameters: wait_for
+// makes the compute stream wait for the buckets holding them, once per bucket. Whatever
+// reads the parameters outside a step (evaluation, sampling, checkpoints, the numerics
+// report, the end of a run) calls complete_gather() first, which does nothing when
+// nothing is pending. On the MPI backend the values are the same as gathering at once; on
+// NCCL only the time the gather takes moves.
+//
 // Checkpoints hold the whole state in the unsharded optimizer's format
 // ("state.<i>.<name>" for the full model's parameter i, Optimizer::state_dict), so a
 // checkpoint resumes under any world size and under zero 0 or 1: gather_state()
@@ -33,11 +45,13 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "distributed/process_group.h"
 #include "distributed/reducer.h"
 #include "nn/flat_parameters.h"
+#include "nn/module.h"
 #include "optim/optimizer.h"
 
 namespace precis::distributed {
@@ -70,8 +84,22 @@ class Zero1 {
   bool grads_staged() const;
   // sum <- the sum over ranks of sum (in place; optim::clip_grad_norm's reduce_sum).
   void sum_over_ranks(const Tensor& sum) const;
-  // Every rank's chunks of the parameters into every rank's flat buffers.
-  void gather_parameters() const;
+  // Every rank's chunks of the parameters into every rank's flat buffers, now (the compute
+  // stream waits for them).
+  void gather_parameters();
+
+  // gather_overlap (above). The parameters' chunks are updated and not gathered yet.
+  void defer_gather() { gather_pending_ = true; }
+  bool gather_pending() const { return gather_pending_; }
+  // Launches the gather, pending or not (a step captured into a CUDA graph must hold it), bucket
+  // by bucket in forward order, each in flight until waited for.
+  void launch_gather();
+  // The parameter gate: the work queued after it sees `module`'s parameters, and its
+  // descendants', gathered (each bucket of a launched gather is waited for once).
+  void wait_for(const nn::Module& module);
+  // Launches a pending gather and waits for every bucket still in flight: the parameters are
+  // whole after it. Nothing when none is pending or in flight.
+  void complete_gather();
 
   // A collective: the unsharded optimizer's state, on the CPU, from this rank's
   // sharded optimizer state (every rank passes its own and gets the whole).
@@ -103,6 +131,15 @@ class Zero1 {
   std::vector<std::vector<int64_t>> slot_param_index_;
   // Per unsharded optimizer parameter: its flat slot.
   std::vector<const nn::FlatSlot*> param_slots_;
+
+  // gather_overlap: per chunk, its all_gather until waited for (null: not in flight).
+  bool gather_pending_ = false;
+  std::vector<std::shared_ptr<Work>> gathers_;
+  size_t gathers_in_flight_ = 0;
+  // Per parameter (by its TensorImpl): the chunks of slots it lies in; per module gated
+  // so far: the chunks of its parameters and its descendants', found on its first gate.
+  std::unordered_map<const TensorImpl*, std::vector<size_t>> param_chunks_;
+  std::unordered_map<const nn::Module*, std::vector<size_t>> module_chunks_;
 };
 
 }  // namespace precis::distributed

@@ -9,6 +9,7 @@
 #include "core/philox.h"
 #include "nn/init.h"
 #include "nn/observer.h"
+#include "nn/parameter_gate.h"
 #include "ops/autocast.h"
 #include "ops/ops.h"
 
@@ -80,6 +81,8 @@ Tensor GPT2::hidden_states(const Tensor& idx) {
   PRECIS_CHECK(T <= config_.block_size, "GPT2: sequence length ", T, " exceeds block_size ", config_.block_size);
   if (!positions_.defined() || positions_.device() != idx.device())
     positions_ = arange(0, config_.block_size, 1, DType::i64).to(idx.device());
+  nn::gate_parameters(*wte_);  // each block gates its own (nn::Block::forward)
+  nn::gate_parameters(*wpe_);
   Tensor x = ops::embedding(wte(), idx) + ops::embedding(wpe(), positions_.narrow(0, 0, T));
   x = drop_->forward(x);
   // Each block leaves its mlp branch pending; the next norm adds it in its own pass.
@@ -90,6 +93,7 @@ Tensor GPT2::hidden_states(const Tensor& idx) {
   }
   // The classifier reads it: under autocast stored in the compute dtype, as its cast would make it.
   const std::optional<DType> to_linear = ops::autocast::linear_input_dtype();
+  nn::gate_parameters(*ln_f_);
   if (!r.branch.defined()) return ops::layer_norm(r.stream, ln_f_->weight, ln_f_->bias, ln_f_->eps, to_linear);
   return ops::add_layer_norm(r.stream, r.branch, ln_f_->weight, ln_f_->bias, ln_f_->eps, to_linear, r.branch_bias)
       .normed;
@@ -109,6 +113,7 @@ GPT2Output GPT2::forward(const Tensor& idx, const Tensor& targets, const Tensor&
   // dtype, and the weight is the whole parameter, whose autocast cast is cached); only the
   // real vocabulary's columns are shown, and scored.
   const int64_t V = config_.vocab_size, Vp = config_.padded_vocab_size();
+  nn::gate_parameters(lm_head_module_ ? *lm_head_module_ : *wte_);  // wte: tied, already waited for
   const Tensor padded = ops::linear(x, lm_head_weight());
   out.logits = padded.narrow(-1, 0, V);
   if (nn::observing()) out.logits = nn::observe("logits", out.logits);

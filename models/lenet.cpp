@@ -3,6 +3,7 @@
 #include "core/random.h"
 #include "nn/init.h"
 #include "nn/observer.h"
+#include "nn/parameter_gate.h"
 #include "ops/elementwise.h"
 #include "ops/pool.h"
 
@@ -24,6 +25,7 @@ LeNet5::LeNet5(const ImageModelConfig& config, uint64_t seed) : ImageClassifier(
 Tensor LeNet5::forward(const Tensor& images) {
   PRECIS_CHECK(images.dim() == 4 && images.size(2) == 28 && images.size(3) == 28, "LeNet5: expects images [N, ",
                config_.in_channels, ", 28, 28], got ", images.shape());
+  nn::gate_parameters(*this);  // a model this small waits for all its parameters at once
   Tensor h = ops::max_pool2d(ops::relu(conv1_->forward(images)), {2, 2});
   h = nn::observe("conv1", h);
   h = ops::max_pool2d(ops::relu(conv2_->forward(h)), {2, 2});

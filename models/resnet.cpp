@@ -3,6 +3,7 @@
 #include "core/random.h"
 #include "nn/init.h"
 #include "nn/observer.h"
+#include "nn/parameter_gate.h"
 #include "ops/pool.h"
 
 namespace precis::models {
@@ -54,6 +55,7 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride) : nn::
 }
 
 Tensor BasicBlock::forward(const Tensor& x) {
+  nn::gate_parameters(*this);  // the block's convolutions, norms and downsample
   Tensor out = bn1_->forward_relu(conv1_->forward(x));
   return bn_add_relu(*bn2_, conv2_->forward(out), x, downsample_);
 }
@@ -70,6 +72,7 @@ Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride) : nn::
 }
 
 Tensor Bottleneck::forward(const Tensor& x) {
+  nn::gate_parameters(*this);
   Tensor out = bn1_->forward_relu(conv1_->forward(x));
   out = bn2_->forward_relu(conv2_->forward(out));
   return bn_add_relu(*bn3_, conv3_->forward(out), x, downsample_);
@@ -115,11 +118,14 @@ ResNet::ResNet(const ImageModelConfig& config, uint64_t seed) : ImageClassifier(
 Tensor ResNet::forward(const Tensor& images) {
   PRECIS_CHECK(images.dim() == 4 && images.size(1) == config_.in_channels, "ResNet: expects images [N, ",
                config_.in_channels, ", H, W], got ", images.shape());
+  nn::gate_parameters(*conv1_);
+  nn::gate_parameters(*bn1_);
   Tensor h = bn1_->forward_relu(conv1_->forward(images));
   if (!config_.cifar_stem) h = ops::max_pool2d(h, {3, 3}, {2, 2}, {1, 1});
   h = nn::observe("stem", h);
   for (size_t i = 0; i < layers_.size(); ++i) h = nn::observe("layer" + std::to_string(i + 1), layers_[i]->forward(h));
   h = ops::adaptive_avg_pool2d(h, {1, 1});
+  nn::gate_parameters(*fc_);
   return fc_->forward(h.reshape({h.size(0), -1}));
 }
 

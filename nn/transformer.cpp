@@ -3,6 +3,7 @@
 #include <atomic>
 #include <iostream>
 
+#include "nn/parameter_gate.h"
 #include "ops/autocast.h"
 #include "ops/elementwise.h"
 #include "ops/matmul.h"
@@ -100,6 +101,7 @@ Tensor Residual::value() const {
 Tensor Block::forward(const Tensor& x) { return forward(Residual{x, Tensor(), Tensor()}).value(); }
 
 Residual Block::forward(const Residual& in) {
+  gate_parameters(*this);  // the block's parameters, all of them, before its first norm
   // Both norms feed linears (c_attn, c_fc): under autocast they store their result in the
   // compute dtype, the values those linears would cast it to, with no cast of their own.
   const std::optional<DType> to_linear = ops::autocast::linear_input_dtype();

@@ -426,6 +426,7 @@ std::vector<Field> make_fields(TrainConfig& c) {
       number("distributed.first_bucket_mb", c.distributed.first_bucket_mb, kPositive),
       number("distributed.timeout_s", c.distributed.timeout_s, kPositive),
       integer("distributed.zero", c.distributed.zero, zero_rule),
+      boolean("distributed.gather_overlap", c.distributed.gather_overlap),
 
       text("task", c.task, one_of({"language_model", "image_classification"})),
       integer("max_steps", c.max_steps, at_least(1)),
@@ -476,6 +477,7 @@ class ConfigReader {
   void resolve_batch();
   void resolve_schedule();
   void check_profile() const;
+  void check_distributed() const;
   void check_checkpoint() const;
 
   TrainConfig& config_;
@@ -783,6 +785,15 @@ void ConfigReader::check_profile() const {
            std::to_string(config_.max_steps) + ") so that the traced step runs");
 }
 
+void ConfigReader::check_distributed() const {
+  if (!config_.distributed.gather_overlap || config_.distributed.zero == 1) return;
+  fail(where_set({"distributed.gather_overlap", "distributed.zero"}),
+       "'distributed.gather_overlap' moves ZeRO-1's parameter all-gather behind the next forward, but "
+       "'distributed.zero' is " +
+           std::to_string(config_.distributed.zero) +
+           ": plain DDP gathers nothing; set distributed.zero=1 or drop gather_overlap");
+}
+
 void ConfigReader::resolve_schedule() {
   const ScheduleConfig& schedule = config_.schedule;
   if (schedule.kind == "cosine" && schedule.min_lr > config_.optimizer.lr) {
@@ -816,6 +827,7 @@ void ConfigReader::finish() {
   resolve_schedule();
   check_profile();
   check_checkpoint();
+  check_distributed();
 }
 
 // YAML is Unicode text, and yaml-cpp 0.7 can loop forever on bytes that are not UTF-8 (the

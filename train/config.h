@@ -101,6 +101,7 @@ struct DistributedConfig {
   double first_bucket_mb = 1;    // the first bucket (the last layers' gradients): small, so comm starts early
   double timeout_s = 300;        // the rendezvous' and every collective's wait before a rank fails (the watchdog)
   int64_t zero = 0;              // 0: plain DDP; 1: ZeRO-1, optimizer state sharded (distributed/zero.h)
+  bool gather_overlap = false;   // ZeRO-1: the parameters' all-gather runs behind the next forward
 };
 
 struct TrainConfig {

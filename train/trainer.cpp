@@ -16,6 +16,7 @@
 #include "core/pinned.h"
 #include "distributed/launch.h"
 #include "nn/observer.h"
+#include "nn/parameter_gate.h"
 #include "ops/autocast.h"
 #include "ops/elementwise.h"
 #include "ops/matmul.h"
@@ -259,6 +260,8 @@ void Trainer::train_step() {
   }
   optimizer_->set_lr(schedule_.at(step_));  // queued ahead of the step's kernels
   step_graph_->run([&](Profiler* profiler) { run_step(inputs, targets, profiler); }, profiler_, reporting_);
+  // A replayed step ran no host code: its optimizer left the parameters pending, as finish_step says.
+  if (gather_overlap() && step_graph_->replaying()) zero_->defer_gather();
   queue_loss();
 }
 
@@ -312,13 +315,28 @@ void Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Tens
   // Under data parallelism the buckets' all-reduces are launched from the backward's hooks on
   // the communication stream; a captured step records them (NCCL calls can be captured) as a
   // branch of the graph that joins the step before the optimizer, untimed.
+  // The first step of this process times its products (matmul_autotune): its buckets are
+  // reduced after the backward, and its parameters gathered before the forward, so no NCCL
+  // kernel skews those timings.
+  const bool overlap_comm = steps_run_ > 0 || !config_.matmul_autotune;
   if (reducer_) {
     reducer_->set_profiler(profiler);
-    // The first step of this process times its products (matmul_autotune): its buckets are
-    // reduced after the backward, so no NCCL kernel skews those timings.
-    reducer_->set_overlap(steps_run_ > 0 || !config_.matmul_autotune);
+    reducer_->set_overlap(overlap_comm);
   }
   ++steps_run_;
+  // distributed.gather_overlap: the last step's all-gather runs behind this forward, each
+  // module waiting for its parameters' buckets (distributed/zero.h). The weight casts below
+  // read every parameter, so under autocast the gather completes first (nothing to overlap).
+  // Every step launches it, even after something outside the step completed it (an
+  // evaluation): a captured step must hold it for its replays.
+  std::optional<nn::ParameterGateScope> gate;
+  if (gather_overlap()) {
+    zero_->launch_gather();
+    if (policy_.autocasts() || !overlap_comm)
+      zero_->complete_gather();
+    else
+      gate.emplace([this](const nn::Module& module) { zero_->wait_for(module); });
+  }
   ops::autocast::clear_cache();  // the weights changed in the last step
   if (policy_.autocasts()) {
     // This step's weight casts, one kernel per flat buffer instead of one per weight.
@@ -348,6 +366,9 @@ void Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Tens
       loss = out.loss;
       // The sum stays on the device (f64): no read-back per micro-batch.
       accumulate_(loss_sum_, loss);
+      // Buckets no module waited for (none in the models here) before the backward reads them;
+      // in a captured step this joins the communication stream back into the graph.
+      if (gate) zero_->complete_gather();
     }
     nn::set_activation_observer(nullptr);
     {
@@ -379,7 +400,10 @@ void Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Tens
     for (const Tensor& p : model().parameters()) params_before.push_back(p.detach().clone());
   }
   finish_step(profiler);
-  if (reporting_) finish_numerics(params_before);
+  if (reporting_) {
+    if (zero_) zero_->complete_gather();  // the report compares the whole parameters
+    finish_numerics(params_before);
+  }
 }
 
 // The same calls on both devices, nothing read back, and no pass over the gradients but the
@@ -405,7 +429,11 @@ void Trainer::finish_step(Profiler* profiler) {
     optimizer_->step({.grad_factor = grad_norm_.select(0, 1),
                       .skip_if = found_inf,
                       .round_scaled_grads_to_f32 = zero_ && zero_->grads_staged()});
-    if (zero_) zero_->gather_parameters();  // every rank's updated shard into every rank's parameters
+    // Every rank's updated shard into every rank's parameters, now or behind the next forward.
+    if (gather_overlap())
+      zero_->defer_gather();
+    else if (zero_)
+      zero_->gather_parameters();
   }
   // Without loss scaling the update only counts a skipped non-finite step (train/nonfinite.h).
   MaybePhase phase(scaler_->enabled() ? profiler : nullptr, "scaler");
@@ -457,6 +485,7 @@ int64_t Trainer::peak_memory_bytes() const { return static_cast<int64_t>(allocat
 
 double Trainer::evaluate() {
   if (!task_->has_validation()) return std::nan("");
+  if (zero_) zero_->complete_gather();
   NoGradGuard no_grad;
   model().eval();
   EvalTotals totals = task_->evaluate();
@@ -472,6 +501,7 @@ double Trainer::evaluate() {
 std::string Trainer::sample(const std::string& prompt, int64_t tokens) {
   auto* lm = dynamic_cast<LmTask*>(task_.get());
   PRECIS_CHECK(lm, "sample: this run's task is ", config_.task, "; only a language model generates text");
+  if (zero_) zero_->complete_gather();
   return lm->sample(prompt, tokens);
 }
 
@@ -494,6 +524,7 @@ void Trainer::check_nonfinite() { enforce_nonfinite_rule(config_, step_, scaler_
 void Trainer::save_checkpoint() {
   check_nonfinite();  // every rank: the same gradients, so the same count and the same decision
   if (zero_) {
+    zero_->complete_gather();  // the model's parameters are saved whole
     // Every rank gives its shard; rank 0 writes the whole state, as an unsharded run would.
     const std::map<std::string, Tensor> state = zero_->gather_state(optimizer_->state_dict());
     if (is_main())
@@ -661,6 +692,7 @@ void Trainer::run() {
     if (const int signal = pending_interrupt(log_now)) stop_on_signal(signal, checkpoint_now);
   }
   if (!task_->has_validation()) final_val_loss_ = std::nan("");
+  if (zero_) zero_->complete_gather();  // the run ends with whole parameters, for whatever reads them next
   check_nonfinite();
   if (config_.checkpoint.save_final) save_checkpoint();
   if (is_main()) task_->finish();

@@ -110,6 +110,8 @@ class Trainer {
   // Each value averaged over the ranks (itself on one rank).
   std::vector<double> mean_over_ranks(std::vector<double> values);
   bool is_main() const { return rank_ == 0; }
+  // ZeRO-1 gathers the parameters behind the next step's forward (distributed.gather_overlap).
+  bool gather_overlap() const { return zero_ && config_.distributed.gather_overlap; }
   void setup();
   void setup_task();
   void setup_model();

@@ -331,6 +331,8 @@ TEST(Config, DistributedSection) {
   EXPECT_DOUBLE_EQ(config.distributed.first_bucket_mb, 0.5);
   EXPECT_DOUBLE_EQ(config.distributed.timeout_s, 30);
   EXPECT_EQ(parse(kData + "distributed: {zero: 1}\n").distributed.zero, 1);
+  EXPECT_FALSE(defaults.distributed.gather_overlap);
+  EXPECT_TRUE(parse(kData + "distributed: {zero: 1, gather_overlap: true}\n").distributed.gather_overlap);
 }
 
 TEST(ConfigErrors, DistributedSection) {
@@ -340,6 +342,10 @@ TEST(ConfigErrors, DistributedSection) {
             "config.yaml:3:21: 'distributed.zero' must be 0 or 1, got 2");
   EXPECT_EQ(parse_error(kData + "distributed: {bucket_mb: 0}\n"),
             "config.yaml:3:26: 'distributed.bucket_mb' must be > 0, got 0");
+  // Plain DDP has no parameter all-gather to move.
+  const std::string error = parse_error(kData + "distributed: {gather_overlap: true}\n");
+  EXPECT_NE(error.find("'distributed.gather_overlap'"), std::string::npos) << error;
+  EXPECT_NE(error.find("set distributed.zero=1"), std::string::npos) << error;
 }
 
 TEST(Config, LoadConfigRecordsThePathAndAppliesOverrides) {

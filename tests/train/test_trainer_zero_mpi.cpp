@@ -3,7 +3,8 @@
 // gradients clipped on every step, with and without accumulation, and with the gradients
 // reduced in bf16, which ZeRO-1's optimizer reads in bf16); each rank holds
 // about 1/N of the optimizer state and says so at the start; a checkpoint it writes
-// holds the whole state, so it resumes under zero 0, under zero 1 and in one process.
+// holds the whole state, so it resumes under zero 0, under zero 1 and in one process;
+// distributed.gather_overlap (the parameters gathered behind the next forward) changes no bit.
 #include <gtest/gtest.h>
 
 #include "trainer_mpi.h"
@@ -107,5 +108,51 @@ TEST(TrainerZero1, CheckpointResumesUnderZero0Zero1AndInOneProcess) {
   train::Trainer resumed(single, nullptr);
   resumed.run();
   expect_same_run(resumed, straight, /*first_loss=*/2);
+  mpi_world().barrier();
+}
+
+// distributed.gather_overlap moves the parameters' all-gather behind the next step's forward;
+// the values are the same, bit for bit: with accumulation, an evaluation reading pending
+// parameters (step 2), a checkpoint saving them (step 3, nothing else completing the gather
+// first), and runs resumed from those checkpoints.
+TEST(TrainerZero1, GatherOverlapTrainsBitForBitAsWithout) {
+  const auto config = [](const std::string& name, bool overlap, int64_t steps) {
+    train::TrainConfig config = config_of(name, 1, 2, /*accum=*/2, steps);
+    config.eval_interval = 2;
+    config.checkpoint.interval = 3;
+    config.checkpoint.save_final = false;
+    config.distributed.gather_overlap = overlap;
+    return config;
+  };
+  train::Trainer off(config("overlap_off", false, 4), mpi_world_group());
+  off.run();
+  train::Trainer on(config("overlap_on", true, 4), mpi_world_group());
+  on.run();
+  EXPECT_EQ(on.losses(), off.losses());
+  EXPECT_EQ(parameters_of(on), parameters_of(off));
+  ASSERT_EQ(on.reports().size(), off.reports().size());
+  for (size_t i = 0; i < off.reports().size(); ++i) {
+    ASSERT_TRUE(off.reports()[i].val_loss.has_value() == on.reports()[i].val_loss.has_value());
+    if (off.reports()[i].val_loss) {
+      EXPECT_EQ(*on.reports()[i].val_loss, *off.reports()[i].val_loss) << "report " << i;
+    }
+  }
+  mpi_world().barrier();  // rank 0's checkpoints are written
+
+  // Each resumed from its own step-3 checkpoint, under its own setting, for a step 4 and 5.
+  std::vector<std::unique_ptr<train::Trainer>> resumed;
+  for (const train::Trainer* run : {&off, &on}) {
+    train::TrainConfig again =
+        config(run == &on ? "overlap_on_resumed" : "overlap_off_resumed", run->config().distributed.gather_overlap, 5);
+    again.checkpoint.dir = run->config().checkpoint.dir;
+    again.checkpoint.resume = true;
+    again.checkpoint.interval = 0;
+    resumed.push_back(std::make_unique<train::Trainer>(again, mpi_world_group()));
+    resumed.back()->run();
+  }
+  EXPECT_EQ(resumed[1]->losses(), resumed[0]->losses());
+  EXPECT_EQ(parameters_of(*resumed[1]), parameters_of(*resumed[0]));
+  ASSERT_EQ(resumed[0]->losses().size(), 2u);
+  EXPECT_EQ(resumed[0]->losses()[0], off.losses()[3]) << "step 4 after the resume, as the run straight through";
   mpi_world().barrier();
 }

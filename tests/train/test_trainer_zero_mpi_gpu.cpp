@@ -6,7 +6,8 @@
 // gradients reduce-scattered in bf16); fp16 with dynamic loss scaling (the overflow flag
 // comes from the norm summed over the shards, so both runs skip the same steps). Each
 // rank holds its shard of the optimizer state, its peak memory lower by the rest, and
-// every rank ends with the same parameters, bit for bit.
+// every rank ends with the same parameters, bit for bit. distributed.gather_overlap (the
+// parameters gathered behind the next forward) changes no bit, eagerly and in a CUDA graph.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -117,4 +118,59 @@ TEST(TrainerNcclZero1, Bf16PureTrainsAsDdp) {
 TEST(TrainerNcclZero1, Fp16WithLossScalingSkipsTheSameSteps) {
   SKIP_WITHOUT_A_GPU_PER_RANK();
   expect_zero_trains_as_ddp("fp16", 1e-4, 1e-4);
+}
+
+namespace {
+
+// ZeRO-1 with distributed.gather_overlap `overlap`: 6 steps, an evaluation reading pending
+// parameters at step 3, a checkpoint saving them at step 4 (nothing else completing the
+// gather first), and with cuda_graphs the step captured at step 4 after that evaluation
+// completed the gather (the captured step must launch it all the same).
+Outcome train_with_gather_overlap(const std::string& precision, bool overlap, bool graphs) {
+  const std::string name = precision + (overlap ? "_overlap" : "_no_overlap") + (graphs ? "_graphs" : "_eager");
+  train::TrainConfig config = tiny_config(fresh_dir(name), precision, 1);
+  config.distributed.gather_overlap = overlap;
+  config.cuda_graphs = graphs;
+  config.eval_interval = 3;
+  config.checkpoint.interval = 4;
+  config.distributed.bucket_mb = 0.05;  // several buckets: gathers the forward waits for one by one
+  config.distributed.first_bucket_mb = 0.01;
+  train::Trainer trainer(config, nccl_world());
+  trainer.run();
+  precis::testing::mpi_barrier();
+  return {trainer.losses(), trainer.reports(), parameters_of(trainer), trainer.optimizer().state_bytes(),
+          trainer.peak_memory_bytes()};
+}
+
+// Only when the gather runs moves: the ranks' gradients, the reductions and the updates are
+// the same kernels on the same values, so the runs agree bit for bit.
+void expect_gather_overlap_changes_no_bit(const std::string& precision, bool graphs) {
+  const Outcome off = train_with_gather_overlap(precision, false, graphs);
+  const Outcome on = train_with_gather_overlap(precision, true, graphs);
+  EXPECT_EQ(on.losses, off.losses) << precision << (graphs ? " with graphs" : "");
+  EXPECT_EQ(on.parameters, off.parameters) << precision << (graphs ? " with graphs" : "");
+  ASSERT_EQ(on.reports.size(), off.reports.size());
+  for (size_t i = 0; i < off.reports.size(); ++i) {
+    ASSERT_EQ(on.reports[i].val_loss.has_value(), off.reports[i].val_loss.has_value());
+    if (off.reports[i].val_loss) {
+      EXPECT_EQ(*on.reports[i].val_loss, *off.reports[i].val_loss) << precision << " report " << i;
+    }
+  }
+  EXPECT_TRUE(precis::testing::same_on_every_rank(on.parameters, *nccl_world()));
+  precis::testing::mpi_barrier();
+}
+
+}  // namespace
+
+TEST(TrainerNcclZero1, GatherOverlapChangesNoBitEagerly) {
+  SKIP_WITHOUT_A_GPU_PER_RANK();
+  expect_gather_overlap_changes_no_bit("bf16-pure", /*graphs=*/false);
+  expect_gather_overlap_changes_no_bit("fp32", /*graphs=*/false);
+  expect_gather_overlap_changes_no_bit("bf16", /*graphs=*/false);  // autocast: gathered before the weight casts
+}
+
+TEST(TrainerNcclZero1, GatherOverlapChangesNoBitInACapturedStep) {
+  SKIP_WITHOUT_A_GPU_PER_RANK();
+  expect_gather_overlap_changes_no_bit("bf16-pure", /*graphs=*/true);
+  expect_gather_overlap_changes_no_bit("fp32", /*graphs=*/true);
 }
