@@ -10,8 +10,9 @@
 //   after a second one (adds, as a micro-step does)          r(prev + c) for each contribution c
 // with r rounding to the 16-bit dtype: each add rounded once. On the GPU the kernels add their
 // f32 sums (c unrounded: cuBLASLt's accumulator with beta = 1, the layer norm's and the
-// embedding's f32 sums; the reference run takes no epilogue, whose bias sums would be rounded
-// to the operands' dtype); on the CPU the ops return each contribution in the parameter's dtype
+// embedding's f32 sums; the reference run takes the 16-bit run's epilogues, so that both share
+// every activation and its gradient, and where DGELU_BGRAD writes the first bias's sums they
+// are rounded to the operands' dtype in both); on the CPU the ops return each contribution in the parameter's dtype
 // (c rounded first), the engine sums the table's two and adds the sum to .grad. The embedding's contribution is summed
 // on the host from the gradient its rows received, in f64.
 #pragma once
@@ -130,10 +131,14 @@ class GradDtype : public OnDevice {
     // The contributions, from the f32 gradient buffer.
     TiedTableModel reference(vocab, C, 3);
     auto reference_flat = nn::flatten_parameters(reference, dev, dtype, 1, DType::f32);
+    TiedTableModel::Forward head;
     reference_flat->zero_grad_lazily();
-    const TiedTableModel::Forward head = reference.forward(idx, r, TiedTableModel::Uses::head_only);
     {
-      EpiloguesFused unfused(false);
+      // The same epilogues as the 16-bit run's, forward and backward: a fused GELU or DGELU
+      // rounds at another place than the separate kernels, and the runs must share every
+      // activation and activation gradient for their parameter gradients to be comparable.
+      EpiloguesFused same(fuse);
+      head = reference.forward(idx, r, TiedTableModel::Uses::head_only);
       head.loss.backward();
     }
     reference_flat->settle_grads();
