@@ -4,7 +4,8 @@ tokens; 3 warm-up calls, then 5 rounds of 20 calls, each round timed with CUDA e
 the median round's mean per call. Forward under no_grad; forward+backward = the op, then
 torch.autograd.grad for q, k, v (the gradients handed on, as in a model, no .grad).
 A reference check, not part of the build: needs torch with CUDA.
-Usage: python3 scripts/torch_attention_reference.py [--head-dim 64] [--seq 512,1024,...]"""
+Usage: python3 scripts/torch_attention_reference.py [--head-dim 64] [--seq 512,1024,...] [--backend flash|cudnn]
+(cudnn: cuDNN's fused attention, which PyTorch's default picks on an H100 and llm.c calls)."""
 import argparse
 
 import torch
@@ -33,12 +34,14 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--seq", default="512,1024,2048,4096,8192,16384")
+    parser.add_argument("--backend", choices=("flash", "cudnn"), default="flash")
     args = parser.parse_args()
     d = args.head_dim
-    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, causal bf16 H={HEADS} D={d} B*T={TOKENS}")
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, {args.backend}, causal bf16 H={HEADS} D={d} B*T={TOKENS}")
     print("| T | B | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s |")
     print("|---|---|---|---|---|---|")
-    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+    backend = SDPBackend.FLASH_ATTENTION if args.backend == "flash" else SDPBackend.CUDNN_ATTENTION
+    with sdpa_kernel(backend):
         for T in (int(t) for t in args.seq.split(",")):
             B = max(TOKENS // T, 1)
             torch.manual_seed(1)
