@@ -10,6 +10,7 @@
 # Usage (all settings are environment variables):
 #   VARIANTS="new:X=1 old:PRECIS_PDL=0"   name:VAR=value[,VAR=value] each (X=1: no setting)
 #   PRECS="bf16-pure bf16"                 precisions benched with --cuda-graphs (default bf16-pure)
+#   SETTINGS="precision.grad_dtype=bfloat16"  config settings added to every bench run
 #   ROUNDS="1 2"                           rounds of all variants (default "1 2")
 #   EAGER_VARIANTS="new:X=1"               variants also benched eagerly (bf16-pure)
 #   TRACE_VARIANTS="new:X=1"               variants of which one bf16-pure step is traced
@@ -54,7 +55,7 @@ run_variant() {
   if [[ " ${settings[*]} " == *" BIN=base "* ]]; then bin=./build-base/precis; fi
   log="$O/bench-$name-$precision-$ROUND.log"
   env "${settings[@]}" "$bin" bench gpt2 --preset gpt2 --batch 16 --seq 1024 \
-    --precision "$precision" --steps 20 --warmup 5 --device cuda --out "$O/run-$name" "$@" >"$log" 2>&1
+    --precision "$precision" --steps 20 --warmup 5 --device cuda --out "$O/run-$name" "$@" ${SETTINGS:-} >"$log" 2>&1
   echo "$ROUND $name $precision: $(grep '^result:' "$log" | tail -1 | tr ' ' '\n' |
     grep -E 'tokens_per_s|ms_per_step|graph_ms|forward_ms|backward_ms' | tr '\n' ' ')"
 }
@@ -68,7 +69,7 @@ for v in ${TRACE_VARIANTS:-}; do
   name=${v%%:*}
   IFS=',' read -ra settings <<<"${v#*:}"
   env "${settings[@]}" ./build-ab/precis bench gpt2 --precision bf16-pure --steps 3 --warmup 3 \
-    --device cuda --trace "$O/trace-$name.json" --out "$O/trace-run-$name" >"$O/trace-$name.log" 2>&1
+    --device cuda --trace "$O/trace-$name.json" --out "$O/trace-run-$name" ${SETTINGS:-} >"$O/trace-$name.log" 2>&1
   echo "trace $name: $(grep -E 'kernel launches' "$O/trace-$name.log")"
 done
 if [ -n "${CTEST:-}" ]; then
