@@ -1,7 +1,5 @@
 // cuBLASLt products (ops/cuda/cublaslt.h): per-device handle and workspace, the
 // descriptors of a Gemm, and the per-problem cache of the algorithm to run.
-#include <algorithm>
-#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -244,16 +242,11 @@ bool try_run(const Gemm& g) {
             g.op, " ", g.problem());
       }
       const bool tune = worth_autotuning(g) && !precis::cuda::is_capturing(problem.stream);
-      // Temporary A/B switch (bench/NOTES.md); removed after the GPU comparison.
-      static const int candidates = [] {
-        const char* v = std::getenv("PRECIS_AB_AUTOTUNE_CANDIDATES");
-        return v ? std::clamp(std::atoi(v), 1, 64) : kAutotuneCandidates;
-      }();
-      cublasLtMatmulHeuristicResult_t results[64] = {};
+      cublasLtMatmulHeuristicResult_t results[kAutotuneCandidates] = {};
       int found = 0;
       cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(state.handle, desc.get(), layout_a.get(), layout_b.get(),
                                                              layout_d.get(), layout_d.get(), preference.get(),
-                                                             tune ? candidates : 1, results, &found);
+                                                             tune ? kAutotuneCandidates : 1, results, &found);
       // NOT_SUPPORTED is how the heuristic says that nothing fits this configuration.
       if (status != CUBLAS_STATUS_NOT_SUPPORTED) {
         PRECIS_CUBLAS_CHECK(status, g.op, " ", g.problem());
