@@ -185,8 +185,9 @@ class GradDtype : public OnDevice {
   // another epilogue, and where such a sum feeds a rounding to 16 bits whose result is then
   // summed with cancellation (a bias's column sums), the difference grows past one unit in the
   // last place of the result while staying at the terms' precision. So the GPU checks the whole
-  // gradient against the reference within a few units of the dtype's roundoff, and most
-  // elements within one ulp: a missing or doubled contribution, a stale or unrounded add, fails.
+  // gradient against the reference within a few units of the dtype's roundoff (norm-wise): a
+  // missing, doubled or stale contribution is off by its own size and fails. Where single
+  // rounding itself is checked, element by element, is the CPU.
   void expect_matches(const std::vector<double>& got, const std::vector<double>& want, DType dtype,
                       const std::string& what) {
     ASSERT_EQ(got.size(), want.size()) << what;
@@ -208,7 +209,6 @@ class GradDtype : public OnDevice {
     std::cout << what << ": relative error " << relative << " (" << relative / roundoff << " roundoffs), " << within_ulp
               << " of " << got.size() << " within one ulp\n";
     EXPECT_LE(relative, 4 * roundoff) << what;
-    EXPECT_GE(static_cast<double>(within_ulp), 0.9 * static_cast<double>(got.size())) << what;
   }
 };
 
