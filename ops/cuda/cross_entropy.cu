@@ -11,9 +11,14 @@
 //             in flight per thread and moved ~1.2 TB/s.
 //   fused:    both in one kernel when the gradient the loss will receive is known before the
 //             forward (the trainer's loss scale / micro-batches, on the device): a count pass
-//             over the targets (n_valid, the target check), then per row (m, s) from memory and
-//             the gradient from a second read that L2 serves, written over the logits when
-//             asked; the logits leave memory once instead of twice (~1.65 GB less per GPT-2 step).
+//             over the targets (n_valid, the target check), then per row (m, s) and the
+//             gradient, written over the logits when asked; the logits leave memory once
+//             instead of twice (~1.65 GB less per GPT-2 step). Rows up to 16384 values read the
+//             row twice (the second read from L2); longer rows that fit 110 KiB (GPT-2's 50304
+//             bf16 values) are staged in shared memory, read from memory once: on sm_90 the
+//             copy engine brings the whole row in at once (cross_entropy_fused_bulk_kernel),
+//             elsewhere the threads load it (cross_entropy_fused_staged_kernel). The bulk
+//             kernel's exponentials are one ex2 instruction each (exp2_fast).
 // Logits stay in their dtype (f16/bf16 are read as they are, no f32 copy is made or
 // kept); the math is f32 (f64 for f64 logits), and dlogits are written in the logits' dtype.
 // Logit rows are `ld` elements apart (ld >= C: e.g. the real columns of a padded classifier
@@ -52,22 +57,22 @@ namespace {
 constexpr float kLog2e = 1.4426950408889634f;
 
 // 2^y for the kernels' exp(x) = 2^(x log2 e): exp2f (subnormal results kept, three instructions
-// beside the ex2), or exp2_fast (the ex2 alone; results below 2^-126 flush to 0, which no
-// probability beside the row's largest, 1, nor a 16-bit gradient notices).
-struct Exp2 {
-  __device__ __forceinline__ float operator()(float y) const { return exp2f(y); }
-};
-struct Exp2Fast {
-  __device__ __forceinline__ float operator()(float y) const { return exp2_fast(y); }
-};
+// beside the ex2), or with kFast exp2_fast (the ex2 alone; results below 2^-126 flush to 0,
+// which no probability beside the row's largest, 1, nor a 16-bit gradient notices).
+template <bool kFast>
+__device__ __forceinline__ float exp2_of(float y) {
+  if constexpr (kFast)
+    return exp2_fast(y);
+  else
+    return exp2f(y);
+}
 
 // Folds a pack of W values into the running (max m, sum s = sum exp(x - m)): the pack's max
 // first, so that the sum is rescaled once per pack, not per value, and exp(y) = exp2(y log2 e)
 // (one multiply and one ex2 per value: the f32 forward was bound by the per-value exp and
 // branch of max_sum_add as much as by memory). -inf values add 0; NaN makes the sum NaN.
-template <int W, typename Exp = Exp2, typename T>
+template <int W, bool kFastExp = false, typename T>
 __device__ __forceinline__ void max_sum_add_pack(Pair<float>& ms, const Pack<T, W>& v) {
-  const Exp exp2;
   float x[W];
   float pack_max = -std::numeric_limits<float>::infinity();
 #pragma unroll
@@ -82,9 +87,9 @@ __device__ __forceinline__ void max_sum_add_pack(Pair<float>& ms, const Pack<T, 
     return;
   }
   const float m = fmaxf(ms.first, pack_max);
-  float s = ms.second * exp2((ms.first - m) * kLog2e);
+  float s = ms.second * exp2_of<kFastExp>((ms.first - m) * kLog2e);
 #pragma unroll
-  for (int k = 0; k < W; ++k) s += exp2((x[k] - m) * kLog2e);
+  for (int k = 0; k < W; ++k) s += exp2_of<kFastExp>((x[k] - m) * kLog2e);
   ms = {m, s};
 }
 
@@ -222,21 +227,21 @@ __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
 // The probability of logit x in a row of statistics (m, log s), neg_log2_sum = -log(s) log2(e):
 // exp((x - m) - log s) = exp2((x - m) log2(e) - log2(s)), a subtraction, a multiply-add and one
 // ex2 (x - m first, so that large logits lose nothing).
-template <typename Exp = Exp2>
+template <bool kFastExp = false>
 __device__ __forceinline__ float probability(float x, float m, float neg_log2_sum) {
-  return Exp{}(fmaf(x - m, kLog2e, neg_log2_sum));
+  return exp2_of<kFastExp>(fmaf(x - m, kLog2e, neg_log2_sum));
 }
 
 // One pack of a row's gradient, columns col.. col + kPack - 1: scale (exp((x_j - m) - log s)
 // - [j == t]) for j < C, 0 in the padding from C on.
-template <typename Exp = Exp2, typename T, int kPack>
+template <bool kFastExp = false, typename T, int kPack>
 __device__ __forceinline__ Pack<T, kPack> gradient_pack(const Pack<T, kPack>& v, int64_t col, int64_t C, int64_t t,
                                                         float m, float neg_log2_sum, float scale) {
   Pack<T, kPack> out;
 #pragma unroll
   for (int k = 0; k < kPack; ++k) {
     const int64_t j = col + k;
-    const float prob = probability<Exp>(convert_to<float>(v.v[k]), m, neg_log2_sum);
+    const float prob = probability<kFastExp>(convert_to<float>(v.v[k]), m, neg_log2_sum);
     out.v[k] = convert_to<T>(j >= C ? 0.0f : (j == t ? prob - 1.0f : prob) * scale);
   }
   return out;
@@ -501,8 +506,6 @@ __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
 // written once (over the logits when dlogits == logits: each block reads and writes only its
 // row, and its row is in shared memory before any of it is written).
 constexpr int kBulkThreads = 512;
-constexpr int kBulkChunkPacks = kBulkThreads;  // 16-byte packs a chunk: one a thread
-constexpr int kBulkMaxChunks = static_cast<int>((kMaxStagedRowBytes / 16 + kBulkChunkPacks - 1) / kBulkChunkPacks);
 template <typename T, typename Target>
 __global__ void __launch_bounds__(kBulkThreads, 2)
     cross_entropy_fused_bulk_kernel(const T* logits, const Target* targets, int64_t ignore_index,
@@ -512,7 +515,9 @@ __global__ void __launch_bounds__(kBulkThreads, 2)
   precis::cuda::allow_next_grid_to_start();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int kPack = Packed128<T>::size;
-  __shared__ uint64_t chunk_landed[kBulkMaxChunks];
+  constexpr int kChunkPacks = kBulkThreads;  // 16-byte packs a chunk: one a thread
+  constexpr int kMaxChunks = static_cast<int>((kMaxStagedRowBytes / 16 + kChunkPacks - 1) / kChunkPacks);
+  __shared__ uint64_t chunk_landed[kMaxChunks];
   extern __shared__ __align__(16) unsigned char staged_bytes[];
   const T* staged = reinterpret_cast<const T*>(staged_bytes);
   const int64_t row = blockIdx.x;
@@ -520,21 +525,21 @@ __global__ void __launch_bounds__(kBulkThreads, 2)
   const T* xr = logits + row * ld;
   T* dr = dlogits + row * width;
   const int64_t target = static_cast<int64_t>(targets[row]);
-  if (target == ignore_index || target < 0 ||
-      target >= C) {  // no gradient; a bad target was flagged by the count kernel
+  // No gradient where the target is ignored or bad (the count kernel flagged it); the row is not read.
+  if (target == ignore_index || target < 0 || target >= C) {
     write_row_without_target<kBulkThreads, kPack>(dr, width, target == ignore_index, losses + row);
     return;
   }
   // Row lengths fit 32 bits here (at most kMaxStagedRowBytes / sizeof(T) values).
   const int tid = threadIdx.x, n = static_cast<int>(C), t = static_cast<int>(target);
   const int packs = static_cast<int>(width / kPack), loaded = (n + kPack - 1) / kPack;
-  const int chunks = (loaded + kBulkChunkPacks - 1) / kBulkChunkPacks;
+  const int chunks = (loaded + kChunkPacks - 1) / kChunkPacks;
   if (tid == 0) {
     for (int c = 0; c < chunks; ++c) mbarrier_init(&chunk_landed[c], 1);
     fence_mbarrier_init();
     for (int c = 0; c < chunks; ++c) {
-      const int first = c * kBulkChunkPacks;
-      const uint32_t bytes = static_cast<uint32_t>(min(kBulkChunkPacks, loaded - first)) * 16u;
+      const int first = c * kChunkPacks;
+      const uint32_t bytes = static_cast<uint32_t>(min(kChunkPacks, loaded - first)) * 16u;
       mbarrier_arrive_expect_bytes(&chunk_landed[c], bytes);
       bulk_copy_to_shared(staged_bytes + first * 16, xr + first * kPack, bytes, &chunk_landed[c]);
     }
@@ -545,11 +550,11 @@ __global__ void __launch_bounds__(kBulkThreads, 2)
   Pair<float> ms = max_sum_identity<float>();
   for (int c = 0; c < chunks; ++c) {
     mbarrier_wait(&chunk_landed[c], 0);
-    const int p = c * kBulkChunkPacks + tid;
+    const int p = c * kChunkPacks + tid;
     if (p >= loaded) continue;
     const Pack<T, kPack> v = load_pack<kPack>(staged + p * kPack);
     if ((p + 1) * kPack <= n) {
-      max_sum_add_pack<kPack, Exp2Fast>(ms, v);
+      max_sum_add_pack<kPack, true>(ms, v);
     } else {
 #pragma unroll
       for (int k = 0; k < kPack; ++k)
@@ -571,9 +576,9 @@ __global__ void __launch_bounds__(kBulkThreads, 2)
       const Pack<T, kPack> v = load_pack<kPack>(staged + col);
 #pragma unroll
       for (int k = 0; k < kPack; ++k)
-        out.v[k] = convert_to<T>(probability<Exp2Fast>(convert_to<float>(v.v[k]), m, neg_log2_sum) * scale);
+        out.v[k] = convert_to<T>(probability<true>(convert_to<float>(v.v[k]), m, neg_log2_sum) * scale);
     } else if (q < loaded) {
-      out = gradient_pack<Exp2Fast>(load_pack<kPack>(staged + col), col, n, t, m, neg_log2_sum, scale);
+      out = gradient_pack<true>(load_pack<kPack>(staged + col), col, n, t, m, neg_log2_sum, scale);
     } else {
 #pragma unroll
       for (int k = 0; k < kPack; ++k) out.v[k] = convert_to<T>(0.0f);
