@@ -11,9 +11,14 @@
 //             in flight per thread and moved ~1.2 TB/s.
 //   fused:    both in one kernel when the gradient the loss will receive is known before the
 //             forward (the trainer's loss scale / micro-batches, on the device): a count pass
-//             over the targets (n_valid, the target check), then per row (m, s) from memory and
-//             the gradient from a second read that L2 serves, written over the logits when
-//             asked; the logits leave memory once instead of twice (~1.65 GB less per GPT-2 step).
+//             over the targets (n_valid, the target check), then per row (m, s) and the
+//             gradient, written over the logits when asked; the logits leave memory once
+//             instead of twice (~1.65 GB less per GPT-2 step). Rows up to 16384 values read the
+//             row twice (the second read from L2); longer rows that fit 110 KiB (GPT-2's 50304
+//             bf16 values) are staged in shared memory, read from memory once: on sm_90 the
+//             copy engine brings the whole row in at once (cross_entropy_fused_bulk_kernel),
+//             elsewhere the threads load it (cross_entropy_fused_staged_kernel). The bulk
+//             kernel's exponentials are one ex2 instruction each (exp2_fast).
 // Logits stay in their dtype (f16/bf16 are read as they are, no f32 copy is made or
 // kept); the math is f32 (f64 for f64 logits), and dlogits are written in the logits' dtype.
 // Logit rows are `ld` elements apart (ld >= C: e.g. the real columns of a padded classifier
@@ -25,6 +30,9 @@
 // so the first such row is reported) and is never used to index the logits. The flag is
 // copied back once per forward (8 bytes and a stream synchronisation), cheaper than copying
 // every target to the host to check them there.
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 
 #include "core/cuda/block_reduce.cuh"
@@ -32,6 +40,9 @@
 #include "core/cuda/dispatch.cuh"
 #include "core/cuda/launch.cuh"
 #include "core/cuda/pack.cuh"
+#include "core/gpu.h"
+#include "ops/cuda/bulk_copy.cuh"
+#include "ops/cuda/compute_math.cuh"
 #include "ops/cuda/cross_entropy.h"
 #include "ops/cuda/index_check.cuh"
 #include "ops/cuda/online_softmax.cuh"
@@ -43,13 +54,25 @@ using namespace precis::cuda;  // the device toolkit (core/cuda/)
 
 namespace {
 
+constexpr float kLog2e = 1.4426950408889634f;
+
+// 2^y for the kernels' exp(x) = 2^(x log2 e): exp2f (subnormal results kept, three instructions
+// beside the ex2), or with kFast exp2_fast (the ex2 alone; results below 2^-126 flush to 0,
+// which no probability beside the row's largest, 1, nor a 16-bit gradient notices).
+template <bool kFast>
+__device__ __forceinline__ float exp2_of(float y) {
+  if constexpr (kFast)
+    return exp2_fast(y);
+  else
+    return exp2f(y);
+}
+
 // Folds a pack of W values into the running (max m, sum s = sum exp(x - m)): the pack's max
 // first, so that the sum is rescaled once per pack, not per value, and exp(y) = exp2(y log2 e)
 // (one multiply and one ex2 per value: the f32 forward was bound by the per-value exp and
 // branch of max_sum_add as much as by memory). -inf values add 0; NaN makes the sum NaN.
-template <int W, typename T>
+template <int W, bool kFastExp = false, typename T>
 __device__ __forceinline__ void max_sum_add_pack(Pair<float>& ms, const Pack<T, W>& v) {
-  constexpr float kLog2e = 1.4426950408889634f;
   float x[W];
   float pack_max = -std::numeric_limits<float>::infinity();
 #pragma unroll
@@ -64,9 +87,9 @@ __device__ __forceinline__ void max_sum_add_pack(Pair<float>& ms, const Pack<T, 
     return;
   }
   const float m = fmaxf(ms.first, pack_max);
-  float s = ms.second * exp2f((ms.first - m) * kLog2e);
+  float s = ms.second * exp2_of<kFastExp>((ms.first - m) * kLog2e);
 #pragma unroll
-  for (int k = 0; k < W; ++k) s += exp2f((x[k] - m) * kLog2e);
+  for (int k = 0; k < W; ++k) s += exp2_of<kFastExp>((x[k] - m) * kLog2e);
   ms = {m, s};
 }
 
@@ -201,19 +224,24 @@ __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
   });
 }
 
+// The probability of logit x in a row of statistics (m, log s), neg_log2_sum = -log(s) log2(e):
+// exp((x - m) - log s) = exp2((x - m) log2(e) - log2(s)), a subtraction, a multiply-add and one
+// ex2 (x - m first, so that large logits lose nothing).
+template <bool kFastExp = false>
+__device__ __forceinline__ float probability(float x, float m, float neg_log2_sum) {
+  return exp2_of<kFastExp>(fmaf(x - m, kLog2e, neg_log2_sum));
+}
+
 // One pack of a row's gradient, columns col.. col + kPack - 1: scale (exp((x_j - m) - log s)
-// - [j == t]) for j < C, 0 in the padding from C on; neg_log2_sum = -log(s) log2(e), so
-// exp((x - m) - log s) = exp2((x - m) log2(e) - log2(s)): a subtraction, a multiply-add and one
-// ex2 per element (x - m first, so that large logits lose nothing).
-template <typename T, int kPack>
+// - [j == t]) for j < C, 0 in the padding from C on.
+template <bool kFastExp = false, typename T, int kPack>
 __device__ __forceinline__ Pack<T, kPack> gradient_pack(const Pack<T, kPack>& v, int64_t col, int64_t C, int64_t t,
                                                         float m, float neg_log2_sum, float scale) {
-  constexpr float kLog2e = 1.4426950408889634f;
   Pack<T, kPack> out;
 #pragma unroll
   for (int k = 0; k < kPack; ++k) {
     const int64_t j = col + k;
-    const float prob = exp2f(fmaf(convert_to<float>(v.v[k]) - m, kLog2e, neg_log2_sum));
+    const float prob = probability<kFastExp>(convert_to<float>(v.v[k]), m, neg_log2_sum);
     out.v[k] = convert_to<T>(j >= C ? 0.0f : (j == t ? prob - 1.0f : prob) * scale);
   }
   return out;
@@ -233,7 +261,6 @@ __global__ void __launch_bounds__(kFlatThreads)
                                        Index ld, Index width) {
   precis::cuda::wait_for_previous_grid();
   precis::cuda::allow_next_grid_to_start();
-  constexpr float kLog2e = 1.4426950408889634f;
   const Index packs_per_row = width / kPack, total = rows * packs_per_row;
   const float scale = static_cast<float>(static_cast<double>(*grad) / static_cast<double>(*valid_count));
   const Index stride = static_cast<Index>(gridDim.x) * kFlatThreads * kFlatUnroll;
@@ -319,7 +346,6 @@ __global__ void __launch_bounds__(1024)
 template <int kThreads, int kPack, typename T>
 __device__ __forceinline__ void write_row_gradient(const T* xr, T* dr, int64_t C, int64_t width, int64_t t, float m,
                                                    float log_sum, float scale) {
-  constexpr float kLog2e = 1.4426950408889634f;
   constexpr int kUnroll = 4;
   const float neg_log2_sum = -log_sum * kLog2e;
   const int64_t packs = width / kPack;
@@ -454,13 +480,124 @@ __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
   }
   const float scale = static_cast<float>(static_cast<double>(*grad_factor) / static_cast<double>(*valid_count));
   // Pass 2: dr[j] = scale (exp((x_j - m) - log s) - [j == t]) for j < C, 0 in the padding.
-  constexpr float kLog2e = 1.4426950408889634f;
   const float neg_log2_sum = -log_sum * kLog2e;
   for (int64_t q = threadIdx.x; q < packs; q += kThreads)
     store_pack<kPack>(dr + q * kPack, gradient_pack(staged[q], q * kPack, C, t, ms.first, neg_log2_sum, scale));
 }
 
+// The staged kernel with the row brought in by the copy engine (sm_90; ops/cuda/bulk_copy.cuh),
+// for rows of width * sizeof(T) <= kMaxStagedRowBytes, 512 threads a row, 2 rows an SM:
+//   load:   one thread asks for the row's packs that hold its C real columns, ceil(C / kPack),
+//           as chunks of 512 packs (8 KiB), each reporting to its own mbarrier: the whole row
+//           is in flight at once, and no thread holds a load. The ignored row is not read.
+//   pass 1: as each chunk lands, thread i folds its pack i of the chunk from shared memory into
+//           its (m, s) (max_sum_add_pack: one ex2 a value and one a pack; the pack that
+//           straddles C folds only its values before C); then (m, s) over the row (a block
+//           reduction) and loss = (m - x_t) + log s, x_t from the staged row.
+//   pass 2: dr[j] = scale (p_j - [j == t]), p_j = exp((x_j - m) - log s), for j < C from the
+//           staged row, 0 in the padding [C, width); scale = *grad_factor / *valid_count.
+//           A pack wholly before C that does not hold the target writes scale p_j alone (the
+//           same arithmetic as gradient_pack's, without its per-value column tests).
+// Against cross_entropy_fused_staged_kernel, whose threads load 4 packs at a time and wait for
+// them before they fold and load more: the row's bytes are all requested at once (the loads
+// no longer wait on one another), and per value one ex2 instruction instead of exp2f's four,
+// 32-bit column arithmetic, and 16-byte shared-memory reads in pass 2 (that kernel read its
+// staged packs element by element). Bytes the same: the row's C columns read once, width
+// written once (over the logits when dlogits == logits: each block reads and writes only its
+// row, and its row is in shared memory before any of it is written).
+constexpr int kBulkThreads = 512;
+template <typename T, typename Target>
+__global__ void __launch_bounds__(kBulkThreads, 2)
+    cross_entropy_fused_bulk_kernel(const T* logits, const Target* targets, int64_t ignore_index,
+                                    const int64_t* valid_count, const float* grad_factor, double* losses, T* dlogits,
+                                    int64_t rows, int64_t C, int64_t ld, int64_t width) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int kPack = Packed128<T>::size;
+  constexpr int kChunkPacks = kBulkThreads;  // 16-byte packs a chunk: one a thread
+  constexpr int kMaxChunks = static_cast<int>((kMaxStagedRowBytes / 16 + kChunkPacks - 1) / kChunkPacks);
+  __shared__ uint64_t chunk_landed[kMaxChunks];
+  extern __shared__ __align__(16) unsigned char staged_bytes[];
+  const T* staged = reinterpret_cast<const T*>(staged_bytes);
+  const int64_t row = blockIdx.x;
+  if (row >= rows) return;
+  const T* xr = logits + row * ld;
+  T* dr = dlogits + row * width;
+  const int64_t target = static_cast<int64_t>(targets[row]);
+  // No gradient where the target is ignored or bad (the count kernel flagged it); the row is not read.
+  if (target == ignore_index || target < 0 || target >= C) {
+    write_row_without_target<kBulkThreads, kPack>(dr, width, target == ignore_index, losses + row);
+    return;
+  }
+  // Row lengths fit 32 bits here (at most kMaxStagedRowBytes / sizeof(T) values).
+  const int tid = threadIdx.x, n = static_cast<int>(C), t = static_cast<int>(target);
+  const int packs = static_cast<int>(width / kPack), loaded = (n + kPack - 1) / kPack;
+  const int chunks = (loaded + kChunkPacks - 1) / kChunkPacks;
+  if (tid == 0) {
+    for (int c = 0; c < chunks; ++c) mbarrier_init(&chunk_landed[c], 1);
+    fence_mbarrier_init();
+    for (int c = 0; c < chunks; ++c) {
+      const int first = c * kChunkPacks;
+      const uint32_t bytes = static_cast<uint32_t>(min(kChunkPacks, loaded - first)) * 16u;
+      mbarrier_arrive_expect_bytes(&chunk_landed[c], bytes);
+      bulk_copy_to_shared(staged_bytes + first * 16, xr + first * kPack, bytes, &chunk_landed[c]);
+    }
+  }
+  __syncthreads();  // the mbarriers are initialised before any thread waits on them
+
+  // Pass 1.
+  Pair<float> ms = max_sum_identity<float>();
+  for (int c = 0; c < chunks; ++c) {
+    mbarrier_wait(&chunk_landed[c], 0);
+    const int p = c * kChunkPacks + tid;
+    if (p >= loaded) continue;
+    const Pack<T, kPack> v = load_pack<kPack>(staged + p * kPack);
+    if ((p + 1) * kPack <= n) {
+      max_sum_add_pack<kPack, true>(ms, v);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kPack; ++k)
+        if (p * kPack + k < n) max_sum_add(ms, convert_to<float>(v.v[k]));
+    }
+  }
+  ms = row_all_reduce<kBulkThreads>(ms, MaxSumOp{});
+  const float m = ms.first, log_sum = ::logf(ms.second);
+  if (tid == 0) losses[row] = static_cast<double>(m - convert_to<float>(staged[t])) + static_cast<double>(log_sum);
+
+  // Pass 2.
+  const float scale = static_cast<float>(static_cast<double>(*grad_factor) / static_cast<double>(*valid_count));
+  const float neg_log2_sum = -log_sum * kLog2e;
+  T* out_at = dr + tid * kPack;
+  for (int q = tid; q < packs; q += kBulkThreads, out_at += kBulkThreads * kPack) {
+    const int col = q * kPack;
+    Pack<T, kPack> out;
+    if (col + kPack <= n && (t < col || t >= col + kPack)) {
+      const Pack<T, kPack> v = load_pack<kPack>(staged + col);
+#pragma unroll
+      for (int k = 0; k < kPack; ++k)
+        out.v[k] = convert_to<T>(probability<true>(convert_to<float>(v.v[k]), m, neg_log2_sum) * scale);
+    } else if (q < loaded) {
+      out = gradient_pack<true>(load_pack<kPack>(staged + col), col, n, t, m, neg_log2_sum, scale);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kPack; ++k) out.v[k] = convert_to<T>(0.0f);
+    }
+    store_pack<kPack>(out_at, out);
+  }
+#endif
+}
+
 }  // namespace
+
+// Temporary A/B switch (bench/NOTES.md); removed after the GPU comparison.
+std::atomic<bool>& old_classifier_switch() {
+  static std::atomic<bool> old{[] {
+    const char* setting = std::getenv("PRECIS_AB_OLD_CLASSIFIER");
+    return setting != nullptr && std::strcmp(setting, "1") == 0;
+  }()};
+  return old;
+}
 
 BadIndex cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& stats,
                                const Tensor& loss, const Tensor& valid_count) {
@@ -579,7 +716,18 @@ BadIndex cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, in
       const float* factor = static_cast<const float*>(grad_factor.raw_data());
       double* row_losses = static_cast<double*>(losses.raw_data());
       const int64_t staged_bytes = width * static_cast<int64_t>(sizeof(T));
-      if (C > 16384 && staged_bytes <= kMaxStagedRowBytes) {  // long rows (a block of 512 threads each): staged
+      const bool staged = C > 16384 && staged_bytes <= kMaxStagedRowBytes;  // long rows: a block of 512 threads each
+      if (staged && !old_classifier_switch().load() && cuda_compute_capability(device.index) >= 90) {
+        auto kernel = cross_entropy_fused_bulk_kernel<T, Target>;
+        PRECIS_CUDA_CHECK(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int{kMaxStagedRowBytes}), op);
+        // Two rows an SM need 2 x 110 KiB of the SM's memory as shared memory, not L1.
+        PRECIS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                               cudaSharedmemCarveoutMaxShared),
+                          op);
+        precis::cuda::launch(kernel, static_cast<unsigned>(rows), kBulkThreads, static_cast<size_t>(staged_bytes),
+                             stream, xp, tp, ignore_index, count, factor, row_losses, dp, rows, C, ld, width);
+      } else if (staged) {
         constexpr int kThreads = 512;
         auto kernel = cross_entropy_fused_staged_kernel<kThreads, kPack, T, Target>;
         PRECIS_CUDA_CHECK(

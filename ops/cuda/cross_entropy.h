@@ -3,6 +3,8 @@
 // run on the compute stream of their tensors' device.
 #pragma once
 
+#include <atomic>
+
 #include "core/tensor.h"
 #include "ops/cuda/bad_index.h"
 
@@ -29,5 +31,11 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t
 // once to read back the target check, as cross_entropy_forward, before anything is written.
 BadIndex cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                                  const Tensor& grad_factor, const Tensor& loss, const Tensor& dlogits);
+
+// Temporary A/B switch (bench/NOTES.md); removed after the GPU comparison.
+// True: cross_entropy_with_grad's long rows take the previous staged kernel (the threads load
+// the row) instead of the bulk-copy one. Starts as PRECIS_AB_OLD_CLASSIFIER=1 in the
+// environment; tests set it to run both.
+std::atomic<bool>& old_classifier_switch();
 
 }  // namespace precis::ops::cuda

@@ -31,6 +31,9 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "ops/cuda/bulk_copy.cuh"     // smem_address
+#include "ops/cuda/compute_math.cuh"  // exp2_fast
+
 namespace precis::ops::cuda::flash {
 
 // ---- the matrix instruction
@@ -74,20 +77,7 @@ __device__ __forceinline__ float2 unpack2(uint32_t v) {
     return __half22float2(*reinterpret_cast<__half2*>(&v));
 }
 
-// 2^x in one special-function instruction (ex2.approx.ftz: ~2 ulp; results below 2^-126
-// flush to 0, far under what a 16-bit probability or an f32 sum of them can hold
-// beside 1). exp2f adds a subnormal rescue of three more instructions per call.
-__device__ __forceinline__ float exp2_fast(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // ---- shared memory
-
-__device__ __forceinline__ uint32_t smem_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 
 // Element offset of (row, col) in a swizzled [rows][kCols] tile (col: any column).
 template <int kCols>

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -91,6 +92,21 @@ const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // A GPU tensor full of NaN (-1 for integer dtypes): elements a kernel leaves unwritten fail the comparisons.
 Tensor poisoned(const Shape& shape, DType dtype) { return full(shape, is_floating(dtype) ? kNaN : -1.0, dtype, kGpu); }
+
+// Runs fn once on each kernel of the fused classifier's long rows: the bulk-copy one (on GPUs
+// of compute capability 9.0 and newer) and the previous staged one, through the temporary A/B
+// switch (ops/cuda/cross_entropy.h), which is then put back as it was.
+template <typename Fn>
+void on_both_long_row_kernels(Fn&& fn) {
+  std::atomic<bool>& old = ops::cuda::old_classifier_switch();
+  const bool before = old.load();
+  for (bool use_old : {false, true}) {
+    SCOPED_TRACE(use_old ? "previous staged kernel" : "bulk-copy kernel");
+    old = use_old;
+    fn();
+  }
+  old = before;
+}
 
 // The dtype of the statistics: f32 (f64 for f64).
 DType stats_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }
@@ -432,36 +448,39 @@ TEST(NnKernelsGpu, CrossEntropyWithGradMatchesTheReference) {
   struct Case {
     int64_t rows, C, width;
   };
-  // Rows past 16384 values take the kernel that stages the row in shared memory where it
-  // fits (f16/bf16 up to 56320 values, f32 up to 28160), the other one where not.
+  // Rows past 16384 values take a kernel that stages the row in shared memory where it
+  // fits (f16/bf16 up to 56320 values, f32 up to 28160; both such kernels, by the A/B switch),
+  // the other one where not.
   const std::vector<Case> cases = {{1, 1, 8},           {7, 65, 72},        {513, 1000, 1000}, {33, 1000, 1024},
                                    {7, 768, 768},       {64, 50257, 50304}, {3, 50257, 50264}, {5, 20001, 20008},
                                    {300, 16392, 16392}, {2, 60001, 60008}};
   const double factor = 0.75;
   uint64_t seed = 380;
-  for (DType dtype : kFloatTypes) {
-    for (const Case& c : cases) {
-      for (bool overwrite : {false, true}) {
-        SCOPED_TRACE(label(dtype, c.rows, c.C) + " width " + std::to_string(c.width) +
-                     (overwrite ? " over the logits" : " apart"));
-        const DType stats = stats_dtype(dtype);
-        Tensor wide = values({c.rows, c.width}, ++seed, dtype, -6, 6);
-        fill_(wide.narrow(1, c.C, c.width - c.C), 1e4);  // padding: a kernel that read it would be far off
-        std::vector<int64_t> t = class_targets(c.rows, c.C);
-        if (c.rows == 1) t[0] = c.C - 1;
-        const CrossEntropyReference ref =
-            cross_entropy_reference(wide.narrow(1, 0, c.C).contiguous().to_vector<double>(), t, c.C, factor);
-        Tensor lg = on_gpu(wide), tg = on_gpu(from_vector(t, {c.rows}));
-        Tensor loss = poisoned({}, stats), dl = overwrite ? lg : poisoned({c.rows, c.width}, dtype);
-        const ops::cuda::BadIndex bad = ops::cuda::cross_entropy_with_grad(
-            lg.narrow(1, 0, c.C), tg, -100, on_gpu(scalar_tensor(factor, stats)), loss, dl);
-        EXPECT_EQ(bad.position, -1);
-        expect_near(loss, scalar_tensor(ref.loss, DType::f64), stats, tolerance(stats));
-        expect_near(dl.narrow(1, 0, c.C), from_vector(ref.dlogits, {c.rows, c.C}), dtype, tolerance(dtype));
-        expect_close(dl.narrow(1, c.C, c.width - c.C), zeros({c.rows, c.width - c.C}, dtype), 0, 0);
+  on_both_long_row_kernels([&] {
+    for (DType dtype : kFloatTypes) {
+      for (const Case& c : cases) {
+        for (bool overwrite : {false, true}) {
+          SCOPED_TRACE(label(dtype, c.rows, c.C) + " width " + std::to_string(c.width) +
+                       (overwrite ? " over the logits" : " apart"));
+          const DType stats = stats_dtype(dtype);
+          Tensor wide = values({c.rows, c.width}, ++seed, dtype, -6, 6);
+          fill_(wide.narrow(1, c.C, c.width - c.C), 1e4);  // padding: a kernel that read it would be far off
+          std::vector<int64_t> t = class_targets(c.rows, c.C);
+          if (c.rows == 1) t[0] = c.C - 1;
+          const CrossEntropyReference ref =
+              cross_entropy_reference(wide.narrow(1, 0, c.C).contiguous().to_vector<double>(), t, c.C, factor);
+          Tensor lg = on_gpu(wide), tg = on_gpu(from_vector(t, {c.rows}));
+          Tensor loss = poisoned({}, stats), dl = overwrite ? lg : poisoned({c.rows, c.width}, dtype);
+          const ops::cuda::BadIndex bad = ops::cuda::cross_entropy_with_grad(
+              lg.narrow(1, 0, c.C), tg, -100, on_gpu(scalar_tensor(factor, stats)), loss, dl);
+          EXPECT_EQ(bad.position, -1);
+          expect_near(loss, scalar_tensor(ref.loss, DType::f64), stats, tolerance(stats));
+          expect_near(dl.narrow(1, 0, c.C), from_vector(ref.dlogits, {c.rows, c.C}), dtype, tolerance(dtype));
+          expect_close(dl.narrow(1, c.C, c.width - c.C), zeros({c.rows, c.width - c.C}, dtype), 0, 0);
+        }
       }
     }
-  }
+  });
   // A bad target is reported before anything is written over the logits.
   Tensor lg = on_gpu(values({4, 64}, 399, DType::bf16, -6, 6));
   const Tensor before = lg.clone();
@@ -472,6 +491,43 @@ TEST(NnKernelsGpu, CrossEntropyWithGradMatchesTheReference) {
   EXPECT_EQ(bad.position, 2);
   EXPECT_EQ(bad.value, 64);
   expect_close(lg, before, 0, 0);
+}
+
+TEST(NnKernelsGpu, CrossEntropyWithGradOnGpt2ClassifierRows) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  // GPT-2's padded classifier (C = 50257 real columns of width 50304) in f16/bf16, the long-row
+  // kernels' case: more rows than the GPU holds at once, targets in the first column, at the
+  // ends of 16-byte packs, in the last real column (the pack that straddles C) and in the one
+  // before it, ignored rows, -inf logits over whole packs; written apart and over the logits.
+  const int64_t rows = 300, C = 50257, width = 50304;
+  std::vector<int64_t> t = class_targets(rows, C);  // every fifth row ignored
+  t[0] = 0;
+  t[1] = C - 1;
+  t[2] = 4096;
+  t[4] = 4095;
+  t[5] = C - 2;
+  const double factor = 0.5;
+  uint64_t seed = 1900;
+  on_both_long_row_kernels([&] {
+    for (DType dtype : {DType::bf16, DType::f16}) {
+      for (bool overwrite : {false, true}) {
+        SCOPED_TRACE(label(dtype, rows, C) + (overwrite ? " over the logits" : " apart"));
+        Tensor wide = values({rows, width}, ++seed, dtype, -8, 8);
+        fill_(wide.narrow(1, C, width - C), 1e4);                   // padding: a kernel that read it would be far off
+        fill_(wide.narrow(0, 6, 4).narrow(1, 0, 5000), -INFINITY);  // rows 6-9 target columns past 5000
+        const CrossEntropyReference ref =
+            cross_entropy_reference(wide.narrow(1, 0, C).contiguous().to_vector<double>(), t, C, factor);
+        Tensor lg = on_gpu(wide), tg = on_gpu(from_vector(t, {rows}).to(DType::i32));
+        Tensor loss = poisoned({}, DType::f32), dl = overwrite ? lg : poisoned({rows, width}, dtype);
+        const ops::cuda::BadIndex bad = ops::cuda::cross_entropy_with_grad(
+            lg.narrow(1, 0, C), tg, -100, on_gpu(scalar_tensor(factor, DType::f32)), loss, dl);
+        EXPECT_EQ(bad.position, -1);
+        expect_near(loss, scalar_tensor(ref.loss, DType::f64), DType::f32, tolerance(DType::f32));
+        expect_near(dl.narrow(1, 0, C), from_vector(ref.dlogits, {rows, C}), dtype, tolerance(dtype));
+        expect_close(dl.narrow(1, C, width - C), zeros({rows, width - C}, dtype), 0, 0);
+      }
+    }
+  });
 }
 
 // ---------------------------------------------------------------- embedding kernels
