@@ -1,4 +1,4 @@
-// The layer norm backward for rows a warp holds (C <= 1024, every row at a 16-byte pack
+// The layer norm backward for rows a warp holds (C <= 768, every row at a 16-byte pack
 // boundary): stage 1 of ops/cuda/layer_norm.cu's backward for GPT-2's rows, included by it.
 //
 // A warp per row, as the held forward: each lane loads all its packs of x, g and g_sum of the
@@ -80,7 +80,10 @@ __device__ __forceinline__ void fold_warps(const A (&sums)[kValues], Write&& wri
 // row sums (sum dxhat, sum dxhat xhat, each lane's in column order, then a shuffle butterfly), and
 // the lane writes dx (in T) and dr (in R) and adds its columns' sums. At the end the block folds
 // its warps' sums (fold_warps) into partial_dw, partial_db, partial_drb [gridDim.x, C] (null: not
-// wanted), row blockIdx.x. The weight, in P (T or the statistics dtype A), is held by each lane.
+// wanted), row blockIdx.x. The weight, in P (T or the statistics dtype A), is read per row (from
+// L1: held, its registers made the kernels spill).
+// Registers: up to 168 (GPT-2's bf16 rows with the residual bias), so one block of 12 warps an
+// SM, each with a row's 3 packs of x, g and g_sum (4.5 KB a warp) loading at once.
 // Bytes: x, g and g_sum read once, dx and dr written once, mean and rstd per row, and 2 (3 with
 // kResidualBias) * gridDim.x * C partials in A.
 template <int kLaneValues, bool kResidualBias, typename T, typename G, typename R, typename P,

@@ -253,13 +253,15 @@ TEST(AddLayerNormGpu, WarpPerRowBackwardMatchesTheReference) {
 
         // dr only where its dtype differs from x's (the op then writes both).
         const bool split = d.residual != d.x;
-        auto backward = [&](DType sums_dtype) {
+        // The parameter sums written over poison, or (accumulate) added to 0.5.
+        auto backward = [&](DType sums_dtype, bool accumulate = false) {
+          auto sums = [&] { return accumulate ? full({C}, 0.5, sums_dtype, kGpu) : poisoned({C}, sums_dtype); };
           struct Out {
             Tensor ds, dr, dw, db, drb;
-          } out{poisoned({rows, C}, d.x), split ? poisoned({rows, C}, d.residual) : Tensor(), poisoned({C}, sums_dtype),
-                poisoned({C}, sums_dtype), residual_bias ? poisoned({C}, sums_dtype) : Tensor()};
-          ops::cuda::layer_norm_backward(sg, gg, wg, mean, rstd, out.ds, out.dw, out.db, g_sum_g, out.dr, false, false,
-                                         out.drb, false);
+          } out{poisoned({rows, C}, d.x), split ? poisoned({rows, C}, d.residual) : Tensor(), sums(), sums(),
+                residual_bias ? sums() : Tensor()};
+          ops::cuda::layer_norm_backward(sg, gg, wg, mean, rstd, out.ds, out.dw, out.db, g_sum_g, out.dr, accumulate,
+                                         accumulate, out.drb, accumulate);
           return out;
         };
         const auto first = backward(stats);
@@ -275,18 +277,20 @@ TEST(AddLayerNormGpu, WarpPerRowBackwardMatchesTheReference) {
         expect_close(again.db, first.db, 0, 0);
         if (residual_bias) expect_close(again.drb, first.drb, 0, 0);
 
-        // A 16-bit .grad (precision.grad_dtype): the f32 sums rounded once, written, then added to.
-        if (d.x != stats) {
-          const auto narrow = backward(d.x);
-          expect_close(narrow.dw, first.dw.to(d.x), 0, 0);
-          expect_close(narrow.db, first.db.to(d.x), 0, 0);
-          if (residual_bias) expect_close(narrow.drb, first.drb.to(d.x), 0, 0);
-          Tensor dw_added = full({C}, 0.5, d.x, kGpu), db_added = full({C}, -0.25, d.x, kGpu);
-          ops::cuda::layer_norm_backward(sg, gg, wg, mean, rstd, Tensor(), dw_added, db_added, g_sum_g, Tensor(), true,
-                                         true);
-          expect_close(dw_added, ops::add(first.dw, 0.5).to(d.x), 0, 0);
-          expect_close(db_added, ops::add(first.db, -0.25).to(d.x), 0, 0);
+        // The .grad in x's dtype where that is 16-bit (precision.grad_dtype: the f32 sums rounded
+        // once), written or added to; added to in f32 for f32 x. The same call as the first, so the
+        // same grid and order of the sums.
+        const DType grad_dtype = d.x == DType::f32 ? stats : d.x;
+        if (grad_dtype != stats) {
+          const auto narrow = backward(grad_dtype);
+          expect_close(narrow.dw, first.dw.to(grad_dtype), 0, 0);
+          expect_close(narrow.db, first.db.to(grad_dtype), 0, 0);
+          if (residual_bias) expect_close(narrow.drb, first.drb.to(grad_dtype), 0, 0);
         }
+        const auto added = backward(grad_dtype, true);
+        expect_close(added.dw, ops::add(first.dw, 0.5).to(grad_dtype), 0, 0);
+        expect_close(added.db, ops::add(first.db, 0.5).to(grad_dtype), 0, 0);
+        if (residual_bias) expect_close(added.drb, ops::add(first.drb, 0.5).to(grad_dtype), 0, 0);
 
         // Without the sum's gradient (add_layer_norm's y alone, or a plain layer norm): the norm's dx.
         Tensor dx_norm = poisoned({rows, C}, d.x);
