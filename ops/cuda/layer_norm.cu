@@ -1,11 +1,14 @@
 // layer_norm over the last dim, rows of C values (the math is derived in ops/layer_norm.cpp):
 //   forward:  mean, rstd = 1/sqrt(var + eps), y = (x - mean) rstd w + b, a warp per row (holding
 //             it in registers where it fits) or, for rows over 1024 values, a block per row
-//   backward: dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dxhat = g w, a block per
-//             chunk of rows, one or a few rows at a time; dw = sum g xhat and db = sum g over
-//             rows, reduced in two stages: each block sums its rows per column in registers and
-//             writes one partial row, then a second kernel adds the partial rows in block order.
-//             No atomics, so the result is the same on every run.
+//   backward: dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dxhat = g w; dw = sum g
+//             xhat and db = sum g over rows, reduced in two stages: each block sums its rows per
+//             column in registers and writes one partial row, then a second kernel adds the
+//             partial rows in block order. Rows of up to 768 values (16-byte packs) take a warp
+//             per row (ops/cuda/layer_norm_backward_warp.cuh: a block of 12 warps an SM, the
+//             warps' sums folded in the block), longer or unpacked rows a block per chunk of
+//             rows, one or a few rows at a time. No atomics, so the result is the same on every
+//             run (of one GPU model: the grid follows its SMs).
 // Statistics, weight and bias in f32 (f64 for f64 x).
 //
 // The same kernels do the residual add fused with it (add_layer_norm): the forward reads x
@@ -26,6 +29,8 @@
 // row at once (before any store, which the compiler must assume may alias them) and keeps the
 // values for the later passes: each value crosses memory once, and a row waits for memory once.
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 #include <utility>
 
 #include "core/cuda/block_reduce.cuh"
@@ -34,6 +39,7 @@
 #include "core/cuda/launch.cuh"
 #include "core/cuda/pack.cuh"
 #include "ops/cuda/layer_norm.h"
+#include "ops/cuda/layer_norm_backward_warp.cuh"
 #include "ops/cuda/row_groups.cuh"
 
 namespace precis::ops::cuda {
@@ -465,6 +471,29 @@ void run_with_packs(int64_t packs, Run&& run) {
   }
 }
 
+// Calls run(kernel) with the warp-per-row backward kernel of the fewest values a lane (8, 16, 24) that
+// cover a row of C values.
+template <bool kResidualBias, typename T, typename G, typename R, typename P, typename Run>
+void run_with_lane_values(int64_t C, Run&& run) {
+  if (C <= 32 * 8)
+    run(layer_norm_backward_warp_kernel<8, kResidualBias, T, G, R, P>);
+  else if (C <= 32 * 16)
+    run(layer_norm_backward_warp_kernel<16, kResidualBias, T, G, R, P>);
+  else
+    run(layer_norm_backward_warp_kernel<24, kResidualBias, T, G, R, P>);
+}
+static_assert(kWarpBackwardMaxLaneValues == 24, "run_with_lane_values covers every lane size");
+
+// Temporary A/B switch (bench/NOTES.md); removed after the GPU comparison.
+// PRECIS_AB_OLD_LN_BACKWARD=1: the backward takes the kernels it took before the warp-per-row one.
+bool old_backward_selected() {
+  static const bool old = [] {
+    const char* setting = std::getenv("PRECIS_AB_OLD_LN_BACKWARD");
+    return setting != nullptr && std::string_view(setting) == "1";
+  }();
+  return old;
+}
+
 // Calls fn(TypeTag<U>) with the device type of `dtype`, a dtype the kernels take beside x's T:
 // T, f16/bf16 beside f32 T, and (for y and its gradient: `residual` false) f32 beside f16/bf16 T.
 template <typename T, typename Fn>
@@ -599,18 +628,15 @@ void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight,
           const int64_t packs = (per_row + threads - 1) / threads;
           const int slices = packs == 1 ? std::max(1, kBackwardBlockThreads / threads) : 1;
           const dim3 block(threads, slices);
-          auto run = [&](auto kernel, const auto* weight_data) {
-            const auto [blocks, rows_per_block] =
-                backward_blocks(reinterpret_cast<const void*>(kernel), threads * slices, rows, x.device());
-            // Partial rows, [2 or 3, blocks, C]: dw, db, then the residual bias's gradient.
+          // Stage 1 (stage1(partial_dw, partial_db, partial_drb) launches it over `blocks` blocks),
+          // then stage 2 over its partial rows, [2 or 3, blocks, C]: dw, db, then the residual bias's gradient.
+          auto with_partials = [&](int64_t blocks, auto&& stage1) {
             Tensor partials =
                 param_grads ? empty({residual_bias ? 3 : 2, blocks, C}, mean.dtype(), x.device()) : Tensor();
             A* partial_dw = dweight.defined() ? pointer<A>(partials) : nullptr;
             A* partial_db = dbias.defined() ? pointer<A>(partials) + blocks * C : nullptr;
             A* partial_drb = residual_bias ? pointer<A>(partials) + 2 * blocks * C : nullptr;
-            precis::cuda::launch(kernel, static_cast<unsigned>(blocks), block, 0, stream, xp, gp, gsp, weight_data,
-                                 pointer<const A>(mean), pointer<const A>(rstd), dxp, drp, partial_dw, partial_db,
-                                 partial_drb, rows, C, rows_per_block);
+            stage1(partial_dw, partial_db, partial_drb);
             PRECIS_CUDA_CHECK_LAUNCH(op);
             if (!param_grads) return;
             // Each parameter gradient in A, or in T (a 16-bit .grad) where it is of x's dtype.
@@ -627,9 +653,49 @@ void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight,
                                  0, stream, dw, db, drb, blocks, C);
             PRECIS_CUDA_CHECK_LAUNCH(op);
           };
+          auto run = [&](auto kernel, const auto* weight_data) {
+            const auto [blocks, rows_per_block] =
+                backward_blocks(reinterpret_cast<const void*>(kernel), threads * slices, rows, x.device());
+            with_partials(blocks, [&](A* partial_dw, A* partial_db, A* partial_drb) {
+              precis::cuda::launch(kernel, static_cast<unsigned>(blocks), block, 0, stream, xp, gp, gsp, weight_data,
+                                   pointer<const A>(mean), pointer<const A>(rstd), dxp, drp, partial_dw, partial_db,
+                                   partial_drb, rows, C, rows_per_block);
+            });
+          };
+          // The warp-per-row kernel: one block of kWarpBackwardThreads per resident slot (one an
+          // SM), none without rows.
+          auto run_warp = [&](auto kernel, const auto* weight_data) {
+            constexpr int kWarps = kWarpBackwardThreads / 32;
+            const int64_t resident = static_cast<int64_t>(precis::cuda::resident_blocks_per_sm(
+                                         reinterpret_cast<const void*>(kernel), kWarpBackwardThreads)) *
+                                     precis::cuda::multiprocessor_count(x.device());
+            const int64_t blocks = std::min(resident, (rows + kWarps - 1) / kWarps);
+            with_partials(blocks, [&](A* partial_dw, A* partial_db, A* partial_drb) {
+              precis::cuda::launch(kernel, static_cast<unsigned>(blocks), dim3(32, kWarps), 0, stream, xp, gp, gsp,
+                                   weight_data, pointer<const A>(mean), pointer<const A>(rstd), dxp, drp, partial_dw,
+                                   partial_db, partial_drb, rows, C);
+            });
+          };
           // The load-ahead kernel reads the weight in x's dtype where it is so (bf16-pure's norms),
           // the others in A (cast here).
           const bool narrow_weight = !std::is_same_v<T, A> && weight.dtype() == x.dtype();
+          if constexpr (kPack == kWide && !std::is_same_v<T, double>) {
+            // Rows a warp holds (every array packed, the weight too) take the warp-per-row kernel,
+            // reading the weight as the load-ahead kernel does.
+            if (!old_backward_selected() && C <= 32 * kWarpBackwardMaxLaneValues) {
+              const bool weight_packed = narrow_weight ? pack_aligned<kPack>(pointer<const T>(weight))
+                                                       : pack_aligned<kPack>(pointer<const A>(weight));
+              if (weight_packed) {
+                if (narrow_weight)
+                  run_with_lane_values<kResidualBias, T, G, R, T>(
+                      C, [&](auto kernel) { run_warp(kernel, pointer<const T>(weight)); });
+                else
+                  run_with_lane_values<kResidualBias, T, G, R, A>(
+                      C, [&](auto kernel) { run_warp(kernel, pointer<const A>(weight)); });
+                return;
+              }
+            }
+          }
           if (packs == 1 && threads * slices <= kBackwardBlockThreads) {
             if (narrow_weight)
               run(layer_norm_backward_kernel<1, kPack, true, kResidualBias, T, G, R, T>, pointer<const T>(weight));

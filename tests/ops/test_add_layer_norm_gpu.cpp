@@ -205,6 +205,105 @@ TEST(AddLayerNormGpu, KernelsWithAResidualBiasMatchTheReference) {
   }
 }
 
+// The warp-per-row backward (rows of up to 768 values in 16-byte packs): GPT-2's rows (16384 of
+// 768), odd row counts, fewer rows than the grid has warps (1, 5), rows of 8 to 768 values (each
+// lane size, lanes without a pack of the row); with and without the sum's gradient and the
+// residual's bias; the parameter sums in the statistics dtype or in x's dtype (a 16-bit .grad,
+// rounded once), written or added. Against the CPU in f64 on the sum the GPU wrote, and the same
+// bits from a second run (the sums' order is fixed).
+TEST(AddLayerNormGpu, WarpPerRowBackwardMatchesTheReference) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  struct Case {
+    Dtypes d;
+    bool narrow_params;  // weight and biases in x's dtype (bf16-pure's norms)
+  };
+  const std::vector<Case> cases = {
+      {{DType::bf16, DType::bf16, DType::bf16}, true}, {{DType::bf16, DType::bf16, DType::bf16}, false},
+      {{DType::bf16, DType::bf16, DType::f32}, true},  {{DType::f16, DType::f16, DType::f32}, false},
+      {{DType::f16, DType::f16, DType::f16}, true},    {{DType::f32, DType::f32, DType::f32}, false},
+      {{DType::f32, DType::bf16, DType::bf16}, false}, {{DType::f32, DType::f16, DType::f32}, false}};
+  const std::vector<std::pair<int64_t, int64_t>> sizes = {{16384, 768}, {1, 768}, {5, 256},   {3001, 512},
+                                                          {777, 640},   {33, 8},  {2049, 264}};
+  uint64_t seed = 5000;
+  for (const Case& c : cases) {
+    const Dtypes& d = c.d;
+    for (auto [rows, C] : sizes) {
+      if (rows == 16384 && d.y != d.x) continue;  // GPT-2's size for the uniform mixes only
+      for (bool residual_bias : {true, false}) {
+        SCOPED_TRACE(std::string(dtype_name(d.x)) + " + " + dtype_name(d.residual) + " -> " + dtype_name(d.y) + " [" +
+                     std::to_string(rows) + ", " + std::to_string(C) + "]" +
+                     (c.narrow_params ? ", narrow params" : "") + (residual_bias ? ", residual bias" : ""));
+        const DType stats = DType::f32, params = c.narrow_params ? d.x : stats;
+        Tensor x = values({rows, C}, ++seed, d.x, -3, 3), r = values({rows, C}, ++seed, d.residual, -3, 3);
+        Tensor w = values({C}, ++seed, params, 0.5, 1.5), b = values({C}, ++seed, params);
+        Tensor rb = residual_bias ? values({C}, ++seed, params, -2, 2) : Tensor();
+        Tensor g = values({rows, C}, ++seed, d.y), g_sum = values({rows, C}, ++seed, d.x);
+        const Tensor wg = w.to(kGpu), gg = g.to(kGpu), g_sum_g = g_sum.to(kGpu);
+
+        Tensor sg = poisoned({rows, C}, d.x), y = poisoned({rows, C}, d.y);
+        Tensor mean = poisoned({rows}, stats), rstd = poisoned({rows}, stats);
+        ops::cuda::layer_norm_forward(x.to(kGpu), wg, b.to(kGpu), 1e-5, y, mean, rstd, r.to(kGpu), sg,
+                                      residual_bias ? rb.to(kGpu) : Tensor());
+
+        Tensor s64 = sg.to(DType::f64).to(kCpu).detach().set_requires_grad();
+        Tensor w64 = w.to(DType::f64).set_requires_grad(), b64 = b.to(DType::f64).set_requires_grad();
+        ops::layer_norm(s64, w64, b64).backward(g.to(DType::f64));
+        const Tensor ds64 = s64.grad() + g_sum.to(DType::f64);
+        const Tensor drb64 = ops::sum_to_shape(ds64, Shape{C});
+
+        // dr only where its dtype differs from x's (the op then writes both).
+        const bool split = d.residual != d.x;
+        // The parameter sums written over poison, or (accumulate) added to 0.5.
+        auto backward = [&](DType sums_dtype, bool accumulate = false) {
+          auto sums = [&] { return accumulate ? full({C}, 0.5, sums_dtype, kGpu) : poisoned({C}, sums_dtype); };
+          struct Out {
+            Tensor ds, dr, dw, db, drb;
+          } out{poisoned({rows, C}, d.x), split ? poisoned({rows, C}, d.residual) : Tensor(), sums(), sums(),
+                residual_bias ? sums() : Tensor()};
+          ops::cuda::layer_norm_backward(sg, gg, wg, mean, rstd, out.ds, out.dw, out.db, g_sum_g, out.dr, accumulate,
+                                         accumulate, out.drb, accumulate);
+          return out;
+        };
+        const auto first = backward(stats);
+        expect_near(first.ds, ds64, d.x);
+        if (split) expect_near(first.dr, ds64, d.residual);
+        expect_near(first.dw, w64.grad(), stats);
+        expect_near(first.db, b64.grad(), stats);
+        if (residual_bias) expect_near(first.drb, drb64, stats);
+
+        const auto again = backward(stats);
+        expect_close(again.ds, first.ds, 0, 0);
+        expect_close(again.dw, first.dw, 0, 0);
+        expect_close(again.db, first.db, 0, 0);
+        if (residual_bias) expect_close(again.drb, first.drb, 0, 0);
+
+        // The .grad in x's dtype where that is 16-bit (precision.grad_dtype: the f32 sums rounded
+        // once), written or added to; added to in f32 for f32 x. The same call as the first, so the
+        // same grid and order of the sums.
+        const DType grad_dtype = d.x == DType::f32 ? stats : d.x;
+        if (grad_dtype != stats) {
+          const auto narrow = backward(grad_dtype);
+          expect_close(narrow.dw, first.dw.to(grad_dtype), 0, 0);
+          expect_close(narrow.db, first.db.to(grad_dtype), 0, 0);
+          if (residual_bias) expect_close(narrow.drb, first.drb.to(grad_dtype), 0, 0);
+        }
+        const auto added = backward(grad_dtype, true);
+        expect_close(added.dw, ops::add(first.dw, 0.5).to(grad_dtype), 0, 0);
+        expect_close(added.db, ops::add(first.db, 0.5).to(grad_dtype), 0, 0);
+        if (residual_bias) expect_close(added.drb, ops::add(first.drb, 0.5).to(grad_dtype), 0, 0);
+
+        // Without the sum's gradient (add_layer_norm's y alone, or a plain layer norm): the norm's dx.
+        Tensor dx_norm = poisoned({rows, C}, d.x);
+        Tensor drb_norm = residual_bias ? poisoned({C}, stats) : Tensor();
+        ops::cuda::layer_norm_backward(sg, gg, wg, mean, rstd, dx_norm, Tensor(), Tensor(), Tensor(), Tensor(), false,
+                                       false, drb_norm, false);
+        expect_near(dx_norm, s64.grad(), d.x);
+        if (residual_bias) expect_near(drb_norm, ops::sum_to_shape(s64.grad(), Shape{C}), stats);
+      }
+    }
+  }
+}
+
 TEST(AddLayerNormGpu, NoRowsGiveZeroResidualBiasGradients) {
   PRECIS_SKIP_WITHOUT_GPU();
   const Tensor x = empty({0, 5}, DType::f32, kGpu), stats = empty({0}, DType::f32, kGpu);
