@@ -429,8 +429,8 @@ __global__ void flash_dq_kernel(const float* dq_accum, HeadsView<T> dq, Sizes s,
   *reinterpret_cast<uint4*>(dq.matrix(bh / s.heads, bh % s.heads) + i * dq.row_stride + col) = packed;
 }
 
-// ---- 3 with column sums: the same rounding, by blocks of (kDqSumRows rows, one head), and
-// the column sums of the dQ values written, rounded, for FlashGradSums:
+// ---- 3 with column sums: the same rounding, by blocks of kDqSumRows rows of one head (block
+// bh q_chunks + chunk), and the column sums of the dQ values written, rounded, for FlashGradSums:
 //   q_partial[b q_chunks + chunk, h kD + d] = sum over the chunk's rows i of dQ[b, h, i, d].
 // kLanes = kD / 8 threads per row (8 values each, 16-byte loads), kRows = 256 / kLanes rows
 // at a time; thread (row r, lane) adds rows r, r + kRows, ... of the chunk in order into 8 f32
@@ -444,7 +444,8 @@ __global__ void __launch_bounds__(256)
   precis::cuda::allow_next_grid_to_start();
   constexpr int kLanes = kD / 8, kRows = 256 / kLanes;
   __shared__ float sums[kRows][kD];
-  const int chunk = blockIdx.x, bh = blockIdx.y, b = bh / s.heads, h = bh % s.heads;
+  const int q_chunks = ceil_div(s.q_len, kDqSumRows);
+  const int chunk = blockIdx.x % q_chunks, bh = blockIdx.x / q_chunks, b = bh / s.heads, h = bh % s.heads;
   const int r = threadIdx.x / kLanes, col = (threadIdx.x % kLanes) * 8;
   const int first = chunk * kDqSumRows, last = min(first + kDqSumRows, s.q_len);
   float acc[8];
@@ -458,12 +459,10 @@ __global__ void __launch_bounds__(256)
     const float4 hi = *reinterpret_cast<const float4*>(src + 4);
     const uint4 packed{pack2<T>(lo.x, lo.y), pack2<T>(lo.z, lo.w), pack2<T>(hi.x, hi.y), pack2<T>(hi.z, hi.w)};
     *reinterpret_cast<uint4*>(dq_head + static_cast<int64_t>(i) * dq.row_stride + col) = packed;
-    const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      const float2 rounded = unpack2<T>(words[w]);
-      acc[2 * w] += rounded.x, acc[2 * w + 1] += rounded.y;
-    }
+    const float2 r0 = unpack2<T>(packed.x), r1 = unpack2<T>(packed.y), r2 = unpack2<T>(packed.z),
+                 r3 = unpack2<T>(packed.w);
+    acc[0] += r0.x, acc[1] += r0.y, acc[2] += r1.x, acc[3] += r1.y;
+    acc[4] += r2.x, acc[5] += r2.y, acc[6] += r3.x, acc[7] += r3.y;
   }
 #pragma unroll
   for (int e = 0; e < 8; ++e) sums[r][col + e] = acc[e];
@@ -472,7 +471,7 @@ __global__ void __launch_bounds__(256)
     float sum = 0.f;
 #pragma unroll 8
     for (int k = 0; k < kRows; ++k) sum += sums[k][threadIdx.x];
-    q_partial[(static_cast<int64_t>(b) * gridDim.x + chunk) * s.heads * kD + h * kD + threadIdx.x] = sum;
+    q_partial[(static_cast<int64_t>(b) * q_chunks + chunk) * s.heads * kD + h * kD + threadIdx.x] = sum;
   }
 }
 
@@ -548,15 +547,18 @@ void launch_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Te
     PRECIS_CUDA_CHECK_LAUNCH(op);
     return;
   }
-  precis::cuda::launch(flash_dq_sums_kernel<T, kD>, dim3(q_chunks, s.batch * s.heads), 256, 0, stream,
+  const int64_t dq_blocks = static_cast<int64_t>(s.batch) * s.heads * q_chunks;  // (head, chunk), chunks fastest
+  PRECIS_CHECK(dq_blocks <= INT32_MAX, op, ": ", dq_blocks, " blocks of dQ rows are more than one launch takes");
+  precis::cuda::launch(flash_dq_sums_kernel<T, kD>, static_cast<unsigned>(dq_blocks), 256, 0, stream,
                        static_cast<const float*>(dq_accum.raw_data()), heads_view<T>(dq), s,
                        static_cast<float*>(q_partial.raw_data()));
   PRECIS_CUDA_CHECK_LAUNCH(op);
   auto finish = [&](auto* out) {
     using O = std::remove_pointer_t<decltype(out)>;
     constexpr int kFinishThreads = 256;
-    precis::cuda::launch(flash_grad_sums_finish_kernel<O>, static_cast<unsigned>(ceil_div(3 * hd, kFinishThreads)),
-                         kFinishThreads, 0, stream, static_cast<const float*>(q_partial.raw_data()), q_rows,
+    precis::cuda::launch(flash_grad_sums_finish_kernel<O>,
+                         static_cast<unsigned>((3 * hd + kFinishThreads - 1) / kFinishThreads), kFinishThreads, 0,
+                         stream, static_cast<const float*>(q_partial.raw_data()), q_rows,
                          static_cast<const float*>(kv_partial.raw_data()), kv_rows, hd, out, grad_sums.accumulate);
     PRECIS_CUDA_CHECK_LAUNCH(op);
   };
