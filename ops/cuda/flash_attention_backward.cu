@@ -478,21 +478,35 @@ __global__ void __launch_bounds__(256)
 // ---- 4. FlashGradSums: out[c] for c < 3 H kD (dQ, dK, dV columns, h kD + d within each) =
 // the sum of column c of the partial rows in order: q_partial [q_rows][H kD] for dQ,
 // kv_partial [kv_rows][dK, dV][H kD] for dK and dV; rounded once to O, added to out's value
-// first (in f32) with `accumulate`. One thread per column.
+// first (in f32) with `accumulate`. A block of (32, kFinishSlices) threads covers 32 columns:
+// thread (x, y) adds partial rows y, y + kFinishSlices, ... in order (their loads in flight
+// together), then thread (x, 0) adds the kFinishSlices sums in order: column_sums' second
+// stage (ops/cuda/column_sums.cu), over the two partial matrices in one launch.
+constexpr int kFinishSlices = 16;
+
 template <typename O>
-__global__ void flash_grad_sums_finish_kernel(const float* q_partial, int64_t q_rows, const float* kv_partial,
-                                              int64_t kv_rows, int64_t hd, O* out, bool accumulate) {
+__global__ void __launch_bounds__(32 * kFinishSlices)
+    flash_grad_sums_finish_kernel(const float* q_partial, int64_t q_rows, const float* kv_partial, int64_t kv_rows,
+                                  int64_t hd, O* out, bool accumulate) {
   precis::cuda::wait_for_previous_grid();
   precis::cuda::allow_next_grid_to_start();
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= 3 * hd) return;
-  const bool q_col = c < hd;
-  const float* p = q_col ? q_partial + c : kv_partial + (c - hd);
-  const int64_t rows = q_col ? q_rows : kv_rows, stride = q_col ? hd : 2 * hd;
+  __shared__ float slices[kFinishSlices][33];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   float sum = 0.f;
+  if (c < 3 * hd) {
+    const bool q_col = c < hd;
+    const float* p = q_col ? q_partial + c : kv_partial + (c - hd);
+    const int64_t rows = q_col ? q_rows : kv_rows, stride = q_col ? hd : 2 * hd;
 #pragma unroll 8
-  for (int64_t k = 0; k < rows; ++k) sum += p[k * stride];
-  out[c] = convert_to<O>(accumulate ? convert_to<float>(out[c]) + sum : sum);
+    for (int64_t k = threadIdx.y; k < rows; k += kFinishSlices) sum += p[k * stride];
+  }
+  slices[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < 3 * hd) {
+#pragma unroll
+    for (int y = 1; y < kFinishSlices; ++y) sum += slices[y][threadIdx.x];
+    out[c] = convert_to<O>(accumulate ? convert_to<float>(out[c]) + sum : sum);
+  }
 }
 
 template <typename T, int kD>
@@ -555,10 +569,8 @@ void launch_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Te
   PRECIS_CUDA_CHECK_LAUNCH(op);
   auto finish = [&](auto* out) {
     using O = std::remove_pointer_t<decltype(out)>;
-    constexpr int kFinishThreads = 256;
-    precis::cuda::launch(flash_grad_sums_finish_kernel<O>,
-                         static_cast<unsigned>((3 * hd + kFinishThreads - 1) / kFinishThreads), kFinishThreads, 0,
-                         stream, static_cast<const float*>(q_partial.raw_data()), q_rows,
+    precis::cuda::launch(flash_grad_sums_finish_kernel<O>, static_cast<unsigned>((3 * hd + 31) / 32),
+                         dim3(32, kFinishSlices), 0, stream, static_cast<const float*>(q_partial.raw_data()), q_rows,
                          static_cast<const float*>(kv_partial.raw_data()), kv_rows, hd, out, grad_sums.accumulate);
     PRECIS_CUDA_CHECK_LAUNCH(op);
   };
