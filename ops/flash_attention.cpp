@@ -5,7 +5,9 @@
 // view, so the transformer's y.transpose(1, 2).reshape({B, T, C}) costs no copy; the
 // input gradients are laid out the same way. Backward saves q, k, v, the output and
 // the per-row log-sum-exp (B H Tq floats): no Tq x Tk matrix is ever kept. The packed
-// variant also runs on the CPU in f32 and f64 (ops/cpu/flash_attention.h).
+// variant also runs on the CPU in f32 and f64 (ops/cpu/flash_attention.h), and may take the
+// bias of the product that made qkv, whose gradient (the column sums of d(qkv)) its backward
+// then makes: on a GPU inside the kernels that write d(qkv), which is then not read again.
 #include "ops/cpu/flash_attention.h"
 
 #include <cmath>
