@@ -7,12 +7,11 @@
 //   |computed - exact| <= (n + 1) 2^-24 (sum |x| + |init|) + u (|exact| + that),
 // n = B T values per column (any order of n - 1 f32 additions, plus the one into the old
 // value), u the output dtype's unit roundoff (2^-24 f32, 2^-8 bf16, 2^-11 f16: the one
-// rounding at the end). Cases: f32 and 16-bit sums, written over and added to
-// (accumulation across micro-steps), head sizes 64 (the sm_90a kernel on Hopper) and 128
-// (the mma.sync kernel), causal and not, T not a multiple of any block (1, 33, 77, 300),
-// B T odd; sums NaN-poisoned when written over, so a column left unwritten fails. The sums
-// are the same bits on every run wherever d(qkv) is (dK, dV always; dQ's f32 sums take
-// atomics on the mma.sync kernel). Through the op: into a 16-bit or f32 .grad (the engine's
+// rounding at the end; f16 near zero adds half its subnormal spacing). Cases: f32 and 16-bit sums, written over and
+// added to (accumulation across micro-steps), head sizes 64 (the sm_90a kernel on Hopper) and 128 (the mma.sync
+// kernel), causal and not, T not a multiple of any block (1, 33, 77, 300), B T odd; sums NaN-poisoned when written
+// over, so a column left unwritten fails. The sums are the same bits on every run wherever d(qkv) is (dK, dV always;
+// dQ's f32 sums take atomics on the mma.sync kernel). Through the op: into a 16-bit or f32 .grad (the engine's
 // destination, precision.grad_dtype) written over, then added to, and returned to a fresh
 // leaf. Skipped, with the reason, where no GPU is usable.
 #include <gtest/gtest.h>
@@ -61,7 +60,9 @@ void expect_column_sums(const Tensor& sums, const Tensor& g, const Tensor& init,
       magnitude += std::fabs(values[r * cols + c]);
     }
     const double f32_error = static_cast<double>(rows + 1) * std::ldexp(1.0, -24) * magnitude;
-    const double bound = f32_error + unit_roundoff(sums.dtype()) * (std::fabs(exact) + f32_error);
+    // (f16 sums also round to its subnormal spacing, 2^-24, near zero.)
+    const double absolute = sums.dtype() == DType::f16 ? std::ldexp(1.0, -25) : 0.0;
+    const double bound = f32_error + unit_roundoff(sums.dtype()) * (std::fabs(exact) + f32_error) + absolute;
     if (!(std::fabs(got[c] - exact) <= bound)) {
       ADD_FAILURE() << what << ": column " << c << " is " << got[c] << ", exact " << exact << ", bound " << bound;
       ++misses;
