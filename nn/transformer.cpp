@@ -1,7 +1,9 @@
 #include "nn/transformer.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <iostream>
+#include <string>
 
 #include "nn/parameter_gate.h"
 #include "ops/autocast.h"
@@ -36,16 +38,45 @@ ops::AttentionImpl CausalSelfAttention::attention_impl(const Tensor& q, double d
   return ops::AttentionImpl::flash;
 }
 
+// Temporary A/B switch (bench/NOTES.md); removed after the GPU comparison.
+// PRECIS_AB_OLD_QKV_BIAS=1: c_attn's bias gradient by c_attn's own backward (column sums of
+// d(qkv) after the flash backward wrote it), not by the flash backward's kernels.
+static bool old_qkv_bias_path() {
+  static const bool old = [] {
+    const char* setting = std::getenv("PRECIS_AB_OLD_QKV_BIAS");
+    return setting != nullptr && std::string(setting) == "1";
+  }();
+  return old;
+}
+
+// Whether the packed flash attention will run on c_attn(x), before the product: c_attn's
+// output is a fresh [B, T, 3C] in the linear's dtype (the compute dtype under autocast, else
+// its operands' promoted dtype), which attend() casts to the compute dtype.
+bool CausalSelfAttention::packed_flash_runs(const Tensor& x, double dropout_p) const {
+  if (config_.attention != "flash" || dropout_p != 0.0) return false;
+  DType dtype = promote_types(x.dtype(), c_attn->weight.dtype());
+  if (c_attn->bias.defined()) dtype = promote_types(dtype, c_attn->bias.dtype());
+  if (ops::autocast::enabled()) dtype = ops::autocast::compute_dtype();
+  return !ops::flash_attention_packed_unsupported(dtype, x.device(), {x.size(0), x.size(1), 3 * config_.n_embd},
+                                                  config_.n_head);
+}
+
 Tensor CausalSelfAttention::attend(const Tensor& x) {
   PRECIS_CHECK(x.dim() == 3 && x.size(2) == config_.n_embd, "CausalSelfAttention: expected input [B, T, ",
                config_.n_embd, "], got ", x.shape());
   const int64_t B = x.size(0), T = x.size(1), C = config_.n_embd, H = config_.n_head, D = C / H;
-  const Tensor qkv = c_attn->forward(x);
   double attn_dropout = is_training() ? config_.dropout : 0.0;
+  // Where the packed flash attention runs, it also makes c_attn's bias gradient: its kernels
+  // sum d(qkv) as they write it (ops/nn_functional.h, flash_attention_packed's qkv_bias), and
+  // the product adds the bias without taking its gradient.
+  const Tensor qkv_bias = c_attn->bias.defined() && !old_qkv_bias_path() && packed_flash_runs(x, attn_dropout)
+                              ? ops::autocast::to_compute(c_attn->bias)
+                              : Tensor();
+  const Tensor qkv = qkv_bias.defined() ? ops::linear(x, c_attn->weight, qkv_bias.detach()) : c_attn->forward(x);
   Tensor y;
-  if (config_.attention == "flash" && attn_dropout == 0.0 &&
-      !ops::flash_attention_packed_unsupported(ops::autocast::to_compute(qkv), H)) {
-    y = ops::flash_attention_packed(ops::autocast::to_compute(qkv), H, /*causal=*/true);  // the fast path
+  if (qkv_bias.defined() || (config_.attention == "flash" && attn_dropout == 0.0 &&
+                             !ops::flash_attention_packed_unsupported(ops::autocast::to_compute(qkv), H))) {
+    y = ops::flash_attention_packed(ops::autocast::to_compute(qkv), H, /*causal=*/true, qkv_bias);  // the fast path
   } else {
     std::vector<Tensor> parts = ops::split(qkv, C, 2);
     // [B, T, C] -> [B, H, T, D]

@@ -43,6 +43,7 @@ class CausalSelfAttention : public Module {
 
  private:
   ops::AttentionImpl attention_impl(const Tensor& q, double dropout_p) const;
+  bool packed_flash_runs(const Tensor& x, double dropout_p) const;
   Tensor attend(const Tensor& x);  // the heads' outputs, [B, T, C], before c_proj
 
   TransformerConfig config_;

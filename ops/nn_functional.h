@@ -85,8 +85,19 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool c
 // side (C = n_head * D); returns y [B, T, C] (heads side by side, ready for c_proj). Its
 // backward writes d(qkv) in one buffer, where the split/transpose views of the unpacked
 // path cost a zero fill and three strided copies per layer.
-Tensor flash_attention_packed(const Tensor& qkv, int64_t n_head, bool causal = true);
+// qkv_bias (optional, [3C]): the bias that the product making qkv added (qkv = x W^T +
+// qkv_bias) with its gradient left to this op: the product took qkv_bias detached, and this
+// op's backward gives qkv_bias its gradient, the column sums of d(qkv), summed in f32 and
+// rounded once as linear's bias gradient (into its .grad where the engine offers it, f32 or
+// qkv's dtype, added with gradient accumulation). On a GPU the attention kernels sum d(qkv)
+// as they write it (ops/cuda/flash_attention.h, FlashGradSums), so d(qkv) is not read again;
+// on the CPU linear's column sums run on d(qkv) (ops/cpu/linear.h).
+Tensor flash_attention_packed(const Tensor& qkv, int64_t n_head, bool causal = true, const Tensor& qkv_bias = Tensor());
 std::optional<std::string> flash_attention_packed_unsupported(const Tensor& qkv, int64_t n_head);
+// The same for a qkv not made yet: dtype, device, shape [B, T, 3C], unit last-dim stride
+// (a product's output), so that the product can be told to leave its bias to the attention.
+std::optional<std::string> flash_attention_packed_unsupported(DType dtype, Device device, const Shape& qkv_shape,
+                                                              int64_t n_head);
 // Why flash_attention cannot run these inputs (a phrase for a note), or nothing when it can.
 std::optional<std::string> flash_attention_unsupported(const Tensor& q, const Tensor& k, const Tensor& v,
                                                        double dropout_p = 0.0);

@@ -17,10 +17,21 @@
 //      contribution added into the f32 buffer with atomics (so the order of those
 //      additions, and dQ's last bits, can vary between runs; dK and dV cannot).
 //   3. dQ = that f32 buffer rounded to q's dtype.
+// With FlashGradSums (flash_attention.h: the column sums of dq, dk, dv, for the bias of the
+// product that made q, k, v), kernel 2 also writes the column sums of each key block's dK
+// and dV (as rounded) to a partial row, kernel 3 rounds dQ by blocks of rows of one head and
+// writes their column sums the same way, and
+//   4. adds the partial rows of each column in order, rounded once to the sums' dtype.
+// The sums read nothing the kernels did not already hold: dq, dk, dv are not read again
+// (a separate column-sum pass would read all three once more).
 // On Hopper at head size 64, kernel 2 is the wgmma one of flash_attention_backward_sm90.cu.
 // Traffic per (b, h): K, V, dK, dV once; Q, dO, lse, delta once per key block; dQ's
 // f32 buffer read-modify-written once per key block. Arithmetic: 5 products of
 // 2 Tq Tk D flops each (S, dP, dV, dK, dQ), half of it skipped when causal.
+#include <type_traits>
+
+#include "core/copy.h"
+#include "core/cuda/convert.cuh"
 #include "core/cuda/dispatch.cuh"
 #include "core/cuda/launch.cuh"
 #include "ops/cuda/flash_attention.h"
@@ -141,11 +152,14 @@ __device__ __forceinline__ void accumulate_keys_times_cols(float (&acc)[kKeyTile
     }
 }
 
-template <typename T, int kD>
+// kSums: also the column sums of the dK and dV the block writes, of the values as rounded,
+// into its row of kv_partial ([B key blocks][dK, dV][H kD] f32): a thread's keys, then the 8
+// lanes of its columns (sum_over_fragment_rows), then the 4 warps of a role in order.
+template <typename T, int kD, bool kSums>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_backward_kernel(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<const T> dout,
                           const float* lse, const float* delta, float* dq_accum, HeadsView<T> dk, HeadsView<T> dv,
-                          Sizes s) {
+                          Sizes s, float* kv_partial) {
   precis::cuda::wait_for_previous_grid();
   using Tile = BackwardTile<kD>;
   constexpr int kBlockN = Tile::kBlockN, kKeyTiles = Tile::kKeyTiles, kQueryTiles = kBlockM / 8;
@@ -366,6 +380,36 @@ __global__ void __launch_bounds__(kThreads, 1)
         *reinterpret_cast<uint32_t*>(grad_row + dt * 8 + col) =
             pack2<T>(acc[mt][dt][2 * half] * factor, acc[mt][dt][2 * half + 1] * factor);
     }
+  if constexpr (kSums) {
+    // Shared memory is free once every warp is past its walk: each thread's sums of its keys
+    // (lane / 4 of each 8) go to row lane / 4 of its warp, then the 32 rows of a role are
+    // added in order.
+    float* sSums = reinterpret_cast<float*>(smem);  // [8 warps][8 rows][kD]: dV warps 0-3, dK warps 4-7
+    __syncthreads();
+#pragma unroll
+    for (int dt = 0; dt < kD / 8; ++dt) {
+      float2 sum = make_float2(0.f, 0.f);
+#pragma unroll
+      for (int mt = 0; mt < kKeyTiles; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const bool valid = n0 + key0 + mt * 16 + lane / 4 + 8 * half < s.k_len;
+          const float2 written =
+              unpack2<T>(pack2<T>(acc[mt][dt][2 * half] * factor, acc[mt][dt][2 * half + 1] * factor));
+          sum.x += valid ? written.x : 0.f, sum.y += valid ? written.y : 0.f;
+        }
+      *reinterpret_cast<float2*>(sSums + (warp * 8 + lane / 4) * kD + dt * 8 + col) = sum;
+    }
+    __syncthreads();
+    if (tid < 2 * kD) {
+      const int part = tid / kD, c = tid % kD;  // part 0: dK (warps 4-7), 1: dV (warps 0-3)
+      float total = 0.f;
+#pragma unroll 8
+      for (int r = 0; r < 32; ++r) total += sSums[((1 - part) * 32 + r) * kD + c];
+      const int64_t row = static_cast<int64_t>(b) * gridDim.y + blockIdx.y;
+      kv_partial[(row * 2 + part) * s.heads * kD + h * kD + c] = total;
+    }
+  }
 }
 
 // ---- 3. dQ = the f32 sums rounded to q's dtype, 8 values per thread.
@@ -385,10 +429,90 @@ __global__ void flash_dq_kernel(const float* dq_accum, HeadsView<T> dq, Sizes s,
   *reinterpret_cast<uint4*>(dq.matrix(bh / s.heads, bh % s.heads) + i * dq.row_stride + col) = packed;
 }
 
+// ---- 3 with column sums: the same rounding, by blocks of kDqSumRows rows of one head (block
+// bh q_chunks + chunk), and the column sums of the dQ values written, rounded, for FlashGradSums:
+//   q_partial[b q_chunks + chunk, h kD + d] = sum over the chunk's rows i of dQ[b, h, i, d].
+// kLanes = kD / 8 threads per row (8 values each, 16-byte loads), kRows = 256 / kLanes rows
+// at a time; thread (row r, lane) adds rows r, r + kRows, ... of the chunk in order into 8 f32
+// sums, and thread d < kD then adds the kRows sums of column d in order.
+constexpr int kDqSumRows = 128;  // rows per block: 4 a thread at kD = 64, 8 at 128
+
+template <typename T, int kD>
+__global__ void __launch_bounds__(256)
+    flash_dq_sums_kernel(const float* dq_accum, HeadsView<T> dq, Sizes s, float* q_partial) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
+  constexpr int kLanes = kD / 8, kRows = 256 / kLanes;
+  __shared__ float sums[kRows][kD];
+  const int q_chunks = ceil_div(s.q_len, kDqSumRows);
+  const int chunk = blockIdx.x % q_chunks, bh = blockIdx.x / q_chunks, b = bh / s.heads, h = bh % s.heads;
+  const int r = threadIdx.x / kLanes, col = (threadIdx.x % kLanes) * 8;
+  const int first = chunk * kDqSumRows, last = min(first + kDqSumRows, s.q_len);
+  float acc[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) acc[e] = 0.f;
+  T* dq_head = dq.matrix(b, h);
+#pragma unroll 4
+  for (int i = first + r; i < last; i += kRows) {
+    const float* src = dq_accum + (static_cast<int64_t>(bh) * s.q_len + i) * kD + col;
+    const float4 lo = *reinterpret_cast<const float4*>(src);
+    const float4 hi = *reinterpret_cast<const float4*>(src + 4);
+    const uint4 packed{pack2<T>(lo.x, lo.y), pack2<T>(lo.z, lo.w), pack2<T>(hi.x, hi.y), pack2<T>(hi.z, hi.w)};
+    *reinterpret_cast<uint4*>(dq_head + static_cast<int64_t>(i) * dq.row_stride + col) = packed;
+    const float2 r0 = unpack2<T>(packed.x), r1 = unpack2<T>(packed.y), r2 = unpack2<T>(packed.z),
+                 r3 = unpack2<T>(packed.w);
+    acc[0] += r0.x, acc[1] += r0.y, acc[2] += r1.x, acc[3] += r1.y;
+    acc[4] += r2.x, acc[5] += r2.y, acc[6] += r3.x, acc[7] += r3.y;
+  }
+#pragma unroll
+  for (int e = 0; e < 8; ++e) sums[r][col + e] = acc[e];
+  __syncthreads();
+  if (threadIdx.x < kD) {
+    float sum = 0.f;
+#pragma unroll 8
+    for (int k = 0; k < kRows; ++k) sum += sums[k][threadIdx.x];
+    q_partial[(static_cast<int64_t>(b) * q_chunks + chunk) * s.heads * kD + h * kD + threadIdx.x] = sum;
+  }
+}
+
+// ---- 4. FlashGradSums: out[c] for c < 3 H kD (dQ, dK, dV columns, h kD + d within each) =
+// the sum of column c of the partial rows in order: q_partial [q_rows][H kD] for dQ,
+// kv_partial [kv_rows][dK, dV][H kD] for dK and dV; rounded once to O, added to out's value
+// first (in f32) with `accumulate`. A block of (32, kFinishSlices) threads covers 32 columns:
+// thread (x, y) adds partial rows y, y + kFinishSlices, ... in order (their loads in flight
+// together), then thread (x, 0) adds the kFinishSlices sums in order: column_sums' second
+// stage (ops/cuda/column_sums.cu), over the two partial matrices in one launch.
+constexpr int kFinishSlices = 16;
+
+template <typename O>
+__global__ void __launch_bounds__(32 * kFinishSlices)
+    flash_grad_sums_finish_kernel(const float* q_partial, int64_t q_rows, const float* kv_partial, int64_t kv_rows,
+                                  int64_t hd, O* out, bool accumulate) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
+  __shared__ float slices[kFinishSlices][33];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  float sum = 0.f;
+  if (c < 3 * hd) {
+    const bool q_col = c < hd;
+    const float* p = q_col ? q_partial + c : kv_partial + (c - hd);
+    const int64_t rows = q_col ? q_rows : kv_rows, stride = q_col ? hd : 2 * hd;
+#pragma unroll 8
+    for (int64_t k = threadIdx.y; k < rows; k += kFinishSlices) sum += p[k * stride];
+  }
+  slices[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < 3 * hd) {
+#pragma unroll
+    for (int y = 1; y < kFinishSlices; ++y) sum += slices[y][threadIdx.x];
+    out[c] = convert_to<O>(accumulate ? convert_to<float>(out[c]) + sum : sum);
+  }
+}
+
 template <typename T, int kD>
 void launch_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                      const Tensor& dout, const Sizes& s, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                     bool sm90, cudaStream_t stream) {
+                     const FlashGradSums& grad_sums, bool sm90, cudaStream_t stream) {
   const char* op = "flash_attention backward";
   const int64_t rows = static_cast<int64_t>(s.batch) * s.heads * s.q_len;
   Tensor delta = empty({rows}, DType::f32, q.device());
@@ -402,35 +526,82 @@ void launch_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Te
                        static_cast<float*>(dq_accum.raw_data()), s, rows);
   PRECIS_CUDA_CHECK_LAUNCH(op);
 
+  // FlashGradSums: the partial rows of the key-block kernel (one per batch and key block) and
+  // of the dQ rounding (one per batch and chunk of kDqSumRows queries).
+  const bool sums = grad_sums.sums.defined();
+  const int key_block_keys = sm90 ? kSm90BackwardBlockKeys : BackwardTile<kD>::kBlockN;
+  const int64_t kv_rows = static_cast<int64_t>(s.batch) * ceil_div(s.k_len, key_block_keys);
+  const int q_chunks = ceil_div(s.q_len, kDqSumRows);
+  const int64_t hd = static_cast<int64_t>(s.heads) * kD, q_rows = static_cast<int64_t>(s.batch) * q_chunks;
+  const Tensor kv_partial = sums ? empty({kv_rows, 2 * hd}, DType::f32, q.device()) : Tensor();
+  const Tensor q_partial = sums ? empty({q_rows, hd}, DType::f32, q.device()) : Tensor();
+
   if (sm90) {
-    flash_backward_key_blocks_sm90(q, k, v, dout, lse, delta, dq_accum, s.causal, s.scale, dk, dv);
+    flash_backward_key_blocks_sm90(q, k, v, dout, lse, delta, dq_accum, s.causal, s.scale, dk, dv, kv_partial);
   } else {
     using Tile = BackwardTile<kD>;
     const dim3 grid(s.batch * s.heads, ceil_div(s.k_len, Tile::kBlockN));
-    launch_with_shared_memory(flash_backward_kernel<T, kD>, grid, kThreads, Tile::kSmemBytes, stream, op,
-                              heads_view<const T>(q), heads_view<const T>(k), heads_view<const T>(v),
-                              heads_view<const T>(dout), static_cast<const float*>(lse.raw_data()),
-                              static_cast<const float*>(delta.raw_data()), static_cast<float*>(dq_accum.raw_data()),
-                              heads_view<T>(dk), heads_view<T>(dv), s);
+    auto launch = [&](auto kernel) {
+      launch_with_shared_memory(kernel, grid, kThreads, Tile::kSmemBytes, stream, op, heads_view<const T>(q),
+                                heads_view<const T>(k), heads_view<const T>(v), heads_view<const T>(dout),
+                                static_cast<const float*>(lse.raw_data()), static_cast<const float*>(delta.raw_data()),
+                                static_cast<float*>(dq_accum.raw_data()), heads_view<T>(dk), heads_view<T>(dv), s,
+                                sums ? static_cast<float*>(kv_partial.raw_data()) : nullptr);
+    };
+    if (sums)
+      launch(flash_backward_kernel<T, kD, true>);
+    else
+      launch(flash_backward_kernel<T, kD, false>);
     PRECIS_CUDA_CHECK_LAUNCH(op);
   }
 
-  precis::cuda::launch(flash_dq_kernel<T, kD>, chunk_blocks, kElementwiseThreads, 0, stream,
-                       static_cast<const float*>(dq_accum.raw_data()), heads_view<T>(dq), s, chunks);
+  if (!sums) {
+    precis::cuda::launch(flash_dq_kernel<T, kD>, chunk_blocks, kElementwiseThreads, 0, stream,
+                         static_cast<const float*>(dq_accum.raw_data()), heads_view<T>(dq), s, chunks);
+    PRECIS_CUDA_CHECK_LAUNCH(op);
+    return;
+  }
+  const int64_t dq_blocks = static_cast<int64_t>(s.batch) * s.heads * q_chunks;  // (head, chunk), chunks fastest
+  PRECIS_CHECK(dq_blocks <= INT32_MAX, op, ": ", dq_blocks, " blocks of dQ rows are more than one launch takes");
+  precis::cuda::launch(flash_dq_sums_kernel<T, kD>, static_cast<unsigned>(dq_blocks), 256, 0, stream,
+                       static_cast<const float*>(dq_accum.raw_data()), heads_view<T>(dq), s,
+                       static_cast<float*>(q_partial.raw_data()));
   PRECIS_CUDA_CHECK_LAUNCH(op);
+  auto finish = [&](auto* out) {
+    using O = std::remove_pointer_t<decltype(out)>;
+    precis::cuda::launch(flash_grad_sums_finish_kernel<O>, static_cast<unsigned>((3 * hd + 31) / 32),
+                         dim3(32, kFinishSlices), 0, stream, static_cast<const float*>(q_partial.raw_data()), q_rows,
+                         static_cast<const float*>(kv_partial.raw_data()), kv_rows, hd, out, grad_sums.accumulate);
+    PRECIS_CUDA_CHECK_LAUNCH(op);
+  };
+  if (grad_sums.sums.dtype() == DType::f32)
+    finish(static_cast<float*>(grad_sums.sums.raw_data()));
+  else
+    finish(static_cast<T*>(grad_sums.sums.raw_data()));
 }
 
 // The three kernels; sm90: the key blocks on the sm_90a kernel.
 void run_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                   const Tensor& dout, bool causal, double scale, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                  bool sm90) {
+                  const FlashGradSums& grad_sums, bool sm90) {
   const char* op = "flash_attention backward";
+  if (grad_sums.sums.defined()) {
+    const Tensor& sums = grad_sums.sums;
+    const int64_t columns = 3 * q.size(1) * q.size(3);
+    PRECIS_CHECK(sums.device() == q.device() && (sums.dtype() == DType::f32 || sums.dtype() == q.dtype()) &&
+                     sums.shape() == Shape({columns}) && sums.is_contiguous(),
+                 op, ": the gradient column sums ", describe(sums), " must be contiguous [", columns,
+                 "] on q's device, f32 or q's dtype");
+  }
   const Sizes s = sizes_of(q, k, causal, scale);
-  if (s.batch == 0 || s.heads == 0 || s.k_len == 0) return;
+  if (s.batch == 0 || s.heads == 0 || s.k_len == 0) {
+    if (grad_sums.sums.defined() && !grad_sums.accumulate) fill_(grad_sums.sums, 0.0);
+    return;
+  }
   cudaStream_t stream = stream_for(q);
   dispatch_heads(q, op, [&](auto tag, auto head_size) {
     launch_backward<typename decltype(tag)::type, decltype(head_size)::value>(q, k, v, out, lse, dout, s, dq, dk, dv,
-                                                                              sm90, stream);
+                                                                              grad_sums, sm90, stream);
   });
 }
 
@@ -438,17 +609,17 @@ void run_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
 
 void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                               const Tensor& dout, bool causal, double scale, const Tensor& dq, const Tensor& dk,
-                              const Tensor& dv) {
+                              const Tensor& dv, const FlashGradSums& grad_sums) {
   const bool sm90 = flash_attention_backward_sm90_supported(q);  // wgmma on Hopper at head size 64
-  run_backward(q, k, v, out, lse, dout, causal, scale, dq, dk, dv, sm90);
+  run_backward(q, k, v, out, lse, dout, causal, scale, dq, dk, dv, grad_sums, sm90);
 }
 
 void flash_attention_backward_sm90(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                    const Tensor& lse, const Tensor& dout, bool causal, double scale, const Tensor& dq,
-                                   const Tensor& dk, const Tensor& dv) {
+                                   const Tensor& dk, const Tensor& dv, const FlashGradSums& grad_sums) {
   PRECIS_CHECK(flash_attention_backward_sm90_supported(q), "flash_attention backward (sm_90a)",
                ": needs a compute-capability 9.0 GPU, f16 or bf16, head size 64");
-  run_backward(q, k, v, out, lse, dout, causal, scale, dq, dk, dv, true);
+  run_backward(q, k, v, out, lse, dout, causal, scale, dq, dk, dv, grad_sums, true);
 }
 
 }  // namespace precis::ops::cuda

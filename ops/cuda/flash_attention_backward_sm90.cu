@@ -42,7 +42,7 @@
 // The blocks start heads in groups (flash_backward_key_blocks_sm90): the key blocks of a
 // few heads together, so that their Q, dO and dQ sums stay in L2.
 //
-// Registers: 237 a thread, no spills (one block per SM). The pipeline and the bulk dQ
+// Registers: 237 a thread (234 with the column sums), no spills (one block per SM). The pipeline and the bulk dQ
 // reductions pay at long sequences; the head groups pay at short ones, where with heads
 // fastest in the grid 192 heads' Q, dO and dQ sums (100 MB at T = 1024) do not stay in L2
 // while each head's key blocks walk them at different times. bench/NOTES.md and
@@ -51,6 +51,13 @@
 // Memory traffic per (b, h): K, V, dK, dV once; Q, dO, lse, delta once per key block; the
 // f32 dQ sums read-modify-written once per key block (bulk reductions in L2). Arithmetic:
 // 5 products of 2 Tq Tk D flops each (half skipped when causal), Tq Tk exponentials.
+//
+// Column sums (FlashGradSums, ops/cuda/flash_attention.h; kv_partial given): after writing
+// dK and dV, each block adds up, per column, the values it wrote (rounded to T, in f32): a
+// thread's two keys, then the 8 lanes holding the same columns (shuffles), then the 8 warps
+// in order through shared memory (the dS^T tiles, free after the walk), and thread c < 2 kD
+// writes column c of its dK, dV partial row. Only after the walk, from dK, dV's registers:
+// the walk itself is the kernel without sums.
 //
 // The code assembles only in the sm_90a pass (CMakeLists.txt); the sm_80 and sm_90 passes
 // compile an empty kernel, and flash_attention_backward_sm90_supported checks that the
@@ -74,7 +81,8 @@ using namespace flash;
 
 constexpr int kD = 64, kWarpgroups = 2, kThreads = 128 * kWarpgroups;
 constexpr int kBlockN = 64 * kWarpgroups, kBlockM = 64;  // keys per block; queries per step
-constexpr int kStages = 3;                               // query blocks in shared memory
+static_assert(kBlockN == kSm90BackwardBlockKeys);
+constexpr int kStages = 3;  // query blocks in shared memory
 constexpr float kLog2e = 1.4426950408889634f;
 // K, V and two dS^T tiles [kBlockN][kD]; kStages stages of Q, dO [kBlockM][kD]; two f32 dQ
 // tiles [kBlockM][kD]; kStages stages of lse, delta [kBlockM]; room to start the tiles on a
@@ -83,11 +91,21 @@ constexpr int kTileBytes = kBlockN * kD * 2, kStageBytes = kBlockM * kD * 2, kDq
 constexpr int kSmemBytes =
     4 * kTileBytes + 2 * kStages * kStageBytes + 2 * kDqTileBytes + 2 * kStages * kBlockM * 4 + kSwizzleAtomBytes;
 
-template <typename T>
+// The sum of v over the 8 lanes of a warp that hold the same columns of an accumulator
+// (lanes l, l + 4, ..., l + 28: its rows lane / 4), by a fixed tree; every lane gets it.
+__device__ __forceinline__ float sum_over_fragment_rows(float v) {
+#pragma unroll
+  for (int offset = 4; offset < 32; offset *= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// kSums: also the column sums of the dK and dV the block writes (the top comment's last
+// paragraph), into kv_partial.
+template <typename T, bool kSums>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_backward_sm90_kernel(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
                                HeadsView<const T> dout, const float* lse, const float* delta, float* dq_accum,
-                               HeadsView<T> dk, HeadsView<T> dv, Sizes s, int head_group) {
+                               HeadsView<T> dk, HeadsView<T> dv, Sizes s, int head_group, float* kv_partial) {
   precis::cuda::wait_for_previous_grid();
   if constexpr (kSm90aPass) {
     extern __shared__ unsigned char smem_raw[];
@@ -302,6 +320,46 @@ __global__ void __launch_bounds__(kThreads, 1)
             pack2<T>(dv_acc[4 * j + 2 * half], dv_acc[4 * j + 2 * half + 1]);
       }
     }
+
+    if constexpr (kSums) {
+      // The column sums of the dK and dV just written, of the values as rounded: a thread's
+      // two keys, then the 8 lanes of its columns (16 keys), then the 8 warps (128 keys) in
+      // order through shared memory (the dS^T tiles: no product or copy reads them any more).
+      float* sSums = reinterpret_cast<float*>(sdSt);  // [dK, dV][8 warps][kD]
+      const int warp = tid / 32;
+      __syncthreads();
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j) {
+        float dk_sum[2] = {0.f, 0.f}, dv_sum[2] = {0.f, 0.f};
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          if (n0 + thread_key0 + 8 * half >= s.k_len) continue;
+          const float2 dk_rounded =
+              unpack2<T>(pack2<T>(dk_acc[4 * j + 2 * half] * s.scale, dk_acc[4 * j + 2 * half + 1] * s.scale));
+          const float2 dv_rounded = unpack2<T>(pack2<T>(dv_acc[4 * j + 2 * half], dv_acc[4 * j + 2 * half + 1]));
+          dk_sum[0] += dk_rounded.x, dk_sum[1] += dk_rounded.y;
+          dv_sum[0] += dv_rounded.x, dv_sum[1] += dv_rounded.y;
+        }
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          dk_sum[e] = sum_over_fragment_rows(dk_sum[e]);
+          dv_sum[e] = sum_over_fragment_rows(dv_sum[e]);
+          if (lane < 4) {
+            sSums[warp * kD + 8 * j + col + e] = dk_sum[e];
+            sSums[(kThreads / 32 + warp) * kD + 8 * j + col + e] = dv_sum[e];
+          }
+        }
+      }
+      __syncthreads();
+      if (tid < 2 * kD) {
+        const int part = tid / kD, c = tid % kD;  // part 0: dK, 1: dV
+        float sum = 0.f;
+#pragma unroll
+        for (int w = 0; w < kThreads / 32; ++w) sum += sSums[(part * (kThreads / 32) + w) * kD + c];
+        const int64_t row = static_cast<int64_t>(b) * key_blocks + n0 / kBlockN;
+        kv_partial[(row * 2 + part) * s.heads * kD + h * kD + c] = sum;
+      }
+    }
   }
 }
 
@@ -314,7 +372,7 @@ bool flash_attention_backward_sm90_supported(const Tensor& q) {
 
 void flash_backward_key_blocks_sm90(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
                                     const Tensor& lse, const Tensor& delta, const Tensor& dq_accum, bool causal,
-                                    double scale, const Tensor& dk, const Tensor& dv) {
+                                    double scale, const Tensor& dk, const Tensor& dv, const Tensor& kv_partial) {
   const char* op = "flash_attention backward (sm_90a)";
   PRECIS_CHECK(flash_attention_backward_sm90_supported(q), op,
                ": needs a compute-capability 9.0 GPU, f16 or bf16, head size 64");
@@ -337,13 +395,25 @@ void flash_backward_key_blocks_sm90(const Tensor& q, const Tensor& k, const Tens
   const int head_group =
       s.causal ? std::clamp(std::min(ceil_div(4 * multiprocessor_count(q.device()), key_blocks + 1), 16), 1, heads)
                : heads;
+  if (kv_partial.defined())
+    PRECIS_CHECK(kv_partial.dtype() == DType::f32 && kv_partial.is_contiguous() &&
+                     kv_partial.numel() == static_cast<int64_t>(s.batch) * key_blocks * 2 * s.heads * kD,
+                 op, ": the dK, dV column partials ", describe(kv_partial), " must be dense f32 [",
+                 s.batch * key_blocks, ", ", 2 * s.heads * kD, "]");
   dispatch_half(q.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    launch_with_shared_memory(flash_backward_sm90_kernel<T>, heads * key_blocks, kThreads, kSmemBytes, stream, op,
-                              heads_view<const T>(q), heads_view<const T>(k), heads_view<const T>(v),
-                              heads_view<const T>(dout), static_cast<const float*>(lse.raw_data()),
-                              static_cast<const float*>(delta.raw_data()), static_cast<float*>(dq_accum.raw_data()),
-                              heads_view<T>(dk), heads_view<T>(dv), s, head_group);
+    auto launch = [&](auto kernel) {
+      launch_with_shared_memory(kernel, heads * key_blocks, kThreads, kSmemBytes, stream, op, heads_view<const T>(q),
+                                heads_view<const T>(k), heads_view<const T>(v), heads_view<const T>(dout),
+                                static_cast<const float*>(lse.raw_data()), static_cast<const float*>(delta.raw_data()),
+                                static_cast<float*>(dq_accum.raw_data()), heads_view<T>(dk), heads_view<T>(dv), s,
+                                head_group,
+                                kv_partial.defined() ? static_cast<float*>(kv_partial.raw_data()) : nullptr);
+    };
+    if (kv_partial.defined())
+      launch(flash_backward_sm90_kernel<T, true>);
+    else
+      launch(flash_backward_sm90_kernel<T, false>);
   });
   PRECIS_CUDA_CHECK_LAUNCH(op);
 }

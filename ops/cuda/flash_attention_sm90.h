@@ -6,6 +6,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "ops/cuda/flash_attention.h"
 
 namespace precis::ops::cuda {
 
@@ -30,13 +31,20 @@ bool flash_attention_backward_sm90_supported(const Tensor& q);
 // flash_attention_backward_sm90_supported(q). Defined in flash_attention_backward.cu.
 void flash_attention_backward_sm90(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                    const Tensor& lse, const Tensor& dout, bool causal, double scale, const Tensor& dq,
-                                   const Tensor& dk, const Tensor& dv);
+                                   const Tensor& dk, const Tensor& dv, const FlashGradSums& grad_sums = {});
+
+// The keys of one block of that key-block kernel.
+inline constexpr int kSm90BackwardBlockKeys = 128;
 
 // That key-block kernel (ops/cuda/flash_attention_backward_sm90.cu): dk, dv, and each key
 // block's share of dQ added into dq_accum ([B H Tq, D] f32, zeroed), from delta ([B H Tq]
-// f32, rowsum(dout * out)) and the forward's lse.
+// f32, rowsum(dout * out)) and the forward's lse. With kv_partial defined (dense f32
+// [B key_blocks, 2 H D], key_blocks = ceil(Tk / kSm90BackwardBlockKeys)), block (b, h, n)
+// also writes the column sums of the dk and dv it wrote, as rounded, to
+// kv_partial[b key_blocks + n, p H D + h D + d] (p = 0 dk, 1 dv): FlashGradSums' partial rows.
 void flash_backward_key_blocks_sm90(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
                                     const Tensor& lse, const Tensor& delta, const Tensor& dq_accum, bool causal,
-                                    double scale, const Tensor& dk, const Tensor& dv);
+                                    double scale, const Tensor& dk, const Tensor& dv,
+                                    const Tensor& kv_partial = Tensor());
 
 }  // namespace precis::ops::cuda

@@ -68,11 +68,13 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   }
 }
 
-// Unpacks a register of two 16-bit values (pack2's layout) into floats.
+// Unpacks a register of two 16-bit values (pack2's layout) into floats. A bfloat16 is the
+// high half of its float: shifts and masks in registers (__bfloat1622float2 on the register's
+// address can take a trip through the stack).
 template <typename T>
 __device__ __forceinline__ float2 unpack2(uint32_t v) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&v));
+    return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
   else
     return __half22float2(*reinterpret_cast<__half2*>(&v));
 }

@@ -158,3 +158,32 @@ TEST(Transformer, NoBiasLeavesNothingPending) {
   EXPECT_TRUE(r.branch.defined());
   EXPECT_FALSE(r.branch_bias.defined());
 }
+
+TEST(Transformer, FlashAttentionTakesOverTheQkvBiasGradientWithTheSameValues) {
+  // attention: flash on the CPU (f64) runs the packed attention, which makes c_attn's bias
+  // gradient in its own backward (c_attn's product adds the bias detached): every gradient
+  // as with the reference attention, c_attn's bias gradient included, and accumulated over
+  // two backward passes as a micro-step would.
+  auto grads_of = [](const std::string& attention) {
+    nn::TransformerConfig c = config(0.0);
+    c.attention = attention;
+    nn::CausalSelfAttention attn(c);
+    make_f64(attn, 20);
+    std::vector<Tensor> grads;
+    for (uint64_t pass = 0; pass < 2; ++pass) {
+      Tensor x = random_f64({2, 9, 16}, 30 + pass, -1, 1).set_requires_grad();
+      Tensor y = attn.forward(x);
+      ops::sum(y * random_f64(y.shape(), 40 + pass)).backward();
+      grads.push_back(x.grad());
+    }
+    for (const auto& p : attn.named_parameters()) grads.push_back(p.tensor.grad());
+    return grads;
+  };
+  const std::vector<Tensor> flash = grads_of("flash"), reference = grads_of("reference");
+  ASSERT_EQ(flash.size(), reference.size());
+  for (size_t i = 0; i < flash.size(); ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_TRUE(flash[i].defined());
+    expect_close(flash[i], reference[i], 1e-12, 1e-10);
+  }
+}

@@ -66,3 +66,36 @@ TEST(FlashAttentionCpu, GradientsMatchTheReferenceAndFiniteDifferences) {
   expect_gradients_match(fn(true), {random_f64({2, 4, 12}, 4, -1, 1)});
   expect_gradients_match(fn(false), {random_f64({1, 5, 12}, 5, -1, 1)});
 }
+
+TEST(FlashAttentionCpu, QkvBiasGetsTheGradientOfTheProductThatAddedIt) {
+  // qkv = x W^T + b with b's gradient left to the attention (linear on b detached, b handed to
+  // flash_attention_packed) gives x, W and b the gradients of the plain composition, b's by the
+  // same column sums, so the very same values; and finite differences agree.
+  for (const Case& c : kCases) {
+    const int64_t C = c.H * c.D, in = 5;
+    for (DType dtype : {DType::f64, DType::f32}) {
+      const Tensor x0 = random_f64({c.B, c.T, in}, 6).to(dtype), w0 = random_f64({3 * C, in}, 7, -1, 1).to(dtype),
+                   b0 = random_f64({3 * C}, 8).to(dtype), weights = random_f64({c.B, c.T, C}, 9).to(dtype);
+      auto grads_of = [&](bool folded) {
+        Tensor x = x0.detach().set_requires_grad(true), w = w0.detach().set_requires_grad(true),
+               b = b0.detach().set_requires_grad(true);
+        Tensor y = folded ? ops::flash_attention_packed(ops::linear(x, w, b.detach()), c.H, c.causal, b)
+                          : ops::flash_attention_packed(ops::linear(x, w, b), c.H, c.causal);
+        ops::sum(y * weights).backward();
+        return std::vector<Tensor>{x.grad(), w.grad(), b.grad()};
+      };
+      const std::vector<Tensor> folded = grads_of(true), plain = grads_of(false);
+      for (size_t i = 0; i < 3; ++i) EXPECT_EQ(folded[i].to_vector<double>(), plain[i].to_vector<double>()) << i;
+    }
+  }
+  auto fn = [](const std::vector<Tensor>& in) {
+    return ops::flash_attention_packed(ops::linear(in[0], in[1], in[2].detach()), 2, true, in[2]);
+  };
+  expect_gradients_match(
+      fn, {random_f64({2, 4, 3}, 10, -1, 1), random_f64({12, 3}, 11, -1, 1), random_f64({12}, 12, -1, 1)});
+}
+
+TEST(FlashAttentionCpu, QkvBiasMustMatchQkvsLastDim) {
+  const Tensor qkv = random_f64({1, 4, 12}, 13);
+  EXPECT_THROW(ops::flash_attention_packed(qkv, 2, true, random_f64({6}, 14)), Error);
+}
