@@ -1,7 +1,6 @@
 #include "nn/transformer.h"
 
 #include <atomic>
-#include <cstdlib>
 #include <iostream>
 #include <string>
 
@@ -38,17 +37,6 @@ ops::AttentionImpl CausalSelfAttention::attention_impl(const Tensor& q, double d
   return ops::AttentionImpl::flash;
 }
 
-// Temporary A/B switch (bench/NOTES.md); removed after the GPU comparison.
-// PRECIS_AB_OLD_QKV_BIAS=1: c_attn's bias gradient by c_attn's own backward (column sums of
-// d(qkv) after the flash backward wrote it), not by the flash backward's kernels.
-static bool old_qkv_bias_path() {
-  static const bool old = [] {
-    const char* setting = std::getenv("PRECIS_AB_OLD_QKV_BIAS");
-    return setting != nullptr && std::string(setting) == "1";
-  }();
-  return old;
-}
-
 // Whether the packed flash attention will run on c_attn(x), before the product: c_attn's
 // output is a fresh [B, T, 3C] in the linear's dtype (the compute dtype under autocast, else
 // its operands' promoted dtype), which attend() casts to the compute dtype.
@@ -69,9 +57,8 @@ Tensor CausalSelfAttention::attend(const Tensor& x) {
   // Where the packed flash attention runs, it also makes c_attn's bias gradient: its kernels
   // sum d(qkv) as they write it (ops/nn_functional.h, flash_attention_packed's qkv_bias), and
   // the product adds the bias without taking its gradient.
-  const Tensor qkv_bias = c_attn->bias.defined() && !old_qkv_bias_path() && packed_flash_runs(x, attn_dropout)
-                              ? ops::autocast::to_compute(c_attn->bias)
-                              : Tensor();
+  const Tensor qkv_bias =
+      c_attn->bias.defined() && packed_flash_runs(x, attn_dropout) ? ops::autocast::to_compute(c_attn->bias) : Tensor();
   const Tensor qkv = qkv_bias.defined() ? ops::linear(x, c_attn->weight, qkv_bias.detach()) : c_attn->forward(x);
   Tensor y;
   if (qkv_bias.defined() || (config_.attention == "flash" && attn_dropout == 0.0 &&

@@ -31,8 +31,6 @@
 // copied back once per forward (8 bytes and a stream synchronisation), cheaper than copying
 // every target to the host to check them there.
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
 
 #include "core/cuda/block_reduce.cuh"
@@ -590,13 +588,9 @@ __global__ void __launch_bounds__(kBulkThreads, 2)
 
 }  // namespace
 
-// Temporary A/B switch (bench/NOTES.md); removed after the GPU comparison.
-std::atomic<bool>& old_classifier_switch() {
-  static std::atomic<bool> old{[] {
-    const char* setting = std::getenv("PRECIS_AB_OLD_CLASSIFIER");
-    return setting != nullptr && std::strcmp(setting, "1") == 0;
-  }()};
-  return old;
+std::atomic<bool>& staged_classifier_forced() {
+  static std::atomic<bool> forced{false};
+  return forced;
 }
 
 BadIndex cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& stats,
@@ -717,7 +711,7 @@ BadIndex cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, in
       double* row_losses = static_cast<double*>(losses.raw_data());
       const int64_t staged_bytes = width * static_cast<int64_t>(sizeof(T));
       const bool staged = C > 16384 && staged_bytes <= kMaxStagedRowBytes;  // long rows: a block of 512 threads each
-      if (staged && !old_classifier_switch().load() && cuda_compute_capability(device.index) >= 90) {
+      if (staged && !staged_classifier_forced().load() && cuda_compute_capability(device.index) >= 90) {
         auto kernel = cross_entropy_fused_bulk_kernel<T, Target>;
         PRECIS_CUDA_CHECK(
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int{kMaxStagedRowBytes}), op);

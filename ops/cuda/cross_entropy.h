@@ -32,10 +32,9 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t
 BadIndex cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                                  const Tensor& grad_factor, const Tensor& loss, const Tensor& dlogits);
 
-// Temporary A/B switch (bench/NOTES.md); removed after the GPU comparison.
-// True: cross_entropy_with_grad's long rows take the previous staged kernel (the threads load
-// the row) instead of the bulk-copy one. Starts as PRECIS_AB_OLD_CLASSIFIER=1 in the
-// environment; tests set it to run both.
-std::atomic<bool>& old_classifier_switch();
+// True: cross_entropy_with_grad's long rows take the staged kernel (the threads load the row),
+// which GPUs before compute capability 9.0 run, instead of the bulk-copy one. False unless a
+// test sets it, to check the staged kernel on a newer GPU too.
+std::atomic<bool>& staged_classifier_forced();
 
 }  // namespace precis::ops::cuda

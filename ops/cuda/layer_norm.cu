@@ -29,8 +29,6 @@
 // row at once (before any store, which the compiler must assume may alias them) and keeps the
 // values for the later passes: each value crosses memory once, and a row waits for memory once.
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 #include <utility>
 
 #include "core/cuda/block_reduce.cuh"
@@ -484,16 +482,6 @@ void run_with_lane_values(int64_t C, Run&& run) {
 }
 static_assert(kWarpBackwardMaxLaneValues == 24, "run_with_lane_values covers every lane size");
 
-// Temporary A/B switch (bench/NOTES.md); removed after the GPU comparison.
-// PRECIS_AB_OLD_LN_BACKWARD=1: the backward takes the kernels it took before the warp-per-row one.
-bool old_backward_selected() {
-  static const bool old = [] {
-    const char* setting = std::getenv("PRECIS_AB_OLD_LN_BACKWARD");
-    return setting != nullptr && std::string_view(setting) == "1";
-  }();
-  return old;
-}
-
 // Calls fn(TypeTag<U>) with the device type of `dtype`, a dtype the kernels take beside x's T:
 // T, f16/bf16 beside f32 T, and (for y and its gradient: `residual` false) f32 beside f16/bf16 T.
 template <typename T, typename Fn>
@@ -682,7 +670,7 @@ void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight,
           if constexpr (kPack == kWide && !std::is_same_v<T, double>) {
             // Rows a warp holds (every array packed, the weight too) take the warp-per-row kernel,
             // reading the weight as the load-ahead kernel does.
-            if (!old_backward_selected() && C <= 32 * kWarpBackwardMaxLaneValues) {
+            if (C <= 32 * kWarpBackwardMaxLaneValues) {
               const bool weight_packed = narrow_weight ? pack_aligned<kPack>(pointer<const T>(weight))
                                                        : pack_aligned<kPack>(pointer<const A>(weight));
               if (weight_packed) {

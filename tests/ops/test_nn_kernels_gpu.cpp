@@ -94,14 +94,14 @@ const double kNaN = std::numeric_limits<double>::quiet_NaN();
 Tensor poisoned(const Shape& shape, DType dtype) { return full(shape, is_floating(dtype) ? kNaN : -1.0, dtype, kGpu); }
 
 // Runs fn once on each kernel of the fused classifier's long rows: the bulk-copy one (on GPUs
-// of compute capability 9.0 and newer) and the previous staged one, through the temporary A/B
-// switch (ops/cuda/cross_entropy.h), which is then put back as it was.
+// of compute capability 9.0 and newer) and the staged one (older GPUs), through
+// staged_classifier_forced (ops/cuda/cross_entropy.h), which is then put back as it was.
 template <typename Fn>
 void on_both_long_row_kernels(Fn&& fn) {
-  std::atomic<bool>& old = ops::cuda::old_classifier_switch();
+  std::atomic<bool>& old = ops::cuda::staged_classifier_forced();
   const bool before = old.load();
   for (bool use_old : {false, true}) {
-    SCOPED_TRACE(use_old ? "previous staged kernel" : "bulk-copy kernel");
+    SCOPED_TRACE(use_old ? "staged kernel" : "bulk-copy kernel");
     old = use_old;
     fn();
   }
