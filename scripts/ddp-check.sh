@@ -7,9 +7,10 @@
 # Environment:
 #   NGPUS     GPUs to use (default: all)            ROUNDS   rounds of the main runs (default 2)
 #   SIZES     GPU counts of the main rounds (default 1, 2 if NGPUS > 2, and NGPUS)
-#   MAIN      settings of the main Precis runs (default "cuda_graphs=true"); MAIN_MULTI those of
-#             its runs on more than one GPU (default: the best measured on 2x H100, ZeRO-1 in
-#             one bucket, reduce-scattered after the backward, with graphs)
+#   MAIN      settings of the main Precis runs (default: bf16 gradients, as llm.c keeps them,
+#             with graphs); MAIN_MULTI those of its runs on more than one GPU (default: the best
+#             measured on 2x and 4x H100, the same with ZeRO-1 in one bucket, reduce-scattered
+#             after the backward)
 #   STEPS     timed steps (default 30)              WARMUP   steps before them (default 10)
 #   VARIANTS  extra N-GPU Precis runs, ';'-separated "name:ENV=V ENV2=W|config.key=value ...":
 #             env assignments before the '|', config settings after it (a name Ngpu-...: N GPUs)
@@ -33,8 +34,8 @@ WARMUP=${WARMUP:-10}
 default_sizes="1 $NGPUS"
 ((NGPUS > 2)) && default_sizes="1 2 $NGPUS"
 SIZES=${SIZES:-$default_sizes}
-MAIN=${MAIN:-cuda_graphs=true}
-MAIN_MULTI=${MAIN_MULTI:-"distributed.zero=1 distributed.bucket_mb=1000 distributed.first_bucket_mb=1000 cuda_graphs=true"}
+MAIN=${MAIN:-"precision.grad_dtype=bfloat16 cuda_graphs=true"}
+MAIN_MULTI=${MAIN_MULTI:-"precision.grad_dtype=bfloat16 distributed.zero=1 distributed.bucket_mb=1000 distributed.first_bucket_mb=1000 cuda_graphs=true"}
 MPI="mpirun --allow-run-as-root --bind-to none"
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
