@@ -832,15 +832,22 @@ void ConfigReader::finish() {
 
 // YAML is Unicode text, and yaml-cpp 0.7 can loop forever on bytes that are not UTF-8 (the
 // fuzzer found ",\xff\xff": tests/fuzz/repro/config): such a file is an error before it is parsed.
+// So is a control character other than tab and line breaks, which YAML does not allow either:
+// yaml-cpp reads a NUL followed by '_' in a plain scalar as the lone byte 0xa0, a value that is
+// not UTF-8 (the fuzzer again).
 void check_utf8(const std::string& text, const std::string& source_name) {
   int64_t line = 1, column = 1;
   for (size_t pos = 0; pos < text.size();) {
     const Utf8Char c = decode_utf8(text, pos);
-    if (c.code_point == 0xFFFD && c.length == 1) {
+    const bool not_utf8 = c.code_point == 0xFFFD && c.length == 1;
+    const bool control = (c.code_point < 0x20 && c.code_point != '\t' && c.code_point != '\n') || c.code_point == 0x7F;
+    if (not_utf8 || control) {
       char byte[8];
       std::snprintf(byte, sizeof byte, "0x%02x", static_cast<unsigned char>(text[pos]));
       fail(source_name + ":" + std::to_string(line) + ":" + std::to_string(column),
-           std::string("the file is not UTF-8 text (byte ") + byte + "); save it as UTF-8");
+           not_utf8 ? std::string("the file is not UTF-8 text (byte ") + byte + "); save it as UTF-8"
+                    : std::string("the file holds a control character (byte ") + byte +
+                          "), which YAML does not allow; remove it");
     }
     if (text[pos] == '\n') {
       ++line;

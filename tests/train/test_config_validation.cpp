@@ -64,6 +64,16 @@ TEST(ConfigValidation, TextThatIsNotUtf8IsAnErrorBeforeParsing) {
             "caf\xc3\xa9 \xe2\x80\x94");
 }
 
+// Found by the fuzzer: yaml-cpp reads a NUL followed by '_' as the byte 0xa0, so the config
+// accepted a path that is not UTF-8 and its resolved YAML did not read back.
+TEST(ConfigValidation, ControlCharactersAreAnErrorBeforeParsing) {
+  EXPECT_EQ(parse_error(kData + std::string("out_dir: out/a\0_b\n", 18)),
+            "config.yaml:3:15: the file holds a control character (byte 0x00), which YAML does not allow; remove it");
+  EXPECT_EQ(parse_error(kData + "out_dir: out\x07\n"),
+            "config.yaml:3:13: the file holds a control character (byte 0x07), which YAML does not allow; remove it");
+  EXPECT_EQ(parse_config(kData + "sample: {prompt: \"a\tb\"}\r\nout_dir: out\r\n").sample.prompt, "a\tb");
+}
+
 TEST(ConfigValidation, AnEmptyConfigSaysItIsEmpty) {
   for (const char* text : {"", "# only a comment\n\n"}) {
     const std::string message = parse_error(text);
