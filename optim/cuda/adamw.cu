@@ -88,11 +88,24 @@ __global__ void adamw_prepare_kernel(DeviceStepInputs in, double beta1, double b
   out->inv_sqrt_bias2 = 1.0 / sqrt(bias2);
 }
 
+// Products and sums each rounded on their own (the _rn intrinsics are never fused into a
+// multiply-add), as the host computes them: otherwise the compiler may fuse differently in
+// each instantiation, and a bf16 gradient would not step as its f32 widening does.
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
+__device__ __forceinline__ float sub_rn(float a, float b) { return __fsub_rn(a, b); }
+__device__ __forceinline__ double sub_rn(double a, double b) { return __dsub_rn(a, b); }
+
+//   m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2
+//   x <- x (1 - lr wd) - (lr / bias1) m / (sqrt(v) / sqrt(bias2) + eps)
 template <typename C>
 __device__ __forceinline__ C adamw_element(C x, C g, C& m, C& v, C decay, const AdamWConstants<C>& c) {
-  m = c.b1 * m + (1 - c.b1) * g;
-  v = c.b2 * v + (1 - c.b2) * g * g;
-  return x * decay - c.step_size * m / (::sqrt(v) * c.inv_sqrt_bias2 + c.eps);
+  m = add_rn(mul_rn(c.b1, m), mul_rn(sub_rn(C(1), c.b1), g));
+  v = add_rn(mul_rn(c.b2, v), mul_rn(mul_rn(sub_rn(C(1), c.b2), g), g));
+  const C denominator = add_rn(mul_rn(C(::sqrt(v)), c.inv_sqrt_bias2), c.eps);
+  return sub_rn(mul_rn(x, decay), mul_rn(c.step_size, m) / denominator);
 }
 
 // Block b updates elements [chunk * kChunk, + kChunk) of its tensor, kVec at a time, with
