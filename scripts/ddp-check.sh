@@ -17,6 +17,7 @@
 #   EXTRAS    0: only the main rounds and the variants (no eager/traced/ZeRO/llm.c-option runs)
 #   SIMULATE  1: also the two-"host" runs on NCCL's socket transport (see docs/distributed.md)
 #   TESTS     0: skip the GPU tests (TESTS_REGEX: which; default the distributed ones)
+#   TARGETS   build only these targets (e.g. "precis_cli ops_test_flash_attention_gpu"; default all)
 #   LLMC      0: skip llm.c
 #   BUDGET_S  no run starts after this many seconds from the start (default 540)
 #   OUT       where logs go (the device tool's $OUT comes back)
@@ -47,7 +48,7 @@ if [[ ${LLMC:-1} == 1 ]]; then
 fi
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DPRECIS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
   >"$LOGS/configure.log" 2>&1 || { tail -30 "$LOGS/configure.log"; exit 1; }
-cmake --build "$BUILD" -j"$(nproc)" >"$LOGS/build.log" 2>&1 || { grep -E "error" "$LOGS/build.log" | head -40; exit 1; }
+cmake --build "$BUILD" -j"$(nproc)" ${TARGETS:+--target $TARGETS} >"$LOGS/build.log" 2>&1 || { grep -E "error" "$LOGS/build.log" | head -40; exit 1; }
 echo "build: ok ($(($(date +%s) - start)) s)"
 llmc=""
 if [[ ${LLMC:-1} == 1 ]]; then
