@@ -46,7 +46,7 @@ if [[ ${LLMC:-1} == 1 ]]; then
   (scripts/llmc-build.sh build-llmc >"$LOGS/llmc-build.log" 2>&1) &
   llmc_pid=$!
 fi
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DPRECIS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+bash scripts/gpu-configure.sh "$BUILD" \
   >"$LOGS/configure.log" 2>&1 || { tail -30 "$LOGS/configure.log"; exit 1; }
 cmake --build "$BUILD" -j"$(nproc)" ${TARGETS:+--target $TARGETS} >"$LOGS/build.log" 2>&1 || { grep -E "error" "$LOGS/build.log" | head -40; exit 1; }
 echo "build: ok ($(($(date +%s) - start)) s)"

@@ -27,7 +27,7 @@ OUT=${OUT:-/tmp/precis-ab-out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$O/gpu.txt"
 T0=$SECONDS
-cmake -S . -B build-ab -DCMAKE_BUILD_TYPE=Release -DPRECIS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >"$O/configure.log" 2>&1 ||
+bash scripts/gpu-configure.sh build-ab >"$O/configure.log" 2>&1 ||
   tail -20 "$O/configure.log"
 cmake --build build-ab -j16 --target precis_cli ${FOCUS_TESTS:-} >"$O/build.log" 2>&1
 echo "build rc=$? at $((SECONDS - T0))s"
@@ -37,8 +37,7 @@ for t in ${FOCUS_TESTS:-}; do
   echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED|  SKIPPED) ' "$O/$t.log" | head -4 | tr '\n' ' ')"
 done
 if [ -n "${BASE_TREE:-}" ]; then
-  cmake -S "$BASE_TREE" -B build-base -DCMAKE_BUILD_TYPE=Release -DPRECIS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-    >"$O/configure-base.log" 2>&1 || tail -20 "$O/configure-base.log"
+  bash scripts/gpu-configure.sh build-base "$BASE_TREE" >"$O/configure-base.log" 2>&1 || tail -20 "$O/configure-base.log"
   cmake --build build-base -j16 --target precis_cli >"$O/build-base.log" 2>&1
   echo "base build rc=$? at $((SECONDS - T0))s"
 fi

@@ -10,7 +10,7 @@ OUT=${OUT:-/tmp/precis-gpu-check}
 mkdir -p "$OUT"
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DPRECIS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+bash scripts/gpu-configure.sh "$BUILD" \
   >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
 grep "precis:" "$OUT/configure.log"
 cmake --build "$BUILD" -j16 >"$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -40; exit 1; }
