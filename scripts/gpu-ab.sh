@@ -15,6 +15,8 @@
 #   EAGER_VARIANTS="new:X=1"               variants also benched eagerly (bf16-pure)
 #   TRACE_VARIANTS="new:X=1"               variants of which one bf16-pure step is traced
 #   FOCUS_TESTS="ops_test_nn_kernels_gpu"  test binaries built first and run (GTEST_ARGS passed)
+#   TEST_REGEX="AddLayerNormGpu" TEST_VARIANTS="new:X=1 old:PRECIS_AB_OLD=1"
+#                                          then `ctest -R TEST_REGEX` under each variant's settings
 #   FULL_BUILD=1 CTEST=1                   build everything, then run `ctest -L gpu` last
 #   BASE_TREE=.base                        also build another tree (e.g. `git archive REV` unpacked into
 #                                          a git-ignored, carried folder) into build-base; a variant with
@@ -36,6 +38,16 @@ for t in ${FOCUS_TESTS:-}; do
   ./build-ab/tests/$t ${GTEST_ARGS:-} >"$O/$t.log" 2>&1
   echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED|  SKIPPED) ' "$O/$t.log" | head -4 | tr '\n' ' ')"
 done
+# The focus tests' ctest cases again under each variant's settings (a kernel behind a switch
+# is tested before it is timed).
+if [ -n "${TEST_REGEX:-}" ]; then
+  for v in ${TEST_VARIANTS:-base:X=1}; do
+    IFS=',' read -ra settings <<<"${v#*:}"
+    (cd build-ab && env "${settings[@]}" ctest -R "$TEST_REGEX" -j4 --output-on-failure >"$O/tests-${v%%:*}.log" 2>&1)
+    echo "tests ${v%%:*}: $(grep -E 'tests passed|tests failed' "$O/tests-${v%%:*}.log" | tail -1)"
+    grep -E "\(Failed\)|\*\*\*Timeout" "$O/tests-${v%%:*}.log" | head -5
+  done
+fi
 if [ -n "${BASE_TREE:-}" ]; then
   bash scripts/gpu-configure.sh build-base "$BASE_TREE" >"$O/configure-base.log" 2>&1 || tail -20 "$O/configure-base.log"
   cmake --build build-base -j16 --target precis_cli >"$O/build-base.log" 2>&1
