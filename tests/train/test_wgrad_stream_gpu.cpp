@@ -24,6 +24,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -67,6 +68,7 @@ struct Case {
 std::string name_of(const Case& c) {
   return c.precision + (c.channels_last ? "_ChannelsLast" : "_Nchw") + (c.graphs ? "_Graphs" : "_Eager");
 }
+void PrintTo(const Case& c, std::ostream* out) { *out << name_of(c); }
 
 struct TrainedRun {
   std::vector<double> losses, grad_norms;
