@@ -18,6 +18,7 @@
 // Skipped, with the reason, where no GPU is usable.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <filesystem>
@@ -125,8 +126,9 @@ TEST_P(WgradStreamTraining, SameBitsAsOnTheComputeStream) {
   ASSERT_EQ(off.losses.size(), 6u);
   ASSERT_EQ(on.losses.size(), 6u);
   ASSERT_EQ(on.grad_norms.size(), 6u);
-  if (c.graphs)
+  if (c.graphs) {
     EXPECT_NE(on.out.find("cuda graphs: captured"), std::string::npos) << "the step was not replayed:\n" << on.out;
+  }
   if (identical(off, off_again)) {
     EXPECT_EQ(on.losses, off.losses);
     EXPECT_EQ(on.grad_norms, off.grad_norms);
@@ -243,7 +245,15 @@ TEST(WgradStreamGpu, SavedTensorsAreNotReusedWhileTheSideStreamMayReadThem) {
   };
   const std::vector<float> reference = weight_grad(false, false);
   weight_grad(true, false);  // chooses cuDNN's plans (timing runs wait for the side stream)
-  EXPECT_EQ(weight_grad(true, true), reference);
+  // f32 weight-gradient engines may sum with atomics (nondeterministic order): seen on an H100,
+  // differences of ~1e-7 relative. A block overwritten while the side stream read it would
+  // make whole values wrong, far past that.
+  const std::vector<float> gated = weight_grad(true, true);
+  ASSERT_EQ(gated.size(), reference.size());
+  float magnitude = 0;
+  for (float v : reference) magnitude = std::max(magnitude, std::abs(v));
+  for (size_t i = 0; i < reference.size(); ++i)
+    ASSERT_NEAR(gated[i], reference[i], 1e-5f * magnitude) << "weight gradient element " << i;
 }
 
 }  // namespace
