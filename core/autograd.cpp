@@ -3,8 +3,13 @@
 #include <atomic>
 #include <queue>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/copy.h"
+
+#if PRECIS_WITH_CUDA
+#include "core/cuda/side_stream.h"
+#endif
 
 namespace precis {
 
@@ -155,6 +160,9 @@ class GraphTask {
   // Inputs of the running node whose destinations it took.
   std::vector<bool> taken;
 
+  // Leaves whose .grad a backward function writes on the side stream (core/autograd.h, top).
+  std::unordered_set<const TensorImpl*> side_written;
+
   Pending& pending_of(Node* node) {
     Pending& p = pending[node];
     if (p.grads.empty()) {
@@ -201,18 +209,46 @@ class GraphTask {
     return true;
   }
 
+  // The AccumulateGrad node `edge` reaches, directly or through pass-through nodes; else null.
+  static AccumulateGrad* accumulator_reached(const Edge& edge) {
+    Node* target = edge.node.get();
+    while (target && target->passes_gradient_through()) target = target->next_edges()[0].node.get();
+    return dynamic_cast<AccumulateGrad*>(target);
+  }
+
+  // Makes the compute stream wait for the side stream where `leaf`'s .grad is written there.
+  void join_side_stream_for(const TensorImpl* leaf) const {
+#if PRECIS_WITH_CUDA
+    if (side_written.count(leaf)) cuda::join_side_streams();
+#else
+    (void)leaf;
+#endif
+  }
+
+  // Before `node` runs: an AccumulateGrad that adds a returned gradient to a .grad written on the
+  // side stream, or fires its hooks, waits for the side stream first.
+  void join_side_stream_before(Node* node, const BackwardArgs& args) const {
+    auto* accumulate = dynamic_cast<AccumulateGrad*>(node);
+    std::shared_ptr<TensorImpl> leaf = accumulate ? accumulate->leaf() : nullptr;
+    if (leaf && (args.grads[0].defined() || !leaf->grad_ready_hooks.empty())) join_side_stream_for(leaf.get());
+  }
+
+  void mark_taken(Node* node, size_t input) {
+    if (taken.size() < node->next_edges().size()) taken.resize(node->next_edges().size());
+    taken[input] = true;
+  }
+
   GradDestination take_destination(Node* node, size_t input, DType dtype, const Tensor& layout) {
     if (input >= node->next_edges().size() || (input < taken.size() && taken[input])) return {};
     const Edge& edge = node->next_edges()[input];
     const Shape& shape = node->input_shapes()[input];
     auto fits = [&](const Tensor& t) { return t.dtype() == dtype && t.shape() == shape && laid_out_as(t, layout); };
     GradDestination destination;
-    Node* target = edge.node.get();
-    while (target && target->passes_gradient_through()) target = target->next_edges()[0].node.get();
-    auto* accumulate = dynamic_cast<AccumulateGrad*>(target);
+    AccumulateGrad* accumulate = accumulator_reached(edge);
     std::shared_ptr<TensorImpl> leaf = accumulate ? accumulate->leaf() : nullptr;
     if (leaf && leaf->grad && fits(Tensor(leaf->grad))) {
       // A leaf's .grad.
+      join_side_stream_for(leaf.get());
       destination = {Tensor(leaf->grad), !leaf->grad_is_stale};
       leaf->grad_is_stale = false;
       pending_of(accumulate).delivered[0] = true;
@@ -224,11 +260,48 @@ class GraphTask {
     } else {
       return {};
     }
-    if (taken.size() < node->next_edges().size()) taken.resize(node->next_edges().size());
-    taken[input] = true;
+    mark_taken(node, input);
+    return destination;
+  }
+
+  GradDestination take_destination_on_side_stream(Node* node, size_t input) {
+    if (input >= node->next_edges().size() || (input < taken.size() && taken[input])) return {};
+    AccumulateGrad* accumulate = accumulator_reached(node->next_edges()[input]);
+    std::shared_ptr<TensorImpl> leaf = accumulate ? accumulate->leaf() : nullptr;
+    if (!leaf || !leaf->grad) return {};
+    const Tensor grad(leaf->grad);
+    if (grad.shape() != node->input_shapes()[input] || !is_non_overlapping_and_dense(grad)) return {};
+    GradDestination destination{grad, !leaf->grad_is_stale};
+    leaf->grad_is_stale = false;
+    pending_of(accumulate).delivered[0] = true;
+    side_written.insert(leaf.get());
+    mark_taken(node, input);
     return destination;
   }
 };
+
+namespace {
+
+// Ends backward() with the compute streams joined to their side streams, also when it throws
+// (a CUDA-graph capture must not end with the side stream unjoined).
+struct JoinSideStreamsAtExit {
+  bool done = false;
+  void now() {
+#if PRECIS_WITH_CUDA
+    cuda::join_side_streams();
+#endif
+    done = true;
+  }
+  ~JoinSideStreamsAtExit() {
+    if (done) return;
+    try {
+      now();
+    } catch (...) {  // the error that is unwinding says more
+    }
+  }
+};
+
+}  // namespace
 
 void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
   PRECIS_CHECK(root.requires_grad(), "backward: the tensor does not require grad and has no grad_fn; ",
@@ -272,6 +345,7 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
 
   // Keep nodes alive while they run, even if the graph drops them.
   std::shared_ptr<Node> root_node = root_edge.node;
+  JoinSideStreamsAtExit join_side_streams;
   while (!ready.empty()) {
     Node* node = ready.top();
     ready.pop();
@@ -287,6 +361,7 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
     args.task = &task;
     args.node = node;
     task.taken.clear();
+    if (!task.side_written.empty()) task.join_side_stream_before(node, args);
     std::vector<Tensor> input_grads;
     {
       OpScope timed(node->profile_op(), node->backward_cost());
@@ -309,6 +384,7 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
       if (--dependencies[e.node.get()] == 0) ready.push(e.node.get());
     }
   }
+  join_side_streams.now();
 }
 
 }  // namespace autograd
@@ -316,6 +392,11 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
 GradDestination BackwardArgs::take_grad_destination(size_t input, DType dtype, const Tensor& layout) const {
   if (!task || !node || input >= needs_input_grad.size() || !needs_input_grad[input]) return {};
   return task->take_destination(node, input, dtype, layout);
+}
+
+GradDestination BackwardArgs::take_grad_destination_on_side_stream(size_t input) const {
+  if (!task || !node || input >= needs_input_grad.size() || !needs_input_grad[input]) return {};
+  return task->take_destination_on_side_stream(node, input);
 }
 
 }  // namespace precis

@@ -27,6 +27,14 @@
 // adds whatever gradients were returned the usual way (another use of a tied weight),
 // and fires the hooks then, when the gradient is final. Each writer overwrites a .grad
 // marked stale (zero_grad_lazily) and adds to any other, as AccumulateGrad would.
+//
+// Gradients written on the side stream. A backward function may also write a leaf's .grad on
+// the device's side stream (core/cuda/side_stream.h; take_grad_destination_on_side_stream: a
+// convolution's weight gradient, which nothing in the backward reads, so it runs beside the
+// compute stream's kernels). The engine then makes the compute stream wait for the side stream
+// (join_side_streams) before anything else touches that .grad: another writer taking it, its
+// AccumulateGrad adding a returned gradient or firing hooks (a DDP all-reduce), and at the end of
+// backward() in any case, so that what follows (clipping, the optimizer) reads finished gradients.
 #pragma once
 
 #include <cstdint>
@@ -75,6 +83,11 @@ struct BackwardArgs {
   // just before writing: the first taker of a stale .grad overwrites it, later ones add.
   // Undefined: return the gradient.
   GradDestination take_grad_destination(size_t input, DType dtype, const Tensor& layout = Tensor()) const;
+  // As take_grad_destination, for a gradient to be written on the device's side stream (see the
+  // top): offered only where it is the .grad of a live leaf the input's edge reaches (through
+  // pass-through nodes), of the input's shape, dense, in whatever dtype and layout it has (the
+  // caller converts). Taking it is the same promise, kept on the side stream.
+  GradDestination take_grad_destination_on_side_stream(size_t input) const;
 
   autograd::GraphTask* task = nullptr;  // set by the engine for the node it runs
   Node* node = nullptr;

@@ -18,6 +18,14 @@
 // dW is summed per thread and the partial sums added in thread order (bit-exact for a
 // given thread count). The GPU runs cuDNN (ops/cuda/conv.cu) in x's memory format, with
 // f32 accumulation for f16/bf16. The result is in x's memory format (ops/conv.h).
+//
+// Under set_conv_wgrad_stream (an experiment, off by default) the GPU backward writes dW on
+// the device's side stream straight into the weight's .grad, where autograd offers it
+// (core/autograd.h, "Gradients written on the side stream"): forked from the compute stream
+// once x and gy are ready, so that cuDNN's backward-filter runs beside the backward-data
+// convolution and the batch-norm backward after it; autograd joins the streams before
+// anything reads the .grad. Where no .grad is offered (a leaf without one yet), dW is returned
+// as usual.
 #include "ops/conv.h"
 
 #include <omp.h>
@@ -49,7 +57,8 @@ namespace {
 constexpr const char* kOp = "conv2d";
 
 std::atomic<bool> g_cudnn_benchmark{true};
-std::atomic<int> g_cudnn_conv_api{-1};  // a CudnnConvApi, -1 until set or read from the environment
+std::atomic<int> g_cudnn_conv_api{-1};     // a CudnnConvApi, -1 until set or read from the environment
+std::atomic<int> g_conv_wgrad_stream{-1};  // 0 or 1, -1 until set or read from the environment
 
 struct Geometry {
   int64_t N, Cin, H, W, Cout, kH, kW, OH, OW, groups;
@@ -288,6 +297,11 @@ std::vector<Tensor> conv_backward_cuda(const Tensor& x_saved, const Tensor& weig
   const Tensor x = dense_in(x_saved, format, x_saved.dtype());
   const Tensor gy = dense_in(args.grad(), format, x.dtype());
   Tensor dx, dw, db;
+  // On the side stream (conv_wgrad_stream()) dW goes first, so that it runs beside the
+  // backward-data convolution too; nothing is returned for it.
+  const GradDestination dw_to =
+      args.needs(1) && conv_wgrad_stream() ? args.take_grad_destination_on_side_stream(1) : GradDestination{};
+  if (dw_to) cuda::conv2d_backward_filter_on_side_stream(x, gy, dw_to.grad, dw_to.accumulate, shapes_of(g), format);
   if (args.needs(0)) {
     // Added by cuDNN (beta = 1) into the gradient x has gathered from its other uses where the
     // engine offers it (a residual block's input: its shortcut's gradient arrives first), which
@@ -297,7 +311,7 @@ std::vector<Tensor> conv_backward_cuda(const Tensor& x_saved, const Tensor& weig
     cuda::conv2d_backward_data(gy, dense_in(weight, format, x.dtype()), dx, shapes_of(g), format, to.accumulate);
     if (to) dx = Tensor();
   }
-  if (args.needs(1)) {
+  if (args.needs(1) && !dw_to) {
     // Left in the format cuDNN writes (KRSC for channels-last): the weight's gradient is
     // converted into the parameter's dense .grad by the one copy or add that takes it there, a
     // flat one where the .grad is KRSC too (a channels-last parameter's).
@@ -332,6 +346,19 @@ CudnnConvApi cudnn_conv_api() {
     api = g_cudnn_conv_api.load();
   }
   return static_cast<CudnnConvApi>(api);
+}
+
+void set_conv_wgrad_stream(bool on) { g_conv_wgrad_stream = on ? 1 : 0; }
+
+bool conv_wgrad_stream() {
+  int on = g_conv_wgrad_stream.load(std::memory_order_relaxed);
+  if (on < 0) {
+    const char* setting = std::getenv("PRECIS_EXP_WGRAD_STREAM");
+    int unset = -1;
+    g_conv_wgrad_stream.compare_exchange_strong(unset, setting != nullptr && std::string(setting) == "1" ? 1 : 0);
+    on = g_conv_wgrad_stream.load();
+  }
+  return on == 1;
 }
 
 Tensor conv2d(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_arg, const Conv2dOptions& options) {

@@ -51,4 +51,13 @@ enum class CudnnConvApi { legacy, graph };
 void set_cudnn_conv_api(CudnnConvApi api);
 CudnnConvApi cudnn_conv_api();
 
+// An experiment (issue 18): the GPU backward computes the weight's gradient (cuDNN's
+// backward-filter, and its widening into .grad) on the device's side stream
+// (core/cuda/side_stream.h), beside the compute stream's backward-data convolution and the
+// batch-norm backward that follows it, where autograd offers the leaf's .grad to write it into
+// (core/autograd.h). The same kernels run, so the same bits result. Until set, the environment's
+// PRECIS_EXP_WGRAD_STREAM=1 turns it on (read once); off by default.
+void set_conv_wgrad_stream(bool on);
+bool conv_wgrad_stream();
+
 }  // namespace precis::ops

@@ -1,6 +1,7 @@
 // Streams of each device, created once, on first use, by whichever thread asks
 // first (std::call_once), and kept for the life of the process: kernels queued
-// on them may outlive any object that could own them.
+// on them may outlive any object that could own them. The side stream and its
+// scope and join are core/cuda/side_stream.h's.
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 
 #include "core/cuda/launch.cuh"
 #include "core/cuda/runtime.h"
+#include "core/cuda/side_stream.h"
 
 namespace precis::cuda {
 
@@ -23,7 +25,37 @@ struct DeviceStreams {
   std::atomic<bool> created{false};
   cudaStream_t compute = nullptr;
   cudaStream_t comm = nullptr;
+  cudaStream_t side = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;  // reused: a wait takes the event's state when it is queued
+  std::atomic<bool> side_unjoined{false};      // work queued on `side` since the last join
 };
+
+std::atomic<bool> g_any_side_unjoined{false};
+
+// This thread's SideStreamScope: the stream compute_stream(cuda:t_side_device) returns.
+thread_local cudaStream_t t_side_stream = nullptr;
+thread_local int t_side_device = -1;
+
+bool side_stream_low_priority() {
+  static const bool on = [] {
+    const char* setting = std::getenv("PRECIS_EXP_SIDE_STREAM_LOW_PRIORITY");
+    return setting != nullptr && std::strcmp(setting, "1") == 0;
+  }();
+  return on;
+}
+
+// A non-blocking stream; at the device's greatest priority where `high` (side_stream.h, "Priority").
+cudaStream_t make_stream(bool high, const char* what) {
+  cudaStream_t stream = nullptr;
+  if (!high) {
+    PRECIS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), what);
+    return stream;
+  }
+  int least = 0, greatest = 0;
+  PRECIS_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest), what);
+  PRECIS_CUDA_CHECK(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest), what);
+  return stream;
+}
 
 // One entry per device, never freed (see the top of the file).
 DeviceStreams* stream_table() {
@@ -37,8 +69,12 @@ DeviceStreams& streams_of(Device device) {
   DeviceStreams& streams = stream_table()[device.index];
   std::call_once(streams.once, [&] {
     DeviceGuard guard(device);
-    PRECIS_CUDA_CHECK(cudaStreamCreateWithFlags(&streams.compute, cudaStreamNonBlocking), "create compute stream");
-    PRECIS_CUDA_CHECK(cudaStreamCreateWithFlags(&streams.comm, cudaStreamNonBlocking), "create comm stream");
+    const bool high = side_stream_low_priority();
+    streams.compute = make_stream(high, "create compute stream");
+    streams.comm = make_stream(high, "create comm stream");
+    streams.side = make_stream(false, "create side stream");
+    PRECIS_CUDA_CHECK(cudaEventCreateWithFlags(&streams.fork, cudaEventDisableTiming), "create side stream");
+    PRECIS_CUDA_CHECK(cudaEventCreateWithFlags(&streams.join, cudaEventDisableTiming), "create side stream");
     streams.created.store(true, std::memory_order_release);
   });
   return streams;
@@ -46,7 +82,10 @@ DeviceStreams& streams_of(Device device) {
 
 }  // namespace
 
-cudaStream_t compute_stream(Device device) { return streams_of(device).compute; }
+cudaStream_t compute_stream(Device device) {
+  if (t_side_stream != nullptr && t_side_device == device.index) return t_side_stream;
+  return streams_of(device).compute;
+}
 
 cudaStream_t comm_stream(Device device) { return streams_of(device).comm; }
 
@@ -56,7 +95,11 @@ void set_device(Device device) {
   if (current != device.index) PRECIS_CUDA_CHECK(cudaSetDevice(device.index), "set device");
 }
 
-void synchronize(Device device) { PRECIS_CUDA_CHECK(cudaStreamSynchronize(compute_stream(device)), "synchronize"); }
+void synchronize(Device device) {
+  DeviceStreams& streams = streams_of(device);
+  PRECIS_CUDA_CHECK(cudaStreamSynchronize(streams.compute), "synchronize");
+  PRECIS_CUDA_CHECK(cudaStreamSynchronize(streams.side), "synchronize");
+}
 
 bool is_capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
@@ -104,9 +147,39 @@ bool any_capture_underway() {
   DeviceStreams* table = stream_table();
   for (int i = 0; i < device_count(); ++i) {
     if (!table[i].created.load(std::memory_order_acquire)) continue;
-    if (is_capturing(table[i].compute) || is_capturing(table[i].comm)) return true;
+    if (is_capturing(table[i].compute) || is_capturing(table[i].comm) || is_capturing(table[i].side)) return true;
   }
   return false;
+}
+
+cudaStream_t side_stream(Device device) { return streams_of(device).side; }
+
+SideStreamScope::SideStreamScope(Device device) : previous_stream_(t_side_stream), previous_device_(t_side_device) {
+  DeviceStreams& streams = streams_of(device);
+  if (compute_stream(device) != streams.side) {
+    PRECIS_CUDA_CHECK(cudaEventRecord(streams.fork, streams.compute), "fork the side stream");
+    PRECIS_CUDA_CHECK(cudaStreamWaitEvent(streams.side, streams.fork, 0), "fork the side stream");
+  }
+  streams.side_unjoined.store(true, std::memory_order_relaxed);
+  g_any_side_unjoined.store(true, std::memory_order_release);
+  t_side_stream = streams.side;
+  t_side_device = device.index;
+}
+
+SideStreamScope::~SideStreamScope() {
+  t_side_stream = previous_stream_;
+  t_side_device = previous_device_;
+}
+
+void join_side_streams() {
+  if (!g_any_side_unjoined.exchange(false, std::memory_order_acq_rel)) return;
+  DeviceStreams* table = stream_table();
+  for (int i = 0; i < device_count(); ++i) {
+    DeviceStreams& streams = table[i];
+    if (!streams.created.load(std::memory_order_acquire) || !streams.side_unjoined.exchange(false)) continue;
+    PRECIS_CUDA_CHECK(cudaEventRecord(streams.join, streams.side), "join the side stream");
+    PRECIS_CUDA_CHECK(cudaStreamWaitEvent(streams.compute, streams.join, 0), "join the side stream");
+  }
 }
 
 }  // namespace precis::cuda

@@ -3,7 +3,9 @@
 //
 // Each device has one compute stream (all kernels of forward, backward and the
 // optimizer run on it, in order) and one communication stream (NCCL all-reduces,
-// so they overlap the backward pass). Both are created lazily, on first use.
+// so they overlap the backward pass). Both are created lazily, on first use, with
+// a side stream for work the compute stream does not need at once (core/cuda/side_stream.h:
+// inside its scope, compute_stream() names the side stream).
 // They are non-blocking: they do not wait for the legacy default stream, so
 // work on them must not be ordered through synchronous calls like cudaMemcpy
 // (use cudaMemcpyAsync on the compute stream).
@@ -18,17 +20,18 @@
 
 namespace precis::cuda {
 
-// The compute stream of `device` (created on first use, non-blocking w.r.t. the legacy stream).
+// The compute stream of `device` (created on first use, non-blocking w.r.t. the legacy stream),
+// or its side stream inside a SideStreamScope of this thread (core/cuda/side_stream.h).
 cudaStream_t compute_stream(Device device);
 // The communication stream of `device`.
 cudaStream_t comm_stream(Device device);
 // Makes `device` current for this thread (cudaSetDevice, skipped when it already is).
 void set_device(Device device);
-// Waits for everything queued on the compute stream of `device`.
+// Waits for everything queued on the compute and side streams of `device`.
 void synchronize(Device device);
 // Whether `stream` is being captured into a CUDA graph.
 bool is_capturing(cudaStream_t stream);
-// Whether any stream made here (the compute or comm stream of any device) is
+// Whether any stream made here (the compute, comm or side stream of any device) is
 // being captured. While one is, calls such as cudaMalloc, cudaFree and
 // cudaEventQuery would break the capture.
 bool any_capture_underway();

@@ -15,20 +15,30 @@
 // Precision: f16/bf16 tensors with f32 accumulation (compute type float) on tensor cores;
 // f32 tensors on TF32 tensor cores only where ops::allow_tf32() says so (the precision
 // policy's allow_tf32, as for the products), else in plain f32 FMA.
+//
+// The side stream (conv2d_backward_filter_on_side_stream, ops::conv_wgrad_stream()): the
+// same calls inside a SideStreamScope (core/cuda/side_stream.h), which binds the one cuDNN
+// handle to the side stream for them (cudnn::handle binds it to compute_stream() at every
+// call, and a graph-API plan executes on the stream of the handle it is given); workspaces
+// come from the side stream's pool.
 #include <algorithm>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <vector>
 
+#include "core/copy.h"
+#include "core/cuda/caching_allocator.h"
 #include "core/cuda/convert.cuh"
 #include "core/cuda/dispatch.cuh"
 #include "core/cuda/launch.cuh"
 #include "core/cuda/runtime.h"
+#include "core/cuda/side_stream.h"
 #include "ops/cuda/conv.h"
 #include "ops/cuda/conv_graph.h"
 #include "ops/cuda/conv_problem.h"
 #include "ops/cuda/cudnn.h"
+#include "ops/memory_format.h"
 
 namespace precis::ops::cuda {
 
@@ -210,6 +220,7 @@ Choice choose(cudnnHandle_t h, const Descriptors& d, const Conv2dShapes& s, Memo
       choice = it->second;
     } else {
       const bool timed = may_time(benchmark);
+      if (timed) quiesce_for_timing(device);
       Tensor scratch;
       choice = ask(h, d, direction, timed ? timing_buffers(io, device, scratch) : io, device, timed);
       g_choices.emplace(key, choice);
@@ -296,6 +307,22 @@ void conv2d_backward_filter(const Tensor& x, const Tensor& gy, const Tensor& dw,
                                            c.workspace, cudnn::kZero.get(), d.w.get(), dw.raw_data()),
             kOp, ": backward-filter of ", describe(x), " into ", describe(dw));
       });
+}
+
+void conv2d_backward_filter_on_side_stream(const Tensor& x, const Tensor& gy, const Tensor& grad, bool accumulate,
+                                           const Conv2dShapes& s, MemoryFormat format) {
+  const Device device = x.device();
+  CachingAllocator& allocator = caching_allocator(device);
+  const cudaStream_t side = side_stream(device);
+  if (x.numel() > 0) allocator.record_stream(x.raw_data(), side);
+  if (gy.numel() > 0) allocator.record_stream(gy.raw_data(), side);
+  SideStreamScope on_side(device);
+  const Tensor dw = empty_in(grad.shape(), format, x.dtype(), device);
+  conv2d_backward_filter(x, gy, dw, s, format);
+  if (accumulate)
+    accumulate_(grad, dw);
+  else
+    copy_(grad, dw);
 }
 
 }  // namespace precis::ops::cuda

@@ -24,6 +24,14 @@ void conv2d_backward_data(const Tensor& gy, const Tensor& w, const Tensor& dx, c
 // dw = the gradient of conv(x, w) with respect to w, from gy
 void conv2d_backward_filter(const Tensor& x, const Tensor& gy, const Tensor& dw, const Conv2dShapes& s,
                             MemoryFormat format);
+// The same on the side stream of x's device (core/cuda/side_stream.h), written over `grad` (a
+// leaf's .grad: dense, of dw's shape, in any dtype and layout) or, with `accumulate`, added to
+// it: cuDNN writes dw dense in `format` and x's dtype, which is then copied or added into `grad`
+// as autograd's AccumulateGrad would (the same calls, so the same bits; cuDNN's plan may depend
+// on the output's alignment, so it does not write into `grad` itself). x and gy are
+// record_stream'ed to the side stream, so that the caller may drop them at once.
+void conv2d_backward_filter_on_side_stream(const Tensor& x, const Tensor& gy, const Tensor& grad, bool accumulate,
+                                           const Conv2dShapes& s, MemoryFormat format);
 
 // What the graph-API path (ops::CudnnConvApi::graph, ops/cuda/conv_graph.cu) has done in
 // this process, for tests and benchmarks.

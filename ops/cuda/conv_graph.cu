@@ -452,6 +452,7 @@ size_t fastest(const std::vector<Plan>& plans, cudnnHandle_t h, const Buffers& i
   const Tensor ws = workspace_tensor(bytes, device);
   Tensor scratch;
   const Buffers timing = timing_buffers(io, device, scratch);
+  quiesce_for_timing(device);
   const cudaStream_t stream = precis::cuda::compute_stream(device);
   size_t best = 0;
   float best_ms = 0;

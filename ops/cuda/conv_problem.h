@@ -71,6 +71,10 @@ struct Buffers {
 // runs, nor their waits on the host).
 inline bool may_time(bool benchmark) { return benchmark && !precis::cuda::any_capture_underway(); }
 
+// Before timing runs on `device`: waits for its compute and side streams, so that no work of
+// the other one (the side stream's weight gradients, core/cuda/side_stream.h) runs beside them.
+inline void quiesce_for_timing(Device device) { precis::cuda::synchronize(device); }
+
 // The buffers the timing runs use: io, with `out` moved into `scratch` (allocated here on the
 // caching allocator) when io.out holds a sum that the timing runs must not add into.
 inline Buffers timing_buffers(const Buffers& io, Device device, Tensor& scratch) {

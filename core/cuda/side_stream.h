@@ -1,0 +1,55 @@
+// The side stream of a device: work that nothing on the compute stream needs until a known
+// point runs there, beside the compute stream's (core/cuda/runtime.h has the compute and
+// communication streams). Include only from */cuda/*.cu files or behind PRECIS_WITH_CUDA.
+//
+// A convolution's weight gradient is such work (ops/conv.cpp, set_conv_wgrad_stream): nothing
+// but the optimizer reads it, so it may run while the compute stream goes on with the
+// backward's memory-bound kernels. SideStreamScope forks: the side stream waits for the work
+// queued on the compute stream so far, and until the scope ends compute_stream(device) is the
+// side stream on this thread (PyTorch's "current stream"), so the kernels, cuDNN calls and
+// allocations made inside the scope go there unchanged. join_side_streams() makes each
+// compute stream wait for what its side stream has queued; autograd's backward() calls it
+// before anything else touches a gradient written there, and at its end (core/autograd.h).
+//
+// Memory. A tensor made on the compute stream, read inside the scope and freed before the
+// join must be record_stream'ed to the side stream (core/cuda/caching_allocator.h): the
+// caching allocator would otherwise hand its block to the compute stream at once. Blocks
+// allocated inside the scope belong to the side stream's pool.
+//
+// CUDA graphs. The fork's event pulls the side stream into a capture of the compute stream;
+// the join must come before the capture ends (the end of backward() does it).
+//
+// Priority. With PRECIS_EXP_SIDE_STREAM_LOW_PRIORITY=1 (read once, when the streams are made)
+// the compute and communication streams get the device's greatest priority and the side stream
+// the least (the default), so that the block scheduler prefers the compute stream's blocks:
+// the critical path's. Unset, every stream has the default priority.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "core/device.h"
+
+namespace precis::cuda {
+
+// The side stream of `device` (made with its compute stream).
+cudaStream_t side_stream(Device device);
+
+// Forks the side stream of `device` from its compute stream and makes it this thread's
+// compute_stream(device) until the scope ends. Nests (an inner scope forks nothing).
+class SideStreamScope {
+ public:
+  explicit SideStreamScope(Device device);
+  ~SideStreamScope();
+  SideStreamScope(const SideStreamScope&) = delete;
+  SideStreamScope& operator=(const SideStreamScope&) = delete;
+
+ private:
+  cudaStream_t previous_stream_;
+  int previous_device_;
+};
+
+// Makes every compute stream whose side stream has work queued since the last join wait for
+// that work. Costs one atomic load when there is none.
+void join_side_streams();
+
+}  // namespace precis::cuda
