@@ -39,6 +39,7 @@
 #include "core/cuda/launch.cuh"
 #include "ops/cuda/flash_attention_sm90.h"
 #include "ops/cuda/flash_params.cuh"
+#include "ops/cuda/flash_softmax_sm90.cuh"
 #include "ops/cuda/flash_wgmma.cuh"
 
 namespace precis::ops::cuda {
@@ -55,48 +56,6 @@ struct Sm90Tile {
   // Q, two K stages, two V stages, and room to start them on a 1024-byte boundary.
   static constexpr int kSmemBytes = (kBlockM + 4 * kBlockN) * kD * 2 + kSwizzleAtomBytes;
 };
-
-// Scores of keys past the end, and above the diagonal, become -inf. query0: this thread's
-// first row (its second is query0 + 8); key0: the block's first key.
-template <int kBlockN>
-__device__ __forceinline__ void mask_scores(float (&s)[kBlockN / 2], int key0, int query0, const Sizes& sz, int lane) {
-#pragma unroll
-  for (int j = 0; j < kBlockN / 8; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int key = key0 + 8 * j + 2 * (lane % 4) + (e & 1), query = query0 + 8 * (e >> 1);
-      if (key >= sz.k_len || (sz.causal && key > query)) s[4 * j + e] = -INFINITY;
-    }
-}
-
-// Online softmax of one key block for this thread's two rows: new maxima, the factor that
-// rescales what was summed so far (into `rescale`), scores -> probabilities (in place),
-// partial row sums (this thread's columns; the quad's sum is taken at the end).
-template <int kBlockN>
-__device__ __forceinline__ void online_softmax(float (&s)[kBlockN / 2], float (&row_max)[2], float (&row_sum)[2],
-                                               float (&rescale)[2], float scale_log2) {
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    float mx = row_max[half];
-#pragma unroll
-    for (int j = 0; j < kBlockN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * half], s[4 * j + 2 * half + 1]));
-    mx = quad_max(mx);
-    // A row with every key masked so far keeps m = -inf; 0 stands in so no inf - inf is formed.
-    const float base = mx == -INFINITY ? 0.f : mx * scale_log2;
-    rescale[half] = exp2_fast(row_max[half] * scale_log2 - base);
-    row_max[half] = mx;
-    float sum = 0.f;
-#pragma unroll
-    for (int j = 0; j < kBlockN / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float p = exp2_fast(s[4 * j + 2 * half + e] * scale_log2 - base);
-        s[4 * j + 2 * half + e] = p;
-        sum += p;
-      }
-    row_sum[half] = row_sum[half] * rescale[half] + sum;
-  }
-}
 
 template <typename T, int kD, int kWarpgroups, int kBlockN, int kMinBlocks>
 __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
@@ -289,6 +248,9 @@ void flash_attention_forward_sm90(const Tensor& q, const Tensor& k, const Tensor
                "head size 64 or 128");
   const Sizes s = sizes_of(q, k, causal, scale);
   if (s.batch == 0 || s.heads == 0 || s.q_len == 0) return;
+  if (flash_forward_sm90_tensor_copy() &&
+      flash_attention_forward_sm90_tensor_copy(q, k, v, causal, scale, out, lse))  // the same bits, no cp.async
+    return;
   cudaStream_t stream = stream_for(q);
   dispatch_heads(q, op, [&](auto tag, auto head_size) {
     constexpr int kD = decltype(head_size)::value;  // key blocks of kD keys; 2 blocks per SM at 64

@@ -19,9 +19,24 @@ bool sm90a_code_loaded(Device device);
 bool flash_attention_forward_sm90_supported(const Tensor& q);
 
 // The contract of flash_attention_forward (ops/cuda/flash_attention.h); requires
-// flash_attention_forward_sm90_supported(q).
+// flash_attention_forward_sm90_supported(q). Runs the tensor-copy kernel where
+// flash_forward_sm90_tensor_copy() and it can, else the cp.async kernel.
 void flash_attention_forward_sm90(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
                                   const Tensor& out, const Tensor& lse);
+
+// The same forward with the K and V tiles brought by the copy engine into a ring of stages
+// (ops/cuda/flash_attention_forward_sm90_tma.cu): the same bits of out and lse. Returns false,
+// having launched nothing, where the copy engine cannot describe q, k or v (an address or
+// stride that is not a multiple of 16 bytes) or k has no keys; requires
+// flash_attention_forward_sm90_supported(q).
+bool flash_attention_forward_sm90_tensor_copy(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                                              double scale, const Tensor& out, const Tensor& lse);
+
+// Whether flash_attention_forward_sm90 tries the tensor-copy kernel first: yes, unless
+// PRECIS_AB_OLD_FLASH_FWD=1 (read once per process) or the setter said no. Temporary, for
+// A/B runs and for the test that compares both kernels in one process.
+bool flash_forward_sm90_tensor_copy();
+void set_flash_forward_sm90_tensor_copy(bool on);
 
 // Whether the sm_90a backward serves q: as the forward, head size 64 only.
 bool flash_attention_backward_sm90_supported(const Tensor& q);
