@@ -10,6 +10,8 @@
 //    kernel is not offered on other GPUs;
 //  - the sm_90a forward against the reference attention (f64 on the CPU) on odd lengths,
 //    causal and not, Tq != Tk, head sizes 64 and 128, every output poisoned first;
+//  - its tensor-copy variant (K and V tiles by the copy engine) against its cp.async
+//    kernel, bit for bit, dense and packed qkv;
 //  - the backward's dQ product (A = dS^T stored from registers and read transposed, B = K
 //    read MN-major from a column offset) against a CPU product; that
 //    flash_attention_backward takes the sm_90a backward at head size 64 on compute
@@ -199,6 +201,63 @@ TEST(FlashWgmmaGpu, Sm90ForwardMatchesTheReferenceWithEveryOutputWritten) {
           EXPECT_LE(relative_error(host_values(out), host_values(want)), dtype == DType::bf16 ? 1e-2 : 5e-3);
           EXPECT_LE(relative_error(host_values(lse), host_values(want_lse)), 1e-4);
         }
+}
+
+TEST(FlashWgmmaGpu, TensorCopyForwardGivesTheCpAsyncKernelsBits) {
+  PRECIS_SKIP_WITHOUT_HOPPER();
+  // The tensor-copy kernel (ops/cuda/flash_attention_forward_sm90_tma.cu) runs the cp.async
+  // kernel's products, masks and softmax in the same order: the same bits of out and lse, for
+  // dense tensors and for the packed qkv buffer [B, T, 3, H, D] viewed as three [B, H, T, D]
+  // (head stride D, row stride 3 H D: what its tensor maps must express), on lengths whose
+  // last query and key tiles are partial (the copy engine's zero fill against cp.async's),
+  // and Tq != Tk. With the switch on, flash_attention_forward_sm90 takes it.
+  struct Case {
+    int64_t Tq, Tk;
+  };
+  const std::vector<Case> cases = {{1, 1}, {65, 65}, {1000, 1000}, {1024, 1024}, {65, 1000}, {1000, 65}};
+  const bool tensor_copy = ops::cuda::flash_forward_sm90_tensor_copy();
+  uint64_t seed = 50;
+  for (DType dtype : {DType::bf16, DType::f16})
+    for (int64_t D : {64, 128})
+      for (bool packed : {false, true})
+        for (bool causal : {false, true})
+          for (const Case& c : cases) {
+            if (packed && c.Tq != c.Tk) continue;  // one buffer, one length
+            SCOPED_TRACE(std::string(dtype_name(dtype)) + " D" + std::to_string(D) + " Tq" + std::to_string(c.Tq) +
+                         " Tk" + std::to_string(c.Tk) + (packed ? " packed" : "") + (causal ? " causal" : ""));
+            const int64_t B = 2, H = 3;
+            Tensor q, k, v;
+            if (packed) {
+              Tensor qkv = random_f64({B, c.Tq, 3, H, D}, ++seed, -2.0, 2.0).to(dtype).to(kGpu);
+              q = qkv.select(2, 0).transpose(1, 2);
+              k = qkv.select(2, 1).transpose(1, 2);
+              v = qkv.select(2, 2).transpose(1, 2);
+            } else {
+              auto random = [&](int64_t T) { return random_f64({B, H, T, D}, ++seed, -2.0, 2.0).to(dtype).to(kGpu); };
+              q = random(c.Tq);
+              k = random(c.Tk);
+              v = random(c.Tk);
+            }
+            const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+            auto poisoned_out = [&] { return full({B, c.Tq, H, D}, NAN, dtype, kGpu).transpose(1, 2); };
+            auto poisoned_lse = [&] { return full({B, H, c.Tq}, NAN, DType::f32, kGpu); };
+            Tensor out_old = poisoned_out(), lse_old = poisoned_lse();
+            Tensor out_new = poisoned_out(), lse_new = poisoned_lse();
+            Tensor out_dispatched = poisoned_out(), lse_dispatched = poisoned_lse();
+            ops::cuda::set_flash_forward_sm90_tensor_copy(false);
+            ops::cuda::flash_attention_forward_sm90(q, k, v, causal, scale, out_old, lse_old);
+            ASSERT_TRUE(ops::cuda::flash_attention_forward_sm90_tensor_copy(q, k, v, causal, scale, out_new, lse_new))
+                << "the tensor maps were not built";
+            ops::cuda::set_flash_forward_sm90_tensor_copy(true);
+            ops::cuda::flash_attention_forward_sm90(q, k, v, causal, scale, out_dispatched, lse_dispatched);
+            const std::vector<double> want_out = host_values(out_old), want_lse = host_values(lse_old);
+            for (double x : want_out) ASSERT_TRUE(std::isfinite(x)) << "the cp.async kernel left an output unwritten";
+            EXPECT_EQ(host_values(out_new), want_out);
+            EXPECT_EQ(host_values(lse_new), want_lse);
+            EXPECT_EQ(host_values(out_dispatched), want_out);
+            EXPECT_EQ(host_values(lse_dispatched), want_lse);
+          }
+  ops::cuda::set_flash_forward_sm90_tensor_copy(tensor_copy);
 }
 
 TEST(FlashWgmmaGpu, BackwardIsOfferedExactlyOnComputeCapability90AtHeadSize64) {
