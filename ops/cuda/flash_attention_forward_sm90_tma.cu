@@ -86,8 +86,7 @@ struct Sm90TmaTile {
 // Asks the copy engine for rows [row0, row0 + kRows) of head (b, h) of `map` into a
 // [kRows][kD] paneled tile: one box per 64-column panel; the bytes count against `landed`.
 template <int kRows, int kD, typename T>
-__device__ __forceinline__ void copy_panels(T* tile, const CUtensorMap& map, int row0, int h, int b,
-                                            uint64_t* landed) {
+__device__ __forceinline__ void copy_panels(T* tile, const CUtensorMap& map, int row0, int h, int b, uint64_t* landed) {
 #pragma unroll
   for (int panel = 0; panel < kD / kPanelCols; ++panel)
     tensor_copy_4d_to_shared(tile + panel * kRows * kPanelCols, &map, panel * kPanelCols, row0, h, b, landed);
@@ -253,8 +252,7 @@ bool heads_tensor_map(CUtensorMap& map, const Tensor& t, int box_rows) {
   const uint32_t box[4] = {static_cast<uint32_t>(kPanelCols), static_cast<uint32_t>(box_rows), 1, 1};
   const CUtensorMapDataType type =
       t.dtype() == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  return encode_tiled_tensor_map(map, type, t.raw_data(), 4, sizes, byte_strides, box,
-                                 CU_TENSOR_MAP_SWIZZLE_128B);
+  return encode_tiled_tensor_map(map, type, t.raw_data(), 4, sizes, byte_strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
 template <typename T, int kD, int kWarpgroups, int kBlockN, int kStages, int kMinBlocks>

@@ -1,8 +1,8 @@
 // Tensor maps through the driver's cuTensorMapEncodeTiled (ops/cuda/tensor_map.h).
-#include "ops/cuda/tensor_map.h"
-
-#include <cuda_runtime.h>
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+#include <cuda_runtime.h>
+
+#include "ops/cuda/tensor_map.h"
 
 namespace precis::ops::cuda {
 
