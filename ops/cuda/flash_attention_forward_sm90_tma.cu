@@ -259,14 +259,26 @@ template <typename T, int kD, int kWarpgroups, int kBlockN, int kStages, int kMi
 bool launch_forward_sm90_tma(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                              const Sizes& s, cudaStream_t stream) {
   using Tile = Sm90TmaTile<kD, kWarpgroups, kBlockN, kStages>;
+  auto* kernel = flash_forward_sm90_tma_kernel<T, kD, kWarpgroups, kBlockN, kStages, kMinBlocks>;
+  // Head size 128 takes nearly all of a block's 227 KiB: check that the device lets it
+  // (decided once per process, for the device current at the first call).
+  static const bool fits = [&] {
+    const char* op = "flash_attention forward (sm_90a, tensor copies)";
+    int device = 0, limit = 0;
+    PRECIS_CUDA_CHECK(cudaGetDevice(&device), op);
+    PRECIS_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), op);
+    cudaFuncAttributes attributes{};
+    PRECIS_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel), op);
+    return attributes.sharedSizeBytes + Tile::kSmemBytes <= static_cast<size_t>(limit);
+  }();
   CUtensorMap q_map, k_map, v_map;
-  if (!heads_tensor_map(q_map, q, Tile::kBlockM) || !heads_tensor_map(k_map, k, kBlockN) ||
+  if (!fits || !heads_tensor_map(q_map, q, Tile::kBlockM) || !heads_tensor_map(k_map, k, kBlockN) ||
       !heads_tensor_map(v_map, v, kBlockN))
     return false;
   const dim3 grid(s.batch * s.heads, ceil_div(s.q_len, Tile::kBlockM));
-  launch_with_shared_memory(flash_forward_sm90_tma_kernel<T, kD, kWarpgroups, kBlockN, kStages, kMinBlocks>, grid,
-                            Tile::kThreads, Tile::kSmemBytes, stream, "flash_attention forward (sm_90a, tensor copies)",
-                            q_map, k_map, v_map, heads_view<T>(out), static_cast<float*>(lse.raw_data()), s);
+  launch_with_shared_memory(kernel, grid, Tile::kThreads, Tile::kSmemBytes, stream,
+                            "flash_attention forward (sm_90a, tensor copies)", q_map, k_map, v_map, heads_view<T>(out),
+                            static_cast<float*>(lse.raw_data()), s);
   return true;
 }
 

@@ -27,7 +27,8 @@ void flash_attention_forward_sm90(const Tensor& q, const Tensor& k, const Tensor
 // The same forward with the K and V tiles brought by the copy engine into a ring of stages
 // (ops/cuda/flash_attention_forward_sm90_tma.cu): the same bits of out and lse. Returns false,
 // having launched nothing, where the copy engine cannot describe q, k or v (an address or
-// stride that is not a multiple of 16 bytes) or k has no keys; requires
+// stride that is not a multiple of 16 bytes), k has no keys, or the device does not give a
+// block the kernel's shared memory; requires
 // flash_attention_forward_sm90_supported(q).
 bool flash_attention_forward_sm90_tensor_copy(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                                               double scale, const Tensor& out, const Tensor& lse);
