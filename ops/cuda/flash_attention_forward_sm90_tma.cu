@@ -1,12 +1,12 @@
-// Flash attention, forward, on Hopper, with the K and V tiles brought by the copy engine: the
+// Flash attention, forward, on Hopper, with the Q, K and V tiles brought by the copy engine: the
 // kernel of flash_attention_forward_sm90.cu (same blocks, same wgmma products, same masks and
 // online softmax in the same order, so the same bits of O and lse), with its loads changed.
 //
 // The math, per (b, h) and block of kBlockM query rows, over key blocks n of kBlockN keys
 // (causal blocks above the diagonal skipped):
-//   S_n = Q K_n^T;  m = max(m, rowmax S_n);  P_n = exp2(S_n scale log2 e - m scale log2 e);
-//   l = l exp2(m_old - m) + rowsum P_n;  O = O exp2(m_old - m) + P_n V_n;
-//   out = O / l,  lse = m scale + log l.
+//   S_n = Q K_n^T;  m = max(m_old, rowmax S_n);  c = scale log2(e);
+//   P_n = exp2(S_n c - m c);  r = exp2(m_old c - m c);
+//   l = l r + rowsum P_n;  O = O r + P_n V_n;  out = O / l,  lse = m scale + log l.
 //
 // Why: today's kernel makes every thread issue cp.async for the next tiles and meets all
 // threads at a __syncthreads per key block, so each warpgroup waits for the slower one and
