@@ -7,8 +7,9 @@
 //             partial rows in block order. Rows of up to 768 values (16-byte packs) take a warp
 //             per row (ops/cuda/layer_norm_backward_warp.cuh: a block of 12 warps an SM, the
 //             warps' sums folded in the block), longer or unpacked rows a block per chunk of
-//             rows, one or a few rows at a time. No atomics, so the result is the same on every
-//             run (of one GPU model: the grid follows its SMs).
+//             rows, one or a few rows at a time (GPT-2's 16-bit rows may take a variant behind a
+//             temporary switch: layer_norm_backward_async.cuh, layer_norm.h). No atomics, so the result is the same on
+//             every run (of one GPU model: the grid follows its SMs).
 // Statistics, weight and bias in f32 (f64 for f64 x).
 //
 // The same kernels do the residual add fused with it (add_layer_norm): the forward reads x
@@ -29,6 +30,8 @@
 // row at once (before any store, which the compiler must assume may alias them) and keeps the
 // values for the later passes: each value crosses memory once, and a row waits for memory once.
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 #include <utility>
 
 #include "core/cuda/block_reduce.cuh"
@@ -37,6 +40,7 @@
 #include "core/cuda/launch.cuh"
 #include "core/cuda/pack.cuh"
 #include "ops/cuda/layer_norm.h"
+#include "ops/cuda/layer_norm_backward_async.cuh"
 #include "ops/cuda/layer_norm_backward_warp.cuh"
 #include "ops/cuda/row_groups.cuh"
 
@@ -482,6 +486,26 @@ void run_with_lane_values(int64_t C, Run&& run) {
 }
 static_assert(kWarpBackwardMaxLaneValues == 24, "run_with_lane_values covers every lane size");
 
+// Calls run(warps, kernel, shared_bytes) with the async backward kernel (ops/cuda/
+// layer_norm_backward_async.cuh) of `variant`'s warps a block and the fewest values a lane (16,
+// 24) that cover a row of C (257 to 768) values.
+template <bool kResidualBias, typename T, typename P, typename Run>
+void run_with_async_kernel(LayerNormBackwardKernel variant, int64_t C, Run&& run) {
+  auto with_warps = [&](auto warps) {
+    constexpr int kWarps = decltype(warps)::value;
+    if (C <= 32 * 16)
+      run(warps, layer_norm_backward_async_kernel<kWarps, 16, kResidualBias, T, P>,
+          async_backward_shared_bytes<kWarps, 16, T>());
+    else
+      run(warps, layer_norm_backward_async_kernel<kWarps, 24, kResidualBias, T, P>,
+          async_backward_shared_bytes<kWarps, 24, T>());
+  };
+  if (variant == LayerNormBackwardKernel::async16)
+    with_warps(std::integral_constant<int, kAsyncBackwardWarps16>{});
+  else
+    with_warps(std::integral_constant<int, kAsyncBackwardWarps12>{});
+}
+
 // Calls fn(TypeTag<U>) with the device type of `dtype`, a dtype the kernels take beside x's T:
 // T, f16/bf16 beside f32 T, and (for y and its gradient: `residual` false) f32 beside f16/bf16 T.
 template <typename T, typename Fn>
@@ -503,6 +527,18 @@ U* pointer(const Tensor& t) {
 }
 
 }  // namespace
+
+std::atomic<LayerNormBackwardKernel>& layer_norm_backward_kernel() {
+  static std::atomic<LayerNormBackwardKernel> kernel{[] {
+    const char* setting = std::getenv("PRECIS_AB_LN_BWD");
+    const std::string_view name = setting ? setting : "";
+    if (name.empty() || name == "warp") return LayerNormBackwardKernel::warp;
+    if (name == "async") return LayerNormBackwardKernel::async;
+    if (name == "async16") return LayerNormBackwardKernel::async16;
+    PRECIS_FAIL("PRECIS_AB_LN_BWD=", name, ": not a layer norm backward kernel (warp, async, async16)");
+  }()};
+  return kernel;
+}
 
 void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
                         const Tensor& mean, const Tensor& rstd, const Tensor& residual, const Tensor& sum,
@@ -604,6 +640,8 @@ void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight,
         const T* gsp = pointer<const T>(g_sum);
         T* dxp = pointer<T>(dx);
         R* drp = pointer<R>(dresidual);
+        // Every array in one 16-bit type: the rows the async variant may take.
+        constexpr bool kUniformHalf = is_half_v<T> && std::is_same_v<G, T> && std::is_same_v<R, T>;
         // Packs need every row to start at a pack boundary: C a multiple of the pack and aligned bases.
         constexpr int kWide = Packed128<T>::size;
         const bool packed = C % kWide == 0 && pack_aligned<kWide>(xp) && pack_aligned<kWide>(gp) &&
@@ -667,6 +705,18 @@ void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight,
           // The load-ahead kernel reads the weight in x's dtype where it is so (bf16-pure's norms),
           // the others in A (cast here).
           const bool narrow_weight = !std::is_same_v<T, A> && weight.dtype() == x.dtype();
+          // The async variant (the temporary switch, layer_norm.h), one block of kWarps an SM.
+          auto run_async = [&](auto warps, auto kernel, int shared_bytes, const auto* weight_data) {
+            constexpr int kWarps = decltype(warps)::value;
+            const int64_t blocks =
+                std::min<int64_t>(precis::cuda::multiprocessor_count(x.device()), (rows + kWarps - 1) / kWarps);
+            with_partials(blocks, [&](A* partial_dw, A* partial_db, A* partial_drb) {
+              precis::cuda::launch_with_shared_memory(kernel, static_cast<unsigned>(blocks), dim3(32, kWarps),
+                                                      shared_bytes, stream, op, xp, gp, gsp, weight_data,
+                                                      pointer<const A>(mean), pointer<const A>(rstd), dxp, drp,
+                                                      partial_dw, partial_db, partial_drb, rows, C);
+            });
+          };
           if constexpr (kPack == kWide && !std::is_same_v<T, double>) {
             // Rows a warp holds (every array packed, the weight too) take the warp-per-row kernel,
             // reading the weight as the load-ahead kernel does.
@@ -674,6 +724,21 @@ void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight,
               const bool weight_packed = narrow_weight ? pack_aligned<kPack>(pointer<const T>(weight))
                                                        : pack_aligned<kPack>(pointer<const A>(weight));
               if (weight_packed) {
+                if constexpr (kUniformHalf) {
+                  const LayerNormBackwardKernel variant = layer_norm_backward_kernel().load();
+                  if (variant != LayerNormBackwardKernel::warp && C > 32 * 8) {
+                    auto run_async_with = [&](const auto* weight_data) {
+                      return [&, weight_data](auto warps, auto kernel, int shared_bytes) {
+                        run_async(warps, kernel, shared_bytes, weight_data);
+                      };
+                    };
+                    if (narrow_weight)
+                      run_with_async_kernel<kResidualBias, T, T>(variant, C, run_async_with(pointer<const T>(weight)));
+                    else
+                      run_with_async_kernel<kResidualBias, T, A>(variant, C, run_async_with(pointer<const A>(weight)));
+                    return;
+                  }
+                }
                 if (narrow_weight)
                   run_with_lane_values<kResidualBias, T, G, R, T>(
                       C, [&](auto kernel) { run_warp(kernel, pointer<const T>(weight)); });

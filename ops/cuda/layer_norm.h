@@ -3,6 +3,8 @@
 // they run on the compute stream of their tensors' device and do not synchronise.
 #pragma once
 
+#include <atomic>
+
 #include "core/tensor.h"
 
 namespace precis::ops::cuda {
@@ -31,5 +33,15 @@ void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight,
                          const Tensor& dresidual = Tensor(), bool accumulate_dweight = false,
                          bool accumulate_dbias = false, const Tensor& dresidual_bias = Tensor(),
                          bool accumulate_dresidual_bias = false);
+
+// Temporary A/B switch (bench/NOTES.md), removed after the GPU comparison: the stage-1 kernel that
+// layer_norm_backward gives uniform 16-bit rows (x, g, g_sum, dresidual in one of f16/bf16) of
+// 257 to 768 values in 16-byte packs, GPT-2's. warp: layer_norm_backward_warp.cuh's kernel (12
+// warps a block); async: ops/cuda/layer_norm_backward_async.cuh's, 12 warps (the same bits);
+// async16: the same kernel with 16 warps a block (dw, db summed in another order). Read once from
+// PRECIS_AB_LN_BWD (unset or empty: warp; any other value than these names is an error), then set
+// by tests.
+enum class LayerNormBackwardKernel { warp, async, async16 };
+std::atomic<LayerNormBackwardKernel>& layer_norm_backward_kernel();
 
 }  // namespace precis::ops::cuda
