@@ -7,9 +7,9 @@
 //             partial rows in block order. Rows of up to 768 values (16-byte packs) take a warp
 //             per row (ops/cuda/layer_norm_backward_warp.cuh: a block of 12 warps an SM, the
 //             warps' sums folded in the block), longer or unpacked rows a block per chunk of
-//             rows, one or a few rows at a time (GPT-2's 16-bit rows may take a variant behind a
-//             temporary switch: layer_norm_backward_async.cuh, layer_norm.h). No atomics, so the result is the same on
-//             every run (of one GPU model: the grid follows its SMs).
+//             rows, one or a few rows at a time (GPT-2's 16-bit rows may take a variant behind
+//             a temporary switch: layer_norm_backward_async.cuh, layer_norm.h). No atomics, so
+//             the result is the same on every run (of one GPU model: the grid follows its SMs).
 // Statistics, weight and bias in f32 (f64 for f64 x).
 //
 // The same kernels do the residual add fused with it (add_layer_norm): the forward reads x
