@@ -75,14 +75,17 @@ struct Inputs {
 };
 
 Inputs make_inputs(DType dtype, int64_t rows, int64_t C, uint64_t seed) {
-  Inputs in{dtype, rows, C};
-  in.x = values({rows, C}, seed, dtype, -3, 3);
-  in.g = values({rows, C}, seed + 1, dtype);
-  in.g_sum = values({rows, C}, seed + 2, dtype);
-  in.weight_f32 = values({C}, seed + 3, DType::f32, 0.5, 1.5);
-  in.weight = in.weight_f32.to(dtype);
-  in.mean = poisoned({rows}, DType::f32);
-  in.rstd = poisoned({rows}, DType::f32);
+  const Tensor weight_f32 = values({C}, seed + 3, DType::f32, 0.5, 1.5);
+  Inputs in{dtype,
+            rows,
+            C,
+            values({rows, C}, seed, dtype, -3, 3),
+            values({rows, C}, seed + 1, dtype),
+            values({rows, C}, seed + 2, dtype),
+            weight_f32.to(dtype),
+            weight_f32,
+            poisoned({rows}, DType::f32),
+            poisoned({rows}, DType::f32)};
   Tensor y = poisoned({rows, C}, dtype);
   ops::cuda::layer_norm_forward(in.x, in.weight_f32, zeros({C}, DType::f32, kGpu), 1e-5, y, in.mean, in.rstd);
   return in;
