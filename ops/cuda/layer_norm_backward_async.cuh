@@ -18,9 +18,10 @@
 // The row's values are read from shared memory in each pass, not kept in registers between
 // them (fewer registers: 16 warps an SM fit too, kAsyncBackwardWarps16).
 //
-// The math, the lanes' columns, the rows of each warp (for the same number of warps a block)
-// and the fold of the warps' column sums are the warp kernel's, in the same order: with 12
-// warps a block the results are the same bits. With 16 warps the rows fall to other warps and
+// The math (warp_backward_math: every rounding pinned, so nvcc cannot fuse the two kernels'
+// multiply-adds differently), the lanes' columns, the rows of each warp (for the same number of
+// warps a block) and the fold of the warps' column sums are the warp kernel's, in the same
+// order: with 12 warps a block the results are the same bits. With 16 warps the rows fall to other warps and
 // blocks, so dw, db and the residual bias's gradient are summed in another order (dx is the same).
 // The fold reuses the ring's shared memory (every warp has left its rows by then).
 // Shared memory: warps x stages x 3 x (row bytes), 162 KB for 12 warps of 768-value rows, 216
@@ -28,11 +29,13 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/cuda/block_reduce.cuh"
 #include "core/cuda/convert.cuh"
 #include "core/cuda/launch.cuh"
 #include "core/cuda/pack.cuh"
+#include "ops/cuda/layer_norm_backward_warp.cuh"
 
 namespace precis::ops::cuda {
 
@@ -76,6 +79,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   constexpr int kPack = Packed128<T>::size, kLanePacks = kLaneValues / kPack, kSums = kResidualBias ? 3 : 2;
   constexpr int kStages = kAsyncBackwardStages;
   static_assert(sizeof(T) == 2 && kLaneValues % kPack == 0, "whole 16-byte packs of a 16-bit type");
+  static_assert(std::is_same_v<A, float>, "warp_backward_math is in f32");
   constexpr int kArrayBytes = kLanePacks * 32 * 16;  // a warp's stage of one array: a row
   constexpr int kWarpBytes = kStages * 3 * kArrayBytes;
   extern __shared__ uint4 shared_words[];  // 16-byte aligned
@@ -128,10 +132,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       const Pack<P, kPack> w = load_pack<kPack>(weight + column(p));
 #pragma unroll
       for (int k = 0; k < kPack; ++k) {
-        const A xhat = (convert_to<A>(xs.v[k]) - mu) * rs;
-        const A dxhat = convert_to<A>(gs.v[k]) * convert_to<A>(w.v[k]);
-        row_sums.first += dxhat;
-        row_sums.second += dxhat * xhat;
+        const A xhat = warp_backward_math::normalized(convert_to<A>(xs.v[k]), mu, rs);
+        warp_backward_math::add_row_terms(row_sums, xhat, convert_to<A>(gs.v[k]), convert_to<A>(w.v[k]));
       }
     }
     row_sums = warp_all_reduce(row_sums, SumOp{});
@@ -147,12 +149,13 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       Pack<T, kPack> out;
 #pragma unroll
       for (int k = 0; k < kPack; ++k) {
-        const A xhat = (convert_to<A>(xs.v[k]) - mu) * rs, gk = convert_to<A>(gs.v[k]);
-        sum_at(0, p, k) += gk * xhat;
-        sum_at(1, p, k) += gk;
-        A d = rs * (gk * convert_to<A>(w.v[k]) - mean_dxhat - xhat * mean_dxhat_xhat);
-        if (g_sum) d += convert_to<A>(gs_sum.v[k]);
-        if constexpr (kResidualBias) sum_at(2, p, k) += d;
+        const A xhat = warp_backward_math::normalized(convert_to<A>(xs.v[k]), mu, rs), gk = convert_to<A>(gs.v[k]);
+        sum_at(0, p, k) = __fmaf_rn(gk, xhat, sum_at(0, p, k));
+        sum_at(1, p, k) = __fadd_rn(sum_at(1, p, k), gk);
+        const A unscaled =
+            warp_backward_math::unscaled_input_gradient(xhat, gk, convert_to<A>(w.v[k]), mean_dxhat, mean_dxhat_xhat);
+        const A d = g_sum ? __fmaf_rn(rs, unscaled, convert_to<A>(gs_sum.v[k])) : __fmul_rn(rs, unscaled);
+        if constexpr (kResidualBias) sum_at(2, p, k) = __fadd_rn(sum_at(2, p, k), d);
         out.v[k] = convert_to<T>(d);
       }
       if (dx) store_pack<kPack>(dx + row * C + col, out);

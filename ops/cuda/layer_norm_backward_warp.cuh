@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/cuda/block_reduce.cuh"
 #include "core/cuda/convert.cuh"
@@ -38,6 +39,30 @@ __device__ __forceinline__ void launder(precis::cuda::Pack<V, W>& pack) {
 #pragma unroll
   for (int i = 0; i < static_cast<int>(sizeof(pack) / 4); ++i) asm volatile("" : "+r"(words[i]));
 }
+
+// The per-value math of the warp-per-row backward and its variant (layer_norm_backward_async.cuh),
+// each product and sum rounded as written: the _rn intrinsics, which nvcc neither fuses into
+// multiply-adds nor splits, so both kernels give the same bits. Left to itself, nvcc fused the
+// same source's multiply-adds differently in the two kernels (and in different values of one).
+namespace warp_backward_math {
+
+// xhat = (x - mean) rstd.
+__device__ __forceinline__ float normalized(float x, float mu, float rs) { return __fmul_rn(__fsub_rn(x, mu), rs); }
+
+// Pass 1: adds dxhat = g w and dxhat xhat to the lane's row sums.
+__device__ __forceinline__ void add_row_terms(precis::cuda::Pair<float>& sums, float xhat, float g, float w) {
+  const float dxhat = __fmul_rn(g, w);
+  sums.first = __fadd_rn(sums.first, dxhat);
+  sums.second = __fmaf_rn(dxhat, xhat, sums.second);
+}
+
+// Pass 2: g w - mean(dxhat) - xhat mean(dxhat xhat), dx before its factor rstd (and g_sum).
+__device__ __forceinline__ float unscaled_input_gradient(float xhat, float g, float w, float mean_dxhat,
+                                                         float mean_dxhat_xhat) {
+  return __fmaf_rn(-xhat, mean_dxhat_xhat, __fmaf_rn(g, w, -mean_dxhat));
+}
+
+}  // namespace warp_backward_math
 
 // Adds the column sums each lane of each warp holds (sums[v], v < kValues, the same v of every
 // warp belonging to one column of one sum) over the block's warps, warp 0's first, then warp 1's,
@@ -97,6 +122,7 @@ __global__ void __launch_bounds__(kWarpBackwardThreads, 1)
   using namespace precis::cuda;
   constexpr int kPack = Packed128<T>::size, kLanePacks = kLaneValues / kPack, kSums = kResidualBias ? 3 : 2;
   static_assert(kLaneValues % kPack == 0, "a lane holds whole packs");
+  static_assert(std::is_same_v<A, float>, "warp_backward_math is in f32");
   const int lane = threadIdx.x;
   auto column = [lane](int p) { return static_cast<int64_t>(p * 32 + lane) * kPack; };
   // The lane's column sums: [dw, db, drb][p][k], flat so that fold_warps takes them.
@@ -122,10 +148,8 @@ __global__ void __launch_bounds__(kWarpBackwardThreads, 1)
       const Pack<P, kPack> w = load_pack<kPack>(weight + column(p));
 #pragma unroll
       for (int k = 0; k < kPack; ++k) {
-        const A xhat = (convert_to<A>(xs[p].v[k]) - mu) * rs;
-        const A dxhat = convert_to<A>(gs[p].v[k]) * convert_to<A>(w.v[k]);
-        row_sums.first += dxhat;
-        row_sums.second += dxhat * xhat;
+        const A xhat = warp_backward_math::normalized(convert_to<A>(xs[p].v[k]), mu, rs);
+        warp_backward_math::add_row_terms(row_sums, xhat, convert_to<A>(gs[p].v[k]), convert_to<A>(w.v[k]));
       }
     }
     row_sums = warp_all_reduce(row_sums, SumOp{});
@@ -144,12 +168,14 @@ __global__ void __launch_bounds__(kWarpBackwardThreads, 1)
       Pack<R, kPack> out_r;
 #pragma unroll
       for (int k = 0; k < kPack; ++k) {
-        const A xhat = (convert_to<A>(xs[p].v[k]) - mu) * rs, gk = convert_to<A>(gs[p].v[k]);
-        sum_at(0, p, k) += gk * xhat;
-        sum_at(1, p, k) += gk;
-        A d = rs * (gk * convert_to<A>(w.v[k]) - mean_dxhat - xhat * mean_dxhat_xhat);
-        if (g_sum) d += convert_to<A>(gs_sum[p].v[k]);
-        if constexpr (kResidualBias) sum_at(2, p, k) += d;
+        const A xhat = warp_backward_math::normalized(convert_to<A>(xs[p].v[k]), mu, rs),
+                gk = convert_to<A>(gs[p].v[k]);
+        sum_at(0, p, k) = __fmaf_rn(gk, xhat, sum_at(0, p, k));
+        sum_at(1, p, k) = __fadd_rn(sum_at(1, p, k), gk);
+        const A unscaled =
+            warp_backward_math::unscaled_input_gradient(xhat, gk, convert_to<A>(w.v[k]), mean_dxhat, mean_dxhat_xhat);
+        const A d = g_sum ? __fmaf_rn(rs, unscaled, convert_to<A>(gs_sum[p].v[k])) : __fmul_rn(rs, unscaled);
+        if constexpr (kResidualBias) sum_at(2, p, k) = __fadd_rn(sum_at(2, p, k), d);
         out.v[k] = convert_to<T>(d);
         out_r.v[k] = convert_to<R>(d);
       }
