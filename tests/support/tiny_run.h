@@ -1,12 +1,15 @@
 // A training run small enough for a test that runs several (a 1-layer char GPT on
 // tinyshakespeare, on the CPU, a log line every step, no sample, no validation), with its
-// out_dir under the temporary folder; and that folder, made empty.
+// out_dir under the temporary folder; and that folder, made empty. Also a tiny ResNet run
+// (tiny_resnet_run) and the gradient norms a run logged (logged_grad_norms).
 #pragma once
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
+#include "core/json.h"
 #include "train/config.h"
 
 namespace precis::testing {
@@ -31,6 +34,36 @@ device: cpu
 threads: 2
 )",
                              overrides);
+}
+
+// ResNet-18 with the CIFAR stem on synthetic 8x8 images of 10 classes, SGD with momentum and
+// no clipping, 3 steps of two micro-batches of 16, a log line (a metrics.jsonl row) every step,
+// no final checkpoint; `overrides` (device=..., precision=..., max_steps=...) after these.
+inline train::TrainConfig tiny_resnet_run(const std::filesystem::path& out_dir, std::vector<std::string> overrides) {
+  overrides.insert(overrides.begin(), "out_dir=" + out_dir.string());
+  return train::parse_config(R"(
+task: image_classification
+model: {name: resnet18, cifar_stem: true}
+data: {dataset: synthetic, image_size: 8, channels: 3, num_classes: 10}
+optimizer: {name: sgd, lr: 0.05, momentum: 0.9, weight_decay: 5.0e-4, grad_clip: 0.0}
+schedule: {kind: constant}
+batch: {micro_batch: 16, grad_accum: 2}
+max_steps: 3
+eval_interval: 0
+log_interval: 1
+checkpoint: {save_final: false}
+threads: 2
+)",
+                             overrides);
+}
+
+// The grad_norm of every row of the metrics.jsonl in `out_dir`, in order.
+inline std::vector<double> logged_grad_norms(const std::filesystem::path& out_dir) {
+  std::vector<double> norms;
+  std::ifstream metrics(out_dir / "metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);)
+    if (!line.empty()) norms.push_back(Json::parse(line).at("grad_norm").as_double());
+  return norms;
 }
 
 }  // namespace precis::testing

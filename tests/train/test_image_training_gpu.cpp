@@ -15,14 +15,13 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
-#include "core/json.h"
 #include "support/gpu.h"
 #include "support/loss_curves.h"
+#include "support/tiny_run.h"
 #include "train/config.h"
 #include "train/image_task.h"
 #include "train/trainer.h"
@@ -49,21 +48,8 @@ std::map<std::string, Tensor> state_on_cpu(train::Trainer& trainer) {
 TrainedRun train_run(const std::string& device, const std::string& precision, const std::string& channels_last) {
   const fs::path dir = fs::temp_directory_path() / ("precis_image_cpu_gpu_" + device + "_" + precision);
   fs::remove_all(dir);
-  train::TrainConfig config = train::parse_config(
-      R"(
-task: image_classification
-model: {name: resnet18, cifar_stem: true}
-data: {dataset: synthetic, image_size: 8, channels: 3, num_classes: 10}
-optimizer: {name: sgd, lr: 0.05, momentum: 0.9, weight_decay: 5.0e-4, grad_clip: 0.0}
-schedule: {kind: constant}
-batch: {micro_batch: 16, grad_accum: 2}
-max_steps: 3
-eval_interval: 0
-log_interval: 1
-checkpoint: {save_final: false}
-threads: 2
-)",
-      {"device=" + device, "precision=" + precision, "channels_last=" + channels_last, "out_dir=" + dir.string()});
+  train::TrainConfig config = precis::testing::tiny_resnet_run(
+      dir, {"device=" + device, "precision=" + precision, "channels_last=" + channels_last});
   train::Trainer trainer(config);
   std::map<std::string, Tensor> initial = state_on_cpu(trainer);
   trainer.run();
@@ -72,9 +58,7 @@ threads: 2
                  std::move(initial),
                  state_on_cpu(trainer),
                  dynamic_cast<train::ImageTask&>(trainer.task()).channels_last()};
-  std::ifstream metrics(dir / "metrics.jsonl");
-  for (std::string line; std::getline(metrics, line);)
-    if (!line.empty()) run.grad_norms.push_back(Json::parse(line).at("grad_norm").as_double());
+  run.grad_norms = precis::testing::logged_grad_norms(dir);
   return run;
 }
 

@@ -22,7 +22,6 @@
 #include <atomic>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <ostream>
@@ -32,11 +31,11 @@
 
 #include "core/autograd.h"
 #include "core/copy.h"
-#include "core/json.h"
 #include "ops/conv.h"
 #include "ops/ops.h"
 #include "support/gpu.h"
 #include "support/gradcheck.h"
+#include "support/tiny_run.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
@@ -81,22 +80,10 @@ TrainedRun train(const Case& c, bool side) {
   WgradStreamSetting setting(side);
   const fs::path dir = fs::temp_directory_path() / ("precis_wgrad_stream_" + name_of(c) + (side ? "_side" : ""));
   fs::remove_all(dir);
-  train::TrainConfig config = train::parse_config(
-      R"(
-task: image_classification
-model: {name: resnet18, cifar_stem: true}
-data: {dataset: synthetic, image_size: 8, channels: 3, num_classes: 10}
-optimizer: {name: sgd, lr: 0.05, momentum: 0.9, weight_decay: 5.0e-4, grad_clip: 1.0}
-schedule: {kind: constant}
-batch: {micro_batch: 16, grad_accum: 2}
-max_steps: 6
-eval_interval: 0
-log_interval: 1
-checkpoint: {save_final: false}
-threads: 2
-)",
+  const train::TrainConfig config = precis::testing::tiny_resnet_run(
+      dir,
       {"device=cuda", "precision=" + c.precision, std::string("channels_last=") + (c.channels_last ? "true" : "false"),
-       std::string("cuda_graphs=") + (c.graphs ? "true" : "false"), "out_dir=" + dir.string()});
+       std::string("cuda_graphs=") + (c.graphs ? "true" : "false"), "optimizer.grad_clip=1.0", "max_steps=6"});
   TrainedRun run;
   ::testing::internal::CaptureStdout();
   {
@@ -107,9 +94,7 @@ threads: 2
       run.state[name] = tensor.to(Device::cpu()).to(DType::f64).to_vector<double>();
   }
   run.out = ::testing::internal::GetCapturedStdout();
-  std::ifstream metrics(dir / "metrics.jsonl");
-  for (std::string line; std::getline(metrics, line);)
-    if (!line.empty()) run.grad_norms.push_back(Json::parse(line).at("grad_norm").as_double());
+  run.grad_norms = precis::testing::logged_grad_norms(dir);
   return run;
 }
 
