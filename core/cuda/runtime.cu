@@ -80,6 +80,13 @@ DeviceStreams& streams_of(Device device) {
   return streams;
 }
 
+// Makes the compute stream wait for the side stream's work, where it has had any since the last join.
+void join_if_unjoined(DeviceStreams& streams) {
+  if (!streams.created.load(std::memory_order_acquire) || !streams.side_unjoined.exchange(false)) return;
+  PRECIS_CUDA_CHECK(cudaEventRecord(streams.join, streams.side), "join the side stream");
+  PRECIS_CUDA_CHECK(cudaStreamWaitEvent(streams.compute, streams.join, 0), "join the side stream");
+}
+
 }  // namespace
 
 cudaStream_t compute_stream(Device device) {
@@ -154,14 +161,23 @@ bool any_capture_underway() {
 
 cudaStream_t side_stream(Device device) { return streams_of(device).side; }
 
-SideStreamScope::SideStreamScope(Device device) : previous_stream_(t_side_stream), previous_device_(t_side_device) {
+void fork_side_stream(Device device) {
   DeviceStreams& streams = streams_of(device);
-  if (compute_stream(device) != streams.side) {
-    PRECIS_CUDA_CHECK(cudaEventRecord(streams.fork, streams.compute), "fork the side stream");
-    PRECIS_CUDA_CHECK(cudaStreamWaitEvent(streams.side, streams.fork, 0), "fork the side stream");
-  }
+  PRECIS_CUDA_CHECK(cudaEventRecord(streams.fork, streams.compute), "fork the side stream");
+  PRECIS_CUDA_CHECK(cudaStreamWaitEvent(streams.side, streams.fork, 0), "fork the side stream");
   streams.side_unjoined.store(true, std::memory_order_relaxed);
   g_any_side_unjoined.store(true, std::memory_order_release);
+}
+
+SideStreamScope::SideStreamScope(Device device, Fork fork)
+    : previous_stream_(t_side_stream), previous_device_(t_side_device) {
+  DeviceStreams& streams = streams_of(device);
+  if (fork == Fork::now && compute_stream(device) != streams.side) {
+    fork_side_stream(device);
+  } else {
+    streams.side_unjoined.store(true, std::memory_order_relaxed);
+    g_any_side_unjoined.store(true, std::memory_order_release);
+  }
   t_side_stream = streams.side;
   t_side_device = device.index;
 }
@@ -174,12 +190,12 @@ SideStreamScope::~SideStreamScope() {
 void join_side_streams() {
   if (!g_any_side_unjoined.exchange(false, std::memory_order_acq_rel)) return;
   DeviceStreams* table = stream_table();
-  for (int i = 0; i < device_count(); ++i) {
-    DeviceStreams& streams = table[i];
-    if (!streams.created.load(std::memory_order_acquire) || !streams.side_unjoined.exchange(false)) continue;
-    PRECIS_CUDA_CHECK(cudaEventRecord(streams.join, streams.side), "join the side stream");
-    PRECIS_CUDA_CHECK(cudaStreamWaitEvent(streams.compute, streams.join, 0), "join the side stream");
-  }
+  for (int i = 0; i < device_count(); ++i) join_if_unjoined(table[i]);
+}
+
+void join_side_stream(Device device) {
+  if (!device.is_cuda() || device.index < 0 || device.index >= device_count()) return;
+  join_if_unjoined(stream_table()[device.index]);
 }
 
 }  // namespace precis::cuda

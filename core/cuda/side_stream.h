@@ -34,11 +34,23 @@ namespace precis::cuda {
 // The side stream of `device` (made with its compute stream).
 cudaStream_t side_stream(Device device);
 
+// Makes the side stream of `device` wait for the work queued on its compute stream so far: the
+// fork a SideStreamScope makes when it starts, made ahead of it. A scope opened later with
+// Fork::made queues its work behind this fork only, so that it runs beside whatever the compute
+// stream is given in between, though queued after it (a residual block's shortcut, queued after
+// the main branch so that autograd records the block's nodes in their usual order:
+// models/resnet.cpp). Until then nothing may free a block of the side stream's pool that the
+// compute stream reads after the fork (the scope's allocations may take it). Counts as work to
+// join.
+void fork_side_stream(Device device);
+
 // Forks the side stream of `device` from its compute stream and makes it this thread's
-// compute_stream(device) until the scope ends. Nests (an inner scope forks nothing).
+// compute_stream(device) until the scope ends. Nests (an inner scope forks nothing). With
+// Fork::made, forks nothing either: fork_side_stream(device) has.
 class SideStreamScope {
  public:
-  explicit SideStreamScope(Device device);
+  enum class Fork { now, made };
+  explicit SideStreamScope(Device device, Fork fork = Fork::now);
   ~SideStreamScope();
   SideStreamScope(const SideStreamScope&) = delete;
   SideStreamScope& operator=(const SideStreamScope&) = delete;
@@ -51,5 +63,9 @@ class SideStreamScope {
 // Makes every compute stream whose side stream has work queued since the last join wait for
 // that work. Costs one atomic load when there is none.
 void join_side_streams();
+// The same for `device` only (a residual block's shortcut, models/resnet.cpp: the block joins
+// its own device's streams before it adds the shortcut). Nothing when its side stream has had
+// no scope since the last join.
+void join_side_stream(Device device);
 
 }  // namespace precis::cuda
