@@ -22,6 +22,10 @@
 //     side-stream work only, queued after a later fork, which waits for those reads;
 //   - the batch norm's running statistics are updated on the side stream; nothing reads them
 //     before the join.
+// With ShortcutStream::forward_and_backward the shortcut's autograd nodes run their backward on
+// the side stream too (SideStreamScope::Backward::on_side_stream; core/autograd.cpp, "Backward
+// on the side stream"), beside the main branch's backward, joined where conv1's backward adds
+// its gradient of x into the shortcut's.
 #include "models/resnet.h"
 
 #include <atomic>
@@ -42,7 +46,7 @@ namespace precis::models {
 
 namespace {
 
-std::atomic<int> g_shortcut_stream{-1};  // 0 or 1, -1 until set or read from the environment
+std::atomic<int> g_shortcut_stream{-1};  // a ShortcutStream, -1 until set or read from the environment
 
 std::shared_ptr<nn::Conv2d> conv(int64_t in, int64_t out, int64_t kernel, int64_t stride) {
   return std::make_shared<nn::Conv2d>(
@@ -65,7 +69,7 @@ class Shortcut {
  public:
   Shortcut(const Tensor& x, const std::shared_ptr<nn::Sequential>& down) : x_(x), down_(down) {
 #if PRECIS_WITH_CUDA
-    if (down_ && x_.device().is_cuda() && shortcut_stream()) {
+    if (down_ && x_.device().is_cuda() && shortcut_stream() != ShortcutStream::off) {
       cuda::fork_side_stream(x_.device());
       forked_ = true;
     }
@@ -86,7 +90,10 @@ class Shortcut {
     Tensor identity;
 #if PRECIS_WITH_CUDA
     {
-      cuda::SideStreamScope on_side(x_.device(), cuda::SideStreamScope::Fork::made);
+      using Scope = cuda::SideStreamScope;
+      Scope on_side(x_.device(), Scope::Fork::made,
+                    shortcut_stream() == ShortcutStream::forward_and_backward ? Scope::Backward::on_side_stream
+                                                                              : Scope::Backward::on_compute_stream);
       identity = down_->forward(x_);
     }
 #endif
@@ -121,17 +128,21 @@ Depths depths_of(const std::string& name) {
 
 }  // namespace
 
-void set_shortcut_stream(bool on) { g_shortcut_stream = on ? 1 : 0; }
+void set_shortcut_stream(ShortcutStream where) { g_shortcut_stream = static_cast<int>(where); }
 
-bool shortcut_stream() {
-  int on = g_shortcut_stream.load(std::memory_order_relaxed);
-  if (on < 0) {
+ShortcutStream shortcut_stream() {
+  int where = g_shortcut_stream.load(std::memory_order_relaxed);
+  if (where < 0) {
     const char* setting = std::getenv("PRECIS_EXP_SHORTCUT_STREAM");
+    const std::string value = setting ? setting : "0";
+    const ShortcutStream read = value == "2"   ? ShortcutStream::forward_and_backward
+                                : value == "1" ? ShortcutStream::forward
+                                               : ShortcutStream::off;
     int unset = -1;
-    g_shortcut_stream.compare_exchange_strong(unset, setting != nullptr && std::string(setting) == "1" ? 1 : 0);
-    on = g_shortcut_stream.load();
+    g_shortcut_stream.compare_exchange_strong(unset, static_cast<int>(read));
+    where = g_shortcut_stream.load();
   }
-  return on == 1;
+  return static_cast<ShortcutStream>(where);
 }
 
 BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride) : nn::Module("BasicBlock") {

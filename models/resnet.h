@@ -51,12 +51,16 @@ class Bottleneck : public nn::Module {
   std::shared_ptr<nn::Sequential> downsample_;
 };
 
-// Whether a residual block's downsample (conv1x1 + batch norm) of a GPU input is queued on the
-// device's side stream, forked before the main branch and joined before the shortcut is added,
-// so that its small kernels run beside the main branch's. Its backward stays on the compute
-// stream. PRECIS_EXP_SHORTCUT_STREAM=1 turns it on (read once); off by default.
-void set_shortcut_stream(bool on);
-bool shortcut_stream();
+// Where a residual block's downsample (conv1x1 + batch norm) of a GPU input runs. forward: its
+// forward is queued on the device's side stream, forked before the main branch and joined before
+// the shortcut is added, so that its small kernels run beside the main branch's; its backward
+// stays on the compute stream. forward_and_backward: its autograd nodes run their backward on the
+// side stream too (core/autograd.cpp), joined where the block input's two gradients meet.
+// PRECIS_EXP_SHORTCUT_STREAM=1 (forward) or =2 (forward_and_backward) sets it (read once); off
+// by default.
+enum class ShortcutStream { off, forward, forward_and_backward };
+void set_shortcut_stream(ShortcutStream where);
+ShortcutStream shortcut_stream();
 
 class ResNet : public ImageClassifier {
  public:

@@ -35,6 +35,7 @@ std::atomic<bool> g_any_side_unjoined{false};
 // This thread's SideStreamScope: the stream compute_stream(cuda:t_side_device) returns.
 thread_local cudaStream_t t_side_stream = nullptr;
 thread_local int t_side_device = -1;
+thread_local int t_side_backward_device = -1;  // SideStreamScope's Backward::on_side_stream
 
 bool side_stream_low_priority() {
   static const bool on = [] {
@@ -81,10 +82,15 @@ DeviceStreams& streams_of(Device device) {
 }
 
 // Makes the compute stream wait for the side stream's work, where it has had any since the last join.
+// Joined from inside a SideStreamScope of this thread, the scope's later work is still to join.
 void join_if_unjoined(DeviceStreams& streams) {
   if (!streams.created.load(std::memory_order_acquire) || !streams.side_unjoined.exchange(false)) return;
   PRECIS_CUDA_CHECK(cudaEventRecord(streams.join, streams.side), "join the side stream");
   PRECIS_CUDA_CHECK(cudaStreamWaitEvent(streams.compute, streams.join, 0), "join the side stream");
+  if (t_side_stream == streams.side) {
+    streams.side_unjoined.store(true, std::memory_order_relaxed);
+    g_any_side_unjoined.store(true, std::memory_order_release);
+  }
 }
 
 }  // namespace
@@ -169,8 +175,10 @@ void fork_side_stream(Device device) {
   g_any_side_unjoined.store(true, std::memory_order_release);
 }
 
-SideStreamScope::SideStreamScope(Device device, Fork fork)
-    : previous_stream_(t_side_stream), previous_device_(t_side_device) {
+SideStreamScope::SideStreamScope(Device device, Fork fork, Backward backward)
+    : previous_stream_(t_side_stream),
+      previous_device_(t_side_device),
+      previous_backward_device_(t_side_backward_device) {
   DeviceStreams& streams = streams_of(device);
   if (fork == Fork::now && compute_stream(device) != streams.side) {
     fork_side_stream(device);
@@ -180,12 +188,16 @@ SideStreamScope::SideStreamScope(Device device, Fork fork)
   }
   t_side_stream = streams.side;
   t_side_device = device.index;
+  if (backward == Backward::on_side_stream) t_side_backward_device = device.index;
 }
 
 SideStreamScope::~SideStreamScope() {
   t_side_stream = previous_stream_;
   t_side_device = previous_device_;
+  t_side_backward_device = previous_backward_device_;
 }
+
+int side_stream_backward_device() { return t_side_backward_device; }
 
 void join_side_streams() {
   if (!g_any_side_unjoined.exchange(false, std::memory_order_acq_rel)) return;

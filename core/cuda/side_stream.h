@@ -46,11 +46,14 @@ void fork_side_stream(Device device);
 
 // Forks the side stream of `device` from its compute stream and makes it this thread's
 // compute_stream(device) until the scope ends. Nests (an inner scope forks nothing). With
-// Fork::made, forks nothing either: fork_side_stream(device) has.
+// Fork::made, forks nothing either: fork_side_stream(device) has. With Backward::on_side_stream
+// the autograd nodes recorded inside the scope run their backward on the side stream too
+// (core/autograd.cpp, "Backward on the side stream"); an inner scope keeps the outer's choice.
 class SideStreamScope {
  public:
   enum class Fork { now, made };
-  explicit SideStreamScope(Device device, Fork fork = Fork::now);
+  enum class Backward { on_compute_stream, on_side_stream };
+  explicit SideStreamScope(Device device, Fork fork = Fork::now, Backward backward = Backward::on_compute_stream);
   ~SideStreamScope();
   SideStreamScope(const SideStreamScope&) = delete;
   SideStreamScope& operator=(const SideStreamScope&) = delete;
@@ -58,7 +61,12 @@ class SideStreamScope {
  private:
   cudaStream_t previous_stream_;
   int previous_device_;
+  int previous_backward_device_;
 };
+
+// The device whose side stream this thread's SideStreamScope asked the backward of the nodes
+// recorded inside it to run on (Backward::on_side_stream), or -1.
+int side_stream_backward_device();
 
 // Makes every compute stream whose side stream has work queued since the last join wait for
 // that work. Costs one atomic load when there is none.
