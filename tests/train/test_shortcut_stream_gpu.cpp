@@ -62,9 +62,9 @@ namespace {
 
 const Device kGpu = Device::cuda(0);
 
-// Sets the switches for a scope and restores their default however a test ends.
 using models::ShortcutStream;
 
+// Sets the switches for a scope and restores their default however a test ends.
 struct SideStreamSettings {
   SideStreamSettings(ShortcutStream shortcut, bool wgrad) {
     models::set_shortcut_stream(shortcut);
