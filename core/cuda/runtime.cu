@@ -27,7 +27,9 @@ struct DeviceStreams {
   cudaStream_t comm = nullptr;
   cudaStream_t side = nullptr;
   cudaEvent_t fork = nullptr, join = nullptr;  // reused: a wait takes the event's state when it is queued
-  std::atomic<bool> side_unjoined{false};      // work queued on `side` since the last join
+  cudaEvent_t points[kSideStreamPoints] = {};  // mark_side_stream's ring
+  std::atomic<unsigned> next_point{0};
+  std::atomic<bool> side_unjoined{false};  // work queued on `side` since the last join
 };
 
 std::atomic<bool> g_any_side_unjoined{false};
@@ -76,6 +78,8 @@ DeviceStreams& streams_of(Device device) {
     streams.side = make_stream(false, "create side stream");
     PRECIS_CUDA_CHECK(cudaEventCreateWithFlags(&streams.fork, cudaEventDisableTiming), "create side stream");
     PRECIS_CUDA_CHECK(cudaEventCreateWithFlags(&streams.join, cudaEventDisableTiming), "create side stream");
+    for (cudaEvent_t& point : streams.points)
+      PRECIS_CUDA_CHECK(cudaEventCreateWithFlags(&point, cudaEventDisableTiming), "create side stream");
     streams.created.store(true, std::memory_order_release);
   });
   return streams;
@@ -198,6 +202,19 @@ SideStreamScope::~SideStreamScope() {
 }
 
 int side_stream_backward_device() { return t_side_backward_device; }
+
+SideStreamPoint mark_side_stream(Device device) {
+  DeviceStreams& streams = streams_of(device);
+  const int slot = static_cast<int>(streams.next_point.fetch_add(1, std::memory_order_relaxed) % kSideStreamPoints);
+  PRECIS_CUDA_CHECK(cudaEventRecord(streams.points[slot], streams.side), "mark the side stream");
+  return {device.index, slot};
+}
+
+void wait_for_side_stream(SideStreamPoint point) {
+  if (point.device < 0) return;
+  DeviceStreams& streams = streams_of(Device::cuda(point.device));
+  PRECIS_CUDA_CHECK(cudaStreamWaitEvent(streams.compute, streams.points[point.slot], 0), "wait for the side stream");
+}
 
 void join_side_streams() {
   if (!g_any_side_unjoined.exchange(false, std::memory_order_acq_rel)) return;

@@ -64,6 +64,21 @@ class SideStreamScope {
   int previous_backward_device_;
 };
 
+// A point of a device's side stream: the work queued there when mark_side_stream was called
+// (an event of a ring of kSideStreamPoints per device). device -1: no point.
+inline constexpr int kSideStreamPoints = 64;
+struct SideStreamPoint {
+  int device = -1;
+  int slot = 0;
+};
+// Marks the side stream of `device` where its queued work ends now.
+SideStreamPoint mark_side_stream(Device device);
+// Makes the compute stream of the point's device wait for the side stream's work up to the point:
+// a join for part of it (the work queued after the point may still run beside). Once the ring has
+// come round, the event marks a later point: the wait is longer, never too short. Nothing for
+// device -1.
+void wait_for_side_stream(SideStreamPoint point);
+
 // The device whose side stream this thread's SideStreamScope asked the backward of the nodes
 // recorded inside it to run on (Backward::on_side_stream), or -1.
 int side_stream_backward_device();
