@@ -4,7 +4,9 @@
 //
 // A convolution's weight gradient is such work (ops/conv.cpp, set_conv_wgrad_stream): nothing
 // but the optimizer reads it, so it may run while the compute stream goes on with the
-// backward's memory-bound kernels. SideStreamScope forks: the side stream waits for the work
+// backward's memory-bound kernels. A residual block's downsample shortcut is another
+// (models/resnet.cpp, set_shortcut_stream): its forward, and optionally its autograd nodes'
+// backward (SideStreamScope::Backward). SideStreamScope forks: the side stream waits for the work
 // queued on the compute stream so far, and until the scope ends compute_stream(device) is the
 // side stream on this thread (PyTorch's "current stream"), so the kernels, cuDNN calls and
 // allocations made inside the scope go there unchanged. join_side_streams() makes each
@@ -14,7 +16,9 @@
 // Memory. A tensor made on the compute stream, read inside the scope and freed before the
 // join must be record_stream'ed to the side stream (core/cuda/caching_allocator.h): the
 // caching allocator would otherwise hand its block to the compute stream at once. Blocks
-// allocated inside the scope belong to the side stream's pool.
+// allocated inside the scope belong to the side stream's pool: when the compute stream reads one
+// and the host frees it, the pool hands it out again only to side-stream work, which a fork made
+// after the free orders after those reads (see fork_side_stream for the one exception).
 //
 // CUDA graphs. The fork's event pulls the side stream into a capture of the compute stream;
 // the join must come before the capture ends (the end of backward() does it).
