@@ -8,10 +8,10 @@
 //   - the block forks the side stream (fork_side_stream) before it queues the main branch, so the
 //     shortcut waits for x only; it queues the shortcut after the main branch, in a scope that
 //     does not fork again (SideStreamScope::Fork::made), so that autograd records the block's
-//     nodes in the order the compute stream alone gives, and the backward, which runs on the
-//     compute stream, computes the same bits (the order decides which of x's two gradients
-//     cuDNN adds into the other); under a CUDA graph the kernels' host order does not matter,
-//     and eagerly the host is ahead of the GPU;
+//     nodes in the order the compute stream alone gives, and the backward runs them in the usual
+//     order and computes the same bits (the order decides which of x's two gradients cuDNN adds
+//     into the other); under a CUDA graph the kernels' host order does not matter, and eagerly
+//     the host is ahead of the GPU;
 //   - the compute stream waits for the side stream (join_side_stream) before the add, which is
 //     also before the block returns: a capture never ends with the side stream unjoined;
 //   - x (a block of the compute stream's pool) needs no record_stream: the block holds it until
@@ -19,13 +19,14 @@
 //   - the shortcut's tensors (its convolution's output, which the batch norm saves, the norm's
 //     statistics and output) are blocks of the side stream's pool, read later on the compute
 //     stream and freed by the host after those reads are queued: the pool gives such a block to
-//     side-stream work only, queued after a later fork, which waits for those reads;
+//     side-stream work only, queued after a later fork, which waits for those reads (between a
+//     block's fork and its scope the main branch frees no such block: fork_side_stream's rule);
 //   - the batch norm's running statistics are updated on the side stream; nothing reads them
 //     before the join.
 // With ShortcutStream::forward_and_backward the shortcut's autograd nodes run their backward on
 // the side stream too (SideStreamScope::Backward::on_side_stream; core/autograd.cpp, "Backward
-// on the side stream"), beside the main branch's backward, joined where conv1's backward adds
-// its gradient of x into the shortcut's.
+// on the side stream"), beside the main branch's backward; the compute stream waits for them
+// where conv1's backward adds its gradient of x into the shortcut's.
 #include "models/resnet.h"
 
 #include <atomic>
