@@ -71,9 +71,15 @@ struct Buffers {
 // runs, nor their waits on the host).
 inline bool may_time(bool benchmark) { return benchmark && !precis::cuda::any_capture_underway(); }
 
-// Before timing runs on `device`: waits for its compute and side streams, so that no work of
-// the other one (the side stream's weight gradients, core/cuda/side_stream.h) runs beside them.
-inline void quiesce_for_timing(Device device) { precis::cuda::synchronize(device); }
+// Before timing runs on `device`, where weight gradients run on the side stream
+// (ops::conv_wgrad_stream, core/cuda/side_stream.h): waits for its compute and side streams, so
+// that no work of the other one runs beside them. With the side stream off it waits for nothing,
+// so the timing (and the plan it picks) is what it was before the side stream existed: a plain-f32
+// problem was seen to get a less accurate plan on an H100 (bench/NOTES.md, seventh session,
+// item 10), its cause not yet known.
+inline void quiesce_for_timing(Device device) {
+  if (ops::conv_wgrad_stream()) precis::cuda::synchronize(device);
+}
 
 // The buffers the timing runs use: io, with `out` moved into `scratch` (allocated here on the
 // caching allocator) when io.out holds a sum that the timing runs must not add into.
