@@ -1,4 +1,37 @@
+// ResNet's blocks and stems (models/resnet.h).
+//
+// The shortcut on the side stream (set_shortcut_stream, an experiment). A downsampling block's
+// shortcut, bn(conv1x1_s(x)), needs only x, and its main branch, bn2(conv2(relu(bn1(conv1(x))))),
+// needs only x too, until the two are added. Their late-layer kernels are small (a few hundred
+// thread blocks) and latency-bound, so the shortcut's are queued on the device's side stream
+// (core/cuda/side_stream.h) to fill the GPU beside the main branch's:
+//   - the block forks the side stream (fork_side_stream) before it queues the main branch, so the
+//     shortcut waits for x only; it queues the shortcut after the main branch, in a scope that
+//     does not fork again (SideStreamScope::Fork::made), so that autograd records the block's
+//     nodes in the order the compute stream alone gives, and the backward runs them in the usual
+//     order and computes the same bits (the order decides which of x's two gradients cuDNN adds
+//     into the other); under a CUDA graph the kernels' host order does not matter, and eagerly
+//     the host is ahead of the GPU;
+//   - the compute stream waits for the side stream (join_side_stream) before the add, which is
+//     also before the block returns: a capture never ends with the side stream unjoined;
+//   - x (a block of the compute stream's pool) needs no record_stream: the block holds it until
+//     after the join, so the compute stream reaches any later use of its block after the reads;
+//   - the shortcut's tensors (its convolution's output, which the batch norm saves, the norm's
+//     statistics and output) are blocks of the side stream's pool, read later on the compute
+//     stream and freed by the host after those reads are queued: the pool gives such a block to
+//     side-stream work only, queued after a later fork, which waits for those reads (between a
+//     block's fork and its scope the main branch frees no such block: fork_side_stream's rule);
+//   - the batch norm's running statistics are updated on the side stream; nothing reads them
+//     before the join.
+// With ShortcutStream::forward_and_backward the shortcut's autograd nodes run their backward on
+// the side stream too (SideStreamScope::Backward::on_side_stream; core/autograd.cpp, "Backward
+// on the side stream"), beside the main branch's backward; the compute stream waits for them
+// where conv1's backward adds its gradient of x into the shortcut's.
 #include "models/resnet.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
 
 #include "core/random.h"
 #include "nn/init.h"
@@ -6,9 +39,15 @@
 #include "nn/parameter_gate.h"
 #include "ops/pool.h"
 
+#if PRECIS_WITH_CUDA
+#include "core/cuda/side_stream.h"
+#endif
+
 namespace precis::models {
 
 namespace {
+
+std::atomic<int> g_shortcut_stream{-1};  // a ShortcutStream, -1 until set or read from the environment
 
 std::shared_ptr<nn::Conv2d> conv(int64_t in, int64_t out, int64_t kernel, int64_t stride) {
   return std::make_shared<nn::Conv2d>(
@@ -24,12 +63,57 @@ std::shared_ptr<nn::Sequential> downsample(int64_t in_planes, int64_t out_planes
   return seq;
 }
 
-// relu(bn(out) + identity) in one op (ops::batch_norm_add_relu), in out's memory format; the
-// identity is x or downsample(x).
-Tensor bn_add_relu(nn::BatchNorm2d& bn, const Tensor& out, const Tensor& x,
-                   const std::shared_ptr<nn::Sequential>& down) {
-  return bn.forward_add_relu(out, down ? down->forward(x) : x);
-}
+// A block's identity: x, or downsample(x). Made before the main branch is queued, it forks the
+// side stream where the downsample runs there (see the top); take() queues the downsample and
+// joins. Joins when destroyed otherwise (the main branch threw).
+class Shortcut {
+ public:
+  Shortcut(const Tensor& x, const std::shared_ptr<nn::Sequential>& down) : x_(x), down_(down) {
+#if PRECIS_WITH_CUDA
+    if (down_ && x_.device().is_cuda() && shortcut_stream() != ShortcutStream::off) {
+      cuda::fork_side_stream(x_.device());
+      forked_ = true;
+    }
+#endif
+  }
+  ~Shortcut() {
+    try {
+      join();
+    } catch (...) {  // the error that is unwinding says more
+    }
+  }
+  Shortcut(const Shortcut&) = delete;
+  Shortcut& operator=(const Shortcut&) = delete;
+
+  Tensor take() {
+    if (!down_) return x_;
+    if (!forked_) return down_->forward(x_);
+    Tensor identity;
+#if PRECIS_WITH_CUDA
+    {
+      using Scope = cuda::SideStreamScope;
+      Scope on_side(x_.device(), Scope::Fork::made,
+                    shortcut_stream() == ShortcutStream::forward_and_backward ? Scope::Backward::on_side_stream
+                                                                              : Scope::Backward::on_compute_stream);
+      identity = down_->forward(x_);
+    }
+#endif
+    join();
+    return identity;
+  }
+
+ private:
+  void join() {
+#if PRECIS_WITH_CUDA
+    if (forked_) cuda::join_side_stream(x_.device());
+#endif
+    forked_ = false;
+  }
+
+  Tensor x_;
+  std::shared_ptr<nn::Sequential> down_;
+  bool forked_ = false;
+};
 
 struct Depths {
   std::vector<int64_t> blocks;
@@ -45,6 +129,23 @@ Depths depths_of(const std::string& name) {
 
 }  // namespace
 
+void set_shortcut_stream(ShortcutStream where) { g_shortcut_stream = static_cast<int>(where); }
+
+ShortcutStream shortcut_stream() {
+  int where = g_shortcut_stream.load(std::memory_order_relaxed);
+  if (where < 0) {
+    const char* setting = std::getenv("PRECIS_EXP_SHORTCUT_STREAM");
+    const std::string value = setting ? setting : "0";
+    const ShortcutStream read = value == "2"   ? ShortcutStream::forward_and_backward
+                                : value == "1" ? ShortcutStream::forward
+                                               : ShortcutStream::off;
+    int unset = -1;
+    g_shortcut_stream.compare_exchange_strong(unset, static_cast<int>(read));
+    where = g_shortcut_stream.load();
+  }
+  return static_cast<ShortcutStream>(where);
+}
+
 BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride) : nn::Module("BasicBlock") {
   conv1_ = register_module("conv1", conv(in_planes, planes, 3, stride));
   bn1_ = register_module("bn1", std::make_shared<nn::BatchNorm2d>(planes));
@@ -54,10 +155,13 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride) : nn::
   if (downsample_) register_module("downsample", downsample_);
 }
 
+// relu(bn2(conv2(...)) + identity) in one op (ops::batch_norm_add_relu), in out's memory format.
 Tensor BasicBlock::forward(const Tensor& x) {
   nn::gate_parameters(*this);  // the block's convolutions, norms and downsample
+  Shortcut shortcut(x, downsample_);
   Tensor out = bn1_->forward_relu(conv1_->forward(x));
-  return bn_add_relu(*bn2_, conv2_->forward(out), x, downsample_);
+  out = conv2_->forward(out);
+  return bn2_->forward_add_relu(out, shortcut.take());
 }
 
 Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride) : nn::Module("Bottleneck") {
@@ -73,9 +177,11 @@ Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride) : nn::
 
 Tensor Bottleneck::forward(const Tensor& x) {
   nn::gate_parameters(*this);
+  Shortcut shortcut(x, downsample_);
   Tensor out = bn1_->forward_relu(conv1_->forward(x));
   out = bn2_->forward_relu(conv2_->forward(out));
-  return bn_add_relu(*bn3_, conv3_->forward(out), x, downsample_);
+  out = conv3_->forward(out);
+  return bn3_->forward_add_relu(out, shortcut.take());
 }
 
 ResNet::ResNet(const ImageModelConfig& config, uint64_t seed) : ImageClassifier("ResNet"), config_(config) {

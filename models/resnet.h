@@ -9,6 +9,9 @@
 // relu, no max-pool); the names are the same.
 // Initialisation as torchvision: convolutions kaiming_normal_(fan_out, relu), batch norms
 // weight 1 and bias 0, fc PyTorch's default (uniform in +-1/sqrt(fan_in)).
+//
+// Under set_shortcut_stream (an experiment, off by default) a block's downsample runs on the
+// GPU's side stream (core/cuda/side_stream.h), beside the main branch: models/resnet.cpp.
 #pragma once
 
 #include <vector>
@@ -47,6 +50,17 @@ class Bottleneck : public nn::Module {
   std::shared_ptr<nn::BatchNorm2d> bn1_, bn2_, bn3_;
   std::shared_ptr<nn::Sequential> downsample_;
 };
+
+// Where a residual block's downsample (conv1x1 + batch norm) of a GPU input runs. forward: its
+// forward is queued on the device's side stream, forked before the main branch and joined before
+// the shortcut is added, so that its small kernels run beside the main branch's; its backward
+// stays on the compute stream. forward_and_backward: its autograd nodes run their backward on the
+// side stream too (core/autograd.cpp), joined where the block input's two gradients meet.
+// PRECIS_EXP_SHORTCUT_STREAM=1 (forward) or =2 (forward_and_backward) sets it (read once); off
+// by default.
+enum class ShortcutStream { off, forward, forward_and_backward };
+void set_shortcut_stream(ShortcutStream where);
+ShortcutStream shortcut_stream();
 
 class ResNet : public ImageClassifier {
  public:

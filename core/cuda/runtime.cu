@@ -27,7 +27,9 @@ struct DeviceStreams {
   cudaStream_t comm = nullptr;
   cudaStream_t side = nullptr;
   cudaEvent_t fork = nullptr, join = nullptr;  // reused: a wait takes the event's state when it is queued
-  std::atomic<bool> side_unjoined{false};      // work queued on `side` since the last join
+  cudaEvent_t points[kSideStreamPoints] = {};  // mark_side_stream's ring
+  std::atomic<unsigned> next_point{0};
+  std::atomic<bool> side_unjoined{false};  // work queued on `side` since the last join
 };
 
 std::atomic<bool> g_any_side_unjoined{false};
@@ -35,6 +37,7 @@ std::atomic<bool> g_any_side_unjoined{false};
 // This thread's SideStreamScope: the stream compute_stream(cuda:t_side_device) returns.
 thread_local cudaStream_t t_side_stream = nullptr;
 thread_local int t_side_device = -1;
+thread_local int t_side_backward_device = -1;  // SideStreamScope's Backward::on_side_stream
 
 bool side_stream_low_priority() {
   static const bool on = [] {
@@ -75,9 +78,23 @@ DeviceStreams& streams_of(Device device) {
     streams.side = make_stream(false, "create side stream");
     PRECIS_CUDA_CHECK(cudaEventCreateWithFlags(&streams.fork, cudaEventDisableTiming), "create side stream");
     PRECIS_CUDA_CHECK(cudaEventCreateWithFlags(&streams.join, cudaEventDisableTiming), "create side stream");
+    for (cudaEvent_t& point : streams.points)
+      PRECIS_CUDA_CHECK(cudaEventCreateWithFlags(&point, cudaEventDisableTiming), "create side stream");
     streams.created.store(true, std::memory_order_release);
   });
   return streams;
+}
+
+// Makes the compute stream wait for the side stream's work, where it has had any since the last join.
+// Joined from inside a SideStreamScope of this thread, the scope's later work is still to join.
+void join_if_unjoined(DeviceStreams& streams) {
+  if (!streams.created.load(std::memory_order_acquire) || !streams.side_unjoined.exchange(false)) return;
+  PRECIS_CUDA_CHECK(cudaEventRecord(streams.join, streams.side), "join the side stream");
+  PRECIS_CUDA_CHECK(cudaStreamWaitEvent(streams.compute, streams.join, 0), "join the side stream");
+  if (t_side_stream == streams.side) {
+    streams.side_unjoined.store(true, std::memory_order_relaxed);
+    g_any_side_unjoined.store(true, std::memory_order_release);
+  }
 }
 
 }  // namespace
@@ -154,32 +171,60 @@ bool any_capture_underway() {
 
 cudaStream_t side_stream(Device device) { return streams_of(device).side; }
 
-SideStreamScope::SideStreamScope(Device device) : previous_stream_(t_side_stream), previous_device_(t_side_device) {
+void fork_side_stream(Device device) {
   DeviceStreams& streams = streams_of(device);
-  if (compute_stream(device) != streams.side) {
-    PRECIS_CUDA_CHECK(cudaEventRecord(streams.fork, streams.compute), "fork the side stream");
-    PRECIS_CUDA_CHECK(cudaStreamWaitEvent(streams.side, streams.fork, 0), "fork the side stream");
-  }
+  PRECIS_CUDA_CHECK(cudaEventRecord(streams.fork, streams.compute), "fork the side stream");
+  PRECIS_CUDA_CHECK(cudaStreamWaitEvent(streams.side, streams.fork, 0), "fork the side stream");
   streams.side_unjoined.store(true, std::memory_order_relaxed);
   g_any_side_unjoined.store(true, std::memory_order_release);
+}
+
+SideStreamScope::SideStreamScope(Device device, Fork fork, Backward backward)
+    : previous_stream_(t_side_stream),
+      previous_device_(t_side_device),
+      previous_backward_device_(t_side_backward_device) {
+  DeviceStreams& streams = streams_of(device);
+  if (fork == Fork::now && compute_stream(device) != streams.side) {
+    fork_side_stream(device);
+  } else {
+    streams.side_unjoined.store(true, std::memory_order_relaxed);
+    g_any_side_unjoined.store(true, std::memory_order_release);
+  }
   t_side_stream = streams.side;
   t_side_device = device.index;
+  if (backward == Backward::on_side_stream) t_side_backward_device = device.index;
 }
 
 SideStreamScope::~SideStreamScope() {
   t_side_stream = previous_stream_;
   t_side_device = previous_device_;
+  t_side_backward_device = previous_backward_device_;
+}
+
+int side_stream_backward_device() { return t_side_backward_device; }
+
+SideStreamPoint mark_side_stream(Device device) {
+  DeviceStreams& streams = streams_of(device);
+  const int slot = static_cast<int>(streams.next_point.fetch_add(1, std::memory_order_relaxed) % kSideStreamPoints);
+  PRECIS_CUDA_CHECK(cudaEventRecord(streams.points[slot], streams.side), "mark the side stream");
+  return {device.index, slot};
+}
+
+void wait_for_side_stream(SideStreamPoint point) {
+  if (point.device < 0) return;
+  DeviceStreams& streams = streams_of(Device::cuda(point.device));
+  PRECIS_CUDA_CHECK(cudaStreamWaitEvent(streams.compute, streams.points[point.slot], 0), "wait for the side stream");
 }
 
 void join_side_streams() {
   if (!g_any_side_unjoined.exchange(false, std::memory_order_acq_rel)) return;
   DeviceStreams* table = stream_table();
-  for (int i = 0; i < device_count(); ++i) {
-    DeviceStreams& streams = table[i];
-    if (!streams.created.load(std::memory_order_acquire) || !streams.side_unjoined.exchange(false)) continue;
-    PRECIS_CUDA_CHECK(cudaEventRecord(streams.join, streams.side), "join the side stream");
-    PRECIS_CUDA_CHECK(cudaStreamWaitEvent(streams.compute, streams.join, 0), "join the side stream");
-  }
+  for (int i = 0; i < device_count(); ++i) join_if_unjoined(table[i]);
+}
+
+void join_side_stream(Device device) {
+  if (!device.is_cuda() || device.index < 0 || device.index >= device_count()) return;
+  join_if_unjoined(stream_table()[device.index]);
 }
 
 }  // namespace precis::cuda

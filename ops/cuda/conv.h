@@ -40,7 +40,13 @@ struct ConvGraphStats {
   int64_t planned = 0;    // problems it chose a plan for (once each)
   int64_t timed = 0;      // of which by timing plans (cudnn_benchmark(), outside CUDA-graph captures)
   int64_t fell_back = 0;  // problems it has no plan for, left to the legacy API
+  int64_t disagreed = 0;  // timed plain-f32 plans dropped for an output off the first plan's
 };
 ConvGraphStats conv_graph_stats();
+
+// For tests: where `position` >= 0, a timed problem keeps the plan at that position among its
+// timed plans that ran and agree (the last where fewer), not the fastest; -1 restores the
+// fastest. Either way the plans chosen so far are forgotten, so problems are planned again.
+void set_conv_graph_pick_for_tests(int position);
 
 }  // namespace precis::ops::cuda

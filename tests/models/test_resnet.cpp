@@ -227,3 +227,26 @@ TEST(ResNet, ChannelsLastWeightsAreSavedRowMajor) {
   }
   fs::remove_all(dir);
 }
+
+// The shortcut-stream switch (models::set_shortcut_stream) moves a GPU block's downsample to the
+// side stream only: a CPU ResNet-18's output, gradients and batch-norm statistics are the same
+// bits with it set either way.
+TEST(ResNet, ShortcutStreamSwitchLeavesTheCpuPathAlone) {
+  using models::ShortcutStream;
+  const Tensor images = randn({2, 3, 8, 8}), gy = randn({2, 10});
+  std::map<ShortcutStream, std::map<std::string, std::vector<float>>> results;
+  for (ShortcutStream where : {ShortcutStream::off, ShortcutStream::forward, ShortcutStream::forward_and_backward}) {
+    models::set_shortcut_stream(where);
+    auto model = make("resnet18", 10, /*cifar_stem=*/true, 7);
+    Tensor out = model->forward(images);
+    out.backward(gy);
+    results[where]["output"] = out.detach().to_vector<float>();
+    for (const auto& p : model->named_parameters())
+      results[where][p.name + ".grad"] = p.tensor.grad().to_vector<float>();
+    for (const auto& [name, tensor] : model->state_dict())
+      if (tensor.dtype() == DType::f32) results[where][name] = tensor.to_vector<float>();
+  }
+  models::set_shortcut_stream(ShortcutStream::off);
+  EXPECT_EQ(results[ShortcutStream::forward], results[ShortcutStream::off]);
+  EXPECT_EQ(results[ShortcutStream::forward_and_backward], results[ShortcutStream::off]);
+}
