@@ -102,6 +102,30 @@ void launch_with_shared_memory(void (*kernel)(Params...), dim3 grid, dim3 block,
   launch(kernel, grid, block, static_cast<size_t>(shared_bytes), stream, std::forward<Args>(args)...);
 }
 
+// launch_with_shared_memory() in clusters of `cluster` blocks along x (sm_90; gridDim.x a
+// multiple of it): the blocks of a cluster run at once on one GPC and may reach each other's
+// shared memory. With PDL where launch() would add it.
+template <typename... Params, typename... Args>
+void launch_clusters_with_shared_memory(void (*kernel)(Params...), dim3 grid, dim3 block, int shared_bytes,
+                                        unsigned cluster, cudaStream_t stream, const char* op, Args&&... args) {
+  PRECIS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes), op);
+  cudaLaunchAttribute attributes[2]{};
+  attributes[0].id = cudaLaunchAttributeClusterDimension;
+  attributes[0].val.clusterDim.x = cluster;
+  attributes[0].val.clusterDim.y = 1;
+  attributes[0].val.clusterDim.z = 1;
+  attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[1].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = static_cast<size_t>(shared_bytes);
+  config.stream = stream;
+  config.attrs = attributes;
+  config.numAttrs = dependent_launch_enabled() ? 2 : 1;
+  (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
 // Makes t's device current and returns its compute stream: every kernel of an op runs there, in order.
 inline cudaStream_t stream_for(const Tensor& t) {
   set_device(t.device());

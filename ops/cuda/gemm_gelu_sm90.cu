@@ -1,0 +1,725 @@
+// The two products of a GELU MLP with the GELU in their epilogue, on Hopper: a persistent,
+// warp-specialized sm_90a kernel (TMA loads, wgmma, two consumer warpgroups in ping-pong) in
+// place of cuBLASLt's GELU_AUX_BIAS and DGELU epilogues (ops/cuda/gemm_gelu_sm90.h says
+// when). bf16 operands, f32 accumulators, bf16 results:
+//   forward   pre = x W^T + bias,  out = gelu(pre)          x [M, K], W [N, K]: both K-major
+//   backward  grad_pre = (grad_out W2) * gelu'(pre)         grad_out [M, K], W2 [K, N]: B is
+//                                                           N-major (wgmma's transposed B)
+// gelu and gelu' are the tanh approximation in f32 (ops/cuda/compute_math.cuh), applied to the
+// f32 sum (forward: pre and out are both rounded from it) or to the bf16 pre (backward), as
+// the unfused kernels of ops/cuda/matmul.cu do.
+//
+// Why: GPT-2's two GELU products (M = B T, N = 4C, K = C) write or read a second [M, N] bf16
+// array beside the product. cuBLASLt's epilogue runs after a tile's main loop, so with K = 768
+// (12 k-blocks of 64) the epilogue, with its extra bytes, is a large share of every tile. Here
+// two consumer warpgroups each own a whole output tile and take turns on the tensor cores:
+// while one runs its main loop, the other runs the epilogue of its previous tile (bias, GELU
+// or GELU', stores), so the epilogue hides behind math (CUTLASS's
+// KernelTmaWarpSpecializedPingpong does the same).
+//
+// The block: 3 warpgroups, 384 threads, one block per SM (persistent: as many blocks as the
+// device holds at once). Blocks come in clusters of 2 (set_gemm_gelu_sm90_cluster; 1 also
+// works): cluster q takes the cluster tiles q, q + clusters, ... of the row-major grid of
+// 256 x 128 cluster tiles, and its block `rank` the 128 x 128 tile of rows 128 rank..; each
+// block hands its tiles to its consumers in turn. Consecutive cluster tiles share rows of A,
+// and all of W stays in L2.
+//   warpgroup 0  the producer: one thread issues every TMA load (cp.async.bulk.tensor) into a
+//                ring of kStages shared-memory stages, each one k-block (64) of the A tile
+//                (128 x 64) and the B tile (128 x 64), 32 KiB, with a `full` mbarrier the loads
+//                complete and an `empty` mbarrier the consumers arrive on when their wgmmas
+//                have read the stage. The two blocks of a cluster need the same B tile: each
+//                loads one half (64 of its 128 rows) into both (multicast), so a stage's `empty`
+//                counts the consumers of both blocks. Backward only: the tile's pre (128 x 128
+//                bf16, 32 KiB) into the consumer's own buffer, issued halfway through the
+//                tile's k-blocks (its `pre_full` / `pre_empty` pair), so the epilogue reads it
+//                from shared memory. setmaxnreg gives its registers to the consumers (40 left).
+//   warpgroups 1, 2  the consumers: tile t of the block goes to consumer t % 2. Per k-block:
+//                wait `full`, 4 k-steps x 2 m-halves of wgmma m64n128k16 (A and B from shared
+//                memory), commit, wait for the previous k-block's group, release its stage.
+//                The main loops alternate between the consumers through two named barriers
+//                (bar.sync on its own, bar.arrive on the other's when its last wgmma is
+//                issued), so the two never share the tensor cores and each epilogue overlaps
+//                the other consumer's main loop.
+//                The epilogue's stores (set_gemm_gelu_sm90_tma_store, default): the consumer
+//                writes its bf16 results into its own 32 KiB shared tile (the layout of a
+//                [128][64] TMA box pair, conflict-free 4-byte writes), fences them for the
+//                copy engine, and one thread stores the tile by cp.async.bulk.tensor (whole
+//                128-byte lines, asynchronous). Forward: pre goes out first and the GELU runs
+//                in registers while the copy engine reads the tile, then gelu(pre) goes out
+//                through the same tile; backward: grad_pre overwrites pre in the tile, which
+//                goes back to the producer once the copy engine has read it. The other
+//                epilogue stores each thread's bf16 pairs from registers: a warp's store then
+//                covers 8 rows x 16 bytes, half of each 32-byte sector, and the forward stores
+//                two arrays so.
+// Tile 128 x 128 per consumer, by registers: 128 x 128 f32 accumulators over 128 threads are
+// 128 registers a thread; a 128 x 256 tile would need 256, over the 255 a thread can have.
+// With setmaxnreg 232 for consumers and 40 for the producer: 128 x 40 + 256 x 232 = 64,512 of
+// the SM's 65,536 registers. Smem: a stage is (128 + 128) x 64 x 2 B = 32 KiB; the backward,
+// and the forward with the shared-tile epilogue, keep 5 stages and the two consumers' tiles
+// (160 + 64 = 224 KiB); the forward with register stores 6 stages (192 KiB); each + 1 KiB to
+// start on a 1024-byte boundary, within the 227 KiB a block can have.
+// A k-block is 2 x 128 x 128 x 64 = 2.1 MFLOP, ~512 clocks of an SM's tensor cores; 5-6
+// stages keep ~1.5 us of loads in flight. A tile's main loop (K = 768) is ~6,100 clocks; the
+// ping-pong hides an epilogue only while it is shorter. The epilogue's math (128 values a
+// thread, a tanhf each: 2 MUFU ops, ~3,600 instructions a thread forward, ~4,600 backward)
+// fits; register stores of 4 bytes a lane (128 a thread forward, 64 backward) go to L2 as
+// half sectors and hold the warp (bench/NOTES.md), hence the shared-tile epilogue.
+// Why clusters: a 128 x 128 tile does 64 flops per byte it reads from L2 (2 x 128 x 128 x 64
+// flops per 256 x 64 x 2 bytes), so 690 TFLOP/s would read ~10.8 TB/s from L2, ~47 bytes a
+// clock an SM; with B shared, 192 rows a k-block instead of 256: 85 flops a byte, ~8.1 TB/s,
+// what a 128 x 256 tile without clusters reads.
+//
+// Shared-memory layouts: every TMA load uses 128-byte swizzle and boxes of 64 16-bit values
+// (128 bytes) a row, so each box is one "paneled" tile of ops/cuda/flash_wgmma.cuh (16-byte
+// chunk c of row r at chunk c ^ (r % 8), 1024-byte aligned) and the wgmma descriptors are its
+// k_major_descriptor / mn_major_descriptor:
+//   A stage   [128 m][64 k], one box (k, m): k_major_descriptor<128>(rows 64h.., k-step ks)
+//   B forward [128 n][64 k], two boxes (k, n0) and (k, n0 + 64) of 64 rows, 8 KiB apart:
+//             k_major_descriptor<128>(rows 0.., ks)
+//   B backward [64 k][128 n] as two [64 k][64 n] panels, boxes (n0, k) and (n0 + 64, k), 8 KiB
+//             apart: mn_major_descriptor<64>(ks), leading byte offset 8 KiB between the panels
+//   pre       [128 m][128 n] as two [128][64] panels, boxes (n0, m) and (n0 + 64, m); read
+//             by the epilogue through panel_offset<128> (conflict-free: the 8 rows a warp reads
+//             at once sit in 8 different 16-byte chunks).
+// mbarrier phases: use u = g / kStages of stage g % kStages (g counts the block's k-blocks
+// over all its tiles, in the same order for producer and consumers): consumers wait `full`
+// with parity u & 1, the producer waits `empty` with parity (u & 1) ^ 1 (a fresh barrier's
+// "previous phase", parity 1, counts as complete, so the first pass does not wait); the
+// n-th pre tile of a consumer likewise with n & 1. With a cluster, a stage's `full` also
+// counts the bytes the partner block multicasts into it: those may land before this block's
+// producer arms it (the transaction count goes below zero; the phase still waits for the
+// arrival), never a use early, since the partner waits for this block's consumers to have
+// released the stage. A block leaves only after a cluster barrier, once its partner has no
+// arrival left to make on its mbarriers.
+//
+// The code assembles only in the sm_90a pass (-gencode arch=compute_90a,code=sm_90a, set for
+// this file in CMakeLists.txt); the other passes compile an empty kernel, and
+// sm90a_code_loaded (ops/cuda/flash_attention_sm90.h) checks that the driver loaded the
+// sm_90a code.
+#include <cuda.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "core/cuda/launch.cuh"
+#include "ops/cuda/bulk_copy.cuh"
+#include "ops/cuda/compute_math.cuh"
+#include "ops/cuda/flash_attention_sm90.h"
+#include "ops/cuda/flash_wgmma.cuh"
+#include "ops/cuda/gemm_gelu_sm90.h"
+#include "ops/cuda/tensor_map.h"
+
+namespace precis::ops::cuda {
+
+using namespace precis::cuda;  // the device toolkit (core/cuda/)
+
+namespace {
+
+using flash::kSm90aPass;
+using flash::kSwizzleAtomBytes;
+using bf16 = __nv_bfloat16;
+
+constexpr int kTileM = 128, kTileN = 128, kTileK = 64;
+constexpr int kThreads = 384;  // the producer warpgroup and two consumers
+constexpr int kStageBytes = (kTileM + kTileN) * kTileK * 2;
+constexpr int kPreTileBytes = kTileM * kTileN * 2;
+constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
+// Named barriers 1 and 2: consumer c may start a main loop (0 is __syncthreads'); 3 and 4:
+// consumer c's own 128 threads (its epilogue's shared tile).
+[[maybe_unused]] constexpr int kFirstTurnBarrier = 1, kFirstEpilogueBarrier = 3;
+
+// kTmaStore: the epilogue writes its results into a shared tile of its consumer and the copy
+// engine stores them (whole 128-byte lines); else each thread stores its bf16 pairs to global.
+// The backward's shared tiles hold pre (read, then overwritten by grad_pre); the forward's
+// hold pre, then gelu(pre); either way one 32 KiB tile a consumer, in place of a sixth stage.
+template <bool kBackward, bool kTmaStore>
+struct Pipeline {
+  static constexpr bool kTileBuffers = kBackward || kTmaStore;
+  static constexpr int kStages = kTileBuffers ? 5 : 6;
+  static constexpr int kPreBytes = kTileBuffers ? 2 * kPreTileBytes : 0;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kPreBytes + kSwizzleAtomBytes;
+};
+static_assert(Pipeline<true, true>::kSmemBytes <= 227 * 1024 - 128 &&
+                  Pipeline<false, false>::kSmemBytes <= 227 * 1024 - 128,
+              "a block's shared memory, with its mbarriers");
+
+// What the epilogue writes. out: dense [m, n] (forward: gelu(pre); backward: grad_pre).
+struct Epilogue {
+  bf16* out;
+  bf16* pre;         // forward: x W^T + bias, row stride pre_ld
+  const bf16* bias;  // forward, [n]; or null
+  int64_t pre_ld;
+  int m, n, k;
+};
+
+[[maybe_unused]] __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+[[maybe_unused]] __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// The registers of every thread of this warpgroup become kRegisters (all 128 threads execute it).
+template <int kRegisters>
+__device__ __forceinline__ void lower_registers_to() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+template <int kRegisters>
+__device__ __forceinline__ void raise_registers_to() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+
+__device__ __forceinline__ void store_pair(bf16* p, float lo, float hi) {
+  *reinterpret_cast<uint32_t*>(p) = flash::pack2<bf16>(lo, hi);
+}
+
+// This block's tiles, the same sequence for its producer and consumers: cluster tile
+// ct = cluster, cluster + clusters, ... of the row-major grid of (kCluster x 128) x 128 cluster
+// tiles; CTA `rank` of the cluster takes its rank-th 128-row tile.
+template <int kCluster>
+struct TileSequence {
+  int tiles_n, cluster_tiles, first, step, rank;
+  __device__ __forceinline__ explicit TileSequence(const Epilogue& e, uint32_t cta_rank)
+      : tiles_n(e.n / kTileN),
+        cluster_tiles(e.m / (kTileM * kCluster) * (e.n / kTileN)),
+        first(blockIdx.x / kCluster),
+        step(gridDim.x / kCluster),
+        rank(static_cast<int>(cta_rank)) {}
+  __device__ __forceinline__ int m0(int ct) const { return (ct / tiles_n * kCluster + rank) * kTileM; }
+  __device__ __forceinline__ int n0(int ct) const { return ct % tiles_n * kTileN; }
+};
+
+// The producer (one thread): every k-block of every tile of this block into the ring, and
+// (backward) each tile's pre into its consumer's buffer. With a cluster of 2 the two CTAs share
+// B: each loads its half (64 of the 128 columns of the product) into both.
+template <bool kBackward, bool kTmaStore, int kCluster>
+__device__ __forceinline__ void produce(uint8_t* smem, uint64_t* full, uint64_t* empty, uint64_t* pre_full,
+                                        uint64_t* pre_empty, const CUtensorMap* a_map, const CUtensorMap* b_map,
+                                        const CUtensorMap* pre_map, const Epilogue& e, uint32_t cta_rank) {
+  using P = Pipeline<kBackward, kTmaStore>;
+  prefetch_tensor_map(a_map);
+  prefetch_tensor_map(b_map);
+  if constexpr (kBackward) prefetch_tensor_map(pre_map);
+  const TileSequence<kCluster> seq(e, cta_rank);
+  const int k_blocks = e.k / kTileK;
+  int g = 0;
+  for (int local = 0, ct = seq.first; ct < seq.cluster_tiles; ++local, ct += seq.step) {
+    const int m0 = seq.m0(ct), n0 = seq.n0(ct);
+    for (int kb = 0; kb < k_blocks; ++kb, ++g) {
+      const int s = g % P::kStages;
+      mbarrier_wait(&empty[s], ((g / P::kStages) & 1) ^ 1);  // free in every CTA of the cluster
+      uint8_t* a_tile = smem + s * kStageBytes;
+      uint8_t* b_tile = a_tile + kTileM * kTileK * 2;
+      mbarrier_arrive_expect_bytes(&full[s], kStageBytes);
+      tensor_copy_2d_to_shared(a_tile, a_map, kb * kTileK, m0, &full[s]);
+      // B in two halves of 64 product columns, 8 KiB each: forward rows n0 + 64 half of the
+      // K-major [128][64] tile, backward the [64 k][64 n] panel `half` of the MN-major tile.
+      auto load_b_half = [&](int half, auto copy) {
+        if constexpr (kBackward)
+          copy(b_tile + half * kTileK * 64 * 2, n0 + 64 * half, kb * kTileK);
+        else
+          copy(b_tile + half * 64 * kTileK * 2, kb * kTileK, n0 + 64 * half);
+      };
+      if constexpr (kCluster == 2) {
+        load_b_half(seq.rank, [&](uint8_t* dst, int c0, int c1) {
+          tensor_copy_2d_to_cluster(dst, b_map, c0, c1, &full[s], 0b11);
+        });
+      } else {
+        for (int half = 0; half < 2; ++half)
+          load_b_half(half,
+                      [&](uint8_t* dst, int c0, int c1) { tensor_copy_2d_to_shared(dst, b_map, c0, c1, &full[s]); });
+      }
+      if constexpr (kBackward) {
+        if (kb == k_blocks / 2) {
+          const int c = local & 1, n = local >> 1;
+          uint8_t* pre_tile = smem + P::kStages * kStageBytes + c * kPreTileBytes;
+          mbarrier_wait(&pre_empty[c], (n & 1) ^ 1);
+          mbarrier_arrive_expect_bytes(&pre_full[c], kPreTileBytes);
+          tensor_copy_2d_to_shared(pre_tile, pre_map, n0, m0, &pre_full[c]);
+          tensor_copy_2d_to_shared(pre_tile + kTileM * 64 * 2, pre_map, n0 + 64, m0, &pre_full[c]);
+        }
+      }
+    }
+  }
+}
+
+// Forward epilogue: bias, pre written, GELU written. Thread layout of the accumulators:
+// ops/cuda/flash_wgmma.cuh (acc[h] holds rows 64h..64h+63 of the tile).
+[[maybe_unused]] __device__ __forceinline__ void bias_gelu_epilogue(const float (&acc)[2][kTileN / 2], int m0, int n0,
+                                                                    const Epilogue& e) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
+  const int row0 = m0 + 16 * warp + lane / 4, col0 = n0 + 2 * (lane % 4);
+#pragma unroll
+  for (int j = 0; j < kTileN / 8; ++j) {
+    const int col = col0 + 8 * j;
+    float2 b = make_float2(0.0f, 0.0f);
+    if (e.bias != nullptr) b = flash::unpack2<bf16>(__ldg(reinterpret_cast<const unsigned int*>(e.bias + col)));
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int64_t row = row0 + 64 * h + 8 * r;
+        const float z0 = acc[h][4 * j + 2 * r] + b.x, z1 = acc[h][4 * j + 2 * r + 1] + b.y;
+        store_pair(e.pre + row * e.pre_ld + col, z0, z1);
+        store_pair(e.out + row * e.n + col, gelu_tanh(z0), gelu_tanh(z1));
+      }
+  }
+}
+
+// Backward epilogue: grad_pre = acc * gelu'(pre), pre from this consumer's shared tile.
+[[maybe_unused]] __device__ __forceinline__ void gelu_grad_epilogue(const float (&acc)[2][kTileN / 2],
+                                                                    const bf16* pre_tile, int m0, int n0,
+                                                                    const Epilogue& e) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
+  const int local_row0 = 16 * warp + lane / 4, local_col0 = 2 * (lane % 4);
+#pragma unroll
+  for (int j = 0; j < kTileN / 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int local_row = local_row0 + 64 * h + 8 * r, local_col = local_col0 + 8 * j;
+        const float2 z = flash::unpack2<bf16>(
+            *reinterpret_cast<const uint32_t*>(pre_tile + flash::panel_offset<kTileM>(local_row, local_col)));
+        const int64_t row = m0 + local_row;
+        store_pair(e.out + row * e.n + n0 + local_col, acc[h][4 * j + 2 * r] * gelu_tanh_grad(z.x),
+                   acc[h][4 * j + 2 * r + 1] * gelu_tanh_grad(z.y));
+      }
+}
+
+// The shared-tile epilogues (kTmaStore). `tile` is consumer c's [128 m][128 n] bf16 tile as
+// two [128][64] panels of 128-byte swizzle, the layout of the copy engine's boxes (n0, m0) and
+// (n0 + 64, m0): a warp's 4-byte writes (8 rows, 16 bytes each) hit 8 different 16-byte
+// chunks of the 128 bytes of banks, no conflict.
+__device__ __forceinline__ uint32_t* tile_pair(bf16* tile, int local_row, int local_col) {
+  return reinterpret_cast<uint32_t*>(tile + flash::panel_offset<kTileM>(local_row, local_col));
+}
+
+// Stores consumer c's tile to `map` at (n0, m0) once all its 128 threads have written it; one
+// thread issues the copy.
+__device__ __forceinline__ void store_tile(const CUtensorMap* map, const bf16* tile, int m0, int n0, int c) {
+  fence_shared_to_async_proxy();
+  named_barrier_sync(kFirstEpilogueBarrier + c, 128);
+  if (threadIdx.x % 128 == 0) {
+    tensor_store_2d_from_shared(map, n0, m0, tile);
+    tensor_store_2d_from_shared(map, n0 + 64, m0, tile + kTileM * 64);
+    bulk_store_commit();
+  }
+}
+
+// Waits until the copy engine has read consumer c's tile (its last store), so it may be written.
+__device__ __forceinline__ void wait_tile_read(int c) {
+  if (threadIdx.x % 128 == 0) bulk_store_wait_read<0>();
+  named_barrier_sync(kFirstEpilogueBarrier + c, 128);
+}
+
+// Forward, shared tile: pre = acc + bias written to the tile and stored; while the copy engine
+// reads it, gelu in registers; then gelu(pre) into the tile and stored. The same values as
+// bias_gelu_epilogue (the f32 sum rounded once, gelu of the f32 sum).
+[[maybe_unused]] __device__ __forceinline__ void bias_gelu_epilogue_tma(float (&acc)[2][kTileN / 2], bf16* tile, int m0,
+                                                                        int n0, const Epilogue& e,
+                                                                        const CUtensorMap* pre_map,
+                                                                        const CUtensorMap* out_map, int c) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
+  const int local_row0 = 16 * warp + lane / 4, local_col0 = 2 * (lane % 4);
+  auto write_tile = [&]() {
+#pragma unroll
+    for (int j = 0; j < kTileN / 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          *tile_pair(tile, local_row0 + 64 * h + 8 * r, local_col0 + 8 * j) =
+              flash::pack2<bf16>(acc[h][4 * j + 2 * r], acc[h][4 * j + 2 * r + 1]);
+  };
+  if (e.bias != nullptr) {
+#pragma unroll
+    for (int j = 0; j < kTileN / 8; ++j) {
+      const float2 b =
+          flash::unpack2<bf16>(__ldg(reinterpret_cast<const unsigned int*>(e.bias + n0 + local_col0 + 8 * j)));
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          acc[h][4 * j + 2 * r] += b.x;
+          acc[h][4 * j + 2 * r + 1] += b.y;
+        }
+    }
+  }
+  wait_tile_read(c);  // the previous tile's gelu stored
+  write_tile();
+  store_tile(pre_map, tile, m0, n0, c);
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int i = 0; i < kTileN / 2; ++i) acc[h][i] = gelu_tanh(acc[h][i]);
+  wait_tile_read(c);  // pre stored
+  write_tile();
+  store_tile(out_map, tile, m0, n0, c);
+}
+
+// Backward, shared tile: grad_pre over pre in the tile (each thread rewrites the pairs it
+// read), then stored; the tile goes back to the producer once the copy engine has read it.
+[[maybe_unused]] __device__ __forceinline__ void gelu_grad_epilogue_tma(const float (&acc)[2][kTileN / 2],
+                                                                        bf16* pre_tile, int m0, int n0,
+                                                                        const CUtensorMap* out_map, uint64_t* pre_empty,
+                                                                        int c) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
+  const int local_row0 = 16 * warp + lane / 4, local_col0 = 2 * (lane % 4);
+#pragma unroll
+  for (int j = 0; j < kTileN / 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        uint32_t* pair = tile_pair(pre_tile, local_row0 + 64 * h + 8 * r, local_col0 + 8 * j);
+        const float2 z = flash::unpack2<bf16>(*pair);
+        *pair = flash::pack2<bf16>(acc[h][4 * j + 2 * r] * gelu_tanh_grad(z.x),
+                                   acc[h][4 * j + 2 * r + 1] * gelu_tanh_grad(z.y));
+      }
+  store_tile(out_map, pre_tile, m0, n0, c);
+  if (threadIdx.x % 128 == 0) {
+    bulk_store_wait_read<0>();
+    mbarrier_arrive(pre_empty);
+  }
+}
+
+// Consumer c (0 or 1): the tiles local = c, c + 2, ... of this block.
+template <bool kBackward, bool kTmaStore, int kCluster>
+__device__ __forceinline__ void consume(int c, uint8_t* smem, uint64_t* full, uint64_t* empty, uint64_t* pre_full,
+                                        uint64_t* pre_empty, const CUtensorMap* pre_map, const CUtensorMap* out_map,
+                                        const Epilogue& e, uint32_t cta_rank) {
+  using P = Pipeline<kBackward, kTmaStore>;
+  const int lane = threadIdx.x % 32;
+  const TileSequence<kCluster> seq(e, cta_rank);
+  const int k_blocks = e.k / kTileK;
+  // A stage goes back to the producers of every CTA that wrote into it.
+  auto release = [&](int g) {
+    if (lane != 0) return;
+    if constexpr (kCluster == 2) {
+      mbarrier_arrive_in_cta(&empty[g % P::kStages], 0);
+      mbarrier_arrive_in_cta(&empty[g % P::kStages], 1);
+    } else {
+      mbarrier_arrive(&empty[g % P::kStages]);
+    }
+  };
+  float acc[2][kTileN / 2];
+  for (int local = c, ct = seq.first + c * seq.step; ct < seq.cluster_tiles; local += 2, ct += 2 * seq.step) {
+    const int m0 = seq.m0(ct), n0 = seq.n0(ct);
+    if (local > 0) named_barrier_sync(kFirstTurnBarrier + c, 256);  // the other consumer's main loop is issued
+    const int g0 = local * k_blocks;
+    for (int kb = 0; kb < k_blocks; ++kb) {
+      const int g = g0 + kb, s = g % P::kStages;
+      mbarrier_wait(&full[s], (g / P::kStages) & 1);
+      const uint8_t* a_tile = smem + s * kStageBytes;
+      const uint8_t* b_tile = a_tile + kTileM * kTileK * 2;
+      flash::wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < kTileK / 16; ++ks)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint64_t a_desc = flash::k_major_descriptor<kTileM>(a_tile, 64 * h, ks);
+          const int accumulate = kb > 0 || ks > 0;
+          if constexpr (kBackward)
+            flash::wgmma_smem_smem_b_transposed<bf16, kTileN>(
+                acc[h], a_desc, flash::mn_major_descriptor<kTileK>(b_tile, ks), accumulate);
+          else
+            flash::wgmma_smem_smem<bf16, kTileN>(acc[h], a_desc, flash::k_major_descriptor<kTileN>(b_tile, 0, ks),
+                                                 accumulate);
+        }
+      flash::wgmma_commit();
+      if (kb > 0) {
+        flash::wgmma_wait<1>();  // k-block kb - 1 has been read: its stage goes back
+        release(g - 1);
+      }
+    }
+    // The other consumer's turn, where it has a next tile (every bar.arrive meets a bar.sync).
+    if (ct + seq.step < seq.cluster_tiles) named_barrier_arrive(kFirstTurnBarrier + (1 - c), 256);
+    flash::wgmma_wait<0>();
+    flash::fence_registers(acc[0]);
+    flash::fence_registers(acc[1]);
+    release(g0 + k_blocks - 1);
+
+    bf16* tile = reinterpret_cast<bf16*>(smem + P::kStages * kStageBytes + c * kPreTileBytes);  // kTileBuffers
+    if constexpr (kBackward) {
+      mbarrier_wait(&pre_full[c], (local >> 1) & 1);
+      if constexpr (kTmaStore) {
+        gelu_grad_epilogue_tma(acc, tile, m0, n0, out_map, &pre_empty[c], c);
+      } else {
+        gelu_grad_epilogue(acc, tile, m0, n0, e);
+        __syncwarp();
+        if (lane == 0) mbarrier_arrive(&pre_empty[c]);
+      }
+    } else if constexpr (kTmaStore) {
+      bias_gelu_epilogue_tma(acc, tile, m0, n0, e, pre_map, out_map, c);
+    } else {
+      bias_gelu_epilogue(acc, m0, n0, e);
+    }
+  }
+  if constexpr (kTmaStore)
+    if (threadIdx.x % 128 == 0) bulk_store_wait_all();  // the last tile's stores written before the block leaves
+}
+
+template <bool kBackward, bool kTmaStore, int kCluster>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemm_gelu_sm90_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
+                          const __grid_constant__ CUtensorMap pre_map, const __grid_constant__ CUtensorMap out_map,
+                          const Epilogue e) {
+  precis::cuda::wait_for_previous_grid();  // no early trigger: the next kernel's blocks could not fit beside ours
+  if constexpr (kSm90aPass) {
+    using P = Pipeline<kBackward, kTmaStore>;
+    extern __shared__ __align__(16) uint8_t gemm_gelu_smem[];
+    __shared__ uint64_t full[P::kStages], empty[P::kStages], pre_full[2], pre_empty[2];
+    uint8_t* smem =
+        gemm_gelu_smem + (kSwizzleAtomBytes - smem_address(gemm_gelu_smem) % kSwizzleAtomBytes) % kSwizzleAtomBytes;
+    const uint32_t cta_rank = kCluster == 2 ? cluster_cta_rank() : 0;
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < P::kStages; ++s) {
+        mbarrier_init(&full[s], 1);              // the producer's arrive.expect_tx
+        mbarrier_init(&empty[s], 4 * kCluster);  // one lane of each consumer warp of each CTA it feeds
+      }
+      for (int c = 0; c < 2; ++c) {
+        mbarrier_init(&pre_full[c], 1);
+        mbarrier_init(&pre_empty[c], kTmaStore ? 1 : 4);  // the storing thread, or one lane a warp
+      }
+      fence_mbarrier_init();
+    }
+    if constexpr (kCluster == 2)
+      cluster_sync();  // the peer's copies and arrivals find these barriers initialised
+    else
+      __syncthreads();
+    const int warpgroup = threadIdx.x / 128;
+    if (warpgroup == 0) {
+      lower_registers_to<kProducerRegisters>();
+      if (threadIdx.x == 0)
+        produce<kBackward, kTmaStore, kCluster>(smem, full, empty, pre_full, pre_empty, &a_map, &b_map, &pre_map, e,
+                                                cta_rank);
+    } else {
+      raise_registers_to<kConsumerRegisters>();
+      consume<kBackward, kTmaStore, kCluster>(warpgroup - 1, smem, full, empty, pre_full, pre_empty, &pre_map, &out_map,
+                                              e, cta_rank);
+    }
+    // No CTA leaves while its peer may still arrive on its barriers (the copies into it were
+    // all waited for by its own consumers).
+    if constexpr (kCluster == 2) cluster_sync();
+  }
+}
+
+// ---- host side
+
+// A row-major [rows, cols] bf16 matrix with row stride ld (elements), in boxes of
+// [box_rows][box_cols] with 128-byte swizzle.
+CUtensorMap tensor_map_of(const void* base, int64_t rows, int64_t cols, int64_t ld, uint32_t box_rows,
+                          uint32_t box_cols, const char* op) {
+  CUtensorMap map;
+  const uint64_t sizes[2] = {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)};
+  const uint64_t byte_strides[1] = {static_cast<uint64_t>(ld) * 2};
+  const uint32_t box[2] = {box_cols, box_rows};
+  PRECIS_CHECK(encode_tiled_tensor_map(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, base, 2, sizes, byte_strides, box,
+                                       CU_TENSOR_MAP_SWIZZLE_128B),
+               op, ": the driver could not describe a [", rows, ", ", cols, "] matrix (row stride ", ld,
+               ") as a tensor map");
+  return map;
+}
+
+bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0; }
+
+// A 2-D bf16 CUDA tensor of `shape` with unit column stride and a row stride that is a
+// multiple of 8 elements (16 bytes), at a 16-byte aligned address.
+bool tma_readable(const Tensor& t, const Shape& shape) {
+  return t.defined() && t.is_cuda() && t.dtype() == DType::bf16 && t.shape() == shape && t.strides()[1] == 1 &&
+         t.strides()[0] >= shape[1] && t.strides()[0] % 8 == 0 && aligned16(t);
+}
+
+bool tiles_fit(int64_t M, int64_t N, int64_t K) {
+  return M > 0 && N > 0 && K > 0 && M % kTileM == 0 && N % kTileN == 0 && K % kTileK == 0 && M < (int64_t{1} << 31) &&
+         N < (int64_t{1} << 31) && K < (int64_t{1} << 31);
+}
+
+std::atomic<int> g_cluster{0};     // 1 or 2; 0 until set or read from the environment
+std::atomic<int> g_tma_store{-1};  // 0 or 1; -1 until set or read from the environment
+
+// The blocks of the persistent grid: one per SM, or, with clusters of 2, two per cluster that
+// the device can hold at once (a GPC may leave an SM without a partner); at most one per tile.
+template <bool kBackward, bool kTmaStore, int kCluster>
+int persistent_blocks(Device device, int tiles, const char* op) {
+  static std::array<std::atomic<int>, 64> known{};  // clusters at once, per device index; 0 not asked yet
+  int clusters = multiprocessor_count(device) / kCluster;
+  if constexpr (kCluster > 1) {
+    const int index = device.index;
+    clusters = index >= 0 && index < static_cast<int>(known.size()) ? known[index].load() : 0;
+    if (clusters == 0) {
+      cudaLaunchAttribute attribute{};
+      attribute.id = cudaLaunchAttributeClusterDimension;
+      attribute.val.clusterDim.x = kCluster;
+      attribute.val.clusterDim.y = 1;
+      attribute.val.clusterDim.z = 1;
+      cudaLaunchConfig_t config{};
+      config.gridDim = dim3(kCluster * (multiprocessor_count(device) / kCluster));
+      config.blockDim = dim3(kThreads);
+      config.dynamicSmemBytes = Pipeline<kBackward, kTmaStore>::kSmemBytes;
+      config.attrs = &attribute;
+      config.numAttrs = 1;
+      PRECIS_CUDA_CHECK(
+          cudaOccupancyMaxActiveClusters(&clusters, gemm_gelu_sm90_kernel<kBackward, kTmaStore, kCluster>, &config),
+          op);
+      PRECIS_CHECK(clusters > 0, op, ": the device holds no cluster of ", kCluster, " blocks of this kernel");
+      if (index >= 0 && index < static_cast<int>(known.size())) known[index].store(clusters);
+      if (kCluster * clusters < multiprocessor_count(device))  // a measurement should know
+        std::cerr << "note: " << op << ": clusters of " << kCluster << " blocks use " << kCluster * clusters << " of "
+                  << multiprocessor_count(device) << " SMs\n";
+    }
+  }
+  return kCluster * std::min(tiles / kCluster, clusters);
+}
+
+template <bool kBackward, bool kTmaStore, int kCluster>
+void launch_gemm_gelu(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& pre_map,
+                      const CUtensorMap& out_map, const Epilogue& e, Device device, const char* op) {
+  auto kernel = gemm_gelu_sm90_kernel<kBackward, kTmaStore, kCluster>;
+  constexpr int kSmemBytes = Pipeline<kBackward, kTmaStore>::kSmemBytes;
+  set_device(device);
+  // The occupancy query of persistent_blocks needs the kernel's shared memory allowed first.
+  PRECIS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes), op);
+  const dim3 grid(persistent_blocks<kBackward, kTmaStore, kCluster>(device, e.m / kTileM * (e.n / kTileN), op));
+  if constexpr (kCluster > 1)
+    launch_clusters_with_shared_memory(kernel, grid, kThreads, kSmemBytes, kCluster, compute_stream(device), op, a_map,
+                                       b_map, pre_map, out_map, e);
+  else
+    launch_with_shared_memory(kernel, grid, kThreads, kSmemBytes, compute_stream(device), op, a_map, b_map, pre_map,
+                              out_map, e);
+  PRECIS_CUDA_CHECK_LAUNCH(op);
+}
+
+// Clusters of 2 (B shared) where the rows pair up and the setting asks for them, else 1; the
+// epilogue the setting asks for.
+template <bool kBackward, bool kTmaStore>
+void launch_gemm_gelu(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& pre_map,
+                      const CUtensorMap& out_map, const Epilogue& e, Device device, const char* op) {
+  if (gemm_gelu_sm90_cluster() == 2 && e.m % (2 * kTileM) == 0)
+    launch_gemm_gelu<kBackward, kTmaStore, 2>(a_map, b_map, pre_map, out_map, e, device, op);
+  else
+    launch_gemm_gelu<kBackward, kTmaStore, 1>(a_map, b_map, pre_map, out_map, e, device, op);
+}
+template <bool kBackward>
+void launch_gemm_gelu(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& pre_map,
+                      const CUtensorMap& out_map, const Epilogue& e, Device device, const char* op) {
+  if (gemm_gelu_sm90_tma_store())
+    launch_gemm_gelu<kBackward, true>(a_map, b_map, pre_map, out_map, e, device, op);
+  else
+    launch_gemm_gelu<kBackward, false>(a_map, b_map, pre_map, out_map, e, device, op);
+}
+
+}  // namespace
+
+bool linear_gelu_sm90_supported(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                const Tensor& pre) {
+  if (!x.defined() || x.dim() != 2 || !weight.defined() || weight.dim() != 2) return false;
+  const int64_t M = x.shape()[0], K = x.shape()[1], N = weight.shape()[0];
+  if (!tiles_fit(M, N, K) || !tma_readable(x, {M, K}) || !tma_readable(weight, {N, K}) || !tma_readable(pre, {M, N}))
+    return false;
+  if (!out.defined() || out.dtype() != DType::bf16 || out.shape() != Shape({M, N}) || !out.is_contiguous() ||
+      !aligned16(out))
+    return false;
+  if (bias.defined() &&
+      (bias.dtype() != DType::bf16 || bias.shape() != Shape({N}) || !bias.is_contiguous() || !aligned16(bias)))
+    return false;
+  const Device device = x.device();
+  for (const Tensor* t : {&out, &weight, &bias, &pre})
+    if (t->defined() && t->device() != device) return false;
+  return sm90a_code_loaded(device);
+}
+
+void linear_gelu_sm90(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& pre) {
+  const char* op = "linear_gelu (sm_90a)";
+  PRECIS_CHECK(linear_gelu_sm90_supported(out, x, weight, bias, pre), op,
+               ": needs bf16 operands on a compute-capability 9.0 GPU in the shapes and strides of "
+               "ops/cuda/gemm_gelu_sm90.h");
+  const int64_t M = x.shape()[0], K = x.shape()[1], N = weight.shape()[0];
+  const CUtensorMap a_map = tensor_map_of(x.raw_data(), M, K, x.strides()[0], kTileM, kTileK, op);
+  const CUtensorMap b_map = tensor_map_of(weight.raw_data(), N, K, weight.strides()[0], 64, kTileK, op);
+  const Epilogue e{static_cast<bf16*>(out.raw_data()),
+                   static_cast<bf16*>(pre.raw_data()),
+                   bias.defined() ? static_cast<const bf16*>(bias.raw_data()) : nullptr,
+                   pre.strides()[0],
+                   static_cast<int>(M),
+                   static_cast<int>(N),
+                   static_cast<int>(K)};
+  // [128 m][64 n] boxes of pre and out for the shared-tile epilogue.
+  const CUtensorMap pre_map = tensor_map_of(pre.raw_data(), M, N, pre.strides()[0], kTileM, 64, op);
+  const CUtensorMap out_map = tensor_map_of(out.raw_data(), M, N, N, kTileM, 64, op);
+  launch_gemm_gelu<false>(a_map, b_map, pre_map, out_map, e, x.device(), op);
+}
+
+bool linear_gelu_input_backward_sm90_supported(const Tensor& grad_pre, const Tensor& grad_out, const Tensor& weight,
+                                               const Tensor& pre) {
+  if (!grad_out.defined() || grad_out.dim() != 2 || !weight.defined() || weight.dim() != 2) return false;
+  const int64_t M = grad_out.shape()[0], K = grad_out.shape()[1], N = weight.shape()[1];
+  if (!tiles_fit(M, N, K) || !tma_readable(grad_out, {M, K}) || !tma_readable(weight, {K, N}) ||
+      !tma_readable(pre, {M, N}))
+    return false;
+  if (!grad_pre.defined() || grad_pre.dtype() != DType::bf16 || grad_pre.shape() != Shape({M, N}) ||
+      !grad_pre.is_contiguous() || !aligned16(grad_pre))
+    return false;
+  const Device device = grad_out.device();
+  for (const Tensor* t : {&grad_pre, &weight, &pre})
+    if (t->device() != device) return false;
+  return sm90a_code_loaded(device);
+}
+
+void linear_gelu_input_backward_sm90(const Tensor& grad_pre, const Tensor& grad_out, const Tensor& weight,
+                                     const Tensor& pre) {
+  const char* op = "linear_gelu backward (sm_90a)";
+  PRECIS_CHECK(linear_gelu_input_backward_sm90_supported(grad_pre, grad_out, weight, pre), op,
+               ": needs bf16 operands on a compute-capability 9.0 GPU in the shapes and strides of "
+               "ops/cuda/gemm_gelu_sm90.h");
+  const int64_t M = grad_out.shape()[0], K = grad_out.shape()[1], N = weight.shape()[1];
+  const CUtensorMap a_map = tensor_map_of(grad_out.raw_data(), M, K, grad_out.strides()[0], kTileM, kTileK, op);
+  const CUtensorMap b_map = tensor_map_of(weight.raw_data(), K, N, weight.strides()[0], kTileK, 64, op);
+  const CUtensorMap pre_map = tensor_map_of(pre.raw_data(), M, N, pre.strides()[0], kTileM, 64, op);
+  const Epilogue e{static_cast<bf16*>(grad_pre.raw_data()),
+                   nullptr,
+                   nullptr,
+                   pre.strides()[0],
+                   static_cast<int>(M),
+                   static_cast<int>(N),
+                   static_cast<int>(K)};
+  const CUtensorMap out_map = tensor_map_of(grad_pre.raw_data(), M, N, N, kTileM, 64, op);
+  launch_gemm_gelu<true>(a_map, b_map, pre_map, out_map, e, grad_out.device(), op);
+}
+
+void set_gemm_gelu_sm90_cluster(int ctas) {
+  PRECIS_CHECK(ctas == 1 || ctas == 2, "set_gemm_gelu_sm90_cluster: 1 or 2 blocks, got ", ctas);
+  g_cluster = ctas;
+}
+
+void set_gemm_gelu_sm90_tma_store(bool on) { g_tma_store = on ? 1 : 0; }
+
+bool gemm_gelu_sm90_tma_store() {
+  int on = g_tma_store.load(std::memory_order_relaxed);
+  if (on < 0) {
+    const char* setting = std::getenv("PRECIS_EXP_GEMM_GELU_EPI");
+    int unset = -1;
+    g_tma_store.compare_exchange_strong(unset, setting != nullptr && std::string(setting) == "reg" ? 0 : 1);
+    on = g_tma_store.load();
+  }
+  return on == 1;
+}
+
+int gemm_gelu_sm90_cluster() {
+  int ctas = g_cluster.load(std::memory_order_relaxed);
+  if (ctas == 0) {
+    const char* setting = std::getenv("PRECIS_EXP_GEMM_GELU_CLUSTER");
+    int unset = 0;
+    g_cluster.compare_exchange_strong(unset, setting != nullptr && std::string(setting) == "1" ? 1 : 2);
+    ctas = g_cluster.load();
+  }
+  return ctas;
+}
+
+}  // namespace precis::ops::cuda
