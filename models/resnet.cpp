@@ -134,8 +134,11 @@ void set_shortcut_stream(ShortcutStream where) { g_shortcut_stream = static_cast
 ShortcutStream shortcut_stream() {
   int where = g_shortcut_stream.load(std::memory_order_relaxed);
   if (where < 0) {
-    const char* setting = std::getenv("PRECIS_EXP_SHORTCUT_STREAM");
-    const std::string value = setting ? setting : "0";
+    const char* setting = std::getenv("PRECIS_SHORTCUT_STREAM");
+    const std::string value = setting ? setting : "1";
+    PRECIS_CHECK(value == "0" || value == "1" || value == "2", "PRECIS_SHORTCUT_STREAM is '", value,
+                 "': set it to 0 (the downsample on the compute stream), 1 (its forward on the side stream, the "
+                 "default) or 2 (its forward and backward there), or unset it");
     const ShortcutStream read = value == "2"   ? ShortcutStream::forward_and_backward
                                 : value == "1" ? ShortcutStream::forward
                                                : ShortcutStream::off;

@@ -56,8 +56,9 @@ class Bottleneck : public nn::Module {
 // the shortcut is added, so that its small kernels run beside the main branch's; its backward
 // stays on the compute stream. forward_and_backward: its autograd nodes run their backward on the
 // side stream too (core/autograd.cpp), joined where the block input's two gradients meet.
-// PRECIS_EXP_SHORTCUT_STREAM=1 (forward) or =2 (forward_and_backward) sets it (read once); off
-// by default.
+// forward is the default (ResNet-18's step -1.8% on top of the weight gradients' side stream;
+// forward_and_backward measured slower, bench/NOTES.md); until set, the environment's
+// PRECIS_SHORTCUT_STREAM=0 (off), 1 (forward) or 2 (forward_and_backward) chooses (read once).
 enum class ShortcutStream { off, forward, forward_and_backward };
 void set_shortcut_stream(ShortcutStream where);
 ShortcutStream shortcut_stream();

@@ -353,9 +353,13 @@ void set_conv_wgrad_stream(bool on) { g_conv_wgrad_stream = on ? 1 : 0; }
 bool conv_wgrad_stream() {
   int on = g_conv_wgrad_stream.load(std::memory_order_relaxed);
   if (on < 0) {
-    const char* setting = std::getenv("PRECIS_EXP_WGRAD_STREAM");
+    const char* setting = std::getenv("PRECIS_WGRAD_STREAM");
+    const std::string value = setting ? setting : "1";
+    PRECIS_CHECK(value == "0" || value == "1", "PRECIS_WGRAD_STREAM is '", value,
+                 "': set it to 1 (convolutions' weight gradients on the side stream, the default) or 0 (on the "
+                 "compute stream), or unset it");
     int unset = -1;
-    g_conv_wgrad_stream.compare_exchange_strong(unset, setting != nullptr && std::string(setting) == "1" ? 1 : 0);
+    g_conv_wgrad_stream.compare_exchange_strong(unset, value == "1" ? 1 : 0);
     on = g_conv_wgrad_stream.load();
   }
   return on == 1;

@@ -51,12 +51,12 @@ enum class CudnnConvApi { legacy, graph };
 void set_cudnn_conv_api(CudnnConvApi api);
 CudnnConvApi cudnn_conv_api();
 
-// An experiment (issue 18): the GPU backward computes the weight's gradient (cuDNN's
-// backward-filter, and its widening into .grad) on the device's side stream
-// (core/cuda/side_stream.h), beside the compute stream's backward-data convolution and the
-// batch-norm backward that follows it, where autograd offers the leaf's .grad to write it into
-// (core/autograd.h). The same kernels run, so the same bits result. Until set, the environment's
-// PRECIS_EXP_WGRAD_STREAM=1 turns it on (read once); off by default.
+// Whether the GPU backward computes the weight's gradient (cuDNN's backward-filter, and its
+// widening into .grad) on the device's side stream (core/cuda/side_stream.h), beside the
+// compute stream's backward-data convolution and the batch-norm backward that follows it,
+// where autograd offers the leaf's .grad to write it into (core/autograd.h). The same kernels
+// run, so the same bits result (ResNet-18's step: -3%, bench/NOTES.md). On by default; until
+// set, the environment's PRECIS_WGRAD_STREAM=0 turns it off (read once).
 void set_conv_wgrad_stream(bool on);
 bool conv_wgrad_stream();
 

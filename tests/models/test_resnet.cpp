@@ -235,6 +235,7 @@ TEST(ResNet, ShortcutStreamSwitchLeavesTheCpuPathAlone) {
   using models::ShortcutStream;
   const Tensor images = randn({2, 3, 8, 8}), gy = randn({2, 10});
   std::map<ShortcutStream, std::map<std::string, std::vector<float>>> results;
+  const ShortcutStream previous = models::shortcut_stream();
   for (ShortcutStream where : {ShortcutStream::off, ShortcutStream::forward, ShortcutStream::forward_and_backward}) {
     models::set_shortcut_stream(where);
     auto model = make("resnet18", 10, /*cifar_stem=*/true, 7);
@@ -246,7 +247,7 @@ TEST(ResNet, ShortcutStreamSwitchLeavesTheCpuPathAlone) {
     for (const auto& [name, tensor] : model->state_dict())
       if (tensor.dtype() == DType::f32) results[where][name] = tensor.to_vector<float>();
   }
-  models::set_shortcut_stream(ShortcutStream::off);
+  models::set_shortcut_stream(previous);
   EXPECT_EQ(results[ShortcutStream::forward], results[ShortcutStream::off]);
   EXPECT_EQ(results[ShortcutStream::forward_and_backward], results[ShortcutStream::off]);
 }

@@ -51,6 +51,7 @@
 
 #include "core/cuda/runtime.h"
 #include "core/cuda/side_stream.h"
+#include "support/side_stream_gate.h"
 #endif
 
 using namespace precis;
@@ -64,16 +65,21 @@ const Device kGpu = Device::cuda(0);
 
 using models::ShortcutStream;
 
-// Sets the switches for a scope and restores their default however a test ends.
+using precis::testing::SideStreamGate;
+
+// Sets the switches for a scope and restores the previous settings however a test ends.
 struct SideStreamSettings {
-  SideStreamSettings(ShortcutStream shortcut, bool wgrad) {
+  SideStreamSettings(ShortcutStream shortcut, bool wgrad)
+      : previous_shortcut(models::shortcut_stream()), previous_wgrad(ops::conv_wgrad_stream()) {
     models::set_shortcut_stream(shortcut);
     ops::set_conv_wgrad_stream(wgrad);
   }
   ~SideStreamSettings() {
-    models::set_shortcut_stream(ShortcutStream::off);
-    ops::set_conv_wgrad_stream(false);
+    models::set_shortcut_stream(previous_shortcut);
+    ops::set_conv_wgrad_stream(previous_wgrad);
   }
+  ShortcutStream previous_shortcut;
+  bool previous_wgrad;
 };
 
 const char* name_of(ShortcutStream where) {
@@ -175,47 +181,6 @@ INSTANTIATE_TEST_SUITE_P(PrecisionLayoutGraphs, ShortcutStreamTraining,
                                            Case{"bf16", true, false}, Case{"bf16", true, true},
                                            Case{"fp32", false, false, true}, Case{"bf16", true, true, true}),
                          [](const ::testing::TestParamInfo<Case>& info) { return name_of(info.param); });
-
-// The side stream spins at a host function until the gate opens: when open() is called, when the
-// test leaves, or after 20 s (then timed_out(): something waited for the side stream while it was
-// shut, and the test fails instead of hanging).
-class SideStreamGate {
- public:
-  explicit SideStreamGate(Device device) {
-    EXPECT_EQ(cudaLaunchHostFunc(
-                  cuda::side_stream(device),
-                  [](void* flag) {
-                    while (!static_cast<std::atomic<bool>*>(flag)->load()) std::this_thread::yield();
-                  },
-                  &open_),
-              cudaSuccess);
-    watchdog_ = std::thread([this] {
-      std::unique_lock<std::mutex> lock(mutex_);
-      if (!opened_.wait_for(lock, std::chrono::seconds(20), [this] { return open_.load(); })) {
-        timed_out_ = true;
-        open_ = true;
-      }
-    });
-  }
-  ~SideStreamGate() {
-    open();
-    watchdog_.join();
-  }
-  void open() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      open_ = true;
-    }
-    opened_.notify_all();
-  }
-  bool timed_out() const { return timed_out_; }
-
- private:
-  std::atomic<bool> open_{false}, timed_out_{false};
-  std::mutex mutex_;
-  std::condition_variable opened_;
-  std::thread watchdog_;
-};
 
 struct BlockRun {
   std::vector<float> y, x_grad;

@@ -43,6 +43,7 @@
 #include <cuda_runtime.h>
 
 #include "core/cuda/side_stream.h"
+#include "support/side_stream_gate.h"
 #endif
 
 using namespace precis;
@@ -54,10 +55,13 @@ namespace {
 
 const Device kGpu = Device::cuda(0);
 
-// Restores the switch's default however a test ends.
+using precis::testing::SideStreamGate;
+
+// Sets the switch for a scope and restores the previous setting however a test ends.
 struct WgradStreamSetting {
-  explicit WgradStreamSetting(bool on) { ops::set_conv_wgrad_stream(on); }
-  ~WgradStreamSetting() { ops::set_conv_wgrad_stream(false); }
+  explicit WgradStreamSetting(bool on) : previous(ops::conv_wgrad_stream()) { ops::set_conv_wgrad_stream(on); }
+  ~WgradStreamSetting() { ops::set_conv_wgrad_stream(previous); }
+  bool previous;
 };
 
 struct Case {
@@ -176,22 +180,6 @@ TEST(WgradStreamGpu, AnotherUseAndAHookWaitForTheSideStream) {
   EXPECT_EQ(hooked[true], grads[true]) << "the hook saw the final gradient";
 }
 
-// The side stream spins at a host function until the gate opens (at the latest when the test
-// leaves, so that a failed check does not leave the GPU waiting).
-struct SideStreamGate {
-  std::atomic<bool> open{false};
-  explicit SideStreamGate(Device device) {
-    EXPECT_EQ(cudaLaunchHostFunc(
-                  cuda::side_stream(device),
-                  [](void* flag) {
-                    while (!static_cast<std::atomic<bool>*>(flag)->load()) std::this_thread::yield();
-                  },
-                  &open),
-              cudaSuccess);
-  }
-  ~SideStreamGate() { open = true; }
-};
-
 TEST(WgradStreamGpu, SavedTensorsAreNotReusedWhileTheSideStreamMayReadThem) {
   PRECIS_SKIP_WITHOUT_GPU();
   // 12 MiB each: blocks of their own segment, so a reuse would hand out the very address.
@@ -219,6 +207,7 @@ TEST(WgradStreamGpu, SavedTensorsAreNotReusedWhileTheSideStreamMayReadThem) {
       y = Tensor();
       gy = Tensor();
       if (gated) {
+        EXPECT_FALSE(gate->timed_out()) << "the backward waited on the host for the shut side stream";
         for (int i = 0; i < 4; ++i) {
           taken.push_back(empty(image, DType::f32, kGpu));
           EXPECT_NE(taken.back().raw_data(), x_block) << "x's block handed out while the side stream may read it";
