@@ -502,7 +502,7 @@ class F32Agreement {
     PRECIS_CUDA_CHECK(cudaMemsetAsync(maxima, 0, 2 * sizeof(unsigned), stream_), "conv2d plan check");
     const int blocks = static_cast<int>(std::min<int64_t>((n_ + 255) / 256, 1024));
     max_difference_kernel<<<blocks, 256, 0, stream_>>>(static_cast<const float*>(out),
-                                                        static_cast<const float*>(first_.raw_data()), n_, maxima);
+                                                       static_cast<const float*>(first_.raw_data()), n_, maxima);
     PRECIS_CUDA_CHECK_LAUNCH("conv2d plan check");
     unsigned host[2];
     PRECIS_CUDA_CHECK(cudaMemcpyAsync(host, maxima, sizeof(host), cudaMemcpyDeviceToHost, stream_),
@@ -574,7 +574,6 @@ int64_t output_elements(Direction direction, const Conv2dShapes& s) {
   }
   return 0;
 }
-
 
 // The cached plan of the problem (chosen on first meeting), or null for the legacy path.
 std::shared_ptr<const Plan> choose(Direction direction, const Conv2dShapes& s, MemoryFormat format, DType dtype,
