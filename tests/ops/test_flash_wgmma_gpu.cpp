@@ -44,13 +44,6 @@ namespace {
 
 const Device kGpu = Device::cuda(0);
 
-#define PRECIS_SKIP_WITHOUT_HOPPER()                                                                \
-  do {                                                                                              \
-    PRECIS_SKIP_WITHOUT_GPU();                                                                      \
-    if (cuda_compute_capability(0) != 90)                                                           \
-      GTEST_SKIP() << "not a compute-capability 9.0 GPU (sm_" << cuda_compute_capability(0) << ")"; \
-  } while (0)
-
 std::vector<double> host_values(const Tensor& t) { return t.to(Device::cpu()).to_vector<double>(); }
 
 // ||got - want|| / ||want||, infinite where got holds a non-finite value (an unwritten NaN).

@@ -65,13 +65,6 @@ namespace {
 const Device kGpu = Device::cuda(0);
 const double kNaN = std::nan("");
 
-#define PRECIS_SKIP_WITHOUT_HOPPER()                                                                \
-  do {                                                                                              \
-    PRECIS_SKIP_WITHOUT_GPU();                                                                      \
-    if (cuda_compute_capability(0) != 90)                                                           \
-      GTEST_SKIP() << "not a compute-capability 9.0 GPU (sm_" << cuda_compute_capability(0) << ")"; \
-  } while (0)
-
 // Sets the experiment's switch, the kernel's cluster size and its epilogue, for a scope.
 class GemmGeluSwitch {
  public:

@@ -1,16 +1,21 @@
 // A training run small enough for a test that runs several (a 1-layer char GPT on
 // tinyshakespeare, on the CPU, a log line every step, no sample, no validation), with its
 // out_dir under the temporary folder; and that folder, made empty. Also a tiny ResNet run
-// (tiny_resnet_run) and the gradient norms a run logged (logged_grad_norms).
+// (tiny_resnet_run), the gradient norms a run logged (logged_grad_norms), and a tiny ResNet
+// trained on the GPU with what a bit-for-bit comparison of two runs needs (train_tiny_resnet).
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "core/json.h"
 #include "train/config.h"
+#include "train/trainer.h"
 
 namespace precis::testing {
 
@@ -64,6 +69,35 @@ inline std::vector<double> logged_grad_norms(const std::filesystem::path& out_di
   for (std::string line; std::getline(metrics, line);)
     if (!line.empty()) norms.push_back(Json::parse(line).at("grad_norm").as_double());
   return norms;
+}
+
+// What a training run leaves for a bit-for-bit comparison with another.
+struct TrainedRun {
+  std::vector<double> losses, grad_norms;
+  std::map<std::string, std::vector<double>> state;  // after training, widened to f64
+  std::string out;                                   // the trainer's stdout
+};
+
+inline bool identical(const TrainedRun& a, const TrainedRun& b) {
+  return a.losses == b.losses && a.grad_norms == b.grad_norms && a.state == b.state;
+}
+
+// tiny_resnet_run in the emptied folder `dir`, with `overrides`, trained to the end.
+inline TrainedRun train_tiny_resnet(const std::filesystem::path& dir, const std::vector<std::string>& overrides) {
+  std::filesystem::remove_all(dir);
+  const train::TrainConfig config = tiny_resnet_run(dir, overrides);
+  TrainedRun run;
+  ::testing::internal::CaptureStdout();
+  {
+    train::Trainer trainer(config);
+    trainer.run();
+    run.losses = trainer.losses();
+    for (const auto& [name, tensor] : trainer.model().state_dict())
+      run.state[name] = tensor.to(Device::cpu()).to(DType::f64).to_vector<double>();
+  }
+  run.out = ::testing::internal::GetCapturedStdout();
+  run.grad_norms = logged_grad_norms(dir);
+  return run;
 }
 
 }  // namespace precis::testing

@@ -53,6 +53,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using precis::testing::identical;
+using precis::testing::TrainedRun;
+
 const Device kGpu = Device::cuda(0);
 
 using precis::testing::SideStreamGate;
@@ -74,36 +77,12 @@ std::string name_of(const Case& c) {
 }
 void PrintTo(const Case& c, std::ostream* out) { *out << name_of(c); }
 
-struct TrainedRun {
-  std::vector<double> losses, grad_norms;
-  std::map<std::string, std::vector<double>> state;  // after training
-  std::string out;                                   // the trainer's stdout
-};
-
 TrainedRun train(const Case& c, bool side) {
   WgradStreamSetting setting(side);
-  const fs::path dir = fs::temp_directory_path() / ("precis_wgrad_stream_" + name_of(c) + (side ? "_side" : ""));
-  fs::remove_all(dir);
-  const train::TrainConfig config = precis::testing::tiny_resnet_run(
-      dir,
+  return precis::testing::train_tiny_resnet(
+      fs::temp_directory_path() / ("precis_wgrad_stream_" + name_of(c) + (side ? "_side" : "")),
       {"device=cuda", "precision=" + c.precision, std::string("channels_last=") + (c.channels_last ? "true" : "false"),
        std::string("cuda_graphs=") + (c.graphs ? "true" : "false"), "optimizer.grad_clip=1.0", "max_steps=6"});
-  TrainedRun run;
-  ::testing::internal::CaptureStdout();
-  {
-    train::Trainer trainer(config);
-    trainer.run();
-    run.losses = trainer.losses();
-    for (const auto& [name, tensor] : trainer.model().state_dict())
-      run.state[name] = tensor.to(Device::cpu()).to(DType::f64).to_vector<double>();
-  }
-  run.out = ::testing::internal::GetCapturedStdout();
-  run.grad_norms = precis::testing::logged_grad_norms(dir);
-  return run;
-}
-
-bool identical(const TrainedRun& a, const TrainedRun& b) {
-  return a.losses == b.losses && a.grad_norms == b.grad_norms && a.state == b.state;
 }
 
 class WgradStreamTraining : public ::testing::TestWithParam<Case> {};
