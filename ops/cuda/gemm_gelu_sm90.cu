@@ -124,30 +124,45 @@ using flash::kSm90aPass;
 using flash::kSwizzleAtomBytes;
 using bf16 = __nv_bfloat16;
 
-constexpr int kTileM = 128, kTileN = 128, kTileK = 64;
+constexpr int kTileM = 128, kTileK = 64;
 constexpr int kThreads = 384;  // the producer warpgroup and two consumers
-constexpr int kStageBytes = (kTileM + kTileN) * kTileK * 2;
-constexpr int kPreTileBytes = kTileM * kTileN * 2;
 constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
 // Named barriers 1 and 2: consumer c may start a main loop (0 is __syncthreads'); 3 and 4:
 // consumer c's own 128 threads (its epilogue's shared tile).
 [[maybe_unused]] constexpr int kFirstTurnBarrier = 1, kFirstEpilogueBarrier = 3;
 
+// The block tile. kWide false: 128 x 128, each consumer its own tile (ping-pong), two m64n128k16
+// a k-step. kWide true (set_gemm_gelu_sm90_tile(256)): 128 x 256, both consumers on every tile
+// (cooperative), consumer c rows 64c..64c+63, one m64n256k16 a k-step; B (256 x 64 a k-block)
+// read by both. Either way a consumer holds 128 f32 accumulators a thread and a 32 KiB shared
+// tile of its results ([kRows][kN] bf16 as kN / 64 panels of [kRows][64]).
+template <bool kWide>
+struct Tiling {
+  static constexpr int kN = kWide ? 256 : 128;  // the block tile's columns
+  static constexpr int kRows = kWide ? 64 : 128;  // a consumer's rows of a tile
+  static constexpr int kHalves = kRows / 64;  // m64 wgmmas a k-step, a consumer
+  static constexpr int kPanels = kN / 64;  // 64-column panels (TMA boxes) of a row of the tile
+  static constexpr int kStageBytes = (kTileM + kN) * kTileK * 2;
+  static constexpr int kTileBytes = kRows * kN * 2;
+};
+
 // kTmaStore: the epilogue writes its results into a shared tile of its consumer and the copy
 // engine stores them (whole 128-byte lines); else each thread stores its bf16 pairs to global.
 // The backward's shared tiles hold pre (read, then overwritten by grad_pre); the forward's
 // hold pre, then gelu(pre); either way one 32 KiB tile a consumer, in place of a sixth stage.
-template <bool kBackward, bool kTmaStore>
+// The wide tile's stages are 48 KiB: 3 of them and the two tiles, 208 KiB.
+template <bool kBackward, bool kTmaStore, bool kWide>
 struct Pipeline {
+  using T = Tiling<kWide>;
   static constexpr bool kTileBuffers = kBackward || kTmaStore;
-  static constexpr int kStages = kTileBuffers ? 5 : 6;
-  static constexpr int kPreBytes = kTileBuffers ? 2 * kPreTileBytes : 0;
-  static constexpr int kSmemBytes = kStages * kStageBytes + kPreBytes + kSwizzleAtomBytes;
+  static constexpr int kStages = kWide ? 3 : kTileBuffers ? 5 : 6;
+  static constexpr int kPreBytes = kTileBuffers ? 2 * T::kTileBytes : 0;
+  static constexpr int kSmemBytes = kStages * T::kStageBytes + kPreBytes + kSwizzleAtomBytes;
 };
-static_assert(Pipeline<true, true>::kSmemBytes <= 227 * 1024 - 128 &&
-                  Pipeline<false, false>::kSmemBytes <= 227 * 1024 - 128,
+static_assert(Pipeline<true, true, false>::kSmemBytes <= 227 * 1024 - 128 &&
+                  Pipeline<false, false, false>::kSmemBytes <= 227 * 1024 - 128 &&
+                  Pipeline<true, true, true>::kSmemBytes <= 227 * 1024 - 128,
               "a block's shared memory, with its mbarriers");
-
 // What the epilogue writes. out: dense [m, n] (forward: gelu(pre); backward: grad_pre).
 struct Epilogue {
   bf16* out;
@@ -178,34 +193,49 @@ __device__ __forceinline__ void store_pair(bf16* p, float lo, float hi) {
   *reinterpret_cast<uint32_t*>(p) = flash::pack2<bf16>(lo, hi);
 }
 
+
 // This block's tiles, the same sequence for its producer and consumers: cluster tile
-// ct = cluster, cluster + clusters, ... of the row-major grid of (kCluster x 128) x 128 cluster
+// ct = cluster, cluster + clusters, ... of the row-major grid of (kCluster x 128) x kN cluster
 // tiles; CTA `rank` of the cluster takes its rank-th 128-row tile.
-template <int kCluster>
+template <int kCluster, bool kWide>
 struct TileSequence {
+  static constexpr int kN = Tiling<kWide>::kN;
   int tiles_n, cluster_tiles, first, step, rank;
   __device__ __forceinline__ explicit TileSequence(const Epilogue& e, uint32_t cta_rank)
-      : tiles_n(e.n / kTileN),
-        cluster_tiles(e.m / (kTileM * kCluster) * (e.n / kTileN)),
+      : tiles_n(e.n / kN),
+        cluster_tiles(e.m / (kTileM * kCluster) * (e.n / kN)),
         first(blockIdx.x / kCluster),
         step(gridDim.x / kCluster),
         rank(static_cast<int>(cta_rank)) {}
   __device__ __forceinline__ int m0(int ct) const { return (ct / tiles_n * kCluster + rank) * kTileM; }
-  __device__ __forceinline__ int n0(int ct) const { return ct % tiles_n * kTileN; }
+  __device__ __forceinline__ int n0(int ct) const { return ct % tiles_n * kN; }
 };
 
+// The shared tile that holds tile `local` of this block's pre (backward) and its pre_full /
+// pre_empty pair: narrow, consumer local % 2's own, its (local / 2)-th use; wide, the pair of
+// both consumers' tiles (consumer c's at c x 32 KiB), its local-th use.
+template <bool kWide>
+__device__ __forceinline__ int pre_buffer(int local) {
+  return kWide ? 0 : local & 1;
+}
+template <bool kWide>
+__device__ __forceinline__ int pre_use(int local) {
+  return kWide ? local : local >> 1;
+}
+
 // The producer (one thread): every k-block of every tile of this block into the ring, and
-// (backward) each tile's pre into its consumer's buffer. With a cluster of 2 the two CTAs share
-// B: each loads its half (64 of the 128 columns of the product) into both.
-template <bool kBackward, bool kTmaStore, int kCluster>
+// (backward) each tile's pre into its consumers' buffers. With a cluster of 2 the two CTAs
+// share B: each loads its half (64 or 128 of the product's columns) into both.
+template <bool kBackward, bool kTmaStore, int kCluster, bool kWide>
 __device__ __forceinline__ void produce(uint8_t* smem, uint64_t* full, uint64_t* empty, uint64_t* pre_full,
                                         uint64_t* pre_empty, const CUtensorMap* a_map, const CUtensorMap* b_map,
                                         const CUtensorMap* pre_map, const Epilogue& e, uint32_t cta_rank) {
-  using P = Pipeline<kBackward, kTmaStore>;
+  using P = Pipeline<kBackward, kTmaStore, kWide>;
+  using T = Tiling<kWide>;
   prefetch_tensor_map(a_map);
   prefetch_tensor_map(b_map);
   if constexpr (kBackward) prefetch_tensor_map(pre_map);
-  const TileSequence<kCluster> seq(e, cta_rank);
+  const TileSequence<kCluster, kWide> seq(e, cta_rank);
   const int k_blocks = e.k / kTileK;
   int g = 0;
   for (int local = 0, ct = seq.first; ct < seq.cluster_tiles; ++local, ct += seq.step) {
@@ -213,49 +243,53 @@ __device__ __forceinline__ void produce(uint8_t* smem, uint64_t* full, uint64_t*
     for (int kb = 0; kb < k_blocks; ++kb, ++g) {
       const int s = g % P::kStages;
       mbarrier_wait(&empty[s], ((g / P::kStages) & 1) ^ 1);  // free in every CTA of the cluster
-      uint8_t* a_tile = smem + s * kStageBytes;
+      uint8_t* a_tile = smem + s * T::kStageBytes;
       uint8_t* b_tile = a_tile + kTileM * kTileK * 2;
-      mbarrier_arrive_expect_bytes(&full[s], kStageBytes);
+      mbarrier_arrive_expect_bytes(&full[s], T::kStageBytes);
       tensor_copy_2d_to_shared(a_tile, a_map, kb * kTileK, m0, &full[s]);
-      // B in two halves of 64 product columns, 8 KiB each: forward rows n0 + 64 half of the
-      // K-major [128][64] tile, backward the [64 k][64 n] panel `half` of the MN-major tile.
-      auto load_b_half = [&](int half, auto copy) {
+      // B in panels of 64 product columns, 8 KiB each: forward rows n0 + 64 p of the K-major
+      // [kN][64] tile, backward the [64 k][64 n] panel p of the MN-major tile.
+      auto load_b_panel = [&](int p, auto copy) {
         if constexpr (kBackward)
-          copy(b_tile + half * kTileK * 64 * 2, n0 + 64 * half, kb * kTileK);
+          copy(b_tile + p * kTileK * 64 * 2, n0 + 64 * p, kb * kTileK);
         else
-          copy(b_tile + half * 64 * kTileK * 2, kb * kTileK, n0 + 64 * half);
+          copy(b_tile + p * 64 * kTileK * 2, kb * kTileK, n0 + 64 * p);
       };
       if constexpr (kCluster == 2) {
-        load_b_half(seq.rank, [&](uint8_t* dst, int c0, int c1) {
-          tensor_copy_2d_to_cluster(dst, b_map, c0, c1, &full[s], 0b11);
-        });
+        for (int p = seq.rank * T::kPanels / 2; p < (seq.rank + 1) * T::kPanels / 2; ++p)
+          load_b_panel(p, [&](uint8_t* dst, int c0, int c1) {
+            tensor_copy_2d_to_cluster(dst, b_map, c0, c1, &full[s], 0b11);
+          });
       } else {
-        for (int half = 0; half < 2; ++half)
-          load_b_half(half,
-                      [&](uint8_t* dst, int c0, int c1) { tensor_copy_2d_to_shared(dst, b_map, c0, c1, &full[s]); });
+        for (int p = 0; p < T::kPanels; ++p)
+          load_b_panel(p,
+                       [&](uint8_t* dst, int c0, int c1) { tensor_copy_2d_to_shared(dst, b_map, c0, c1, &full[s]); });
       }
       if constexpr (kBackward) {
         if (kb == k_blocks / 2) {
-          const int c = local & 1, n = local >> 1;
-          uint8_t* pre_tile = smem + P::kStages * kStageBytes + c * kPreTileBytes;
+          const int c = pre_buffer<kWide>(local), n = pre_use<kWide>(local);
+          uint8_t* pre_tile = smem + P::kStages * T::kStageBytes + c * T::kTileBytes;
           mbarrier_wait(&pre_empty[c], (n & 1) ^ 1);
-          mbarrier_arrive_expect_bytes(&pre_full[c], kPreTileBytes);
-          tensor_copy_2d_to_shared(pre_tile, pre_map, n0, m0, &pre_full[c]);
-          tensor_copy_2d_to_shared(pre_tile + kTileM * 64 * 2, pre_map, n0 + 64, m0, &pre_full[c]);
+          mbarrier_arrive_expect_bytes(&pre_full[c], kTileM * T::kN * 2);
+          // Boxes of [kRows m][64 n]: consumer q's rows, panel p (wide: both consumers' tiles).
+          for (int q = 0; q < kTileM / T::kRows; ++q)
+            for (int p = 0; p < T::kPanels; ++p)
+              tensor_copy_2d_to_shared(pre_tile + q * T::kTileBytes + p * T::kRows * 64 * 2, pre_map, n0 + 64 * p,
+                                       m0 + q * T::kRows, &pre_full[c]);
         }
       }
     }
   }
 }
 
-// Forward epilogue: bias, pre written, GELU written. Thread layout of the accumulators:
-// ops/cuda/flash_wgmma.cuh (acc[h] holds rows 64h..64h+63 of the tile).
-[[maybe_unused]] __device__ __forceinline__ void bias_gelu_epilogue(const float (&acc)[2][kTileN / 2], int m0, int n0,
+// The register epilogues (kTmaStore false, narrow tile only). Thread layout of the
+// accumulators: ops/cuda/flash_wgmma.cuh (acc[h] holds rows 64h..64h+63 of the tile).
+[[maybe_unused]] __device__ __forceinline__ void bias_gelu_epilogue(const float (&acc)[2][128 / 2], int m0, int n0,
                                                                     const Epilogue& e) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
   const int row0 = m0 + 16 * warp + lane / 4, col0 = n0 + 2 * (lane % 4);
 #pragma unroll
-  for (int j = 0; j < kTileN / 8; ++j) {
+  for (int j = 0; j < 128 / 8; ++j) {
     const int col = col0 + 8 * j;
     float2 b = make_float2(0.0f, 0.0f);
     if (e.bias != nullptr) b = flash::unpack2<bf16>(__ldg(reinterpret_cast<const unsigned int*>(e.bias + col)));
@@ -272,13 +306,13 @@ __device__ __forceinline__ void produce(uint8_t* smem, uint64_t* full, uint64_t*
 }
 
 // Backward epilogue: grad_pre = acc * gelu'(pre), pre from this consumer's shared tile.
-[[maybe_unused]] __device__ __forceinline__ void gelu_grad_epilogue(const float (&acc)[2][kTileN / 2],
+[[maybe_unused]] __device__ __forceinline__ void gelu_grad_epilogue(const float (&acc)[2][128 / 2],
                                                                     const bf16* pre_tile, int m0, int n0,
                                                                     const Epilogue& e) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
   const int local_row0 = 16 * warp + lane / 4, local_col0 = 2 * (lane % 4);
 #pragma unroll
-  for (int j = 0; j < kTileN / 8; ++j)
+  for (int j = 0; j < 128 / 8; ++j)
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -292,22 +326,25 @@ __device__ __forceinline__ void produce(uint8_t* smem, uint64_t* full, uint64_t*
       }
 }
 
-// The shared-tile epilogues (kTmaStore). `tile` is consumer c's [128 m][128 n] bf16 tile as
-// two [128][64] panels of 128-byte swizzle, the layout of the copy engine's boxes (n0, m0) and
-// (n0 + 64, m0): a warp's 4-byte writes (8 rows, 16 bytes each) hit 8 different 16-byte
-// chunks of the 128 bytes of banks, no conflict.
+// The shared-tile epilogues (kTmaStore). `tile` is consumer c's [kRows m][kN n] bf16 tile as
+// kN / 64 panels of [kRows][64] with 128-byte swizzle, the layout of the copy engine's boxes
+// (n0 + 64 p, m0c): a warp's 4-byte writes (8 rows, 16 bytes each) hit 8 different 16-byte
+// chunks of the 128 bytes of banks, no conflict. m0c: the consumer's first row of the product.
+template <bool kWide>
 __device__ __forceinline__ uint32_t* tile_pair(bf16* tile, int local_row, int local_col) {
-  return reinterpret_cast<uint32_t*>(tile + flash::panel_offset<kTileM>(local_row, local_col));
+  return reinterpret_cast<uint32_t*>(tile + flash::panel_offset<Tiling<kWide>::kRows>(local_row, local_col));
 }
 
-// Stores consumer c's tile to `map` at (n0, m0) once all its 128 threads have written it; one
-// thread issues the copy.
-__device__ __forceinline__ void store_tile(const CUtensorMap* map, const bf16* tile, int m0, int n0, int c) {
+// Stores consumer c's tile to `map` at (n0, m0c) once all its 128 threads have written it; one
+// thread issues the copies.
+template <bool kWide>
+__device__ __forceinline__ void store_tile(const CUtensorMap* map, const bf16* tile, int m0c, int n0, int c) {
+  using T = Tiling<kWide>;
   fence_shared_to_async_proxy();
   named_barrier_sync(kFirstEpilogueBarrier + c, 128);
   if (threadIdx.x % 128 == 0) {
-    tensor_store_2d_from_shared(map, n0, m0, tile);
-    tensor_store_2d_from_shared(map, n0 + 64, m0, tile + kTileM * 64);
+#pragma unroll
+    for (int p = 0; p < T::kPanels; ++p) tensor_store_2d_from_shared(map, n0 + 64 * p, m0c, tile + p * T::kRows * 64);
     bulk_store_commit();
   }
 }
@@ -321,29 +358,30 @@ __device__ __forceinline__ void wait_tile_read(int c) {
 // Forward, shared tile: pre = acc + bias written to the tile and stored; while the copy engine
 // reads it, gelu in registers; then gelu(pre) into the tile and stored. The same values as
 // bias_gelu_epilogue (the f32 sum rounded once, gelu of the f32 sum).
-[[maybe_unused]] __device__ __forceinline__ void bias_gelu_epilogue_tma(float (&acc)[2][kTileN / 2], bf16* tile, int m0,
-                                                                        int n0, const Epilogue& e,
-                                                                        const CUtensorMap* pre_map,
-                                                                        const CUtensorMap* out_map, int c) {
+template <bool kWide>
+__device__ __forceinline__ void bias_gelu_epilogue_tma(float (&acc)[Tiling<kWide>::kHalves][Tiling<kWide>::kN / 2],
+                                                       bf16* tile, int m0c, int n0, const Epilogue& e,
+                                                       const CUtensorMap* pre_map, const CUtensorMap* out_map, int c) {
+  using T = Tiling<kWide>;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
   const int local_row0 = 16 * warp + lane / 4, local_col0 = 2 * (lane % 4);
   auto write_tile = [&]() {
 #pragma unroll
-    for (int j = 0; j < kTileN / 8; ++j)
+    for (int j = 0; j < T::kN / 8; ++j)
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < T::kHalves; ++h)
 #pragma unroll
         for (int r = 0; r < 2; ++r)
-          *tile_pair(tile, local_row0 + 64 * h + 8 * r, local_col0 + 8 * j) =
+          *tile_pair<kWide>(tile, local_row0 + 64 * h + 8 * r, local_col0 + 8 * j) =
               flash::pack2<bf16>(acc[h][4 * j + 2 * r], acc[h][4 * j + 2 * r + 1]);
   };
   if (e.bias != nullptr) {
 #pragma unroll
-    for (int j = 0; j < kTileN / 8; ++j) {
+    for (int j = 0; j < T::kN / 8; ++j) {
       const float2 b =
           flash::unpack2<bf16>(__ldg(reinterpret_cast<const unsigned int*>(e.bias + n0 + local_col0 + 8 * j)));
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < T::kHalves; ++h)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           acc[h][4 * j + 2 * r] += b.x;
@@ -353,50 +391,54 @@ __device__ __forceinline__ void wait_tile_read(int c) {
   }
   wait_tile_read(c);  // the previous tile's gelu stored
   write_tile();
-  store_tile(pre_map, tile, m0, n0, c);
+  store_tile<kWide>(pre_map, tile, m0c, n0, c);
 #pragma unroll
-  for (int h = 0; h < 2; ++h)
+  for (int h = 0; h < T::kHalves; ++h)
 #pragma unroll
-    for (int i = 0; i < kTileN / 2; ++i) acc[h][i] = gelu_tanh(acc[h][i]);
+    for (int i = 0; i < T::kN / 2; ++i) acc[h][i] = gelu_tanh(acc[h][i]);
   wait_tile_read(c);  // pre stored
   write_tile();
-  store_tile(out_map, tile, m0, n0, c);
+  store_tile<kWide>(out_map, tile, m0c, n0, c);
 }
 
 // Backward, shared tile: grad_pre over pre in the tile (each thread rewrites the pairs it
 // read), then stored; the tile goes back to the producer once the copy engine has read it.
-[[maybe_unused]] __device__ __forceinline__ void gelu_grad_epilogue_tma(const float (&acc)[2][kTileN / 2],
-                                                                        bf16* pre_tile, int m0, int n0,
-                                                                        const CUtensorMap* out_map, uint64_t* pre_empty,
-                                                                        int c) {
+template <bool kWide>
+__device__ __forceinline__ void gelu_grad_epilogue_tma(
+    const float (&acc)[Tiling<kWide>::kHalves][Tiling<kWide>::kN / 2], bf16* pre_tile, int m0c, int n0,
+    const CUtensorMap* out_map, uint64_t* pre_empty, int c) {
+  using T = Tiling<kWide>;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
   const int local_row0 = 16 * warp + lane / 4, local_col0 = 2 * (lane % 4);
 #pragma unroll
-  for (int j = 0; j < kTileN / 8; ++j)
+  for (int j = 0; j < T::kN / 8; ++j)
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
+    for (int h = 0; h < T::kHalves; ++h)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        uint32_t* pair = tile_pair(pre_tile, local_row0 + 64 * h + 8 * r, local_col0 + 8 * j);
+        uint32_t* pair = tile_pair<kWide>(pre_tile, local_row0 + 64 * h + 8 * r, local_col0 + 8 * j);
         const float2 z = flash::unpack2<bf16>(*pair);
         *pair = flash::pack2<bf16>(acc[h][4 * j + 2 * r] * gelu_tanh_grad(z.x),
                                    acc[h][4 * j + 2 * r + 1] * gelu_tanh_grad(z.y));
       }
-  store_tile(out_map, pre_tile, m0, n0, c);
+  store_tile<kWide>(out_map, pre_tile, m0c, n0, c);
   if (threadIdx.x % 128 == 0) {
     bulk_store_wait_read<0>();
     mbarrier_arrive(pre_empty);
   }
 }
 
-// Consumer c (0 or 1): the tiles local = c, c + 2, ... of this block.
-template <bool kBackward, bool kTmaStore, int kCluster>
+// Consumer c (0 or 1): narrow, the tiles local = c, c + 2, ... of this block, in turns with the
+// other consumer; wide, rows 64c..64c+63 of every tile of this block, beside the other.
+template <bool kBackward, bool kTmaStore, int kCluster, bool kWide>
 __device__ __forceinline__ void consume(int c, uint8_t* smem, uint64_t* full, uint64_t* empty, uint64_t* pre_full,
                                         uint64_t* pre_empty, const CUtensorMap* pre_map, const CUtensorMap* out_map,
                                         const Epilogue& e, uint32_t cta_rank) {
-  using P = Pipeline<kBackward, kTmaStore>;
+  using P = Pipeline<kBackward, kTmaStore, kWide>;
+  using T = Tiling<kWide>;
+  static_assert(kTmaStore || !kWide, "the wide tile has the shared-tile epilogue only");
   const int lane = threadIdx.x % 32;
-  const TileSequence<kCluster> seq(e, cta_rank);
+  const TileSequence<kCluster, kWide> seq(e, cta_rank);
   const int k_blocks = e.k / kTileK;
   // A stage goes back to the producers of every CTA that wrote into it.
   auto release = [&](int g) {
@@ -408,29 +450,32 @@ __device__ __forceinline__ void consume(int c, uint8_t* smem, uint64_t* full, ui
       mbarrier_arrive(&empty[g % P::kStages]);
     }
   };
-  float acc[2][kTileN / 2];
-  for (int local = c, ct = seq.first + c * seq.step; ct < seq.cluster_tiles; local += 2, ct += 2 * seq.step) {
+  constexpr int kFirst = kWide ? 0 : 1, kStep = kWide ? 1 : 2;  // this consumer's tiles of the block's
+  float acc[T::kHalves][T::kN / 2];
+  for (int local = kFirst * c, ct = seq.first + kFirst * c * seq.step; ct < seq.cluster_tiles;
+       local += kStep, ct += kStep * seq.step) {
     const int m0 = seq.m0(ct), n0 = seq.n0(ct);
-    if (local > 0) named_barrier_sync(kFirstTurnBarrier + c, 256);  // the other consumer's main loop is issued
+    if constexpr (!kWide)
+      if (local > 0) named_barrier_sync(kFirstTurnBarrier + c, 256);  // the other consumer's main loop is issued
     const int g0 = local * k_blocks;
     for (int kb = 0; kb < k_blocks; ++kb) {
       const int g = g0 + kb, s = g % P::kStages;
       mbarrier_wait(&full[s], (g / P::kStages) & 1);
-      const uint8_t* a_tile = smem + s * kStageBytes;
+      const uint8_t* a_tile = smem + s * T::kStageBytes;
       const uint8_t* b_tile = a_tile + kTileM * kTileK * 2;
       flash::wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < kTileK / 16; ++ks)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const uint64_t a_desc = flash::k_major_descriptor<kTileM>(a_tile, 64 * h, ks);
+        for (int h = 0; h < T::kHalves; ++h) {
+          const uint64_t a_desc = flash::k_major_descriptor<kTileM>(a_tile, (kWide ? 64 * c : 64 * h), ks);
           const int accumulate = kb > 0 || ks > 0;
           if constexpr (kBackward)
-            flash::wgmma_smem_smem_b_transposed<bf16, kTileN>(
+            flash::wgmma_smem_smem_b_transposed<bf16, T::kN>(
                 acc[h], a_desc, flash::mn_major_descriptor<kTileK>(b_tile, ks), accumulate);
           else
-            flash::wgmma_smem_smem<bf16, kTileN>(acc[h], a_desc, flash::k_major_descriptor<kTileN>(b_tile, 0, ks),
-                                                 accumulate);
+            flash::wgmma_smem_smem<bf16, T::kN>(acc[h], a_desc, flash::k_major_descriptor<T::kN>(b_tile, 0, ks),
+                                                accumulate);
         }
       flash::wgmma_commit();
       if (kb > 0) {
@@ -439,24 +484,27 @@ __device__ __forceinline__ void consume(int c, uint8_t* smem, uint64_t* full, ui
       }
     }
     // The other consumer's turn, where it has a next tile (every bar.arrive meets a bar.sync).
-    if (ct + seq.step < seq.cluster_tiles) named_barrier_arrive(kFirstTurnBarrier + (1 - c), 256);
+    if constexpr (!kWide)
+      if (ct + seq.step < seq.cluster_tiles) named_barrier_arrive(kFirstTurnBarrier + (1 - c), 256);
     flash::wgmma_wait<0>();
-    flash::fence_registers(acc[0]);
-    flash::fence_registers(acc[1]);
+#pragma unroll
+    for (int h = 0; h < T::kHalves; ++h) flash::fence_registers(acc[h]);
     release(g0 + k_blocks - 1);
 
-    bf16* tile = reinterpret_cast<bf16*>(smem + P::kStages * kStageBytes + c * kPreTileBytes);  // kTileBuffers
+    const int m0c = kWide ? m0 + 64 * c : m0;  // this consumer's first row
+    bf16* tile = reinterpret_cast<bf16*>(smem + P::kStages * T::kStageBytes + c * T::kTileBytes);  // kTileBuffers
     if constexpr (kBackward) {
-      mbarrier_wait(&pre_full[c], (local >> 1) & 1);
+      const int buffer = pre_buffer<kWide>(local);
+      mbarrier_wait(&pre_full[buffer], pre_use<kWide>(local) & 1);
       if constexpr (kTmaStore) {
-        gelu_grad_epilogue_tma(acc, tile, m0, n0, out_map, &pre_empty[c], c);
+        gelu_grad_epilogue_tma<kWide>(acc, tile, m0c, n0, out_map, &pre_empty[buffer], c);
       } else {
         gelu_grad_epilogue(acc, tile, m0, n0, e);
         __syncwarp();
         if (lane == 0) mbarrier_arrive(&pre_empty[c]);
       }
     } else if constexpr (kTmaStore) {
-      bias_gelu_epilogue_tma(acc, tile, m0, n0, e, pre_map, out_map, c);
+      bias_gelu_epilogue_tma<kWide>(acc, tile, m0c, n0, e, pre_map, out_map, c);
     } else {
       bias_gelu_epilogue(acc, m0, n0, e);
     }
@@ -465,14 +513,14 @@ __device__ __forceinline__ void consume(int c, uint8_t* smem, uint64_t* full, ui
     if (threadIdx.x % 128 == 0) bulk_store_wait_all();  // the last tile's stores written before the block leaves
 }
 
-template <bool kBackward, bool kTmaStore, int kCluster>
+template <bool kBackward, bool kTmaStore, int kCluster, bool kWide>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_gelu_sm90_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                           const __grid_constant__ CUtensorMap pre_map, const __grid_constant__ CUtensorMap out_map,
                           const Epilogue e) {
   precis::cuda::wait_for_previous_grid();  // no early trigger: the next kernel's blocks could not fit beside ours
   if constexpr (kSm90aPass) {
-    using P = Pipeline<kBackward, kTmaStore>;
+    using P = Pipeline<kBackward, kTmaStore, kWide>;
     extern __shared__ __align__(16) uint8_t gemm_gelu_smem[];
     __shared__ uint64_t full[P::kStages], empty[P::kStages], pre_full[2], pre_empty[2];
     uint8_t* smem =
@@ -480,12 +528,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t cta_rank = kCluster == 2 ? cluster_cta_rank() : 0;
     if (threadIdx.x == 0) {
       for (int s = 0; s < P::kStages; ++s) {
-        mbarrier_init(&full[s], 1);              // the producer's arrive.expect_tx
-        mbarrier_init(&empty[s], 4 * kCluster);  // one lane of each consumer warp of each CTA it feeds
+        mbarrier_init(&full[s], 1);  // the producer's arrive.expect_tx
+        // One lane of each consumer warp of each CTA it feeds (wide: both consumers read it).
+        mbarrier_init(&empty[s], (kWide ? 8 : 4) * kCluster);
       }
       for (int c = 0; c < 2; ++c) {
         mbarrier_init(&pre_full[c], 1);
-        mbarrier_init(&pre_empty[c], kTmaStore ? 1 : 4);  // the storing thread, or one lane a warp
+        // The storing thread of its consumer (wide: of both), or one lane a warp.
+        mbarrier_init(&pre_empty[c], kTmaStore ? (kWide ? 2 : 1) : 4);
       }
       fence_mbarrier_init();
     }
@@ -497,12 +547,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (warpgroup == 0) {
       lower_registers_to<kProducerRegisters>();
       if (threadIdx.x == 0)
-        produce<kBackward, kTmaStore, kCluster>(smem, full, empty, pre_full, pre_empty, &a_map, &b_map, &pre_map, e,
-                                                cta_rank);
+        produce<kBackward, kTmaStore, kCluster, kWide>(smem, full, empty, pre_full, pre_empty, &a_map, &b_map,
+                                                       &pre_map, e, cta_rank);
     } else {
       raise_registers_to<kConsumerRegisters>();
-      consume<kBackward, kTmaStore, kCluster>(warpgroup - 1, smem, full, empty, pre_full, pre_empty, &pre_map, &out_map,
-                                              e, cta_rank);
+      consume<kBackward, kTmaStore, kCluster, kWide>(warpgroup - 1, smem, full, empty, pre_full, pre_empty, &pre_map,
+                                                     &out_map, e, cta_rank);
     }
     // No CTA leaves while its peer may still arrive on its barriers (the copies into it were
     // all waited for by its own consumers).
@@ -537,16 +587,20 @@ bool tma_readable(const Tensor& t, const Shape& shape) {
 }
 
 bool tiles_fit(int64_t M, int64_t N, int64_t K) {
-  return M > 0 && N > 0 && K > 0 && M % kTileM == 0 && N % kTileN == 0 && K % kTileK == 0 && M < (int64_t{1} << 31) &&
+  return M > 0 && N > 0 && K > 0 && M % kTileM == 0 && N % 128 == 0 && K % kTileK == 0 && M < (int64_t{1} << 31) &&
          N < (int64_t{1} << 31) && K < (int64_t{1} << 31);
 }
 
 std::atomic<int> g_cluster{0};     // 1 or 2; 0 until set or read from the environment
 std::atomic<int> g_tma_store{-1};  // 0 or 1; -1 until set or read from the environment
+std::atomic<int> g_tile_n{0};      // 128 or 256; 0 until set or read from the environment
+
+// The wide tile (128 x 256) where the setting asks for it and the columns come in 256s.
+bool wide_tile(int64_t N) { return gemm_gelu_sm90_tile() == 256 && N % 256 == 0; }
 
 // The blocks of the persistent grid: one per SM, or, with clusters of 2, two per cluster that
 // the device can hold at once (a GPC may leave an SM without a partner); at most one per tile.
-template <bool kBackward, bool kTmaStore, int kCluster>
+template <bool kBackward, bool kTmaStore, int kCluster, bool kWide>
 int persistent_blocks(Device device, int tiles, const char* op) {
   static std::array<std::atomic<int>, 64> known{};  // clusters at once, per device index; 0 not asked yet
   int clusters = multiprocessor_count(device) / kCluster;
@@ -562,11 +616,12 @@ int persistent_blocks(Device device, int tiles, const char* op) {
       cudaLaunchConfig_t config{};
       config.gridDim = dim3(kCluster * (multiprocessor_count(device) / kCluster));
       config.blockDim = dim3(kThreads);
-      config.dynamicSmemBytes = Pipeline<kBackward, kTmaStore>::kSmemBytes;
+      config.dynamicSmemBytes = Pipeline<kBackward, kTmaStore, kWide>::kSmemBytes;
       config.attrs = &attribute;
       config.numAttrs = 1;
       PRECIS_CUDA_CHECK(
-          cudaOccupancyMaxActiveClusters(&clusters, gemm_gelu_sm90_kernel<kBackward, kTmaStore, kCluster>, &config),
+          cudaOccupancyMaxActiveClusters(&clusters, gemm_gelu_sm90_kernel<kBackward, kTmaStore, kCluster, kWide>,
+                                         &config),
           op);
       PRECIS_CHECK(clusters > 0, op, ": the device holds no cluster of ", kCluster, " blocks of this kernel");
       if (index >= 0 && index < static_cast<int>(known.size())) known[index].store(clusters);
@@ -578,15 +633,16 @@ int persistent_blocks(Device device, int tiles, const char* op) {
   return kCluster * std::min(tiles / kCluster, clusters);
 }
 
-template <bool kBackward, bool kTmaStore, int kCluster>
+template <bool kBackward, bool kTmaStore, int kCluster, bool kWide>
 void launch_gemm_gelu(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& pre_map,
                       const CUtensorMap& out_map, const Epilogue& e, Device device, const char* op) {
-  auto kernel = gemm_gelu_sm90_kernel<kBackward, kTmaStore, kCluster>;
-  constexpr int kSmemBytes = Pipeline<kBackward, kTmaStore>::kSmemBytes;
+  auto kernel = gemm_gelu_sm90_kernel<kBackward, kTmaStore, kCluster, kWide>;
+  constexpr int kSmemBytes = Pipeline<kBackward, kTmaStore, kWide>::kSmemBytes;
   set_device(device);
   // The occupancy query of persistent_blocks needs the kernel's shared memory allowed first.
   PRECIS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes), op);
-  const dim3 grid(persistent_blocks<kBackward, kTmaStore, kCluster>(device, e.m / kTileM * (e.n / kTileN), op));
+  const dim3 grid(persistent_blocks<kBackward, kTmaStore, kCluster, kWide>(
+      device, e.m / kTileM * (e.n / Tiling<kWide>::kN), op));
   if constexpr (kCluster > 1)
     launch_clusters_with_shared_memory(kernel, grid, kThreads, kSmemBytes, kCluster, compute_stream(device), op, a_map,
                                        b_map, pre_map, out_map, e);
@@ -597,22 +653,25 @@ void launch_gemm_gelu(const CUtensorMap& a_map, const CUtensorMap& b_map, const 
 }
 
 // Clusters of 2 (B shared) where the rows pair up and the setting asks for them, else 1; the
-// epilogue the setting asks for.
-template <bool kBackward, bool kTmaStore>
+// tile (wide_tile) and the epilogue the settings ask for (the wide tile has the shared-tile
+// epilogue only). pre_map and out_map are in boxes of [kRows][64] of the tile chosen.
+template <bool kBackward, bool kTmaStore, bool kWide>
 void launch_gemm_gelu(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& pre_map,
                       const CUtensorMap& out_map, const Epilogue& e, Device device, const char* op) {
   if (gemm_gelu_sm90_cluster() == 2 && e.m % (2 * kTileM) == 0)
-    launch_gemm_gelu<kBackward, kTmaStore, 2>(a_map, b_map, pre_map, out_map, e, device, op);
+    launch_gemm_gelu<kBackward, kTmaStore, 2, kWide>(a_map, b_map, pre_map, out_map, e, device, op);
   else
-    launch_gemm_gelu<kBackward, kTmaStore, 1>(a_map, b_map, pre_map, out_map, e, device, op);
+    launch_gemm_gelu<kBackward, kTmaStore, 1, kWide>(a_map, b_map, pre_map, out_map, e, device, op);
 }
 template <bool kBackward>
 void launch_gemm_gelu(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& pre_map,
-                      const CUtensorMap& out_map, const Epilogue& e, Device device, const char* op) {
-  if (gemm_gelu_sm90_tma_store())
-    launch_gemm_gelu<kBackward, true>(a_map, b_map, pre_map, out_map, e, device, op);
+                      const CUtensorMap& out_map, const Epilogue& e, bool wide, Device device, const char* op) {
+  if (wide)
+    launch_gemm_gelu<kBackward, true, true>(a_map, b_map, pre_map, out_map, e, device, op);
+  else if (gemm_gelu_sm90_tma_store())
+    launch_gemm_gelu<kBackward, true, false>(a_map, b_map, pre_map, out_map, e, device, op);
   else
-    launch_gemm_gelu<kBackward, false>(a_map, b_map, pre_map, out_map, e, device, op);
+    launch_gemm_gelu<kBackward, false, false>(a_map, b_map, pre_map, out_map, e, device, op);
 }
 
 }  // namespace
@@ -650,10 +709,12 @@ void linear_gelu_sm90(const Tensor& out, const Tensor& x, const Tensor& weight, 
                    static_cast<int>(M),
                    static_cast<int>(N),
                    static_cast<int>(K)};
-  // [128 m][64 n] boxes of pre and out for the shared-tile epilogue.
-  const CUtensorMap pre_map = tensor_map_of(pre.raw_data(), M, N, pre.strides()[0], kTileM, 64, op);
-  const CUtensorMap out_map = tensor_map_of(out.raw_data(), M, N, N, kTileM, 64, op);
-  launch_gemm_gelu<false>(a_map, b_map, pre_map, out_map, e, x.device(), op);
+  // [kRows m][64 n] boxes of pre and out for the shared-tile epilogue.
+  const bool wide = wide_tile(N);
+  const uint32_t rows = wide ? Tiling<true>::kRows : Tiling<false>::kRows;
+  const CUtensorMap pre_map = tensor_map_of(pre.raw_data(), M, N, pre.strides()[0], rows, 64, op);
+  const CUtensorMap out_map = tensor_map_of(out.raw_data(), M, N, N, rows, 64, op);
+  launch_gemm_gelu<false>(a_map, b_map, pre_map, out_map, e, wide, x.device(), op);
 }
 
 bool linear_gelu_input_backward_sm90_supported(const Tensor& grad_pre, const Tensor& grad_out, const Tensor& weight,
@@ -681,7 +742,9 @@ void linear_gelu_input_backward_sm90(const Tensor& grad_pre, const Tensor& grad_
   const int64_t M = grad_out.shape()[0], K = grad_out.shape()[1], N = weight.shape()[1];
   const CUtensorMap a_map = tensor_map_of(grad_out.raw_data(), M, K, grad_out.strides()[0], kTileM, kTileK, op);
   const CUtensorMap b_map = tensor_map_of(weight.raw_data(), K, N, weight.strides()[0], kTileK, 64, op);
-  const CUtensorMap pre_map = tensor_map_of(pre.raw_data(), M, N, pre.strides()[0], kTileM, 64, op);
+  const bool wide = wide_tile(N);
+  const uint32_t rows = wide ? Tiling<true>::kRows : Tiling<false>::kRows;
+  const CUtensorMap pre_map = tensor_map_of(pre.raw_data(), M, N, pre.strides()[0], rows, 64, op);
   const Epilogue e{static_cast<bf16*>(grad_pre.raw_data()),
                    nullptr,
                    nullptr,
@@ -689,8 +752,8 @@ void linear_gelu_input_backward_sm90(const Tensor& grad_pre, const Tensor& grad_
                    static_cast<int>(M),
                    static_cast<int>(N),
                    static_cast<int>(K)};
-  const CUtensorMap out_map = tensor_map_of(grad_pre.raw_data(), M, N, N, kTileM, 64, op);
-  launch_gemm_gelu<true>(a_map, b_map, pre_map, out_map, e, grad_out.device(), op);
+  const CUtensorMap out_map = tensor_map_of(grad_pre.raw_data(), M, N, N, rows, 64, op);
+  launch_gemm_gelu<true>(a_map, b_map, pre_map, out_map, e, wide, grad_out.device(), op);
 }
 
 void set_gemm_gelu_sm90_cluster(int ctas) {
@@ -709,6 +772,22 @@ bool gemm_gelu_sm90_tma_store() {
     on = g_tma_store.load();
   }
   return on == 1;
+}
+
+void set_gemm_gelu_sm90_tile(int columns) {
+  PRECIS_CHECK(columns == 128 || columns == 256, "set_gemm_gelu_sm90_tile: 128 or 256 columns, got ", columns);
+  g_tile_n = columns;
+}
+
+int gemm_gelu_sm90_tile() {
+  int columns = g_tile_n.load(std::memory_order_relaxed);
+  if (columns == 0) {
+    const char* setting = std::getenv("PRECIS_EXP_GEMM_GELU_TILE");
+    int unset = 0;
+    g_tile_n.compare_exchange_strong(unset, setting != nullptr && std::string(setting) == "128x256" ? 256 : 128);
+    columns = g_tile_n.load();
+  }
+  return columns;
 }
 
 int gemm_gelu_sm90_cluster() {

@@ -44,5 +44,13 @@ int gemm_gelu_sm90_cluster();
 // environment's PRECIS_EXP_GEMM_GELU_EPI=reg asks for false (read once). Same results.
 void set_gemm_gelu_sm90_tma_store(bool on);
 bool gemm_gelu_sm90_tma_store();
+// The block tile's columns, 128 or 256: 128 (default), a 128 x 128 tile per consumer warpgroup,
+// the two in ping-pong (two m64n128k16 a k-step); 256, a 128 x 256 tile shared by both
+// consumers (cooperative: 64 x 256 each, one m64n256k16 a k-step, B read by both; 3 stages
+// of 48 KiB; the shared-tile epilogue whatever set_gemm_gelu_sm90_tma_store says), where N is
+// a multiple of 256 (else 128). Until set (tests, A/B runs), the environment's
+// PRECIS_EXP_GEMM_GELU_TILE=128x256 asks for 256 (read once). Same results.
+void set_gemm_gelu_sm90_tile(int columns);
+int gemm_gelu_sm90_tile();
 
 }  // namespace precis::ops::cuda
