@@ -10,11 +10,15 @@
 // Each with the kernel's clusters of 1 and of 2 blocks (ops::cuda::set_gemm_gelu_sm90_cluster;
 // 2 where M is a multiple of 256), and with both epilogues (ops::cuda::set_gemm_gelu_sm90_tma_store:
 // a shared tile stored by the copy engine, or register pairs stored by each thread), which must
-// give the same bits. Shapes: one tile and one k-block (128 x 128 x 64: a first GPU
+// give the same bits; and with both block tiles (ops::cuda::set_gemm_gelu_sm90_tile: 128 x 128 a
+// consumer in ping-pong, or 128 x 256 shared by both consumers where N is a multiple of 256, its
+// shared-tile epilogue only), the same bits again. Shapes: one tile and one k-block (128 x 128 x 64: a first GPU
 // run localises a layout or descriptor mistake there; 256 x 128 x 64 for one cluster), a few
 // tiles of two k-blocks (256 x 512 x 128), several tiles per consumer with k-blocks that do not
 // divide the ring (8192 x 1024 x 192: the ping-pong turns, stage phases and pre buffers wrap),
-// and GPT-2's (16384 x 3072 x 768).
+// and GPT-2's (16384 x 3072 x 768); for the 128 x 256 tile its own one tile (128 x 256 x 64),
+// one cluster (256 x 256 x 64) and several tiles a block with 5 k-blocks over its ring of 3
+// (8192 x 1024 x 320).
 // The backward's column sums (the bias gradient, column_sums after the kernel) are checked
 // against the float64 sums of the gradient it wrote. A shape the kernel does not serve runs
 // cuBLASLt with the switch on. Skipped, with the reason, where no GPU is usable, and where the
@@ -65,32 +69,47 @@ namespace {
 const Device kGpu = Device::cuda(0);
 const double kNaN = std::nan("");
 
-// Sets the experiment's switch, the kernel's cluster size and its epilogue, for a scope.
+// Sets the experiment's switch, the kernel's cluster size, its epilogue and its block tile's
+// columns, for a scope.
 class GemmGeluSwitch {
  public:
-  explicit GemmGeluSwitch(bool on, int cluster = 2, bool tma_store = true)
+  explicit GemmGeluSwitch(bool on, int cluster = 2, bool tma_store = true, int tile = 128)
       : was_(ops::gemm_gelu_sm90()),
         cluster_was_(ops::cuda::gemm_gelu_sm90_cluster()),
-        tma_store_was_(ops::cuda::gemm_gelu_sm90_tma_store()) {
+        tma_store_was_(ops::cuda::gemm_gelu_sm90_tma_store()),
+        tile_was_(ops::cuda::gemm_gelu_sm90_tile()) {
     ops::set_gemm_gelu_sm90(on);
     ops::cuda::set_gemm_gelu_sm90_cluster(cluster);
     ops::cuda::set_gemm_gelu_sm90_tma_store(tma_store);
+    ops::cuda::set_gemm_gelu_sm90_tile(tile);
   }
   ~GemmGeluSwitch() {
     ops::set_gemm_gelu_sm90(was_);
     ops::cuda::set_gemm_gelu_sm90_cluster(cluster_was_);
     ops::cuda::set_gemm_gelu_sm90_tma_store(tma_store_was_);
+    ops::cuda::set_gemm_gelu_sm90_tile(tile_was_);
   }
 
  private:
   bool was_;
   int cluster_was_;
   bool tma_store_was_;
+  int tile_was_;
 };
 
-// The two epilogues: the shared tile stored by the copy engine, the register pairs.
-const bool kTmaStores[] = {true, false};
-std::string epilogue_name(bool tma_store) { return tma_store ? "tma" : "reg"; }
+// The kernel's variants at N columns: the 128 x 128 tile with the shared tile stored by the copy
+// engine and with the register pairs; where N is a multiple of 256, the 128 x 256 tile (shared
+// tile only).
+struct Variant {
+  int tile;
+  bool tma_store;
+  std::string name() const { return std::string(tma_store ? "tma" : "reg") + " tile 128x" + std::to_string(tile); }
+};
+std::vector<Variant> variants_for(int64_t N) {
+  std::vector<Variant> variants = {{128, true}, {128, false}};
+  if (N % 256 == 0) variants.push_back({256, true});
+  return variants;
+}
 
 // The cluster sizes the kernel runs at M rows: 1, and 2 where the 128-row tiles pair up.
 std::vector<int> clusters_for(int64_t M) { return M % 256 == 0 ? std::vector<int>{1, 2} : std::vector<int>{1}; }
@@ -173,8 +192,8 @@ struct ForwardResult {
 };
 // linear(out, x, W, bias, gelu, pre) with the switch (and cluster size) as given; pre a view with
 // row stride N + 64.
-ForwardResult run_forward(const Forward& p, bool kernel, int cluster = 1, bool tma_store = true) {
-  GemmGeluSwitch on(kernel, cluster, tma_store);
+ForwardResult run_forward(const Forward& p, bool kernel, int cluster = 1, bool tma_store = true, int tile = 128) {
+  GemmGeluSwitch on(kernel, cluster, tma_store, tile);
   Tensor out = full({p.M, p.N}, kNaN, DType::bf16, kGpu);
   Tensor pre = full({p.M, p.N + 64}, kNaN, DType::bf16, kGpu).narrow(1, 0, p.N);
   EXPECT_EQ(ops::cuda::linear_gelu_sm90_supported(out, p.x, p.w, p.bias, pre), true)
@@ -199,18 +218,20 @@ void check_forward(int64_t M, int64_t N, int64_t K, uint64_t seed) {
   }
   const ForwardResult cublaslt = run_forward(p, false);
   for (int cluster : clusters_for(M)) {
-    std::vector<ForwardResult> by_epilogue;
-    for (bool tma_store : kTmaStores) {
-      SCOPED_TRACE("clusters of " + std::to_string(cluster) + ", epilogue " + epilogue_name(tma_store));
-      const ForwardResult mine = run_forward(p, true, cluster, tma_store);
+    std::vector<ForwardResult> by_variant;
+    const std::vector<Variant> variants = variants_for(N);
+    for (const Variant& v : variants) {
+      SCOPED_TRACE("clusters of " + std::to_string(cluster) + ", epilogue " + v.name());
+      const ForwardResult mine = run_forward(p, true, cluster, v.tma_store, v.tile);
       expect_rows_close(mine.pre, want_pre, rows, N, kOneUlp, "pre against float64");
       expect_rows_close(mine.out, want_out, rows, N, kOneUlp, "gelu(pre) against float64");
       expect_all_close(mine.pre, cublaslt.pre, N, kTwoUlps, "pre against cuBLASLt");
       expect_all_close(mine.out, cublaslt.out, N, kTwoUlps, "gelu(pre) against cuBLASLt");
-      by_epilogue.push_back(mine);
+      by_variant.push_back(mine);
     }
-    EXPECT_TRUE(by_epilogue[0].pre == by_epilogue[1].pre && by_epilogue[0].out == by_epilogue[1].out)
-        << "the two epilogues differ, clusters of " << cluster;
+    for (size_t i = 1; i < variants.size(); ++i)
+      EXPECT_TRUE(by_variant[0].pre == by_variant[i].pre && by_variant[0].out == by_variant[i].out)
+          << variants[0].name() << " and " << variants[i].name() << " differ, clusters of " << cluster;
   }
 }
 
@@ -236,8 +257,9 @@ struct BackwardResult {
   std::vector<float> grad_pre, sums;
 };
 // linear_gelu_input_backward with f32 column sums, the switch (and cluster size) as given.
-BackwardResult run_backward(const Backward& p, bool kernel, int cluster = 1, bool tma_store = true) {
-  GemmGeluSwitch on(kernel, cluster, tma_store);
+BackwardResult run_backward(const Backward& p, bool kernel, int cluster = 1, bool tma_store = true,
+                            int tile = 128) {
+  GemmGeluSwitch on(kernel, cluster, tma_store, tile);
   Tensor grad_pre = full({p.M, p.N}, kNaN, DType::bf16, kGpu);
   Tensor sums = full({p.N}, kNaN, DType::f32, kGpu);
   EXPECT_EQ(ops::cuda::linear_gelu_input_backward_sm90_supported(grad_pre, p.grad_out, p.w, p.pre), true)
@@ -264,11 +286,12 @@ void check_backward(int64_t M, int64_t N, int64_t K, uint64_t seed) {
   }
   const BackwardResult cublaslt = run_backward(p, false);
   for (int cluster : clusters_for(M)) {
-    std::vector<std::vector<float>> by_epilogue;
-    for (bool tma_store : kTmaStores) {
-      SCOPED_TRACE("clusters of " + std::to_string(cluster) + ", epilogue " + epilogue_name(tma_store));
-      const BackwardResult mine = run_backward(p, true, cluster, tma_store);
-      by_epilogue.push_back(mine.grad_pre);
+    std::vector<std::vector<float>> by_variant;
+    const std::vector<Variant> variants = variants_for(N);
+    for (const Variant& v : variants) {
+      SCOPED_TRACE("clusters of " + std::to_string(cluster) + ", epilogue " + v.name());
+      const BackwardResult mine = run_backward(p, true, cluster, v.tma_store, v.tile);
+      by_variant.push_back(mine.grad_pre);
       expect_rows_close(mine.grad_pre, want, rows, N, kOneUlp, "grad_pre against float64");
       expect_all_close(mine.grad_pre, cublaslt.grad_pre, N, kTwoUlps, "grad_pre against cuBLASLt");
       // the column sums of the gradient the kernel wrote, in float64
@@ -284,7 +307,9 @@ void check_backward(int64_t M, int64_t N, int64_t K, uint64_t seed) {
           ADD_FAILURE() << "column sum " << n << " is " << mine.sums[n] << ", expected " << sums[n];
       EXPECT_EQ(misses, 0) << "column sums off";
     }
-    EXPECT_TRUE(by_epilogue[0] == by_epilogue[1]) << "the two epilogues differ, clusters of " << cluster;
+    for (size_t i = 1; i < variants.size(); ++i)
+      EXPECT_TRUE(by_variant[0] == by_variant[i])
+          << variants[0].name() << " and " << variants[i].name() << " differ, clusters of " << cluster;
   }
 }
 
@@ -328,6 +353,32 @@ TEST(GemmGeluGpu, ForwardOneClusterOneKBlock) {
 TEST(GemmGeluGpu, BackwardOneClusterOneKBlock) {
   PRECIS_SKIP_WITHOUT_HOPPER();
   check_backward(256, 128, 64, 250);
+}
+// The 128 x 256 tile's debug shapes: one tile and one k-block, one cluster; then several tiles a
+// block with 5 k-blocks over its ring of 3 stages (the 128 x 128 tile runs them too).
+TEST(GemmGeluGpu, ForwardWideTileOneKBlock) {
+  PRECIS_SKIP_WITHOUT_HOPPER();
+  check_forward(128, 256, 64, 110);
+}
+TEST(GemmGeluGpu, BackwardWideTileOneKBlock) {
+  PRECIS_SKIP_WITHOUT_HOPPER();
+  check_backward(128, 256, 64, 210);
+}
+TEST(GemmGeluGpu, ForwardWideClusterOneKBlock) {
+  PRECIS_SKIP_WITHOUT_HOPPER();
+  check_forward(256, 256, 64, 160);
+}
+TEST(GemmGeluGpu, BackwardWideClusterOneKBlock) {
+  PRECIS_SKIP_WITHOUT_HOPPER();
+  check_backward(256, 256, 64, 260);
+}
+TEST(GemmGeluGpu, ForwardWideSeveralTilesFiveKBlocks) {
+  PRECIS_SKIP_WITHOUT_HOPPER();
+  check_forward(8192, 1024, 320, 510);
+}
+TEST(GemmGeluGpu, BackwardWideSeveralTilesFiveKBlocks) {
+  PRECIS_SKIP_WITHOUT_HOPPER();
+  check_backward(8192, 1024, 320, 610);
 }
 TEST(GemmGeluGpu, ForwardSmallShape) {
   PRECIS_SKIP_WITHOUT_HOPPER();
@@ -381,16 +432,18 @@ TEST(GemmGeluGpu, TimesAtGpt2Shape) {
   const double flops = 2.0 * M * N * K;
   const Forward f = forward_problem(M, N, K, 1000);
   const Backward b = backward_problem(M, N, K, 1100);
-  struct Variant {
+  struct Timed {
     std::string name;
     bool kernel, tma_store;
-    int cluster;
+    int cluster, tile;
   };
-  const std::vector<Variant> variants = {{"cublaslt", false, true, 2},
-                                         {"kernel tma cluster2", true, true, 2},
-                                         {"kernel tma cluster1", true, true, 1},
-                                         {"kernel reg cluster2", true, false, 2},
-                                         {"kernel reg cluster1", true, false, 1}};
+  const std::vector<Timed> variants = {{"cublaslt", false, true, 2, 128},
+                                       {"kernel tma cluster2", true, true, 2, 128},
+                                       {"kernel tma cluster1", true, true, 1, 128},
+                                       {"kernel reg cluster2", true, false, 2, 128},
+                                       {"kernel reg cluster1", true, false, 1, 128},
+                                       {"kernel 128x256 cl2", true, true, 2, 256},
+                                       {"kernel 128x256 cl1", true, true, 1, 256}};
   const ForwardResult forward_want = run_forward(f, false);
   const BackwardResult backward_want = run_backward(b, false);
   Tensor out = empty({M, N}, DType::bf16, kGpu), pre = empty({M, N + 64}, DType::bf16, kGpu).narrow(1, 0, N);
@@ -413,16 +466,16 @@ TEST(GemmGeluGpu, TimesAtGpt2Shape) {
     }
     return 1000.0 * best;
   };
-  for (const Variant& v : variants) {
+  for (const Timed& v : variants) {
     SCOPED_TRACE(v.name);
     if (v.kernel) {  // what is timed is checked once
-      const ForwardResult got = run_forward(f, true, v.cluster, v.tma_store);
+      const ForwardResult got = run_forward(f, true, v.cluster, v.tma_store, v.tile);
       expect_all_close(got.pre, forward_want.pre, N, kTwoUlps, "pre against cuBLASLt");
       expect_all_close(got.out, forward_want.out, N, kTwoUlps, "gelu(pre) against cuBLASLt");
-      const BackwardResult got_back = run_backward(b, true, v.cluster, v.tma_store);
+      const BackwardResult got_back = run_backward(b, true, v.cluster, v.tma_store, v.tile);
       expect_all_close(got_back.grad_pre, backward_want.grad_pre, N, kTwoUlps, "grad_pre against cuBLASLt");
     }
-    GemmGeluSwitch on(v.kernel, v.cluster, v.tma_store);
+    GemmGeluSwitch on(v.kernel, v.cluster, v.tma_store, v.tile);
     const double forward = best_us([&] { ops::cuda::linear(out, f.x, f.w, f.bias, true, pre); });
     const double backward = best_us([&] { ops::cuda::linear_gelu_input_backward(grad_pre, b.grad_out, b.w, b.pre); });
     std::printf("gemm-gelu %-20s forward %8.1f us %6.1f TFLOP/s   backward %8.1f us %6.1f TFLOP/s\n", v.name.c_str(),
