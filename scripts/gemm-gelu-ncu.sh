@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Nsight Compute on the GELU-epilogue products at GPT-2's shape (ops/cuda/gemm_gelu_sm90.cu):
 # one launch of each kernel variant (forward/backward x the shared-tile "tma" or register "reg"
-# epilogue, clusters of 2) and cuBLASLt's two kernels, from GemmGeluGpu.TimesAtGpt2Shape
+# epilogue, clusters of 2; and the 128 x 256 tile "wide", shared-tile epilogue, clusters of 2)
+# and cuBLASLt's two kernels, from GemmGeluGpu.TimesAtGpt2Shape
 # (tests/ops/test_gemm_gelu_gpu.cpp), with `--set full`; then one compact table: duration,
 # SM and tensor-pipe throughput, DRAM throughput and bytes, global-store sector use, shared
 # store bank conflicts, and the top warp stall reasons (cycles a warp waits per issued
@@ -21,13 +22,15 @@ OUT=${OUT:-/tmp/gemm-gelu-ncu}
 mkdir -p "$OUT"
 FILTER=--gtest_filter=GemmGeluGpu.TimesAtGpt2Shape
 
-# name  kernel-name-base  kernel regex  (the kernel's template arguments: <backward, tma store, cluster>)
+# name  kernel-name-base  kernel regex  (the kernel's template arguments: <backward, tma store, cluster, wide>)
 profiles=(
   "cublaslt_fwd_bwd function regex:sm90_xmma|gemm|nvjet|cutlass"
-  "fwd_tma mangled regex:gemm_gelu_sm90_kernelILb0ELb1ELi2E"
-  "fwd_reg mangled regex:gemm_gelu_sm90_kernelILb0ELb0ELi2E"
-  "bwd_tma mangled regex:gemm_gelu_sm90_kernelILb1ELb1ELi2E"
-  "bwd_reg mangled regex:gemm_gelu_sm90_kernelILb1ELb0ELi2E"
+  "fwd_tma mangled regex:gemm_gelu_sm90_kernelILb0ELb1ELi2ELb0E"
+  "fwd_reg mangled regex:gemm_gelu_sm90_kernelILb0ELb0ELi2ELb0E"
+  "bwd_tma mangled regex:gemm_gelu_sm90_kernelILb1ELb1ELi2ELb0E"
+  "bwd_reg mangled regex:gemm_gelu_sm90_kernelILb1ELb0ELi2ELb0E"
+  "fwd_wide mangled regex:gemm_gelu_sm90_kernelILb0ELb1ELi2ELb1E"
+  "bwd_wide mangled regex:gemm_gelu_sm90_kernelILb1ELb1ELi2ELb1E"
 )
 for p in "${profiles[@]}"; do
   read -r name base regex <<<"$p"
@@ -38,7 +41,7 @@ for p in "${profiles[@]}"; do
     >"$OUT/$name.log" 2>&1 || { echo "ncu $name failed: tail of $OUT/$name.log" >&2; tail -5 "$OUT/$name.log" >&2; }
 done
 
-for name in cublaslt_fwd_bwd fwd_tma fwd_reg bwd_tma bwd_reg; do
+for name in cublaslt_fwd_bwd fwd_tma fwd_reg bwd_tma bwd_reg fwd_wide bwd_wide; do
   [[ -f "$OUT/$name.ncu-rep" ]] && ncu --import "$OUT/$name.ncu-rep" --csv --page raw --print-units base \
     >"$OUT/$name.csv" 2>/dev/null || true
 done
@@ -58,7 +61,7 @@ cols = [("us", "gpu__time_duration.sum", 1e-3),
         ("sts confl", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", 1)]
 stall = re.compile(r"smsp__average_warps_issue_stalled_(\w+)_per_issue_active\.ratio")
 print(f"{'kernel':34}" + "".join(f"{c[0]:>10}" for c in cols) + "  top stalls (warps waiting per issue)")
-for name in ["cublaslt_fwd_bwd", "fwd_tma", "fwd_reg", "bwd_tma", "bwd_reg"]:
+for name in ["cublaslt_fwd_bwd", "fwd_tma", "fwd_reg", "bwd_tma", "bwd_reg", "fwd_wide", "bwd_wide"]:
     path = os.path.join(out, name + ".csv")
     if not os.path.exists(path):
         print(f"{name:34} (no profile)")
