@@ -138,6 +138,12 @@ __device__ __forceinline__ uint64_t mn_major_descriptor(const void* tile, int kk
   "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "  \
   "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
+#define PRECIS_WGMMA_D96 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+  "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, " \
+  "%41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, " \
+  "%61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, " \
+  "%81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}"
 #define PRECIS_WGMMA_D128 \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
   "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, " \
@@ -162,6 +168,13 @@ __device__ __forceinline__ uint64_t mn_major_descriptor(const void* tile, int kk
       ", %64, %65, p, 1, 1, 0, 0;\n}\n"                                                                           \
       : PRECIS_WGMMA_ACC16(d, 0), PRECIS_WGMMA_ACC16(d, 16), PRECIS_WGMMA_ACC16(d, 32), PRECIS_WGMMA_ACC16(d, 48) \
       : "l"(a_desc), "l"(b_desc), "r"(accumulate))
+#define PRECIS_WGMMA_SS_N192(type)                                                        \
+  asm volatile(                                                                          \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"                                       \
+      "wgmma.mma_async.sync.aligned.m64n192k16.f32." type "." type " " PRECIS_WGMMA_D96 \
+      ", %96, %97, p, 1, 1, 0, 0;\n}\n"                                                   \
+      : PRECIS_WGMMA_ACC16(d, 0), PRECIS_WGMMA_ACC16(d, 16), PRECIS_WGMMA_ACC16(d, 32), PRECIS_WGMMA_ACC16(d, 48), PRECIS_WGMMA_ACC16(d, 64), PRECIS_WGMMA_ACC16(d, 80)                                                                            \
+      : "l"(a_desc), "l"(b_desc), "r"(accumulate))
 #define PRECIS_WGMMA_SS_N256(type)                                                         \
   asm volatile(                                                                           \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                       \
@@ -177,6 +190,13 @@ __device__ __forceinline__ uint64_t mn_major_descriptor(const void* tile, int kk
       "wgmma.mma_async.sync.aligned.m64n128k16.f32." type "." type " " PRECIS_WGMMA_D64                           \
       ", %64, %65, p, 1, 1, 0, 1;\n}\n"                                                                           \
       : PRECIS_WGMMA_ACC16(d, 0), PRECIS_WGMMA_ACC16(d, 16), PRECIS_WGMMA_ACC16(d, 32), PRECIS_WGMMA_ACC16(d, 48) \
+      : "l"(a_desc), "l"(b_desc), "r"(accumulate))
+#define PRECIS_WGMMA_SS_B_TRANSPOSED_N192(type)                                                        \
+  asm volatile(                                                                          \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"                                       \
+      "wgmma.mma_async.sync.aligned.m64n192k16.f32." type "." type " " PRECIS_WGMMA_D96 \
+      ", %96, %97, p, 1, 1, 0, 1;\n}\n"                                                   \
+      : PRECIS_WGMMA_ACC16(d, 0), PRECIS_WGMMA_ACC16(d, 16), PRECIS_WGMMA_ACC16(d, 32), PRECIS_WGMMA_ACC16(d, 48), PRECIS_WGMMA_ACC16(d, 64), PRECIS_WGMMA_ACC16(d, 80)                                                                            \
       : "l"(a_desc), "l"(b_desc), "r"(accumulate))
 #define PRECIS_WGMMA_SS_B_TRANSPOSED_N256(type)                                                         \
   asm volatile(                                                                           \
@@ -214,7 +234,8 @@ __device__ __forceinline__ uint64_t mn_major_descriptor(const void* tile, int kk
 // d (+)= A B, A and B from shared memory (K-major descriptors); accumulate = 0 overwrites d.
 template <typename T, int N>
 __device__ __forceinline__ void wgmma_smem_smem(float (&d)[N / 2], uint64_t a_desc, uint64_t b_desc, int accumulate) {
-  static_assert(N == 64 || N == 128 || N == 256, "wrapped shapes: m64n64k16, m64n128k16, m64n256k16");
+  static_assert(N == 64 || N == 128 || N == 192 || N == 256,
+                "wrapped shapes: m64n64k16, m64n128k16, m64n192k16, m64n256k16");
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   static_assert(kBf16 || std::is_same_v<T, __half>, "f16 or bf16");
   if constexpr (N == 64) {
@@ -222,7 +243,12 @@ __device__ __forceinline__ void wgmma_smem_smem(float (&d)[N / 2], uint64_t a_de
       PRECIS_WGMMA_SS_N64("bf16");
     else
       PRECIS_WGMMA_SS_N64("f16");
-  } else if constexpr (N == 256) {
+  } else if constexpr (N == 192) {
+    if constexpr (kBf16)
+      PRECIS_WGMMA_SS_N192("bf16");
+    else
+      PRECIS_WGMMA_SS_N192("f16");
+} else if constexpr (N == 256) {
     if constexpr (kBf16)
       PRECIS_WGMMA_SS_N256("bf16");
     else
@@ -260,7 +286,7 @@ __device__ __forceinline__ void wgmma_regs_smem(float (&d)[N / 2], const uint32_
 template <typename T, int N>
 __device__ __forceinline__ void wgmma_smem_smem_b_transposed(float (&d)[N / 2], uint64_t a_desc, uint64_t b_desc,
                                                              int accumulate) {
-  static_assert(N == 128 || N == 256, "wrapped shapes: m64n128k16, m64n256k16");
+  static_assert(N == 128 || N == 192 || N == 256, "wrapped shapes: m64n128k16, m64n192k16, m64n256k16");
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   static_assert(kBf16 || std::is_same_v<T, __half>, "f16 or bf16");
   if constexpr (N == 256) {
@@ -268,6 +294,11 @@ __device__ __forceinline__ void wgmma_smem_smem_b_transposed(float (&d)[N / 2], 
       PRECIS_WGMMA_SS_B_TRANSPOSED_N256("bf16");
     else
       PRECIS_WGMMA_SS_B_TRANSPOSED_N256("f16");
+  } else if constexpr (N == 192) {
+    if constexpr (kBf16)
+      PRECIS_WGMMA_SS_B_TRANSPOSED_N192("bf16");
+    else
+      PRECIS_WGMMA_SS_B_TRANSPOSED_N192("f16");
   } else if constexpr (kBf16) {
     PRECIS_WGMMA_SS_B_TRANSPOSED_N128("bf16");
   } else {
@@ -292,6 +323,9 @@ __device__ __forceinline__ void wgmma_smem_smem_transposed(float (&d)[N / 2], ui
 #undef PRECIS_WGMMA_SS_TRANSPOSED_N32
 #undef PRECIS_WGMMA_SS_B_TRANSPOSED_N128
 #undef PRECIS_WGMMA_SS_B_TRANSPOSED_N256
+#undef PRECIS_WGMMA_SS_B_TRANSPOSED_N192
+#undef PRECIS_WGMMA_SS_N192
+#undef PRECIS_WGMMA_D96
 #undef PRECIS_WGMMA_SS_N256
 #undef PRECIS_WGMMA_D128
 #undef PRECIS_WGMMA_SS_N64

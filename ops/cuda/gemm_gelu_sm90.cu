@@ -131,15 +131,17 @@ constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
 // consumer c's own 128 threads (its epilogue's shared tile).
 [[maybe_unused]] constexpr int kFirstTurnBarrier = 1, kFirstEpilogueBarrier = 3;
 
-// The block tile. kWide false: 128 x 128, each consumer its own tile (ping-pong), two m64n128k16
-// a k-step. kWide true (set_gemm_gelu_sm90_tile(256)): 128 x 256, both consumers on every tile
-// (cooperative), consumer c rows 64c..64c+63, one m64n256k16 a k-step; B (256 x 64 a k-block)
-// read by both. Either way a consumer holds 128 f32 accumulators a thread and a 32 KiB shared
-// tile of its results ([kRows][kN] bf16 as kN / 64 panels of [kRows][64]).
-template <bool kWide>
+// The block tile, 128 x kTileN (set_gemm_gelu_sm90_tile). 128 and 192: each consumer its own
+// tile (ping-pong), two m64nNk16 a k-step, 128 or 192 f32 accumulators a thread. 256: both
+// consumers on every tile (cooperative), consumer c rows 64c..64c+63, one m64n256k16 a k-step,
+// 128 accumulators; B (256 x 64 a k-block) read by both. A consumer keeps its results in a
+// shared tile of [kRows][kN] bf16 as kN / 64 panels of [kRows][64] (32, 48, 32 KiB).
+template <int kTileN>
 struct Tiling {
-  static constexpr int kN = kWide ? 256 : 128;  // the block tile's columns
-  static constexpr int kRows = kWide ? 64 : 128;  // a consumer's rows of a tile
+  static_assert(kTileN == 128 || kTileN == 192 || kTileN == 256, "block tiles 128 x 128, 128 x 192, 128 x 256");
+  static constexpr int kN = kTileN;  // the block tile's columns
+  static constexpr bool kCooperative = kTileN == 256;
+  static constexpr int kRows = kCooperative ? 64 : 128;  // a consumer's rows of a tile
   static constexpr int kHalves = kRows / 64;  // m64 wgmmas a k-step, a consumer
   static constexpr int kPanels = kN / 64;  // 64-column panels (TMA boxes) of a row of the tile
   static constexpr int kStageBytes = (kTileM + kN) * kTileK * 2;
@@ -150,18 +152,20 @@ struct Tiling {
 // engine stores them (whole 128-byte lines); else each thread stores its bf16 pairs to global.
 // The backward's shared tiles hold pre (read, then overwritten by grad_pre); the forward's
 // hold pre, then gelu(pre); either way one 32 KiB tile a consumer, in place of a sixth stage.
-// The wide tile's stages are 48 KiB: 3 of them and the two tiles, 208 KiB.
-template <bool kBackward, bool kTmaStore, bool kWide>
+// The wider tiles' stages are 40 KiB (192) and 48 KiB (256): 3 of them beside the two tiles,
+// 216 and 208 KiB.
+template <bool kBackward, bool kTmaStore, int kTileN>
 struct Pipeline {
-  using T = Tiling<kWide>;
+  using T = Tiling<kTileN>;
   static constexpr bool kTileBuffers = kBackward || kTmaStore;
-  static constexpr int kStages = kWide ? 3 : kTileBuffers ? 5 : 6;
+  static constexpr int kStages = kTileN != 128 ? 3 : kTileBuffers ? 5 : 6;
   static constexpr int kPreBytes = kTileBuffers ? 2 * T::kTileBytes : 0;
   static constexpr int kSmemBytes = kStages * T::kStageBytes + kPreBytes + kSwizzleAtomBytes;
 };
-static_assert(Pipeline<true, true, false>::kSmemBytes <= 227 * 1024 - 128 &&
-                  Pipeline<false, false, false>::kSmemBytes <= 227 * 1024 - 128 &&
-                  Pipeline<true, true, true>::kSmemBytes <= 227 * 1024 - 128,
+static_assert(Pipeline<true, true, 128>::kSmemBytes <= 227 * 1024 - 128 &&
+                  Pipeline<false, false, 128>::kSmemBytes <= 227 * 1024 - 128 &&
+                  Pipeline<true, true, 192>::kSmemBytes <= 227 * 1024 - 128 &&
+                  Pipeline<true, true, 256>::kSmemBytes <= 227 * 1024 - 128,
               "a block's shared memory, with its mbarriers");
 // What the epilogue writes. out: dense [m, n] (forward: gelu(pre); backward: grad_pre).
 struct Epilogue {
@@ -197,9 +201,9 @@ __device__ __forceinline__ void store_pair(bf16* p, float lo, float hi) {
 // This block's tiles, the same sequence for its producer and consumers: cluster tile
 // ct = cluster, cluster + clusters, ... of the row-major grid of (kCluster x 128) x kN cluster
 // tiles; CTA `rank` of the cluster takes its rank-th 128-row tile.
-template <int kCluster, bool kWide>
+template <int kCluster, int kTileN>
 struct TileSequence {
-  static constexpr int kN = Tiling<kWide>::kN;
+  static constexpr int kN = Tiling<kTileN>::kN;
   int tiles_n, cluster_tiles, first, step, rank;
   __device__ __forceinline__ explicit TileSequence(const Epilogue& e, uint32_t cta_rank)
       : tiles_n(e.n / kN),
@@ -214,28 +218,28 @@ struct TileSequence {
 // The shared tile that holds tile `local` of this block's pre (backward) and its pre_full /
 // pre_empty pair: narrow, consumer local % 2's own, its (local / 2)-th use; wide, the pair of
 // both consumers' tiles (consumer c's at c x 32 KiB), its local-th use.
-template <bool kWide>
+template <int kTileN>
 __device__ __forceinline__ int pre_buffer(int local) {
-  return kWide ? 0 : local & 1;
+  return Tiling<kTileN>::kCooperative ? 0 : local & 1;
 }
-template <bool kWide>
+template <int kTileN>
 __device__ __forceinline__ int pre_use(int local) {
-  return kWide ? local : local >> 1;
+  return Tiling<kTileN>::kCooperative ? local : local >> 1;
 }
 
 // The producer (one thread): every k-block of every tile of this block into the ring, and
 // (backward) each tile's pre into its consumers' buffers. With a cluster of 2 the two CTAs
 // share B: each loads its half (64 or 128 of the product's columns) into both.
-template <bool kBackward, bool kTmaStore, int kCluster, bool kWide>
+template <bool kBackward, bool kTmaStore, int kCluster, int kTileN>
 __device__ __forceinline__ void produce(uint8_t* smem, uint64_t* full, uint64_t* empty, uint64_t* pre_full,
                                         uint64_t* pre_empty, const CUtensorMap* a_map, const CUtensorMap* b_map,
                                         const CUtensorMap* pre_map, const Epilogue& e, uint32_t cta_rank) {
-  using P = Pipeline<kBackward, kTmaStore, kWide>;
-  using T = Tiling<kWide>;
+  using P = Pipeline<kBackward, kTmaStore, kTileN>;
+  using T = Tiling<kTileN>;
   prefetch_tensor_map(a_map);
   prefetch_tensor_map(b_map);
   if constexpr (kBackward) prefetch_tensor_map(pre_map);
-  const TileSequence<kCluster, kWide> seq(e, cta_rank);
+  const TileSequence<kCluster, kTileN> seq(e, cta_rank);
   const int k_blocks = e.k / kTileK;
   int g = 0;
   for (int local = 0, ct = seq.first; ct < seq.cluster_tiles; ++local, ct += seq.step) {
@@ -267,7 +271,7 @@ __device__ __forceinline__ void produce(uint8_t* smem, uint64_t* full, uint64_t*
       }
       if constexpr (kBackward) {
         if (kb == k_blocks / 2) {
-          const int c = pre_buffer<kWide>(local), n = pre_use<kWide>(local);
+          const int c = pre_buffer<kTileN>(local), n = pre_use<kTileN>(local);
           uint8_t* pre_tile = smem + P::kStages * T::kStageBytes + c * T::kTileBytes;
           mbarrier_wait(&pre_empty[c], (n & 1) ^ 1);
           mbarrier_arrive_expect_bytes(&pre_full[c], kTileM * T::kN * 2);
@@ -330,16 +334,16 @@ __device__ __forceinline__ void produce(uint8_t* smem, uint64_t* full, uint64_t*
 // kN / 64 panels of [kRows][64] with 128-byte swizzle, the layout of the copy engine's boxes
 // (n0 + 64 p, m0c): a warp's 4-byte writes (8 rows, 16 bytes each) hit 8 different 16-byte
 // chunks of the 128 bytes of banks, no conflict. m0c: the consumer's first row of the product.
-template <bool kWide>
+template <int kTileN>
 __device__ __forceinline__ uint32_t* tile_pair(bf16* tile, int local_row, int local_col) {
-  return reinterpret_cast<uint32_t*>(tile + flash::panel_offset<Tiling<kWide>::kRows>(local_row, local_col));
+  return reinterpret_cast<uint32_t*>(tile + flash::panel_offset<Tiling<kTileN>::kRows>(local_row, local_col));
 }
 
 // Stores consumer c's tile to `map` at (n0, m0c) once all its 128 threads have written it; one
 // thread issues the copies.
-template <bool kWide>
+template <int kTileN>
 __device__ __forceinline__ void store_tile(const CUtensorMap* map, const bf16* tile, int m0c, int n0, int c) {
-  using T = Tiling<kWide>;
+  using T = Tiling<kTileN>;
   fence_shared_to_async_proxy();
   named_barrier_sync(kFirstEpilogueBarrier + c, 128);
   if (threadIdx.x % 128 == 0) {
@@ -358,11 +362,11 @@ __device__ __forceinline__ void wait_tile_read(int c) {
 // Forward, shared tile: pre = acc + bias written to the tile and stored; while the copy engine
 // reads it, gelu in registers; then gelu(pre) into the tile and stored. The same values as
 // bias_gelu_epilogue (the f32 sum rounded once, gelu of the f32 sum).
-template <bool kWide>
-__device__ __forceinline__ void bias_gelu_epilogue_tma(float (&acc)[Tiling<kWide>::kHalves][Tiling<kWide>::kN / 2],
+template <int kTileN>
+__device__ __forceinline__ void bias_gelu_epilogue_tma(float (&acc)[Tiling<kTileN>::kHalves][Tiling<kTileN>::kN / 2],
                                                        bf16* tile, int m0c, int n0, const Epilogue& e,
                                                        const CUtensorMap* pre_map, const CUtensorMap* out_map, int c) {
-  using T = Tiling<kWide>;
+  using T = Tiling<kTileN>;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
   const int local_row0 = 16 * warp + lane / 4, local_col0 = 2 * (lane % 4);
   auto write_tile = [&]() {
@@ -372,7 +376,7 @@ __device__ __forceinline__ void bias_gelu_epilogue_tma(float (&acc)[Tiling<kWide
       for (int h = 0; h < T::kHalves; ++h)
 #pragma unroll
         for (int r = 0; r < 2; ++r)
-          *tile_pair<kWide>(tile, local_row0 + 64 * h + 8 * r, local_col0 + 8 * j) =
+          *tile_pair<kTileN>(tile, local_row0 + 64 * h + 8 * r, local_col0 + 8 * j) =
               flash::pack2<bf16>(acc[h][4 * j + 2 * r], acc[h][4 * j + 2 * r + 1]);
   };
   if (e.bias != nullptr) {
@@ -391,23 +395,23 @@ __device__ __forceinline__ void bias_gelu_epilogue_tma(float (&acc)[Tiling<kWide
   }
   wait_tile_read(c);  // the previous tile's gelu stored
   write_tile();
-  store_tile<kWide>(pre_map, tile, m0c, n0, c);
+  store_tile<kTileN>(pre_map, tile, m0c, n0, c);
 #pragma unroll
   for (int h = 0; h < T::kHalves; ++h)
 #pragma unroll
     for (int i = 0; i < T::kN / 2; ++i) acc[h][i] = gelu_tanh(acc[h][i]);
   wait_tile_read(c);  // pre stored
   write_tile();
-  store_tile<kWide>(out_map, tile, m0c, n0, c);
+  store_tile<kTileN>(out_map, tile, m0c, n0, c);
 }
 
 // Backward, shared tile: grad_pre over pre in the tile (each thread rewrites the pairs it
 // read), then stored; the tile goes back to the producer once the copy engine has read it.
-template <bool kWide>
+template <int kTileN>
 __device__ __forceinline__ void gelu_grad_epilogue_tma(
-    const float (&acc)[Tiling<kWide>::kHalves][Tiling<kWide>::kN / 2], bf16* pre_tile, int m0c, int n0,
+    const float (&acc)[Tiling<kTileN>::kHalves][Tiling<kTileN>::kN / 2], bf16* pre_tile, int m0c, int n0,
     const CUtensorMap* out_map, uint64_t* pre_empty, int c) {
-  using T = Tiling<kWide>;
+  using T = Tiling<kTileN>;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
   const int local_row0 = 16 * warp + lane / 4, local_col0 = 2 * (lane % 4);
 #pragma unroll
@@ -416,12 +420,12 @@ __device__ __forceinline__ void gelu_grad_epilogue_tma(
     for (int h = 0; h < T::kHalves; ++h)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        uint32_t* pair = tile_pair<kWide>(pre_tile, local_row0 + 64 * h + 8 * r, local_col0 + 8 * j);
+        uint32_t* pair = tile_pair<kTileN>(pre_tile, local_row0 + 64 * h + 8 * r, local_col0 + 8 * j);
         const float2 z = flash::unpack2<bf16>(*pair);
         *pair = flash::pack2<bf16>(acc[h][4 * j + 2 * r] * gelu_tanh_grad(z.x),
                                    acc[h][4 * j + 2 * r + 1] * gelu_tanh_grad(z.y));
       }
-  store_tile<kWide>(out_map, pre_tile, m0c, n0, c);
+  store_tile<kTileN>(out_map, pre_tile, m0c, n0, c);
   if (threadIdx.x % 128 == 0) {
     bulk_store_wait_read<0>();
     mbarrier_arrive(pre_empty);
@@ -430,15 +434,16 @@ __device__ __forceinline__ void gelu_grad_epilogue_tma(
 
 // Consumer c (0 or 1): narrow, the tiles local = c, c + 2, ... of this block, in turns with the
 // other consumer; wide, rows 64c..64c+63 of every tile of this block, beside the other.
-template <bool kBackward, bool kTmaStore, int kCluster, bool kWide>
+template <bool kBackward, bool kTmaStore, int kCluster, int kTileN>
 __device__ __forceinline__ void consume(int c, uint8_t* smem, uint64_t* full, uint64_t* empty, uint64_t* pre_full,
                                         uint64_t* pre_empty, const CUtensorMap* pre_map, const CUtensorMap* out_map,
                                         const Epilogue& e, uint32_t cta_rank) {
-  using P = Pipeline<kBackward, kTmaStore, kWide>;
-  using T = Tiling<kWide>;
-  static_assert(kTmaStore || !kWide, "the wide tile has the shared-tile epilogue only");
+  using P = Pipeline<kBackward, kTmaStore, kTileN>;
+  using T = Tiling<kTileN>;
+  static_assert(kTmaStore || kTileN == 128, "the wider tiles have the shared-tile epilogue only");
+  constexpr bool kWide = T::kCooperative;
   const int lane = threadIdx.x % 32;
-  const TileSequence<kCluster, kWide> seq(e, cta_rank);
+  const TileSequence<kCluster, kTileN> seq(e, cta_rank);
   const int k_blocks = e.k / kTileK;
   // A stage goes back to the producers of every CTA that wrote into it.
   auto release = [&](int g) {
@@ -494,17 +499,17 @@ __device__ __forceinline__ void consume(int c, uint8_t* smem, uint64_t* full, ui
     const int m0c = kWide ? m0 + 64 * c : m0;  // this consumer's first row
     bf16* tile = reinterpret_cast<bf16*>(smem + P::kStages * T::kStageBytes + c * T::kTileBytes);  // kTileBuffers
     if constexpr (kBackward) {
-      const int buffer = pre_buffer<kWide>(local);
-      mbarrier_wait(&pre_full[buffer], pre_use<kWide>(local) & 1);
+      const int buffer = pre_buffer<kTileN>(local);
+      mbarrier_wait(&pre_full[buffer], pre_use<kTileN>(local) & 1);
       if constexpr (kTmaStore) {
-        gelu_grad_epilogue_tma<kWide>(acc, tile, m0c, n0, out_map, &pre_empty[buffer], c);
+        gelu_grad_epilogue_tma<kTileN>(acc, tile, m0c, n0, out_map, &pre_empty[buffer], c);
       } else {
         gelu_grad_epilogue(acc, tile, m0, n0, e);
         __syncwarp();
         if (lane == 0) mbarrier_arrive(&pre_empty[c]);
       }
     } else if constexpr (kTmaStore) {
-      bias_gelu_epilogue_tma<kWide>(acc, tile, m0c, n0, e, pre_map, out_map, c);
+      bias_gelu_epilogue_tma<kTileN>(acc, tile, m0c, n0, e, pre_map, out_map, c);
     } else {
       bias_gelu_epilogue(acc, m0, n0, e);
     }
@@ -513,14 +518,14 @@ __device__ __forceinline__ void consume(int c, uint8_t* smem, uint64_t* full, ui
     if (threadIdx.x % 128 == 0) bulk_store_wait_all();  // the last tile's stores written before the block leaves
 }
 
-template <bool kBackward, bool kTmaStore, int kCluster, bool kWide>
+template <bool kBackward, bool kTmaStore, int kCluster, int kTileN>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_gelu_sm90_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                           const __grid_constant__ CUtensorMap pre_map, const __grid_constant__ CUtensorMap out_map,
                           const Epilogue e) {
   precis::cuda::wait_for_previous_grid();  // no early trigger: the next kernel's blocks could not fit beside ours
   if constexpr (kSm90aPass) {
-    using P = Pipeline<kBackward, kTmaStore, kWide>;
+    using P = Pipeline<kBackward, kTmaStore, kTileN>;
     extern __shared__ __align__(16) uint8_t gemm_gelu_smem[];
     __shared__ uint64_t full[P::kStages], empty[P::kStages], pre_full[2], pre_empty[2];
     uint8_t* smem =
@@ -530,12 +535,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int s = 0; s < P::kStages; ++s) {
         mbarrier_init(&full[s], 1);  // the producer's arrive.expect_tx
         // One lane of each consumer warp of each CTA it feeds (wide: both consumers read it).
-        mbarrier_init(&empty[s], (kWide ? 8 : 4) * kCluster);
+        mbarrier_init(&empty[s], (Tiling<kTileN>::kCooperative ? 8 : 4) * kCluster);
       }
       for (int c = 0; c < 2; ++c) {
         mbarrier_init(&pre_full[c], 1);
         // The storing thread of its consumer (wide: of both), or one lane a warp.
-        mbarrier_init(&pre_empty[c], kTmaStore ? (kWide ? 2 : 1) : 4);
+        mbarrier_init(&pre_empty[c], kTmaStore ? (Tiling<kTileN>::kCooperative ? 2 : 1) : 4);
       }
       fence_mbarrier_init();
     }
@@ -547,11 +552,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (warpgroup == 0) {
       lower_registers_to<kProducerRegisters>();
       if (threadIdx.x == 0)
-        produce<kBackward, kTmaStore, kCluster, kWide>(smem, full, empty, pre_full, pre_empty, &a_map, &b_map,
+        produce<kBackward, kTmaStore, kCluster, kTileN>(smem, full, empty, pre_full, pre_empty, &a_map, &b_map,
                                                        &pre_map, e, cta_rank);
     } else {
       raise_registers_to<kConsumerRegisters>();
-      consume<kBackward, kTmaStore, kCluster, kWide>(warpgroup - 1, smem, full, empty, pre_full, pre_empty, &pre_map,
+      consume<kBackward, kTmaStore, kCluster, kTileN>(warpgroup - 1, smem, full, empty, pre_full, pre_empty, &pre_map,
                                                      &out_map, e, cta_rank);
     }
     // No CTA leaves while its peer may still arrive on its barriers (the copies into it were
@@ -586,21 +591,28 @@ bool tma_readable(const Tensor& t, const Shape& shape) {
          t.strides()[0] >= shape[1] && t.strides()[0] % 8 == 0 && aligned16(t);
 }
 
+// N a multiple of 128, or of the block tile's columns that the setting asks for.
 bool tiles_fit(int64_t M, int64_t N, int64_t K) {
-  return M > 0 && N > 0 && K > 0 && M % kTileM == 0 && N % 128 == 0 && K % kTileK == 0 && M < (int64_t{1} << 31) &&
+  const bool columns_fit = N % 128 == 0 || N % gemm_gelu_sm90_tile() == 0;
+  return M > 0 && N > 0 && K > 0 && M % kTileM == 0 && columns_fit && K % kTileK == 0 && M < (int64_t{1} << 31) &&
          N < (int64_t{1} << 31) && K < (int64_t{1} << 31);
 }
 
 std::atomic<int> g_cluster{0};     // 1 or 2; 0 until set or read from the environment
 std::atomic<int> g_tma_store{-1};  // 0 or 1; -1 until set or read from the environment
-std::atomic<int> g_tile_n{0};      // 128 or 256; 0 until set or read from the environment
+std::atomic<int> g_tile_n{0};      // 128, 192 or 256; 0 until set or read from the environment
 
-// The wide tile (128 x 256) where the setting asks for it and the columns come in 256s.
-bool wide_tile(int64_t N) { return gemm_gelu_sm90_tile() == 256 && N % 256 == 0; }
+// The block tile's columns: the setting's where N is a multiple of them, else 128.
+int tile_columns(int64_t N) {
+  const int columns = gemm_gelu_sm90_tile();
+  return N % columns == 0 ? columns : 128;
+}
+// The rows of pre's and out's boxes for the shared-tile epilogue: a consumer's rows of a tile.
+uint32_t epilogue_box_rows(int tile_n) { return tile_n == 256 ? Tiling<256>::kRows : Tiling<128>::kRows; }
 
 // The blocks of the persistent grid: one per SM, or, with clusters of 2, two per cluster that
 // the device can hold at once (a GPC may leave an SM without a partner); at most one per tile.
-template <bool kBackward, bool kTmaStore, int kCluster, bool kWide>
+template <bool kBackward, bool kTmaStore, int kCluster, int kTileN>
 int persistent_blocks(Device device, int tiles, const char* op) {
   static std::array<std::atomic<int>, 64> known{};  // clusters at once, per device index; 0 not asked yet
   int clusters = multiprocessor_count(device) / kCluster;
@@ -616,11 +628,11 @@ int persistent_blocks(Device device, int tiles, const char* op) {
       cudaLaunchConfig_t config{};
       config.gridDim = dim3(kCluster * (multiprocessor_count(device) / kCluster));
       config.blockDim = dim3(kThreads);
-      config.dynamicSmemBytes = Pipeline<kBackward, kTmaStore, kWide>::kSmemBytes;
+      config.dynamicSmemBytes = Pipeline<kBackward, kTmaStore, kTileN>::kSmemBytes;
       config.attrs = &attribute;
       config.numAttrs = 1;
       PRECIS_CUDA_CHECK(
-          cudaOccupancyMaxActiveClusters(&clusters, gemm_gelu_sm90_kernel<kBackward, kTmaStore, kCluster, kWide>,
+          cudaOccupancyMaxActiveClusters(&clusters, gemm_gelu_sm90_kernel<kBackward, kTmaStore, kCluster, kTileN>,
                                          &config),
           op);
       PRECIS_CHECK(clusters > 0, op, ": the device holds no cluster of ", kCluster, " blocks of this kernel");
@@ -633,16 +645,16 @@ int persistent_blocks(Device device, int tiles, const char* op) {
   return kCluster * std::min(tiles / kCluster, clusters);
 }
 
-template <bool kBackward, bool kTmaStore, int kCluster, bool kWide>
+template <bool kBackward, bool kTmaStore, int kCluster, int kTileN>
 void launch_gemm_gelu(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& pre_map,
                       const CUtensorMap& out_map, const Epilogue& e, Device device, const char* op) {
-  auto kernel = gemm_gelu_sm90_kernel<kBackward, kTmaStore, kCluster, kWide>;
-  constexpr int kSmemBytes = Pipeline<kBackward, kTmaStore, kWide>::kSmemBytes;
+  auto kernel = gemm_gelu_sm90_kernel<kBackward, kTmaStore, kCluster, kTileN>;
+  constexpr int kSmemBytes = Pipeline<kBackward, kTmaStore, kTileN>::kSmemBytes;
   set_device(device);
   // The occupancy query of persistent_blocks needs the kernel's shared memory allowed first.
   PRECIS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes), op);
-  const dim3 grid(persistent_blocks<kBackward, kTmaStore, kCluster, kWide>(
-      device, e.m / kTileM * (e.n / Tiling<kWide>::kN), op));
+  const dim3 grid(persistent_blocks<kBackward, kTmaStore, kCluster, kTileN>(
+      device, e.m / kTileM * (e.n / Tiling<kTileN>::kN), op));
   if constexpr (kCluster > 1)
     launch_clusters_with_shared_memory(kernel, grid, kThreads, kSmemBytes, kCluster, compute_stream(device), op, a_map,
                                        b_map, pre_map, out_map, e);
@@ -653,25 +665,27 @@ void launch_gemm_gelu(const CUtensorMap& a_map, const CUtensorMap& b_map, const 
 }
 
 // Clusters of 2 (B shared) where the rows pair up and the setting asks for them, else 1; the
-// tile (wide_tile) and the epilogue the settings ask for (the wide tile has the shared-tile
-// epilogue only). pre_map and out_map are in boxes of [kRows][64] of the tile chosen.
-template <bool kBackward, bool kTmaStore, bool kWide>
+// tile (tile_columns) and the epilogue the settings ask for (the wider tiles have the
+// shared-tile epilogue only). pre_map and out_map are in boxes of [kRows][64] of the tile chosen.
+template <bool kBackward, bool kTmaStore, int kTileN>
 void launch_gemm_gelu(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& pre_map,
                       const CUtensorMap& out_map, const Epilogue& e, Device device, const char* op) {
   if (gemm_gelu_sm90_cluster() == 2 && e.m % (2 * kTileM) == 0)
-    launch_gemm_gelu<kBackward, kTmaStore, 2, kWide>(a_map, b_map, pre_map, out_map, e, device, op);
+    launch_gemm_gelu<kBackward, kTmaStore, 2, kTileN>(a_map, b_map, pre_map, out_map, e, device, op);
   else
-    launch_gemm_gelu<kBackward, kTmaStore, 1, kWide>(a_map, b_map, pre_map, out_map, e, device, op);
+    launch_gemm_gelu<kBackward, kTmaStore, 1, kTileN>(a_map, b_map, pre_map, out_map, e, device, op);
 }
 template <bool kBackward>
 void launch_gemm_gelu(const CUtensorMap& a_map, const CUtensorMap& b_map, const CUtensorMap& pre_map,
-                      const CUtensorMap& out_map, const Epilogue& e, bool wide, Device device, const char* op) {
-  if (wide)
-    launch_gemm_gelu<kBackward, true, true>(a_map, b_map, pre_map, out_map, e, device, op);
+                      const CUtensorMap& out_map, const Epilogue& e, int tile_n, Device device, const char* op) {
+  if (tile_n == 256)
+    launch_gemm_gelu<kBackward, true, 256>(a_map, b_map, pre_map, out_map, e, device, op);
+  else if (tile_n == 192)
+    launch_gemm_gelu<kBackward, true, 192>(a_map, b_map, pre_map, out_map, e, device, op);
   else if (gemm_gelu_sm90_tma_store())
-    launch_gemm_gelu<kBackward, true, false>(a_map, b_map, pre_map, out_map, e, device, op);
+    launch_gemm_gelu<kBackward, true, 128>(a_map, b_map, pre_map, out_map, e, device, op);
   else
-    launch_gemm_gelu<kBackward, false, false>(a_map, b_map, pre_map, out_map, e, device, op);
+    launch_gemm_gelu<kBackward, false, 128>(a_map, b_map, pre_map, out_map, e, device, op);
 }
 
 }  // namespace
@@ -710,11 +724,11 @@ void linear_gelu_sm90(const Tensor& out, const Tensor& x, const Tensor& weight, 
                    static_cast<int>(N),
                    static_cast<int>(K)};
   // [kRows m][64 n] boxes of pre and out for the shared-tile epilogue.
-  const bool wide = wide_tile(N);
-  const uint32_t rows = wide ? Tiling<true>::kRows : Tiling<false>::kRows;
+  const int tile_n = tile_columns(N);
+  const uint32_t rows = epilogue_box_rows(tile_n);
   const CUtensorMap pre_map = tensor_map_of(pre.raw_data(), M, N, pre.strides()[0], rows, 64, op);
   const CUtensorMap out_map = tensor_map_of(out.raw_data(), M, N, N, rows, 64, op);
-  launch_gemm_gelu<false>(a_map, b_map, pre_map, out_map, e, wide, x.device(), op);
+  launch_gemm_gelu<false>(a_map, b_map, pre_map, out_map, e, tile_n, x.device(), op);
 }
 
 bool linear_gelu_input_backward_sm90_supported(const Tensor& grad_pre, const Tensor& grad_out, const Tensor& weight,
@@ -742,8 +756,8 @@ void linear_gelu_input_backward_sm90(const Tensor& grad_pre, const Tensor& grad_
   const int64_t M = grad_out.shape()[0], K = grad_out.shape()[1], N = weight.shape()[1];
   const CUtensorMap a_map = tensor_map_of(grad_out.raw_data(), M, K, grad_out.strides()[0], kTileM, kTileK, op);
   const CUtensorMap b_map = tensor_map_of(weight.raw_data(), K, N, weight.strides()[0], kTileK, 64, op);
-  const bool wide = wide_tile(N);
-  const uint32_t rows = wide ? Tiling<true>::kRows : Tiling<false>::kRows;
+  const int tile_n = tile_columns(N);
+  const uint32_t rows = epilogue_box_rows(tile_n);
   const CUtensorMap pre_map = tensor_map_of(pre.raw_data(), M, N, pre.strides()[0], rows, 64, op);
   const Epilogue e{static_cast<bf16*>(grad_pre.raw_data()),
                    nullptr,
@@ -753,7 +767,7 @@ void linear_gelu_input_backward_sm90(const Tensor& grad_pre, const Tensor& grad_
                    static_cast<int>(N),
                    static_cast<int>(K)};
   const CUtensorMap out_map = tensor_map_of(grad_pre.raw_data(), M, N, N, rows, 64, op);
-  launch_gemm_gelu<true>(a_map, b_map, pre_map, out_map, e, wide, grad_out.device(), op);
+  launch_gemm_gelu<true>(a_map, b_map, pre_map, out_map, e, tile_n, grad_out.device(), op);
 }
 
 void set_gemm_gelu_sm90_cluster(int ctas) {
@@ -775,7 +789,8 @@ bool gemm_gelu_sm90_tma_store() {
 }
 
 void set_gemm_gelu_sm90_tile(int columns) {
-  PRECIS_CHECK(columns == 128 || columns == 256, "set_gemm_gelu_sm90_tile: 128 or 256 columns, got ", columns);
+  PRECIS_CHECK(columns == 128 || columns == 192 || columns == 256,
+               "set_gemm_gelu_sm90_tile: 128, 192 or 256 columns, got ", columns);
   g_tile_n = columns;
 }
 
@@ -784,7 +799,8 @@ int gemm_gelu_sm90_tile() {
   if (columns == 0) {
     const char* setting = std::getenv("PRECIS_EXP_GEMM_GELU_TILE");
     int unset = 0;
-    g_tile_n.compare_exchange_strong(unset, setting != nullptr && std::string(setting) == "128x256" ? 256 : 128);
+    const std::string tile = setting != nullptr ? setting : "";
+    g_tile_n.compare_exchange_strong(unset, tile == "128x256" ? 256 : tile == "128x192" ? 192 : 128);
     columns = g_tile_n.load();
   }
   return columns;

@@ -13,8 +13,8 @@ namespace precis::ops::cuda {
 // Whether the kernel serves out = gelu(x W^T + bias), pre = x W^T + bias: bf16 on a device
 // for which the driver loaded the sm_90a code; x [M, K] and weight [N, K] row-major with unit
 // column stride, out contiguous [M, N], pre [M, N] with unit column stride; bias [N]
-// contiguous or undefined; M a multiple of 128, N of 128, K of 64; every base address and row
-// stride a multiple of 16 bytes.
+// contiguous or undefined; M a multiple of 128, N of 128 (or of the block tile's columns,
+// set_gemm_gelu_sm90_tile), K of 64; every base address and row stride a multiple of 16 bytes.
 bool linear_gelu_sm90_supported(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
                                 const Tensor& pre);
 // Requires linear_gelu_sm90_supported.
@@ -44,12 +44,14 @@ int gemm_gelu_sm90_cluster();
 // environment's PRECIS_EXP_GEMM_GELU_EPI=reg asks for false (read once). Same results.
 void set_gemm_gelu_sm90_tma_store(bool on);
 bool gemm_gelu_sm90_tma_store();
-// The block tile's columns, 128 or 256: 128 (default), a 128 x 128 tile per consumer warpgroup,
-// the two in ping-pong (two m64n128k16 a k-step); 256, a 128 x 256 tile shared by both
-// consumers (cooperative: 64 x 256 each, one m64n256k16 a k-step, B read by both; 3 stages
-// of 48 KiB; the shared-tile epilogue whatever set_gemm_gelu_sm90_tma_store says), where N is
-// a multiple of 256 (else 128). Until set (tests, A/B runs), the environment's
-// PRECIS_EXP_GEMM_GELU_TILE=128x256 asks for 256 (read once). Same results.
+// The block tile's columns, 128, 192 or 256: 128 (default), a 128 x 128 tile per consumer
+// warpgroup, the two in ping-pong (two m64n128k16 a k-step); 192, a 128 x 192 tile per consumer,
+// still in ping-pong (two m64n192k16, 192 accumulators a thread; 3 stages of 40 KiB); 256, a
+// 128 x 256 tile shared by both consumers (cooperative: 64 x 256 each, one m64n256k16 a
+// k-step, B read by both; 3 stages of 48 KiB). 192 and 256 have the shared-tile epilogue only
+// (whatever set_gemm_gelu_sm90_tma_store says) and need N a multiple of theirs (else 128).
+// Until set (tests, A/B runs), the environment's PRECIS_EXP_GEMM_GELU_TILE=128x192 or 128x256
+// asks for them (read once). Same results.
 void set_gemm_gelu_sm90_tile(int columns);
 int gemm_gelu_sm90_tile();
 

@@ -10,15 +10,16 @@
 // Each with the kernel's clusters of 1 and of 2 blocks (ops::cuda::set_gemm_gelu_sm90_cluster;
 // 2 where M is a multiple of 256), and with both epilogues (ops::cuda::set_gemm_gelu_sm90_tma_store:
 // a shared tile stored by the copy engine, or register pairs stored by each thread), which must
-// give the same bits; and with both block tiles (ops::cuda::set_gemm_gelu_sm90_tile: 128 x 128 a
-// consumer in ping-pong, or 128 x 256 shared by both consumers where N is a multiple of 256, its
-// shared-tile epilogue only), the same bits again. Shapes: one tile and one k-block (128 x 128 x 64: a first GPU
+// give the same bits; and with every block tile (ops::cuda::set_gemm_gelu_sm90_tile: 128 x 128
+// or 128 x 192 a consumer in ping-pong, 128 x 256 shared by both consumers; the wider ones where
+// N is a multiple of theirs, with the shared-tile epilogue only), the same bits again. Shapes:
+// one tile and one k-block (128 x 128 x 64: a first GPU
 // run localises a layout or descriptor mistake there; 256 x 128 x 64 for one cluster), a few
 // tiles of two k-blocks (256 x 512 x 128), several tiles per consumer with k-blocks that do not
 // divide the ring (8192 x 1024 x 192: the ping-pong turns, stage phases and pre buffers wrap),
-// and GPT-2's (16384 x 3072 x 768); for the 128 x 256 tile its own one tile (128 x 256 x 64),
-// one cluster (256 x 256 x 64) and several tiles a block with 5 k-blocks over its ring of 3
-// (8192 x 1024 x 320).
+// and GPT-2's (16384 x 3072 x 768); for the 128 x 192 and 128 x 256 tiles their own one tile
+// (128 x 192 or 256 x 64), one cluster (256 x 192 or 256 x 64) and several tiles a consumer
+// with 5 k-blocks over their ring of 3 (16384 x 768 x 320).
 // The backward's column sums (the bias gradient, column_sums after the kernel) are checked
 // against the float64 sums of the gradient it wrote. A shape the kernel does not serve runs
 // cuBLASLt with the switch on. Skipped, with the reason, where no GPU is usable, and where the
@@ -98,15 +99,17 @@ class GemmGeluSwitch {
 };
 
 // The kernel's variants at N columns: the 128 x 128 tile with the shared tile stored by the copy
-// engine and with the register pairs; where N is a multiple of 256, the 128 x 256 tile (shared
-// tile only).
+// engine and with the register pairs; where N is a multiple of 192 or 256, the 128 x 192 or
+// 128 x 256 tile (shared tile only).
 struct Variant {
   int tile;
   bool tma_store;
   std::string name() const { return std::string(tma_store ? "tma" : "reg") + " tile 128x" + std::to_string(tile); }
 };
 std::vector<Variant> variants_for(int64_t N) {
-  std::vector<Variant> variants = {{128, true}, {128, false}};
+  std::vector<Variant> variants;
+  if (N % 128 == 0) variants = {{128, true}, {128, false}};
+  if (N % 192 == 0) variants.push_back({192, true});
   if (N % 256 == 0) variants.push_back({256, true});
   return variants;
 }
@@ -354,8 +357,25 @@ TEST(GemmGeluGpu, BackwardOneClusterOneKBlock) {
   PRECIS_SKIP_WITHOUT_HOPPER();
   check_backward(256, 128, 64, 250);
 }
-// The 128 x 256 tile's debug shapes: one tile and one k-block, one cluster; then several tiles a
-// block with 5 k-blocks over its ring of 3 stages (the 128 x 128 tile runs them too).
+// The wider tiles' debug shapes: one tile and one k-block, one cluster (128 x 192, then
+// 128 x 256); then several tiles a consumer with 5 k-blocks over their ring of 3 stages (both,
+// and the 128 x 128 tile, run it).
+TEST(GemmGeluGpu, Forward192TileOneKBlock) {
+  PRECIS_SKIP_WITHOUT_HOPPER();
+  check_forward(128, 192, 64, 120);
+}
+TEST(GemmGeluGpu, Backward192TileOneKBlock) {
+  PRECIS_SKIP_WITHOUT_HOPPER();
+  check_backward(128, 192, 64, 220);
+}
+TEST(GemmGeluGpu, Forward192ClusterOneKBlock) {
+  PRECIS_SKIP_WITHOUT_HOPPER();
+  check_forward(256, 192, 64, 170);
+}
+TEST(GemmGeluGpu, Backward192ClusterOneKBlock) {
+  PRECIS_SKIP_WITHOUT_HOPPER();
+  check_backward(256, 192, 64, 270);
+}
 TEST(GemmGeluGpu, ForwardWideTileOneKBlock) {
   PRECIS_SKIP_WITHOUT_HOPPER();
   check_forward(128, 256, 64, 110);
@@ -372,13 +392,13 @@ TEST(GemmGeluGpu, BackwardWideClusterOneKBlock) {
   PRECIS_SKIP_WITHOUT_HOPPER();
   check_backward(256, 256, 64, 260);
 }
-TEST(GemmGeluGpu, ForwardWideSeveralTilesFiveKBlocks) {
+TEST(GemmGeluGpu, ForwardWiderTilesFiveKBlocks) {
   PRECIS_SKIP_WITHOUT_HOPPER();
-  check_forward(8192, 1024, 320, 510);
+  check_forward(16384, 768, 320, 510);
 }
-TEST(GemmGeluGpu, BackwardWideSeveralTilesFiveKBlocks) {
+TEST(GemmGeluGpu, BackwardWiderTilesFiveKBlocks) {
   PRECIS_SKIP_WITHOUT_HOPPER();
-  check_backward(8192, 1024, 320, 610);
+  check_backward(16384, 768, 320, 610);
 }
 TEST(GemmGeluGpu, ForwardSmallShape) {
   PRECIS_SKIP_WITHOUT_HOPPER();
@@ -442,6 +462,8 @@ TEST(GemmGeluGpu, TimesAtGpt2Shape) {
                                        {"kernel tma cluster1", true, true, 1, 128},
                                        {"kernel reg cluster2", true, false, 2, 128},
                                        {"kernel reg cluster1", true, false, 1, 128},
+                                       {"kernel 128x192 cl2", true, true, 2, 192},
+                                       {"kernel 128x192 cl1", true, true, 1, 192},
                                        {"kernel 128x256 cl2", true, true, 2, 256},
                                        {"kernel 128x256 cl1", true, true, 1, 256}};
   const ForwardResult forward_want = run_forward(f, false);
