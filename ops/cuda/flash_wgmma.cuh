@@ -138,19 +138,19 @@ __device__ __forceinline__ uint64_t mn_major_descriptor(const void* tile, int kk
   "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "  \
   "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
-#define PRECIS_WGMMA_D96 \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+#define PRECIS_WGMMA_D96                                                                                 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "     \
   "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, " \
   "%41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, " \
   "%61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, " \
   "%81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}"
-#define PRECIS_WGMMA_D128 \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+#define PRECIS_WGMMA_D128                                                                                \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "     \
   "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, " \
   "%41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, " \
   "%61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, " \
-  "%81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, " \
-  "%100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, " \
+  "%81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, "      \
+  "%100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, "     \
   "%116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
 // A and B from shared memory, both K-major: "p, 1, 1, 0, 0" = accumulate when p, A and B
 // not negated, neither transposed.
@@ -168,19 +168,21 @@ __device__ __forceinline__ uint64_t mn_major_descriptor(const void* tile, int kk
       ", %64, %65, p, 1, 1, 0, 0;\n}\n"                                                                           \
       : PRECIS_WGMMA_ACC16(d, 0), PRECIS_WGMMA_ACC16(d, 16), PRECIS_WGMMA_ACC16(d, 32), PRECIS_WGMMA_ACC16(d, 48) \
       : "l"(a_desc), "l"(b_desc), "r"(accumulate))
-#define PRECIS_WGMMA_SS_N192(type)                                                        \
-  asm volatile(                                                                          \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"                                       \
-      "wgmma.mma_async.sync.aligned.m64n192k16.f32." type "." type " " PRECIS_WGMMA_D96 \
-      ", %96, %97, p, 1, 1, 0, 0;\n}\n"                                                   \
-      : PRECIS_WGMMA_ACC16(d, 0), PRECIS_WGMMA_ACC16(d, 16), PRECIS_WGMMA_ACC16(d, 32), PRECIS_WGMMA_ACC16(d, 48), PRECIS_WGMMA_ACC16(d, 64), PRECIS_WGMMA_ACC16(d, 80)                                                                            \
+#define PRECIS_WGMMA_SS_N192(type)                                                                                 \
+  asm volatile(                                                                                                    \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"                                                                 \
+      "wgmma.mma_async.sync.aligned.m64n192k16.f32." type "." type " " PRECIS_WGMMA_D96                            \
+      ", %96, %97, p, 1, 1, 0, 0;\n}\n"                                                                            \
+      : PRECIS_WGMMA_ACC16(d, 0), PRECIS_WGMMA_ACC16(d, 16), PRECIS_WGMMA_ACC16(d, 32), PRECIS_WGMMA_ACC16(d, 48), \
+        PRECIS_WGMMA_ACC16(d, 64), PRECIS_WGMMA_ACC16(d, 80)                                                       \
       : "l"(a_desc), "l"(b_desc), "r"(accumulate))
-#define PRECIS_WGMMA_SS_N256(type)                                                         \
-  asm volatile(                                                                           \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                       \
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32." type "." type " " PRECIS_WGMMA_D128 \
-      ", %128, %129, p, 1, 1, 0, 0;\n}\n"                                                  \
-      : PRECIS_WGMMA_ACC16(d, 0), PRECIS_WGMMA_ACC16(d, 16), PRECIS_WGMMA_ACC16(d, 32), PRECIS_WGMMA_ACC16(d, 48), PRECIS_WGMMA_ACC16(d, 64), PRECIS_WGMMA_ACC16(d, 80), PRECIS_WGMMA_ACC16(d, 96), PRECIS_WGMMA_ACC16(d, 112)                                                                             \
+#define PRECIS_WGMMA_SS_N256(type)                                                                                  \
+  asm volatile(                                                                                                     \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                                                 \
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32." type "." type " " PRECIS_WGMMA_D128                            \
+      ", %128, %129, p, 1, 1, 0, 0;\n}\n"                                                                           \
+      : PRECIS_WGMMA_ACC16(d, 0), PRECIS_WGMMA_ACC16(d, 16), PRECIS_WGMMA_ACC16(d, 32), PRECIS_WGMMA_ACC16(d, 48),  \
+        PRECIS_WGMMA_ACC16(d, 64), PRECIS_WGMMA_ACC16(d, 80), PRECIS_WGMMA_ACC16(d, 96), PRECIS_WGMMA_ACC16(d, 112) \
       : "l"(a_desc), "l"(b_desc), "r"(accumulate))
 // A from shared memory K-major, B from shared memory MN-major: "p, 1, 1, 0, 1" = accumulate
 // when p, A and B not negated, B transposed (16-bit types only).
@@ -191,19 +193,21 @@ __device__ __forceinline__ uint64_t mn_major_descriptor(const void* tile, int kk
       ", %64, %65, p, 1, 1, 0, 1;\n}\n"                                                                           \
       : PRECIS_WGMMA_ACC16(d, 0), PRECIS_WGMMA_ACC16(d, 16), PRECIS_WGMMA_ACC16(d, 32), PRECIS_WGMMA_ACC16(d, 48) \
       : "l"(a_desc), "l"(b_desc), "r"(accumulate))
-#define PRECIS_WGMMA_SS_B_TRANSPOSED_N192(type)                                                        \
-  asm volatile(                                                                          \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"                                       \
-      "wgmma.mma_async.sync.aligned.m64n192k16.f32." type "." type " " PRECIS_WGMMA_D96 \
-      ", %96, %97, p, 1, 1, 0, 1;\n}\n"                                                   \
-      : PRECIS_WGMMA_ACC16(d, 0), PRECIS_WGMMA_ACC16(d, 16), PRECIS_WGMMA_ACC16(d, 32), PRECIS_WGMMA_ACC16(d, 48), PRECIS_WGMMA_ACC16(d, 64), PRECIS_WGMMA_ACC16(d, 80)                                                                            \
+#define PRECIS_WGMMA_SS_B_TRANSPOSED_N192(type)                                                                    \
+  asm volatile(                                                                                                    \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"                                                                 \
+      "wgmma.mma_async.sync.aligned.m64n192k16.f32." type "." type " " PRECIS_WGMMA_D96                            \
+      ", %96, %97, p, 1, 1, 0, 1;\n}\n"                                                                            \
+      : PRECIS_WGMMA_ACC16(d, 0), PRECIS_WGMMA_ACC16(d, 16), PRECIS_WGMMA_ACC16(d, 32), PRECIS_WGMMA_ACC16(d, 48), \
+        PRECIS_WGMMA_ACC16(d, 64), PRECIS_WGMMA_ACC16(d, 80)                                                       \
       : "l"(a_desc), "l"(b_desc), "r"(accumulate))
-#define PRECIS_WGMMA_SS_B_TRANSPOSED_N256(type)                                                         \
-  asm volatile(                                                                           \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                       \
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32." type "." type " " PRECIS_WGMMA_D128 \
-      ", %128, %129, p, 1, 1, 0, 1;\n}\n"                                                  \
-      : PRECIS_WGMMA_ACC16(d, 0), PRECIS_WGMMA_ACC16(d, 16), PRECIS_WGMMA_ACC16(d, 32), PRECIS_WGMMA_ACC16(d, 48), PRECIS_WGMMA_ACC16(d, 64), PRECIS_WGMMA_ACC16(d, 80), PRECIS_WGMMA_ACC16(d, 96), PRECIS_WGMMA_ACC16(d, 112)                                                                             \
+#define PRECIS_WGMMA_SS_B_TRANSPOSED_N256(type)                                                                     \
+  asm volatile(                                                                                                     \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                                                 \
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32." type "." type " " PRECIS_WGMMA_D128                            \
+      ", %128, %129, p, 1, 1, 0, 1;\n}\n"                                                                           \
+      : PRECIS_WGMMA_ACC16(d, 0), PRECIS_WGMMA_ACC16(d, 16), PRECIS_WGMMA_ACC16(d, 32), PRECIS_WGMMA_ACC16(d, 48),  \
+        PRECIS_WGMMA_ACC16(d, 64), PRECIS_WGMMA_ACC16(d, 80), PRECIS_WGMMA_ACC16(d, 96), PRECIS_WGMMA_ACC16(d, 112) \
       : "l"(a_desc), "l"(b_desc), "r"(accumulate))
 // A and B from shared memory, both MN-major: "p, 1, 1, 1, 1" = accumulate when p, A and B
 // not negated, both transposed (16-bit types only).
@@ -248,7 +252,7 @@ __device__ __forceinline__ void wgmma_smem_smem(float (&d)[N / 2], uint64_t a_de
       PRECIS_WGMMA_SS_N192("bf16");
     else
       PRECIS_WGMMA_SS_N192("f16");
-} else if constexpr (N == 256) {
+  } else if constexpr (N == 256) {
     if constexpr (kBf16)
       PRECIS_WGMMA_SS_N256("bf16");
     else

@@ -64,6 +64,21 @@
 // thread, a tanhf each: 2 MUFU ops, ~3,600 instructions a thread forward, ~4,600 backward)
 // fits; register stores of 4 bytes a lane (128 a thread forward, 64 backward) go to L2 as
 // half sectors and hold the warp (bench/NOTES.md), hence the shared-tile epilogue.
+// Wider block tiles (set_gemm_gelu_sm90_tile, an experiment; struct Tiling): per flop, a wider
+// wgmma reads fewer operand bytes from shared memory (A 64 x 16 and B N x 16 for 64 N 32 flops:
+// 43, 48, 51 flops a byte at N = 128, 192, 256) and the block fewer bytes from L2 (with
+// clusters of 2: 85, 110, 128 flops a byte for 128 x 128, 128 x 192, 128 x 256 tiles).
+//   128 x 192, ping-pong as above: two m64n192k16 a k-step, 192 accumulators a thread (the
+//     consumer's 232 registers hold them; ptxas spills a few loop scalars around the epilogue),
+//     stages (128 + 192) x 64 x 2 = 40 KiB, 3 of them beside two 48 KiB tiles: 216 KiB.
+//   128 x 256, cooperative: both consumers on every tile, consumer c its rows 64c.., one
+//     m64n256k16 a k-step (128 accumulators), both reading the stage's B; a stage's `empty`
+//     counts both consumers' warps; 48 KiB stages, 3 of them beside the two consumers' 32 KiB
+//     tiles ([64][256] each, stored as [64][64] boxes): 208 KiB; the backward's pre (64 KiB)
+//     fills both consumers' tiles under one pre_full / pre_empty pair (2 arrivals). Its
+//     epilogue does not overlap math: the two consumers run it together while the tensor
+//     cores wait (only the producer runs ahead, up to 3 stages into the next tile).
+// Both have the shared-tile epilogue only.
 // Why clusters: a 128 x 128 tile does 64 flops per byte it reads from L2 (2 x 128 x 128 x 64
 // flops per 256 x 64 x 2 bytes), so 690 TFLOP/s would read ~10.8 TB/s from L2, ~47 bytes a
 // clock an SM; with B shared, 192 rows a k-block instead of 256: 85 flops a byte, ~8.1 TB/s,
@@ -142,8 +157,8 @@ struct Tiling {
   static constexpr int kN = kTileN;  // the block tile's columns
   static constexpr bool kCooperative = kTileN == 256;
   static constexpr int kRows = kCooperative ? 64 : 128;  // a consumer's rows of a tile
-  static constexpr int kHalves = kRows / 64;  // m64 wgmmas a k-step, a consumer
-  static constexpr int kPanels = kN / 64;  // 64-column panels (TMA boxes) of a row of the tile
+  static constexpr int kHalves = kRows / 64;             // m64 wgmmas a k-step, a consumer
+  static constexpr int kPanels = kN / 64;                // 64-column panels (TMA boxes) of a row of the tile
   static constexpr int kStageBytes = (kTileM + kN) * kTileK * 2;
   static constexpr int kTileBytes = kRows * kN * 2;
 };
@@ -196,7 +211,6 @@ __device__ __forceinline__ void raise_registers_to() {
 __device__ __forceinline__ void store_pair(bf16* p, float lo, float hi) {
   *reinterpret_cast<uint32_t*>(p) = flash::pack2<bf16>(lo, hi);
 }
-
 
 // This block's tiles, the same sequence for its producer and consumers: cluster tile
 // ct = cluster, cluster + clusters, ... of the row-major grid of (kCluster x 128) x kN cluster
@@ -261,9 +275,8 @@ __device__ __forceinline__ void produce(uint8_t* smem, uint64_t* full, uint64_t*
       };
       if constexpr (kCluster == 2) {
         for (int p = seq.rank * T::kPanels / 2; p < (seq.rank + 1) * T::kPanels / 2; ++p)
-          load_b_panel(p, [&](uint8_t* dst, int c0, int c1) {
-            tensor_copy_2d_to_cluster(dst, b_map, c0, c1, &full[s], 0b11);
-          });
+          load_b_panel(
+              p, [&](uint8_t* dst, int c0, int c1) { tensor_copy_2d_to_cluster(dst, b_map, c0, c1, &full[s], 0b11); });
       } else {
         for (int p = 0; p < T::kPanels; ++p)
           load_b_panel(p,
@@ -553,11 +566,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       lower_registers_to<kProducerRegisters>();
       if (threadIdx.x == 0)
         produce<kBackward, kTmaStore, kCluster, kTileN>(smem, full, empty, pre_full, pre_empty, &a_map, &b_map,
-                                                       &pre_map, e, cta_rank);
+                                                        &pre_map, e, cta_rank);
     } else {
       raise_registers_to<kConsumerRegisters>();
       consume<kBackward, kTmaStore, kCluster, kTileN>(warpgroup - 1, smem, full, empty, pre_full, pre_empty, &pre_map,
-                                                     &out_map, e, cta_rank);
+                                                      &out_map, e, cta_rank);
     }
     // No CTA leaves while its peer may still arrive on its barriers (the copies into it were
     // all waited for by its own consumers).
@@ -631,10 +644,9 @@ int persistent_blocks(Device device, int tiles, const char* op) {
       config.dynamicSmemBytes = Pipeline<kBackward, kTmaStore, kTileN>::kSmemBytes;
       config.attrs = &attribute;
       config.numAttrs = 1;
-      PRECIS_CUDA_CHECK(
-          cudaOccupancyMaxActiveClusters(&clusters, gemm_gelu_sm90_kernel<kBackward, kTmaStore, kCluster, kTileN>,
-                                         &config),
-          op);
+      PRECIS_CUDA_CHECK(cudaOccupancyMaxActiveClusters(
+                            &clusters, gemm_gelu_sm90_kernel<kBackward, kTmaStore, kCluster, kTileN>, &config),
+                        op);
       PRECIS_CHECK(clusters > 0, op, ": the device holds no cluster of ", kCluster, " blocks of this kernel");
       if (index >= 0 && index < static_cast<int>(known.size())) known[index].store(clusters);
       if (kCluster * clusters < multiprocessor_count(device))  // a measurement should know
@@ -653,8 +665,8 @@ void launch_gemm_gelu(const CUtensorMap& a_map, const CUtensorMap& b_map, const 
   set_device(device);
   // The occupancy query of persistent_blocks needs the kernel's shared memory allowed first.
   PRECIS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes), op);
-  const dim3 grid(persistent_blocks<kBackward, kTmaStore, kCluster, kTileN>(
-      device, e.m / kTileM * (e.n / Tiling<kTileN>::kN), op));
+  const dim3 grid(
+      persistent_blocks<kBackward, kTmaStore, kCluster, kTileN>(device, e.m / kTileM * (e.n / Tiling<kTileN>::kN), op));
   if constexpr (kCluster > 1)
     launch_clusters_with_shared_memory(kernel, grid, kThreads, kSmemBytes, kCluster, compute_stream(device), op, a_map,
                                        b_map, pre_map, out_map, e);

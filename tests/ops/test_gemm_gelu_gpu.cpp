@@ -260,8 +260,7 @@ struct BackwardResult {
   std::vector<float> grad_pre, sums;
 };
 // linear_gelu_input_backward with f32 column sums, the switch (and cluster size) as given.
-BackwardResult run_backward(const Backward& p, bool kernel, int cluster = 1, bool tma_store = true,
-                            int tile = 128) {
+BackwardResult run_backward(const Backward& p, bool kernel, int cluster = 1, bool tma_store = true, int tile = 128) {
   GemmGeluSwitch on(kernel, cluster, tma_store, tile);
   Tensor grad_pre = full({p.M, p.N}, kNaN, DType::bf16, kGpu);
   Tensor sums = full({p.N}, kNaN, DType::f32, kGpu);
