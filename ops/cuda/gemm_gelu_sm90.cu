@@ -189,6 +189,9 @@ struct Epilogue {
   const bf16* bias;  // forward, [n]; or null
   int64_t pre_ld;
   int m, n, k;
+  // 1; 0 (set_gemm_gelu_sm90_timing_without_gelu, timing only: wrong results) skips gelu and
+  // gelu' in the shared-tile epilogues, to time the kernel without the epilogue's math.
+  int gelu;
 };
 
 [[maybe_unused]] __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
@@ -409,10 +412,12 @@ __device__ __forceinline__ void bias_gelu_epilogue_tma(float (&acc)[Tiling<kTile
   wait_tile_read(c);  // the previous tile's gelu stored
   write_tile();
   store_tile<kTileN>(pre_map, tile, m0c, n0, c);
+  if (e.gelu) {
 #pragma unroll
-  for (int h = 0; h < T::kHalves; ++h)
+    for (int h = 0; h < T::kHalves; ++h)
 #pragma unroll
-    for (int i = 0; i < T::kN / 2; ++i) acc[h][i] = gelu_tanh(acc[h][i]);
+      for (int i = 0; i < T::kN / 2; ++i) acc[h][i] = gelu_tanh(acc[h][i]);
+  }
   wait_tile_read(c);  // pre stored
   write_tile();
   store_tile<kTileN>(out_map, tile, m0c, n0, c);
@@ -423,21 +428,26 @@ __device__ __forceinline__ void bias_gelu_epilogue_tma(float (&acc)[Tiling<kTile
 template <int kTileN>
 __device__ __forceinline__ void gelu_grad_epilogue_tma(
     const float (&acc)[Tiling<kTileN>::kHalves][Tiling<kTileN>::kN / 2], bf16* pre_tile, int m0c, int n0,
-    const CUtensorMap* out_map, uint64_t* pre_empty, int c) {
+    const CUtensorMap* out_map, uint64_t* pre_empty, int c, bool gelu) {
   using T = Tiling<kTileN>;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
   const int local_row0 = 16 * warp + lane / 4, local_col0 = 2 * (lane % 4);
+  auto rewrite = [&](auto grad) {
 #pragma unroll
-  for (int j = 0; j < T::kN / 8; ++j)
+    for (int j = 0; j < T::kN / 8; ++j)
 #pragma unroll
-    for (int h = 0; h < T::kHalves; ++h)
+      for (int h = 0; h < T::kHalves; ++h)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        uint32_t* pair = tile_pair<kTileN>(pre_tile, local_row0 + 64 * h + 8 * r, local_col0 + 8 * j);
-        const float2 z = flash::unpack2<bf16>(*pair);
-        *pair = flash::pack2<bf16>(acc[h][4 * j + 2 * r] * gelu_tanh_grad(z.x),
-                                   acc[h][4 * j + 2 * r + 1] * gelu_tanh_grad(z.y));
-      }
+        for (int r = 0; r < 2; ++r) {
+          uint32_t* pair = tile_pair<kTileN>(pre_tile, local_row0 + 64 * h + 8 * r, local_col0 + 8 * j);
+          const float2 z = flash::unpack2<bf16>(*pair);
+          *pair = flash::pack2<bf16>(acc[h][4 * j + 2 * r] * grad(z.x), acc[h][4 * j + 2 * r + 1] * grad(z.y));
+        }
+  };
+  if (gelu)
+    rewrite([](float z) { return gelu_tanh_grad(z); });
+  else
+    rewrite([](float) { return 1.0f; });  // timing only
   store_tile<kTileN>(out_map, pre_tile, m0c, n0, c);
   if (threadIdx.x % 128 == 0) {
     bulk_store_wait_read<0>();
@@ -515,7 +525,7 @@ __device__ __forceinline__ void consume(int c, uint8_t* smem, uint64_t* full, ui
       const int buffer = pre_buffer<kTileN>(local);
       mbarrier_wait(&pre_full[buffer], pre_use<kTileN>(local) & 1);
       if constexpr (kTmaStore) {
-        gelu_grad_epilogue_tma<kTileN>(acc, tile, m0c, n0, out_map, &pre_empty[buffer], c);
+        gelu_grad_epilogue_tma<kTileN>(acc, tile, m0c, n0, out_map, &pre_empty[buffer], c, e.gelu != 0);
       } else {
         gelu_grad_epilogue(acc, tile, m0, n0, e);
         __syncwarp();
@@ -613,7 +623,8 @@ bool tiles_fit(int64_t M, int64_t N, int64_t K) {
 
 std::atomic<int> g_cluster{0};     // 1 or 2; 0 until set or read from the environment
 std::atomic<int> g_tma_store{-1};  // 0 or 1; -1 until set or read from the environment
-std::atomic<int> g_tile_n{0};      // 128, 192 or 256; 0 until set or read from the environment
+std::atomic<bool> g_timing_without_gelu{false};
+std::atomic<int> g_tile_n{0};  // 128, 192 or 256; 0 until set or read from the environment
 
 // The block tile's columns: the setting's where N is a multiple of them, else 128.
 int tile_columns(int64_t N) {
@@ -734,7 +745,8 @@ void linear_gelu_sm90(const Tensor& out, const Tensor& x, const Tensor& weight, 
                    pre.strides()[0],
                    static_cast<int>(M),
                    static_cast<int>(N),
-                   static_cast<int>(K)};
+                   static_cast<int>(K),
+                   g_timing_without_gelu.load() ? 0 : 1};
   // [kRows m][64 n] boxes of pre and out for the shared-tile epilogue.
   const int tile_n = tile_columns(N);
   const uint32_t rows = epilogue_box_rows(tile_n);
@@ -777,7 +789,8 @@ void linear_gelu_input_backward_sm90(const Tensor& grad_pre, const Tensor& grad_
                    pre.strides()[0],
                    static_cast<int>(M),
                    static_cast<int>(N),
-                   static_cast<int>(K)};
+                   static_cast<int>(K),
+                   g_timing_without_gelu.load() ? 0 : 1};
   const CUtensorMap out_map = tensor_map_of(grad_pre.raw_data(), M, N, N, rows, 64, op);
   launch_gemm_gelu<true>(a_map, b_map, pre_map, out_map, e, tile_n, grad_out.device(), op);
 }
@@ -799,6 +812,8 @@ bool gemm_gelu_sm90_tma_store() {
   }
   return on == 1;
 }
+
+void set_gemm_gelu_sm90_timing_without_gelu(bool on) { g_timing_without_gelu = on; }
 
 void set_gemm_gelu_sm90_tile(int columns) {
   PRECIS_CHECK(columns == 128 || columns == 192 || columns == 256,

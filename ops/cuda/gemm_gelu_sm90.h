@@ -54,5 +54,9 @@ bool gemm_gelu_sm90_tma_store();
 // asks for them (read once). Same results.
 void set_gemm_gelu_sm90_tile(int columns);
 int gemm_gelu_sm90_tile();
+// A diagnosis, for timing only (GemmGeluGpu.TimesAtGpt2Shape): on, the shared-tile epilogues skip
+// gelu and gelu' (the forward writes the sum twice, the backward the product): WRONG results,
+// the kernel's time without its epilogue's math. Off by default; no environment variable.
+void set_gemm_gelu_sm90_timing_without_gelu(bool on);
 
 }  // namespace precis::ops::cuda
