@@ -233,8 +233,8 @@ struct TileSequence {
 };
 
 // The shared tile that holds tile `local` of this block's pre (backward) and its pre_full /
-// pre_empty pair: narrow, consumer local % 2's own, its (local / 2)-th use; wide, the pair of
-// both consumers' tiles (consumer c's at c x 32 KiB), its local-th use.
+// pre_empty pair: ping-pong, consumer local % 2's own, its (local / 2)-th use; cooperative
+// (128 x 256), the pair of both consumers' tiles (consumer c's at c x 32 KiB), its local-th use.
 template <int kTileN>
 __device__ __forceinline__ int pre_buffer(int local) {
   return Tiling<kTileN>::kCooperative ? 0 : local & 1;
@@ -291,7 +291,7 @@ __device__ __forceinline__ void produce(uint8_t* smem, uint64_t* full, uint64_t*
           uint8_t* pre_tile = smem + P::kStages * T::kStageBytes + c * T::kTileBytes;
           mbarrier_wait(&pre_empty[c], (n & 1) ^ 1);
           mbarrier_arrive_expect_bytes(&pre_full[c], kTileM * T::kN * 2);
-          // Boxes of [kRows m][64 n]: consumer q's rows, panel p (wide: both consumers' tiles).
+          // Boxes of [kRows m][64 n]: consumer q's rows, panel p (cooperative: both consumers' tiles).
           for (int q = 0; q < kTileM / T::kRows; ++q)
             for (int p = 0; p < T::kPanels; ++p)
               tensor_copy_2d_to_shared(pre_tile + q * T::kTileBytes + p * T::kRows * 64 * 2, pre_map, n0 + 64 * p,
@@ -302,7 +302,7 @@ __device__ __forceinline__ void produce(uint8_t* smem, uint64_t* full, uint64_t*
   }
 }
 
-// The register epilogues (kTmaStore false, narrow tile only). Thread layout of the
+// The register epilogues (kTmaStore false, 128 x 128 tile only). Thread layout of the
 // accumulators: ops/cuda/flash_wgmma.cuh (acc[h] holds rows 64h..64h+63 of the tile).
 [[maybe_unused]] __device__ __forceinline__ void bias_gelu_epilogue(const float (&acc)[2][128 / 2], int m0, int n0,
                                                                     const Epilogue& e) {
@@ -455,8 +455,9 @@ __device__ __forceinline__ void gelu_grad_epilogue_tma(
   }
 }
 
-// Consumer c (0 or 1): narrow, the tiles local = c, c + 2, ... of this block, in turns with the
-// other consumer; wide, rows 64c..64c+63 of every tile of this block, beside the other.
+// Consumer c (0 or 1): ping-pong (128 x 128, 128 x 192), the tiles local = c, c + 2, ... of this
+// block, in turns with the other consumer; cooperative (128 x 256), rows 64c..64c+63 of every
+// tile of this block, beside the other.
 template <bool kBackward, bool kTmaStore, int kCluster, int kTileN>
 __device__ __forceinline__ void consume(int c, uint8_t* smem, uint64_t* full, uint64_t* empty, uint64_t* pre_full,
                                         uint64_t* pre_empty, const CUtensorMap* pre_map, const CUtensorMap* out_map,
@@ -464,7 +465,7 @@ __device__ __forceinline__ void consume(int c, uint8_t* smem, uint64_t* full, ui
   using P = Pipeline<kBackward, kTmaStore, kTileN>;
   using T = Tiling<kTileN>;
   static_assert(kTmaStore || kTileN == 128, "the wider tiles have the shared-tile epilogue only");
-  constexpr bool kWide = T::kCooperative;
+  constexpr bool kCoop = T::kCooperative;  // 128 x 256: both consumers on every tile
   const int lane = threadIdx.x % 32;
   const TileSequence<kCluster, kTileN> seq(e, cta_rank);
   const int k_blocks = e.k / kTileK;
@@ -478,12 +479,12 @@ __device__ __forceinline__ void consume(int c, uint8_t* smem, uint64_t* full, ui
       mbarrier_arrive(&empty[g % P::kStages]);
     }
   };
-  constexpr int kFirst = kWide ? 0 : 1, kStep = kWide ? 1 : 2;  // this consumer's tiles of the block's
+  constexpr int kFirst = kCoop ? 0 : 1, kStep = kCoop ? 1 : 2;  // this consumer's tiles of the block's
   float acc[T::kHalves][T::kN / 2];
   for (int local = kFirst * c, ct = seq.first + kFirst * c * seq.step; ct < seq.cluster_tiles;
        local += kStep, ct += kStep * seq.step) {
     const int m0 = seq.m0(ct), n0 = seq.n0(ct);
-    if constexpr (!kWide)
+    if constexpr (!kCoop)
       if (local > 0) named_barrier_sync(kFirstTurnBarrier + c, 256);  // the other consumer's main loop is issued
     const int g0 = local * k_blocks;
     for (int kb = 0; kb < k_blocks; ++kb) {
@@ -496,7 +497,7 @@ __device__ __forceinline__ void consume(int c, uint8_t* smem, uint64_t* full, ui
       for (int ks = 0; ks < kTileK / 16; ++ks)
 #pragma unroll
         for (int h = 0; h < T::kHalves; ++h) {
-          const uint64_t a_desc = flash::k_major_descriptor<kTileM>(a_tile, (kWide ? 64 * c : 64 * h), ks);
+          const uint64_t a_desc = flash::k_major_descriptor<kTileM>(a_tile, (kCoop ? 64 * c : 64 * h), ks);
           const int accumulate = kb > 0 || ks > 0;
           if constexpr (kBackward)
             flash::wgmma_smem_smem_b_transposed<bf16, T::kN>(
@@ -512,14 +513,14 @@ __device__ __forceinline__ void consume(int c, uint8_t* smem, uint64_t* full, ui
       }
     }
     // The other consumer's turn, where it has a next tile (every bar.arrive meets a bar.sync).
-    if constexpr (!kWide)
+    if constexpr (!kCoop)
       if (ct + seq.step < seq.cluster_tiles) named_barrier_arrive(kFirstTurnBarrier + (1 - c), 256);
     flash::wgmma_wait<0>();
 #pragma unroll
     for (int h = 0; h < T::kHalves; ++h) flash::fence_registers(acc[h]);
     release(g0 + k_blocks - 1);
 
-    const int m0c = kWide ? m0 + 64 * c : m0;  // this consumer's first row
+    const int m0c = kCoop ? m0 + 64 * c : m0;  // this consumer's first row
     bf16* tile = reinterpret_cast<bf16*>(smem + P::kStages * T::kStageBytes + c * T::kTileBytes);  // kTileBuffers
     if constexpr (kBackward) {
       const int buffer = pre_buffer<kTileN>(local);
@@ -557,12 +558,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == 0) {
       for (int s = 0; s < P::kStages; ++s) {
         mbarrier_init(&full[s], 1);  // the producer's arrive.expect_tx
-        // One lane of each consumer warp of each CTA it feeds (wide: both consumers read it).
+        // One lane of each consumer warp of each CTA it feeds (cooperative: both consumers read it).
         mbarrier_init(&empty[s], (Tiling<kTileN>::kCooperative ? 8 : 4) * kCluster);
       }
       for (int c = 0; c < 2; ++c) {
         mbarrier_init(&pre_full[c], 1);
-        // The storing thread of its consumer (wide: of both), or one lane a warp.
+        // The storing thread of its consumer (cooperative: of both), or one lane a warp.
         mbarrier_init(&pre_empty[c], kTmaStore ? (Tiling<kTileN>::kCooperative ? 2 : 1) : 4);
       }
       fence_mbarrier_init();
