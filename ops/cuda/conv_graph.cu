@@ -78,6 +78,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/cuda/launch.cuh"
 #include "core/cuda/runtime.h"
 #include "core/cuda/timed_runs.h"
 #include "ops/cuda/conv_graph.h"
@@ -467,6 +468,8 @@ ConvGraphStats g_stats;                                   // under g_mutex
 // out[0] = max |a - b| (infinite where either is NaN), out[1] = max |b|, over n floats, as the
 // bits of non-negative floats (which order as unsigned integers); out zeroed by the caller.
 __global__ void max_difference_kernel(const float* a, const float* b, int64_t n, unsigned* out) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
   float diff = 0, magnitude = 0;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const float d = fabsf(a[i] - b[i]);
@@ -501,8 +504,8 @@ class F32Agreement {
     unsigned* maxima = static_cast<unsigned*>(maxima_.raw_data());
     PRECIS_CUDA_CHECK(cudaMemsetAsync(maxima, 0, 2 * sizeof(unsigned), stream_), "conv2d plan check");
     const int blocks = static_cast<int>(std::min<int64_t>((n_ + 255) / 256, 1024));
-    max_difference_kernel<<<blocks, 256, 0, stream_>>>(static_cast<const float*>(out),
-                                                       static_cast<const float*>(first_.raw_data()), n_, maxima);
+    precis::cuda::launch(max_difference_kernel, blocks, 256, 0, stream_, static_cast<const float*>(out),
+                         static_cast<const float*>(first_.raw_data()), n_, maxima);
     PRECIS_CUDA_CHECK_LAUNCH("conv2d plan check");
     unsigned host[2];
     PRECIS_CUDA_CHECK(cudaMemcpyAsync(host, maxima, sizeof(host), cudaMemcpyDeviceToHost, stream_),
