@@ -4,10 +4,11 @@
 # weight decay 5e-4, cudnn.benchmark, autocast for fp16/bf16). By default:
 #   ResNet-18, CIFAR stem, 32x32, B=256: fp32, tf32, fp16 and bf16 x NCHW and channels-last,
 #     Precis replayed from a CUDA graph (and bf16 channels-last eager too), PyTorch eager;
-#     torch.compile bf16 channels-last;
+#     torch.compile bf16 channels-last, default mode and reduce-overhead (CUDA graphs, as ours;
+#     where the host launches slowly the default mode is launch-bound, bench/NOTES.md);
 #   ResNet-50, 224x224, B=128, bf16 channels-last: Precis graphs and eager, PyTorch eager and
-#     torch.compile;
-# then the bars' ratios (Precis bf16 channels-last graphs / torch.compile, same call). About
+#     torch.compile (both modes);
+# then the bars' ratios (Precis bf16 channels-last graphs / torch.compile's best mode, same call). About
 # 7-8 minutes on an H100 (most of it the processes' start, cuDNN's algorithm timing and
 # torch.compile). 20 measured steps after 5 warm-up steps each. Each run's full output is in
 # $OUT_DIR/<model>-<precision>-<layout>-<mode>.log (torch-... for PyTorch's).
@@ -78,7 +79,8 @@ default_torch_runs=""
 for precision in fp32 tf32 fp16 bf16; do
   for layout in nchw channels-last; do default_torch_runs+=" $R18:$precision:$layout:eager"; done
 done
-default_torch_runs+=" $R18:bf16:channels-last:compile $R50:bf16:channels-last:eager $R50:bf16:channels-last:compile"
+default_torch_runs+=" $R18:bf16:channels-last:compile $R18:bf16:channels-last:compile-reduce-overhead"
+default_torch_runs+=" $R50:bf16:channels-last:eager $R50:bf16:channels-last:compile $R50:bf16:channels-last:compile-reduce-overhead"
 for r in ${RUNS:-$default_runs}; do IFS=: read -r m i b p l mode <<<"$r"; run "$m" "$i" "$b" "$p" "$l" "$mode"; done
 for r in ${TORCH_RUNS-$default_torch_runs}; do IFS=: read -r m i b p l mode <<<"$r"; torch_run "$m" "$i" "$b" "$p" "$l" "$mode"; done
 echo "$table"
