@@ -154,6 +154,60 @@ void Zero1::complete_gather() {
   gathers_in_flight_ = 0;
 }
 
+void Zero1::enable_gather_pipeline(int64_t pieces) {
+  PRECIS_CHECK(pieces >= 1, "zero-1: gather_pipeline needs at least one piece per chunk, got ", pieces);
+  PRECIS_CHECK(pipeline_.empty(), "zero-1: enable_gather_pipeline() is called once");
+  staging_.resize(flat_->buffers().size());
+  // Forward order, as launch_gather: the reducer lists the buckets from the last parameter to the first.
+  for (size_t k = chunks_.size(); k-- > 0;) {
+    const Chunk& chunk = chunks_[k];
+    if (!chunk.has_slots) continue;
+    const nn::FlatBuffer& buffer = flat_->buffers()[chunk.buffer];
+    if (!staging_[chunk.buffer].defined())
+      staging_[chunk.buffer] = zeros({buffer.data.numel()}, buffer.dtype, buffer.data.device());
+    const int64_t align = nn::flat_alignment_elements(buffer.dtype, buffer.grad.dtype());
+    const int64_t size = chunk.end - chunk.begin;
+    const int64_t length = (size + pieces * align - 1) / (pieces * align) * align;  // aligned, >= size / pieces
+    for (int64_t begin = 0; begin < size; begin += length) {
+      const PipelinePiece& piece = pipeline_.emplace_back(PipelinePiece{k, begin, std::min(begin + length, size)});
+      std::vector<optim::StepInputs::Range>& ranges = pipeline_ranges_.emplace_back();
+      for (size_t i = 0; i < pieces_.size(); ++i) {
+        if (pieces_[i].bucket != k) continue;
+        const int64_t lo = std::max(pieces_[i].begin, chunk.begin + piece.begin);
+        const int64_t hi = std::min(pieces_[i].end, chunk.begin + piece.end);
+        if (lo < hi) ranges.push_back({i, lo - pieces_[i].begin, hi - pieces_[i].begin});
+      }
+    }
+  }
+  pipeline_gathers_.resize(pipeline_.size());
+}
+
+void Zero1::launch_pipeline_gather(size_t index) {
+  const PipelinePiece& piece = pipeline_[index];
+  const Chunk& chunk = chunks_[piece.chunk];
+  const Tensor& data = flat_->buffers()[chunk.buffer].data;
+  const int64_t n = piece.end - piece.begin, base = chunk.bucket_begin + group_->world_size() * piece.begin;
+  pipeline_gathers_[index] = group_->all_gather(staging_[chunk.buffer].slice(0, base, base + group_->world_size() * n),
+                                                data.slice(0, chunk.begin + piece.begin, chunk.begin + piece.end));
+}
+
+void Zero1::finish_pipeline_gathers() {
+  const int64_t world = group_->world_size();
+  for (size_t index = 0; index < pipeline_.size(); ++index) {
+    if (!pipeline_gathers_[index]) continue;
+    pipeline_gathers_[index]->wait();
+    pipeline_gathers_[index].reset();
+    // Rank r's piece (staging row r) into chunk r: the rows of [world, n] a chunk apart in the buffer.
+    const PipelinePiece& piece = pipeline_[index];
+    const Chunk& chunk = chunks_[piece.chunk];
+    const int64_t n = piece.end - piece.begin, size = chunk.end - chunk.begin;
+    const int64_t base = chunk.bucket_begin + world * piece.begin;
+    const Tensor& data = flat_->buffers()[chunk.buffer].data;
+    copy_(data.as_strided({world, n}, {size, 1}, data.offset() + chunk.bucket_begin + piece.begin),
+          staging_[chunk.buffer].as_strided({world, n}, {n, 1}, staging_[chunk.buffer].offset() + base));
+  }
+}
+
 std::map<std::string, Tensor> Zero1::gather_state(const std::map<std::string, Tensor>& shard_state) const {
   const auto step = shard_state.find("step");
   PRECIS_CHECK(step != shard_state.end(), "zero-1: the optimizer state has no 'step' entry");

@@ -54,7 +54,8 @@ struct AdamWSlot {
   int64_t n;
   double weight_decay;
   uint32_t index;   // the parameter's index in the optimizer
-  bool vectorized;  // every array aligned for kVec-element accesses
+  int64_t offset;   // element 0 is element `offset` of the parameter (the rounding's counter)
+  bool vectorized;  // every array aligned for kVec-element accesses, and offset a multiple of kVec
 };
 
 template <typename P, typename G, typename C>
@@ -130,7 +131,9 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__
   const int64_t end = start + kChunk < t.n ? start + kChunk : t.n;
   for (int64_t i = start + threadIdx.x * kVec; i < end; i += int64_t{kThreads} * kVec) {
     const bool stochastic = std::is_same_v<P, __nv_bfloat16> && c.stochastic;
-    const Philox4 bits = stochastic ? rounding_bits(i / 4, t.index, c.step, c.seed) : Philox4{};
+    const bool whole_draws = t.offset % kVec == 0;  // i and the parameter's element share their draw
+    const Philox4 bits =
+        stochastic && whole_draws ? rounding_bits((t.offset + i) / 4, t.index, c.step, c.seed) : Philox4{};
     if (t.vectorized && i + kVec <= end) {
       Vec<P> p = *reinterpret_cast<const Vec<P>*>(t.param + i);
       const Vec<G> g = *reinterpret_cast<const Vec<G>*>(t.grad + i);
@@ -154,7 +157,11 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__
         const C x = t.master ? C(t.master[j]) : convert_to<C>(t.param[j]);
         const C updated = adamw_element(x, scaled_gradient<C>(t.grad[j], factor, in_f32), t.m[j], t.v[j], decay, c);
         if (t.master) t.master[j] = static_cast<float>(updated);
-        t.param[j] = store_param<P>(updated, stochastic, bits.x[j % 4]);
+        const int64_t e = t.offset + j;  // the parameter's element
+        const uint32_t random = !stochastic  ? 0
+                                : whole_draws ? bits.x[j % 4]
+                                              : rounding_bits(e / 4, t.index, c.step, c.seed).x[e % 4];
+        t.param[j] = store_param<P>(updated, stochastic, random);
       }
     }
   }
@@ -193,7 +200,8 @@ void adamw_launch(const std::vector<const AdamWTensors*>& params, const AdamWHyp
       slot.n = a.param.numel();
       slot.weight_decay = a.weight_decay;
       slot.index = static_cast<uint32_t>(a.index);
-      slot.vectorized = vec_aligned<P>(slot.param) && vec_aligned<G>(slot.grad) && vec_aligned<C>(slot.m) &&
+      slot.offset = a.offset;
+      slot.vectorized = a.offset % kVec == 0 && vec_aligned<P>(slot.param) && vec_aligned<G>(slot.grad) && vec_aligned<C>(slot.m) &&
                         vec_aligned<C>(slot.v) && (!slot.master || vec_aligned<float>(slot.master));
       batch.first_block[s + 1] = batch.first_block[s] + (slot.n + kChunk - 1) / kChunk;
     }
@@ -239,21 +247,33 @@ void launch_all(const std::vector<AdamWTensors>& params, const AdamWHyper& step,
 }  // namespace
 
 void adamw_step(const std::vector<AdamWTensors>& params, const AdamWHyper& hyper, const DeviceStepInputs& inputs) {
+  adamw_step_pieces({params}, hyper, inputs, nullptr);
+}
+
+void adamw_step_pieces(const std::vector<std::vector<AdamWTensors>>& pieces, const AdamWHyper& hyper,
+                       const DeviceStepInputs& inputs, const std::function<void(size_t)>& after_piece) {
   const char* op = "AdamW";
-  if (params.empty()) return;
+  const AdamWTensors* first = nullptr;
+  for (const auto& piece : pieces)
+    if (!first && !piece.empty()) first = &piece.front();
+  if (!first) return;
   PRECIS_CHECK(inputs.lr != nullptr && inputs.step != nullptr, op, ": the step needs lr and step on the device");
-  const Device device = params.front().param.device();
-  for (const AdamWTensors& a : params)
-    PRECIS_CHECK(a.param.device() == device, op, ": one step updates parameters of one GPU, got ", device, " and ",
-                 a.param.device());
+  const Device device = first->param.device();
+  for (const auto& piece : pieces)
+    for (const AdamWTensors& a : piece)
+      PRECIS_CHECK(a.param.device() == device, op, ": one step updates parameters of one GPU, got ", device, " and ",
+                   a.param.device());
   // The step's numbers: made on the device, read by every launch, freed once they are queued
   // (a later request on the compute stream runs after them).
   Tensor numbers = empty({static_cast<int64_t>((sizeof(AdamWDeviceStep) + 7) / 8)}, DType::f64, device);
   AdamWDeviceStep* device_step = static_cast<AdamWDeviceStep*>(numbers.raw_data());
-  precis::cuda::launch(adamw_prepare_kernel, 1, 1, 0, stream_for(params.front().param), inputs, hyper.beta1,
-                       hyper.beta2, device_step);
+  precis::cuda::launch(adamw_prepare_kernel, 1, 1, 0, stream_for(first->param), inputs, hyper.beta1, hyper.beta2,
+                       device_step);
   PRECIS_CUDA_CHECK_LAUNCH(op);
-  launch_all(params, hyper, device_step);
+  for (size_t p = 0; p < pieces.size(); ++p) {
+    if (!pieces[p].empty()) launch_all(pieces[p], hyper, device_step);
+    if (after_piece) after_piece(p);
+  }
 }
 
 }  // namespace precis::optim::cuda
