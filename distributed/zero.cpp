@@ -189,23 +189,35 @@ void Zero1::launch_pipeline_gather(size_t index) {
   const int64_t n = piece.end - piece.begin, base = chunk.bucket_begin + group_->world_size() * piece.begin;
   pipeline_gathers_[index] = group_->all_gather(staging_[chunk.buffer].slice(0, base, base + group_->world_size() * n),
                                                 data.slice(0, chunk.begin + piece.begin, chunk.begin + piece.end));
+  // The piece before is done by now, or is the next update's wait: its rows go into place
+  // between the updates instead of all after the last.
+  if (index > 0) finish_pipeline_gather(index - 1);
+}
+
+void Zero1::finish_pipeline_gather(size_t index) {
+  if (!pipeline_gathers_[index]) return;
+  pipeline_gathers_[index]->wait();
+  pipeline_gathers_[index].reset();
+  // Rank r's piece (staging row r of [world, n]) into chunk r: rows a chunk apart in the buffer;
+  // this rank's own row is in place already.
+  const int64_t world = group_->world_size(), rank = group_->rank();
+  const PipelinePiece& piece = pipeline_[index];
+  const Chunk& chunk = chunks_[piece.chunk];
+  const int64_t n = piece.end - piece.begin, size = chunk.end - chunk.begin;
+  const int64_t base = chunk.bucket_begin + world * piece.begin;
+  const Tensor& data = flat_->buffers()[chunk.buffer].data;
+  const Tensor& staging = staging_[chunk.buffer];
+  const auto rows = [&](int64_t first, int64_t last) {  // rows [first, last)
+    if (first >= last) return;
+    copy_(data.as_strided({last - first, n}, {size, 1}, data.offset() + chunk.bucket_begin + first * size + piece.begin),
+          staging.as_strided({last - first, n}, {n, 1}, staging.offset() + base + first * n));
+  };
+  rows(0, rank);
+  rows(rank + 1, world);
 }
 
 void Zero1::finish_pipeline_gathers() {
-  const int64_t world = group_->world_size();
-  for (size_t index = 0; index < pipeline_.size(); ++index) {
-    if (!pipeline_gathers_[index]) continue;
-    pipeline_gathers_[index]->wait();
-    pipeline_gathers_[index].reset();
-    // Rank r's piece (staging row r) into chunk r: the rows of [world, n] a chunk apart in the buffer.
-    const PipelinePiece& piece = pipeline_[index];
-    const Chunk& chunk = chunks_[piece.chunk];
-    const int64_t n = piece.end - piece.begin, size = chunk.end - chunk.begin;
-    const int64_t base = chunk.bucket_begin + world * piece.begin;
-    const Tensor& data = flat_->buffers()[chunk.buffer].data;
-    copy_(data.as_strided({world, n}, {size, 1}, data.offset() + chunk.bucket_begin + piece.begin),
-          staging_[chunk.buffer].as_strided({world, n}, {n, 1}, staging_[chunk.buffer].offset() + base));
-  }
+  for (size_t index = 0; index < pipeline_.size(); ++index) finish_pipeline_gather(index);
 }
 
 std::map<std::string, Tensor> Zero1::gather_state(const std::map<std::string, Tensor>& shard_state) const {

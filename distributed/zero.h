@@ -45,8 +45,10 @@
 // all_gather takes one contiguous range of the output, rank after rank, but piece p of every
 // rank's chunk is a strided set (one piece per chunk, a chunk apart), so each piece gathers into
 // a staging buffer (the size of the flat buffer; piece p of a bucket at the bucket's offset plus
-// world_size times the piece's offset in the chunk), and finish_pipeline_gathers() waits for
-// each in order and copies its world_size pieces into place (one strided copy per piece). The
+// world_size times the piece's offset in the chunk); launching piece p's gather makes the
+// compute stream wait for piece p-1's and copy the other ranks' rows of it into place (strided
+// copies), so those copies run between the updates, and finish_pipeline_gathers() does the
+// last piece's after the last update. The
 // ownership, the reduce-scatter and the norm are today's, so the values are the same bit for bit.
 //
 // Checkpoints hold the whole state in the unsharded optimizer's format
@@ -124,6 +126,8 @@ class Zero1 {
   void launch_pipeline_gather(size_t piece);
   // Waits for every piece's all_gather and copies the pieces into place: the parameters are whole.
   void finish_pipeline_gathers();
+  // Piece `piece`'s: nothing when it is done already.
+  void finish_pipeline_gather(size_t piece);
 
   // A collective: the unsharded optimizer's state, on the CPU, from this rank's
   // sharded optimizer state (every rank passes its own and gets the whole).
