@@ -209,8 +209,9 @@ void Zero1::finish_pipeline_gather(size_t index) {
   const Tensor& staging = staging_[chunk.buffer];
   const auto rows = [&](int64_t first, int64_t last) {  // rows [first, last)
     if (first >= last) return;
-    copy_(data.as_strided({last - first, n}, {size, 1}, data.offset() + chunk.bucket_begin + first * size + piece.begin),
-          staging.as_strided({last - first, n}, {n, 1}, staging.offset() + base + first * n));
+    copy_(
+        data.as_strided({last - first, n}, {size, 1}, data.offset() + chunk.bucket_begin + first * size + piece.begin),
+        staging.as_strided({last - first, n}, {n, 1}, staging.offset() + base + first * n));
   };
   rows(0, rank);
   rows(rank + 1, world);

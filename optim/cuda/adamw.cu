@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__
         const C updated = adamw_element(x, scaled_gradient<C>(t.grad[j], factor, in_f32), t.m[j], t.v[j], decay, c);
         if (t.master) t.master[j] = static_cast<float>(updated);
         const int64_t e = t.offset + j;  // the parameter's element
-        const uint32_t random = !stochastic  ? 0
+        const uint32_t random = !stochastic   ? 0
                                 : whole_draws ? bits.x[j % 4]
                                               : rounding_bits(e / 4, t.index, c.step, c.seed).x[e % 4];
         t.param[j] = store_param<P>(updated, stochastic, random);
@@ -201,8 +201,9 @@ void adamw_launch(const std::vector<const AdamWTensors*>& params, const AdamWHyp
       slot.weight_decay = a.weight_decay;
       slot.index = static_cast<uint32_t>(a.index);
       slot.offset = a.offset;
-      slot.vectorized = a.offset % kVec == 0 && vec_aligned<P>(slot.param) && vec_aligned<G>(slot.grad) && vec_aligned<C>(slot.m) &&
-                        vec_aligned<C>(slot.v) && (!slot.master || vec_aligned<float>(slot.master));
+      slot.vectorized = a.offset % kVec == 0 && vec_aligned<P>(slot.param) && vec_aligned<G>(slot.grad) &&
+                        vec_aligned<C>(slot.m) && vec_aligned<C>(slot.v) &&
+                        (!slot.master || vec_aligned<float>(slot.master));
       batch.first_block[s + 1] = batch.first_block[s] + (slot.n + kChunk - 1) / kChunk;
     }
     const int64_t blocks = batch.first_block[batch.count];

@@ -11,7 +11,6 @@
 #include <gtest/gtest.h>
 
 #include "train/config.h"
-
 #include "trainer_mpi.h"
 
 using namespace precis;
