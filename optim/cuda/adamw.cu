@@ -257,7 +257,10 @@ void adamw_step_pieces(const std::vector<std::vector<AdamWTensors>>& pieces, con
   const AdamWTensors* first = nullptr;
   for (const auto& piece : pieces)
     if (!first && !piece.empty()) first = &piece.front();
-  if (!first) return;
+  if (!first) {  // nothing to update here; the followers run all the same (collectives of every rank)
+    for (size_t p = 0; after_piece && p < pieces.size(); ++p) after_piece(p);
+    return;
+  }
   PRECIS_CHECK(inputs.lr != nullptr && inputs.step != nullptr, op, ": the step needs lr and step on the device");
   const Device device = first->param.device();
   for (const auto& piece : pieces)
