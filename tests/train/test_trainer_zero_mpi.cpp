@@ -207,9 +207,13 @@ TEST(TrainerZero1, GatherPipelineTrainsBitForBitInBf16OnOneBucket) {
 }
 
 TEST(TrainerZero1, GatherPipelineConfigErrorsNameIt) {
-  const auto expect_error = [](const std::vector<std::string>& overrides, const std::string& words) {
+  const auto parse = [](std::vector<std::string> overrides) {
+    overrides.push_back("data.text_file=" + files.text_file());
+    return train::parse_config("model: {n_layer: 1}\n", overrides);
+  };
+  const auto expect_error = [&](const std::vector<std::string>& overrides, const std::string& words) {
     try {
-      train::parse_config("model: {n_layer: 1}\n", overrides);
+      parse(overrides);
       ADD_FAILURE() << "no error for " << ::testing::PrintToString(overrides);
     } catch (const std::exception& e) {
       EXPECT_NE(std::string(e.what()).find("distributed.gather_pipeline"), std::string::npos) << e.what();
@@ -221,7 +225,7 @@ TEST(TrainerZero1, GatherPipelineConfigErrorsNameIt) {
                "gather_overlap");
   expect_error({"distributed.gather_pipeline=true", "distributed.zero=1", "optimizer.name=sgd"}, "adamw");
   try {
-    train::parse_config("model: {n_layer: 1}\n", {"distributed.gather_pieces=0"});
+    parse({"distributed.gather_pieces=0"});
     ADD_FAILURE() << "no error for gather_pieces 0";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("distributed.gather_pieces"), std::string::npos) << e.what();
