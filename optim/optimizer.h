@@ -60,8 +60,8 @@ struct StepInputs {
     size_t param_index = 0;
     int64_t begin = 0, end = 0;  // elements [begin, end) of the parameter's memory
   };
-  std::vector<std::vector<Range>> pieces;
-  std::function<void(size_t piece)> after_piece;
+  std::vector<std::vector<Range>> pieces = {};
+  std::function<void(size_t piece)> after_piece = nullptr;
 };
 
 struct ParamGroup {

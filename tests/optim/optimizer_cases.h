@@ -268,4 +268,50 @@ TEST_P(OptimizerOn, A16BitGradientRoundedToF32StepsAsItsF32Widening) {
   }
 }
 
+// AdamW stepped in pieces (StepInputs::pieces, what distributed.gather_pipeline does) is the
+// step in one, bit for bit: parameters cut mid-way at offsets that are multiples of 4 and not
+// (the stochastic rounding's draws follow the parameter's element), a skipped step, and
+// after_piece called once per piece, in order, also on the skipped step.
+TEST_P(OptimizerOn, AdamWInPiecesStepsAsInOne) {
+  struct Case {
+    DType param, grad;
+    bool master, stochastic;
+  };
+  for (const Case& c : {Case{DType::bf16, DType::bf16, true, true}, Case{DType::bf16, DType::f32, true, false},
+                        Case{DType::f32, DType::f32, false, false}, Case{DType::f64, DType::f64, false, false}}) {
+    SCOPED_TRACE(std::string(dtype_name(c.param)) + " params, " + dtype_name(c.grad) + " grads" +
+                 (c.stochastic ? ", stochastic rounding" : ""));
+    const Tensor start_a = precis::testing::random_f64({4100}, 3).to(c.param).to(device());
+    const Tensor start_b = precis::testing::random_f64({77}, 4).to(c.param).to(device());
+    auto run = [&](bool in_pieces) {
+      Tensor a = start_a.clone().set_requires_grad(), b = start_b.clone().set_requires_grad();
+      optim::AdamWOptions options{.lr = 0.01, .master_weights = c.master, .stochastic_rounding = c.stochastic};
+      options.seed = 7;
+      optim::AdamW opt({{{a}, 0.1}, {{b}, 0.0}}, options);
+      std::vector<size_t> called;
+      for (int step = 0; step < 3; ++step) {
+        a.set_grad(precis::testing::random_f64({4100}, 10 + step).to(c.grad).to(device()));
+        b.set_grad(precis::testing::random_f64({77}, 20 + step).to(c.grad).to(device()));
+        optim::StepInputs inputs{.grad_factor = scalar(0.5), .skip_if = scalar(step == 1 ? 1.0 : 0.0)};
+        if (in_pieces) {
+          inputs.pieces = {{{0, 0, 3}}, {{1, 40, 77}, {0, 3, 1027}}, {}, {{0, 1027, 4100}, {1, 0, 40}}};
+          inputs.after_piece = [&](size_t piece) { called.push_back(piece); };
+        }
+        opt.step(inputs);
+      }
+      if (in_pieces) EXPECT_EQ(called, (std::vector<size_t>{0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3}));
+      EXPECT_EQ(opt.step_count(), 2);
+      std::vector<double> out;
+      for (const Tensor& t : {a, b, opt.master(0), opt.master(1)}) {
+        if (!t.defined()) continue;
+        for (double v : t.to(Device::cpu()).to(DType::f64).to_vector<double>()) out.push_back(v);
+      }
+      for (const auto& [key, value] : opt.state_dict())
+        for (double v : value.to(Device::cpu()).to(DType::f64).to_vector<double>()) out.push_back(v);
+      return out;
+    };
+    EXPECT_EQ(run(true), run(false));
+  }
+}
+
 }  // namespace optimizer_cases
