@@ -299,7 +299,9 @@ TEST_P(OptimizerOn, AdamWInPiecesStepsAsInOne) {
         }
         opt.step(inputs);
       }
-      if (in_pieces) EXPECT_EQ(called, (std::vector<size_t>{0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3}));
+      if (in_pieces) {
+        EXPECT_EQ(called, (std::vector<size_t>{0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3}));
+      }
       EXPECT_EQ(opt.step_count(), 2);
       std::vector<double> out;
       for (const Tensor& t : {a, b, opt.master(0), opt.master(1)}) {
