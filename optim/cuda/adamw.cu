@@ -110,8 +110,10 @@ __device__ __forceinline__ C adamw_element(C x, C g, C& m, C& v, C decay, const 
 }
 
 // Block b updates elements [chunk * kChunk, + kChunk) of its tensor, kVec at a time, with
-// the step's numbers from `device` (the constants in `host` fill in the rest).
-template <typename P, typename G, typename C>
+// the step's numbers from `device` (the constants in `host` fill in the rest). kPieces: some
+// slot is a piece of its parameter (AdamWSlot::offset; a step in pieces), its own instance so
+// that the whole-parameter step keeps its registers.
+template <typename P, typename G, typename C, bool kPieces>
 __global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__ AdamWBatch<P, G, C> batch,
                                                          const AdamWConstants<C> host, const AdamWDeviceStep* device) {
   precis::cuda::wait_for_previous_grid();
@@ -131,9 +133,9 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__
   const int64_t end = start + kChunk < t.n ? start + kChunk : t.n;
   for (int64_t i = start + threadIdx.x * kVec; i < end; i += int64_t{kThreads} * kVec) {
     const bool stochastic = std::is_same_v<P, __nv_bfloat16> && c.stochastic;
-    const bool whole_draws = t.offset % kVec == 0;  // i and the parameter's element share their draw
+    const int64_t offset = kPieces ? t.offset : 0;
     const Philox4 bits =
-        stochastic && whole_draws ? rounding_bits((t.offset + i) / 4, t.index, c.step, c.seed) : Philox4{};
+        stochastic && (!kPieces || t.vectorized) ? rounding_bits((offset + i) / 4, t.index, c.step, c.seed) : Philox4{};
     if (t.vectorized && i + kVec <= end) {
       Vec<P> p = *reinterpret_cast<const Vec<P>*>(t.param + i);
       const Vec<G> g = *reinterpret_cast<const Vec<G>*>(t.grad + i);
@@ -157,10 +159,11 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__
         const C x = t.master ? C(t.master[j]) : convert_to<C>(t.param[j]);
         const C updated = adamw_element(x, scaled_gradient<C>(t.grad[j], factor, in_f32), t.m[j], t.v[j], decay, c);
         if (t.master) t.master[j] = static_cast<float>(updated);
-        const int64_t e = t.offset + j;  // the parameter's element
-        const uint32_t random = !stochastic   ? 0
-                                : whole_draws ? bits.x[j % 4]
-                                              : rounding_bits(e / 4, t.index, c.step, c.seed).x[e % 4];
+        uint32_t random = bits.x[j % 4];
+        if constexpr (kPieces) {  // the parameter's element e: its own draw (tails, unaligned pieces)
+          const int64_t e = offset + j;
+          random = stochastic ? rounding_bits(e / 4, t.index, c.step, c.seed).x[e % 4] : 0;
+        }
         t.param[j] = store_param<P>(updated, stochastic, random);
       }
     }
@@ -209,7 +212,14 @@ void adamw_launch(const std::vector<const AdamWTensors*>& params, const AdamWHyp
     const int64_t blocks = batch.first_block[batch.count];
     if (blocks == 0) continue;
     PRECIS_CHECK(blocks <= INT32_MAX, op, ": ", blocks, " blocks in one launch");
-    precis::cuda::launch(adamw_kernel<P, G, C>, static_cast<unsigned>(blocks), kThreads, 0, stream, batch, c, device);
+    bool pieces = false;
+    for (int s = 0; s < batch.count; ++s) pieces |= batch.slot[s].offset != 0;
+    if (pieces)
+      precis::cuda::launch(adamw_kernel<P, G, C, true>, static_cast<unsigned>(blocks), kThreads, 0, stream, batch, c,
+                           device);
+    else
+      precis::cuda::launch(adamw_kernel<P, G, C, false>, static_cast<unsigned>(blocks), kThreads, 0, stream, batch, c,
+                           device);
     PRECIS_CUDA_CHECK_LAUNCH(op);
   }
 }
