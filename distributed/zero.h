@@ -35,22 +35,6 @@
 // nothing is pending. On the MPI backend the values are the same as gathering at once; on
 // NCCL only the time the gather takes moves.
 //
-// With distributed.gather_pipeline, step 4 runs inside step 3, piece by piece (on NCCL the
-// all-gathers on the communication stream while the compute stream updates the next piece):
-// every bucket's chunk is cut into gather_pieces contiguous pieces of the same chunk-relative
-// range on every rank (each a multiple of the buffer's 64-byte alignment long, the last the
-// rest), and the optimizer steps them in order (optim::StepInputs::pieces: the views of
-// shard_groups cut at the pieces' edges, one step and one count advance, the same update per
-// element), launching piece p's all_gather as soon as its update is queued. NCCL's in-place
-// all_gather takes one contiguous range of the output, rank after rank, but piece p of every
-// rank's chunk is a strided set (one piece per chunk, a chunk apart), so each piece gathers into
-// a staging buffer (the size of the flat buffer; piece p of a bucket at the bucket's offset plus
-// world_size times the piece's offset in the chunk); launching piece p's gather makes the
-// compute stream wait for piece p-1's and copy the other ranks' rows of it into place (strided
-// copies), so those copies run between the updates, and finish_pipeline_gathers() does the
-// last piece's after the last update. The
-// ownership, the reduce-scatter and the norm are today's, so the values are the same bit for bit.
-//
 // Checkpoints hold the whole state in the unsharded optimizer's format
 // ("state.<i>.<name>" for the full model's parameter i, Optimizer::state_dict), so a
 // checkpoint resumes under any world size and under zero 0 or 1: gather_state()
@@ -117,18 +101,6 @@ class Zero1 {
   // whole after it. Nothing when none is pending or in flight.
   void complete_gather();
 
-  // gather_pipeline (above): cuts every chunk into `pieces` (>= 1) and makes the staging
-  // buffers. Call once, after shard_groups().
-  void enable_gather_pipeline(int64_t pieces);
-  // The optimizer's pieces (StepInputs::pieces), in the order they are gathered.
-  const std::vector<std::vector<optim::StepInputs::Range>>& pipeline_pieces() const { return pipeline_ranges_; }
-  // Launches pipeline piece `piece`'s all_gather (StepInputs::after_piece), in flight until finished.
-  void launch_pipeline_gather(size_t piece);
-  // Waits for every piece's all_gather and copies the pieces into place: the parameters are whole.
-  void finish_pipeline_gathers();
-  // Piece `piece`'s: nothing when it is done already.
-  void finish_pipeline_gather(size_t piece);
-
   // A collective: the unsharded optimizer's state, on the CPU, from this rank's
   // sharded optimizer state (every rank passes its own and gets the whole).
   std::map<std::string, Tensor> gather_state(const std::map<std::string, Tensor>& shard_state) const;
@@ -168,17 +140,6 @@ class Zero1 {
   // so far: the chunks of its parameters and its descendants', found on its first gate.
   std::unordered_map<const TensorImpl*, std::vector<size_t>> param_chunks_;
   std::unordered_map<const nn::Module*, std::vector<size_t>> module_chunks_;
-
-  // gather_pipeline: the pieces (chunk, elements [begin, end) of it), their optimizer ranges,
-  // their all_gathers in flight, and per buffer the staging (undefined: no chunk to gather).
-  struct PipelinePiece {
-    size_t chunk = 0;
-    int64_t begin = 0, end = 0;
-  };
-  std::vector<PipelinePiece> pipeline_;
-  std::vector<std::vector<optim::StepInputs::Range>> pipeline_ranges_;
-  std::vector<std::shared_ptr<Work>> pipeline_gathers_;
-  std::vector<Tensor> staging_;
 };
 
 }  // namespace precis::distributed

@@ -52,54 +52,14 @@ void adamw_update(T* p, const T* g, double grad_factor, T* m, T* v, int64_t n, c
 //   master[i] = x (when kept);  p[i] = round(x) (nearest-even or stochastic)
 template <typename P, typename G>
 void adamw_update_low_precision(P* p, float* master, const G* g, double grad_factor, bool grad_in_f32, float* m,
-                                float* v, int64_t n, const AdamWConstants<float>& c, const Rounding& rounding,
-                                int64_t offset) {
+                                float* v, int64_t n, const AdamWConstants<float>& c, const Rounding& rounding) {
 #pragma omp parallel for schedule(static) if (n >= kParallelGrain)
   for (int64_t i = 0; i < n; ++i) {
     float x = adamw_element(master ? master[i] : convert<float>(p[i]),
                             scaled_gradient<float>(g[i], grad_factor, grad_in_f32), m[i], v[i], c);
     if (master) master[i] = x;
-    p[i] = round_to<P>(x, rounding, static_cast<uint64_t>(offset + i));
+    p[i] = round_to<P>(x, rounding, static_cast<uint64_t>(i));
   }
-}
-
-}  // namespace
-
-namespace {
-
-// Step `inputs`'s pieces of `params` (every parameter with a gradient, by optimizer index; one
-// piece of all of them when there are none): each range a slice of its parameter's tensors.
-std::vector<std::vector<cuda::AdamWTensors>> step_pieces(const std::vector<cuda::AdamWTensors>& params,
-                                                         const StepInputs& inputs) {
-  if (inputs.pieces.empty()) return {params};
-  std::vector<const cuda::AdamWTensors*> by_index;
-  for (const cuda::AdamWTensors& a : params) {
-    if (by_index.size() <= a.index) by_index.resize(a.index + 1, nullptr);
-    by_index[a.index] = &a;
-  }
-  std::vector<int64_t> covered(by_index.size(), 0);
-  std::vector<std::vector<cuda::AdamWTensors>> pieces;
-  for (const auto& ranges : inputs.pieces) {
-    std::vector<cuda::AdamWTensors>& piece = pieces.emplace_back();
-    for (const StepInputs::Range& r : ranges) {
-      PRECIS_CHECK(r.param_index < by_index.size() && by_index[r.param_index], "AdamW: a step piece names parameter ",
-                   r.param_index, ", which has no gradient");
-      const cuda::AdamWTensors& a = *by_index[r.param_index];
-      PRECIS_CHECK(0 <= r.begin && r.begin < r.end && r.end <= a.param.numel(), "AdamW: step piece range [", r.begin,
-                   ", ", r.end, ") of parameter ", r.param_index, " with ", a.param.numel(), " elements");
-      // Flat views of the parameter's memory (the update runs over memory order, optimizer.h).
-      auto cut = [&](const Tensor& t) {
-        return t.defined() ? t.as_strided({r.end - r.begin}, {1}, t.offset() + r.begin) : Tensor();
-      };
-      piece.push_back({cut(a.param), cut(a.grad), cut(a.exp_avg), cut(a.exp_avg_sq), cut(a.master), a.weight_decay,
-                       a.index, r.begin});
-      covered[r.param_index] += r.end - r.begin;
-    }
-  }
-  for (const cuda::AdamWTensors& a : params)
-    PRECIS_CHECK(covered[a.index] == a.param.numel(), "AdamW: the step's pieces cover ", covered[a.index], " of the ",
-                 a.param.numel(), " elements of parameter ", a.index);
-  return pieces;
 }
 
 }  // namespace
@@ -114,10 +74,6 @@ void AdamW::step(const StepInputs& inputs) {
     const Tensor master = is_low_precision(p.dtype()) && options_.master_weights ? master_buffer(index, p) : Tensor();
     params.push_back({p, p.grad(), m, v, master, weight_decay, index});
   });
-  const std::vector<std::vector<cuda::AdamWTensors>> pieces = step_pieces(params, inputs);
-  auto after = [&](size_t piece) {
-    if (inputs.after_piece) inputs.after_piece(piece);
-  };
   OpScope timed(
       "adamw",
       [&] {
@@ -130,47 +86,40 @@ void AdamW::step(const StepInputs& inputs) {
       OpPass::step);
 #if PRECIS_WITH_CUDA
   if (device().is_cuda()) {
-    cuda::adamw_step_pieces(
-        pieces, {options_.beta1, options_.beta2, options_.eps, options_.stochastic_rounding, options_.seed},
+    cuda::adamw_step(
+        params, {options_.beta1, options_.beta2, options_.eps, options_.stochastic_rounding, options_.seed},
         {lr_tensor_.data<double>(), step_tensor_.data<int64_t>(),
          inputs.grad_factor.defined() ? inputs.grad_factor.data<double>() : nullptr,
-         inputs.skip_if.defined() ? inputs.skip_if.data<double>() : nullptr, inputs.round_scaled_grads_to_f32},
-        after);
+         inputs.skip_if.defined() ? inputs.skip_if.data<double>() : nullptr, inputs.round_scaled_grads_to_f32});
     return;
   }
 #endif
   PRECIS_CHECK(device().is_cpu(), "AdamW: parameters on ", device(), ", but this build of Precis has no CUDA backend");
   int64_t t = 0;
   double factor = 1;
-  if (!begin_cpu_step(inputs, t, factor)) {
-    for (size_t p = 0; p < pieces.size(); ++p) after(p);  // the pieces' followers run as on a GPU
-    return;
-  }
+  if (!begin_cpu_step(inputs, t, factor)) return;
   const double lr = lr_tensor_.item<double>();
   const double bias1 = 1.0 - std::pow(options_.beta1, static_cast<double>(t));
   const double bias2 = 1.0 - std::pow(options_.beta2, static_cast<double>(t));
-  for (size_t piece = 0; piece < pieces.size(); ++piece) {
-    for (const cuda::AdamWTensors& a : pieces[piece]) {
-      const Tensor &p = a.param, &g = a.grad, &m = a.exp_avg, &v = a.exp_avg_sq;
-      if (p.dtype() == DType::f32 && g.dtype() == DType::f32) {
-        adamw_update<float>(p.data<float>(), g.data<float>(), factor, m.data<float>(), v.data<float>(), p.numel(),
-                            adamw_constants<float>(lr, a.weight_decay, options_, bias1, bias2));
-      } else if (p.dtype() == DType::f64) {
-        adamw_update<double>(p.data<double>(), g.data<double>(), factor, m.data<double>(), v.data<double>(), p.numel(),
-                             adamw_constants<double>(lr, a.weight_decay, options_, bias1, bias2));
-      } else {
-        Rounding rounding{options_.stochastic_rounding, options_.seed, static_cast<uint64_t>(t), a.index};
-        dispatch_low_precision(p.dtype(), g.dtype(), [&](auto param_tag, auto grad_tag) {
-          using P = typename decltype(param_tag)::type;
-          using G = typename decltype(grad_tag)::type;
-          adamw_update_low_precision<P, G>(
-              p.data<P>(), a.master.defined() ? a.master.data<float>() : nullptr, g.data<G>(), factor,
-              inputs.round_scaled_grads_to_f32, m.data<float>(), v.data<float>(), p.numel(),
-              adamw_constants<float>(lr, a.weight_decay, options_, bias1, bias2), rounding, a.offset);
-        });
-      }
+  for (const cuda::AdamWTensors& a : params) {
+    const Tensor &p = a.param, &g = a.grad, &m = a.exp_avg, &v = a.exp_avg_sq;
+    if (p.dtype() == DType::f32 && g.dtype() == DType::f32) {
+      adamw_update<float>(p.data<float>(), g.data<float>(), factor, m.data<float>(), v.data<float>(), p.numel(),
+                          adamw_constants<float>(lr, a.weight_decay, options_, bias1, bias2));
+    } else if (p.dtype() == DType::f64) {
+      adamw_update<double>(p.data<double>(), g.data<double>(), factor, m.data<double>(), v.data<double>(), p.numel(),
+                           adamw_constants<double>(lr, a.weight_decay, options_, bias1, bias2));
+    } else {
+      Rounding rounding{options_.stochastic_rounding, options_.seed, static_cast<uint64_t>(t), a.index};
+      dispatch_low_precision(p.dtype(), g.dtype(), [&](auto param_tag, auto grad_tag) {
+        using P = typename decltype(param_tag)::type;
+        using G = typename decltype(grad_tag)::type;
+        adamw_update_low_precision<P, G>(p.data<P>(), a.master.defined() ? a.master.data<float>() : nullptr,
+                                         g.data<G>(), factor, inputs.round_scaled_grads_to_f32, m.data<float>(),
+                                         v.data<float>(), p.numel(),
+                                         adamw_constants<float>(lr, a.weight_decay, options_, bias1, bias2), rounding);
+      });
     }
-    after(piece);
   }
 }
 

@@ -23,7 +23,6 @@
 // CUDA kernel, the same arithmetic.
 #pragma once
 
-#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -51,17 +50,6 @@ struct StepInputs {
   // (ZeRO-1 reading its shard from the reduce's bf16/f16 staging, distributed/zero.h).
   // No effect on f32 or f64 gradients.
   bool round_scaled_grads_to_f32 = false;
-  // The step in pieces (AdamW only; empty: one piece of everything): the same update, piece 0's
-  // elements first, then after_piece(0), piece 1's, after_piece(1), ... Each piece lists element
-  // ranges of parameters (by index over all groups); every element of every parameter with a
-  // gradient must be in exactly one piece (distributed.gather_pipeline queues each piece's
-  // all-gather from after_piece while the next piece updates, distributed/zero.h).
-  struct Range {
-    size_t param_index = 0;
-    int64_t begin = 0, end = 0;  // elements [begin, end) of the parameter's memory
-  };
-  std::vector<std::vector<Range>> pieces = {};
-  std::function<void(size_t piece)> after_piece = nullptr;
 };
 
 struct ParamGroup {

@@ -427,8 +427,6 @@ std::vector<Field> make_fields(TrainConfig& c) {
       number("distributed.timeout_s", c.distributed.timeout_s, kPositive),
       integer("distributed.zero", c.distributed.zero, zero_rule),
       boolean("distributed.gather_overlap", c.distributed.gather_overlap),
-      boolean("distributed.gather_pipeline", c.distributed.gather_pipeline),
-      integer("distributed.gather_pieces", c.distributed.gather_pieces, at_least(1)),
 
       text("task", c.task, one_of({"language_model", "image_classification"})),
       integer("max_steps", c.max_steps, at_least(1)),
@@ -788,21 +786,7 @@ void ConfigReader::check_profile() const {
 }
 
 void ConfigReader::check_distributed() const {
-  const DistributedConfig& dist = config_.distributed;
-  if (dist.gather_pipeline && dist.zero != 1)
-    fail(where_set({"distributed.gather_pipeline", "distributed.zero"}),
-         "'distributed.gather_pipeline' runs ZeRO-1's parameter all-gather piece by piece behind the optimizer, but "
-         "'distributed.zero' is " +
-             std::to_string(dist.zero) + ": plain DDP gathers nothing; set distributed.zero=1 or drop gather_pipeline");
-  if (dist.gather_pipeline && dist.gather_overlap)
-    fail(where_set({"distributed.gather_pipeline", "distributed.gather_overlap"}),
-         "'distributed.gather_pipeline' hides the all-gather behind the optimizer and 'distributed.gather_overlap' "
-         "behind the next forward: choose one");
-  if (dist.gather_pipeline && config_.optimizer.name != "adamw")
-    fail(where_set({"distributed.gather_pipeline", "optimizer.name"}),
-         "'distributed.gather_pipeline' steps AdamW in pieces, but 'optimizer.name' is " + config_.optimizer.name +
-             "; use adamw or drop gather_pipeline");
-  if (!dist.gather_overlap || dist.zero == 1) return;
+  if (!config_.distributed.gather_overlap || config_.distributed.zero == 1) return;
   fail(where_set({"distributed.gather_overlap", "distributed.zero"}),
        "'distributed.gather_overlap' moves ZeRO-1's parameter all-gather behind the next forward, but "
        "'distributed.zero' is " +

@@ -102,8 +102,6 @@ struct DistributedConfig {
   double timeout_s = 300;        // the rendezvous' and every collective's wait before a rank fails (the watchdog)
   int64_t zero = 0;              // 0: plain DDP; 1: ZeRO-1, optimizer state sharded (distributed/zero.h)
   bool gather_overlap = false;   // ZeRO-1: the parameters' all-gather runs behind the next forward
-  bool gather_pipeline = false;  // ZeRO-1: each piece's all-gather runs behind the next piece's AdamW
-  int64_t gather_pieces = 4;     // gather_pipeline: the pieces each bucket's chunk is cut into
 };
 
 struct TrainConfig {

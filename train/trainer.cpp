@@ -188,7 +188,6 @@ void Trainer::setup_model() {
   const OptimizerConfig& o = config_.optimizer;
   auto groups = optim::default_param_groups(model(), o.weight_decay);
   if (zero_) groups = zero_->shard_groups(groups);  // the optimizer steps this rank's shard only
-  if (gather_pipeline()) zero_->enable_gather_pipeline(config_.distributed.gather_pieces);
   if (o.name == "adamw") {
     optim::AdamWOptions options{o.lr, o.beta1, o.beta2, o.eps};
     options.master_weights = policy_.master_weights;
@@ -427,19 +426,11 @@ void Trainer::finish_step(Profiler* profiler) {
       optim::clip_grad_norm(model().parameters(), config_.optimizer.grad_clip, scaler_->scale_tensor(), found_inf,
                             grad_norm_);
     }
-    optim::StepInputs step{.grad_factor = grad_norm_.select(0, 1),
-                           .skip_if = found_inf,
-                           .round_scaled_grads_to_f32 = zero_ && zero_->grads_staged()};
-    if (gather_pipeline()) {
-      // Each piece's all-gather is queued as soon as its update is, behind the next piece's update.
-      step.pieces = zero_->pipeline_pieces();
-      step.after_piece = [this](size_t piece) { zero_->launch_pipeline_gather(piece); };
-    }
-    optimizer_->step(step);
+    optimizer_->step({.grad_factor = grad_norm_.select(0, 1),
+                      .skip_if = found_inf,
+                      .round_scaled_grads_to_f32 = zero_ && zero_->grads_staged()});
     // Every rank's updated shard into every rank's parameters, now or behind the next forward.
-    if (gather_pipeline())
-      zero_->finish_pipeline_gathers();
-    else if (gather_overlap())
+    if (gather_overlap())
       zero_->defer_gather();
     else if (zero_)
       zero_->gather_parameters();

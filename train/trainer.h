@@ -112,8 +112,6 @@ class Trainer {
   bool is_main() const { return rank_ == 0; }
   // ZeRO-1 gathers the parameters behind the next step's forward (distributed.gather_overlap).
   bool gather_overlap() const { return zero_ && config_.distributed.gather_overlap; }
-  // ZeRO-1 gathers each piece behind the next piece's update (distributed.gather_pipeline).
-  bool gather_pipeline() const { return zero_ && config_.distributed.gather_pipeline; }
   void setup();
   void setup_task();
   void setup_model();

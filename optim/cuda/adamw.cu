@@ -54,8 +54,7 @@ struct AdamWSlot {
   int64_t n;
   double weight_decay;
   uint32_t index;   // the parameter's index in the optimizer
-  int64_t offset;   // element 0 is element `offset` of the parameter (the rounding's counter)
-  bool vectorized;  // every array aligned for kVec-element accesses, and offset a multiple of kVec
+  bool vectorized;  // every array aligned for kVec-element accesses
 };
 
 template <typename P, typename G, typename C>
@@ -110,10 +109,8 @@ __device__ __forceinline__ C adamw_element(C x, C g, C& m, C& v, C decay, const 
 }
 
 // Block b updates elements [chunk * kChunk, + kChunk) of its tensor, kVec at a time, with
-// the step's numbers from `device` (the constants in `host` fill in the rest). kPieces: some
-// slot is a piece of its parameter (AdamWSlot::offset; a step in pieces), its own instance so
-// that the whole-parameter step keeps its registers.
-template <typename P, typename G, typename C, bool kPieces>
+// the step's numbers from `device` (the constants in `host` fill in the rest).
+template <typename P, typename G, typename C>
 __global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__ AdamWBatch<P, G, C> batch,
                                                          const AdamWConstants<C> host, const AdamWDeviceStep* device) {
   precis::cuda::wait_for_previous_grid();
@@ -133,9 +130,7 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__
   const int64_t end = start + kChunk < t.n ? start + kChunk : t.n;
   for (int64_t i = start + threadIdx.x * kVec; i < end; i += int64_t{kThreads} * kVec) {
     const bool stochastic = std::is_same_v<P, __nv_bfloat16> && c.stochastic;
-    const int64_t offset = kPieces ? t.offset : 0;
-    const Philox4 bits =
-        stochastic && (!kPieces || t.vectorized) ? rounding_bits((offset + i) / 4, t.index, c.step, c.seed) : Philox4{};
+    const Philox4 bits = stochastic ? rounding_bits(i / 4, t.index, c.step, c.seed) : Philox4{};
     if (t.vectorized && i + kVec <= end) {
       Vec<P> p = *reinterpret_cast<const Vec<P>*>(t.param + i);
       const Vec<G> g = *reinterpret_cast<const Vec<G>*>(t.grad + i);
@@ -159,12 +154,7 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__
         const C x = t.master ? C(t.master[j]) : convert_to<C>(t.param[j]);
         const C updated = adamw_element(x, scaled_gradient<C>(t.grad[j], factor, in_f32), t.m[j], t.v[j], decay, c);
         if (t.master) t.master[j] = static_cast<float>(updated);
-        uint32_t random = bits.x[j % 4];
-        if constexpr (kPieces) {  // the parameter's element e: its own draw (tails, unaligned pieces)
-          const int64_t e = offset + j;
-          random = stochastic ? rounding_bits(e / 4, t.index, c.step, c.seed).x[e % 4] : 0;
-        }
-        t.param[j] = store_param<P>(updated, stochastic, random);
+        t.param[j] = store_param<P>(updated, stochastic, bits.x[j % 4]);
       }
     }
   }
@@ -203,23 +193,14 @@ void adamw_launch(const std::vector<const AdamWTensors*>& params, const AdamWHyp
       slot.n = a.param.numel();
       slot.weight_decay = a.weight_decay;
       slot.index = static_cast<uint32_t>(a.index);
-      slot.offset = a.offset;
-      slot.vectorized = a.offset % kVec == 0 && vec_aligned<P>(slot.param) && vec_aligned<G>(slot.grad) &&
-                        vec_aligned<C>(slot.m) && vec_aligned<C>(slot.v) &&
-                        (!slot.master || vec_aligned<float>(slot.master));
+      slot.vectorized = vec_aligned<P>(slot.param) && vec_aligned<G>(slot.grad) && vec_aligned<C>(slot.m) &&
+                        vec_aligned<C>(slot.v) && (!slot.master || vec_aligned<float>(slot.master));
       batch.first_block[s + 1] = batch.first_block[s] + (slot.n + kChunk - 1) / kChunk;
     }
     const int64_t blocks = batch.first_block[batch.count];
     if (blocks == 0) continue;
     PRECIS_CHECK(blocks <= INT32_MAX, op, ": ", blocks, " blocks in one launch");
-    bool pieces = false;
-    for (int s = 0; s < batch.count; ++s) pieces |= batch.slot[s].offset != 0;
-    if (pieces)
-      precis::cuda::launch(adamw_kernel<P, G, C, true>, static_cast<unsigned>(blocks), kThreads, 0, stream, batch, c,
-                           device);
-    else
-      precis::cuda::launch(adamw_kernel<P, G, C, false>, static_cast<unsigned>(blocks), kThreads, 0, stream, batch, c,
-                           device);
+    precis::cuda::launch(adamw_kernel<P, G, C>, static_cast<unsigned>(blocks), kThreads, 0, stream, batch, c, device);
     PRECIS_CUDA_CHECK_LAUNCH(op);
   }
 }
@@ -258,36 +239,21 @@ void launch_all(const std::vector<AdamWTensors>& params, const AdamWHyper& step,
 }  // namespace
 
 void adamw_step(const std::vector<AdamWTensors>& params, const AdamWHyper& hyper, const DeviceStepInputs& inputs) {
-  adamw_step_pieces({params}, hyper, inputs, nullptr);
-}
-
-void adamw_step_pieces(const std::vector<std::vector<AdamWTensors>>& pieces, const AdamWHyper& hyper,
-                       const DeviceStepInputs& inputs, const std::function<void(size_t)>& after_piece) {
   const char* op = "AdamW";
-  const AdamWTensors* first = nullptr;
-  for (const auto& piece : pieces)
-    if (!first && !piece.empty()) first = &piece.front();
-  if (!first) {  // nothing to update here; the followers run all the same (collectives of every rank)
-    for (size_t p = 0; after_piece && p < pieces.size(); ++p) after_piece(p);
-    return;
-  }
+  if (params.empty()) return;
   PRECIS_CHECK(inputs.lr != nullptr && inputs.step != nullptr, op, ": the step needs lr and step on the device");
-  const Device device = first->param.device();
-  for (const auto& piece : pieces)
-    for (const AdamWTensors& a : piece)
-      PRECIS_CHECK(a.param.device() == device, op, ": one step updates parameters of one GPU, got ", device, " and ",
-                   a.param.device());
+  const Device device = params.front().param.device();
+  for (const AdamWTensors& a : params)
+    PRECIS_CHECK(a.param.device() == device, op, ": one step updates parameters of one GPU, got ", device, " and ",
+                 a.param.device());
   // The step's numbers: made on the device, read by every launch, freed once they are queued
   // (a later request on the compute stream runs after them).
   Tensor numbers = empty({static_cast<int64_t>((sizeof(AdamWDeviceStep) + 7) / 8)}, DType::f64, device);
   AdamWDeviceStep* device_step = static_cast<AdamWDeviceStep*>(numbers.raw_data());
-  precis::cuda::launch(adamw_prepare_kernel, 1, 1, 0, stream_for(first->param), inputs, hyper.beta1, hyper.beta2,
-                       device_step);
+  precis::cuda::launch(adamw_prepare_kernel, 1, 1, 0, stream_for(params.front().param), inputs, hyper.beta1,
+                       hyper.beta2, device_step);
   PRECIS_CUDA_CHECK_LAUNCH(op);
-  for (size_t p = 0; p < pieces.size(); ++p) {
-    if (!pieces[p].empty()) launch_all(pieces[p], hyper, device_step);
-    if (after_piece) after_piece(p);
-  }
+  launch_all(params, hyper, device_step);
 }
 
 }  // namespace precis::optim::cuda

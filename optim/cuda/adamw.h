@@ -9,7 +9,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <vector>
 
 #include "core/tensor.h"
@@ -27,9 +26,6 @@ struct AdamWTensors {
   Tensor param, grad, exp_avg, exp_avg_sq, master;
   double weight_decay = 0.0;
   uint64_t index = 0;  // the parameter's index in the optimizer (stochastic rounding's counter)
-  // Where `param` (and the rest) starts in the parameter: a piece of a step in pieces
-  // (StepInputs::pieces); element i is element offset + i of the parameter for the rounding.
-  int64_t offset = 0;
 };
 
 // The step's constants: p <- p (1 - lr wd) - (lr / bias1) m / (sqrt(v) / sqrt(bias2) + eps),
@@ -46,9 +42,5 @@ struct AdamWHyper {
 // gradient factor and the skip flag read from device memory: nothing is baked into the
 // launches, so a CUDA graph can replay them.
 void adamw_step(const std::vector<AdamWTensors>& params, const AdamWHyper& hyper, const DeviceStepInputs& inputs);
-// The same step in pieces (StepInputs::pieces): one count advance, then each piece's launches
-// followed by after_piece(piece).
-void adamw_step_pieces(const std::vector<std::vector<AdamWTensors>>& pieces, const AdamWHyper& hyper,
-                       const DeviceStepInputs& inputs, const std::function<void(size_t)>& after_piece);
 
 }  // namespace precis::optim::cuda

@@ -4,13 +4,9 @@
 // reduced in bf16, which ZeRO-1's optimizer reads in bf16); each rank holds
 // about 1/N of the optimizer state and says so at the start; a checkpoint it writes
 // holds the whole state, so it resumes under zero 0, under zero 1 and in one process;
-// distributed.gather_overlap (the parameters gathered behind the next forward) changes no bit;
-// nor does distributed.gather_pipeline (the optimizer in pieces, each gathered behind the next),
-// whatever the pieces, under f32 with several buckets and bf16-pure (stochastic rounding) with one;
-// its config errors name it.
+// distributed.gather_overlap (the parameters gathered behind the next forward) changes no bit.
 #include <gtest/gtest.h>
 
-#include "train/config.h"
 #include "trainer_mpi.h"
 
 using namespace precis;
@@ -159,75 +155,4 @@ TEST(TrainerZero1, GatherOverlapTrainsBitForBitAsWithout) {
   ASSERT_EQ(resumed[0]->losses().size(), 2u);
   EXPECT_EQ(resumed[0]->losses()[0], off.losses()[3]) << "step 4 after the resume, as the run straight through";
   mpi_world().barrier();
-}
-
-// distributed.gather_pipeline steps AdamW piece by piece and gathers each piece behind the next
-// one's update: the same losses, parameters and optimizer state (this rank's shard), bit for bit.
-namespace {
-
-void expect_pipeline_trains_bit_for_bit(const std::string& name, bool bf16_one_bucket) {
-  const auto config = [&](const std::string& run, bool pipeline, int64_t pieces) {
-    train::TrainConfig config = config_of(name + "_" + run, 1, 2, /*accum=*/2, 4);
-    config.checkpoint.save_final = false;
-    config.distributed.gather_pipeline = pipeline;
-    config.distributed.gather_pieces = pieces;
-    if (bf16_one_bucket) {  // the GPT-2 configuration: bf16-pure, bf16 gradients, one bucket
-      config.precision.policy = amp::PrecisionPolicy::preset("bf16-pure");
-      config.precision.policy.grad_dtype = config.precision.policy.grad_reduce_dtype = DType::bf16;
-      config.precision.stochastic_rounding = true;
-      config.distributed.bucket_mb = config.distributed.first_bucket_mb = 1000;
-    }
-    return config;
-  };
-  train::Trainer off(config("off", false, 4), mpi_world_group());
-  off.run();
-  for (int64_t pieces : {1, 3, 4}) {
-    train::Trainer on(config("on" + std::to_string(pieces), true, pieces), mpi_world_group());
-    on.run();
-    EXPECT_EQ(on.losses(), off.losses()) << pieces << " pieces";
-    EXPECT_EQ(parameters_of(on), parameters_of(off)) << pieces << " pieces";
-    EXPECT_TRUE(same_on_every_rank(parameters_of(on))) << "rank " << rank();
-    const auto state_on = on.optimizer().state_dict(), state_off = off.optimizer().state_dict();
-    ASSERT_EQ(state_on.size(), state_off.size());
-    for (const auto& [key, value] : state_off) {
-      ASSERT_TRUE(state_on.count(key)) << key;
-      EXPECT_EQ(state_on.at(key).to(DType::f64).to_vector<double>(), value.to(DType::f64).to_vector<double>())
-          << key << ", " << pieces << " pieces, rank " << rank();
-    }
-  }
-  mpi_world().barrier();
-}
-
-}  // namespace
-
-TEST(TrainerZero1, GatherPipelineTrainsBitForBitAsWithout) { expect_pipeline_trains_bit_for_bit("pipe_f32", false); }
-
-TEST(TrainerZero1, GatherPipelineTrainsBitForBitInBf16OnOneBucket) {
-  expect_pipeline_trains_bit_for_bit("pipe_bf16", true);
-}
-
-TEST(TrainerZero1, GatherPipelineConfigErrorsNameIt) {
-  const auto parse = [](std::vector<std::string> overrides) {
-    overrides.push_back("data.text_file=" + files.text_file());
-    return train::parse_config("model: {n_layer: 1}\n", overrides);
-  };
-  const auto expect_error = [&](const std::vector<std::string>& overrides, const std::string& words) {
-    try {
-      parse(overrides);
-      ADD_FAILURE() << "no error for " << ::testing::PrintToString(overrides);
-    } catch (const std::exception& e) {
-      EXPECT_NE(std::string(e.what()).find("distributed.gather_pipeline"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
-    }
-  };
-  expect_error({"distributed.gather_pipeline=true"}, "distributed.zero");
-  expect_error({"distributed.gather_pipeline=true", "distributed.zero=1", "distributed.gather_overlap=true"},
-               "gather_overlap");
-  expect_error({"distributed.gather_pipeline=true", "distributed.zero=1", "optimizer.name=sgd"}, "adamw");
-  try {
-    parse({"distributed.gather_pieces=0"});
-    ADD_FAILURE() << "no error for gather_pieces 0";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("distributed.gather_pieces"), std::string::npos) << e.what();
-  }
 }

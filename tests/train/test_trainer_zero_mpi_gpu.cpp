@@ -7,15 +7,12 @@
 // comes from the norm summed over the shards, so both runs skip the same steps). Each
 // rank holds its shard of the optimizer state, its peak memory lower by the rest, and
 // every rank ends with the same parameters, bit for bit. distributed.gather_overlap (the
-// parameters gathered behind the next forward) changes no bit, eagerly and in a CUDA graph;
-// nor does distributed.gather_pipeline (AdamW in pieces, each piece's all-gather on the
-// communication stream behind the next piece's update), with one bucket and with several.
+// parameters gathered behind the next forward) changes no bit, eagerly and in a CUDA graph.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <vector>
 
 #include "distributed/gpu_ranks.h"
 #include "trainer_mpi.h"
@@ -176,67 +173,4 @@ TEST(TrainerNcclZero1, GatherOverlapChangesNoBitInACapturedStep) {
   SKIP_WITHOUT_A_GPU_PER_RANK();
   expect_gather_overlap_changes_no_bit("bf16-pure", /*graphs=*/true);
   expect_gather_overlap_changes_no_bit("fp32", /*graphs=*/true);
-}
-
-namespace {
-
-// ZeRO-1 with distributed.gather_pipeline in `pieces` pieces per chunk (0: off), one bucket
-// (the GPT-2 configuration) or several; an evaluation at step 3 and a checkpoint at step 4.
-Outcome train_with_gather_pipeline(const std::string& precision, int64_t pieces, bool graphs, bool one_bucket) {
-  const std::string name = precision + "_pipeline" + std::to_string(pieces) + (graphs ? "_graphs" : "_eager") +
-                           (one_bucket ? "_one" : "_several");
-  train::TrainConfig config = tiny_config(fresh_dir(name), precision, 1);
-  config.distributed.gather_pipeline = pieces > 0;
-  if (pieces > 0) config.distributed.gather_pieces = pieces;
-  config.cuda_graphs = graphs;
-  config.eval_interval = 3;
-  config.checkpoint.interval = 4;
-  config.distributed.bucket_mb = one_bucket ? 1000 : 0.05;
-  config.distributed.first_bucket_mb = one_bucket ? 1000 : 0.01;
-  if (precision == "bf16-pure") {  // as GPT-2 runs it: bf16 gradients, rounded stochastically
-    config.precision.policy.grad_dtype = config.precision.policy.grad_reduce_dtype = DType::bf16;
-    config.precision.stochastic_rounding = true;
-  }
-  train::Trainer trainer(config, nccl_world());
-  trainer.run();
-  precis::testing::mpi_barrier();
-  return {trainer.losses(), trainer.reports(), parameters_of(trainer), trainer.optimizer().state_bytes(),
-          trainer.peak_memory_bytes()};
-}
-
-// Only the order of the launches moves: the same update kernels per element on the same values.
-// `pieces`: the settings tried (few: the whole binary is one ctest test with a 60 s limit).
-void expect_gather_pipeline_changes_no_bit(const std::string& precision, bool graphs, bool one_bucket,
-                                           const std::vector<int64_t>& pieces_tried) {
-  const Outcome off = train_with_gather_pipeline(precision, 0, graphs, one_bucket);
-  for (int64_t pieces : pieces_tried) {
-    const Outcome on = train_with_gather_pipeline(precision, pieces, graphs, one_bucket);
-    const std::string what = precision + ", " + std::to_string(pieces) + " pieces" + (graphs ? ", graphs" : "") +
-                             (one_bucket ? ", one bucket" : ", several buckets");
-    EXPECT_EQ(on.losses, off.losses) << what;
-    EXPECT_EQ(on.parameters, off.parameters) << what;
-    ASSERT_EQ(on.reports.size(), off.reports.size());
-    for (size_t i = 0; i < off.reports.size(); ++i) {
-      ASSERT_EQ(on.reports[i].val_loss.has_value(), off.reports[i].val_loss.has_value());
-      if (off.reports[i].val_loss) {
-        EXPECT_EQ(*on.reports[i].val_loss, *off.reports[i].val_loss) << what << " report " << i;
-      }
-    }
-    EXPECT_TRUE(precis::testing::same_on_every_rank(on.parameters, *nccl_world())) << what;
-  }
-  precis::testing::mpi_barrier();
-}
-
-}  // namespace
-
-TEST(TrainerNcclZero1, GatherPipelineChangesNoBitEagerly) {
-  SKIP_WITHOUT_A_GPU_PER_RANK();
-  expect_gather_pipeline_changes_no_bit("bf16-pure", /*graphs=*/false, /*one_bucket=*/true, {1, 3, 4});
-  expect_gather_pipeline_changes_no_bit("fp32", /*graphs=*/false, /*one_bucket=*/false, {3});
-}
-
-TEST(TrainerNcclZero1, GatherPipelineChangesNoBitInACapturedStep) {
-  SKIP_WITHOUT_A_GPU_PER_RANK();
-  expect_gather_pipeline_changes_no_bit("bf16-pure", /*graphs=*/true, /*one_bucket=*/true, {4});
-  expect_gather_pipeline_changes_no_bit("bf16-pure", /*graphs=*/true, /*one_bucket=*/false, {3});
 }
