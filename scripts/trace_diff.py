@@ -7,18 +7,14 @@ Prints each trace's busy time per stream, then the N kernels (default 25) whose 
 duration differs most between A and B: where a step of B spends what A's does not.
 """
 import collections
-import json
 import sys
 
+import trace_timeline
 
-def load(path):
-    with open(path) as f:
-        trace = json.load(f)
-    events = trace["traceEvents"] if isinstance(trace, dict) else trace
-    names = {}
-    for e in events:
-        if e.get("ph") == "M" and e.get("name") == "thread_name":
-            names[(e["pid"], e["tid"])] = e["args"]["name"]
+
+def kernel_sums(path):
+    """Each kernel's summed duration (ms), each GPU stream's busy time, and each kernel's calls."""
+    events, names = trace_timeline.load(path)
     by_kernel = collections.defaultdict(float)
     by_stream = collections.defaultdict(float)
     counts = collections.Counter()
@@ -35,8 +31,8 @@ def load(path):
 
 
 def main(a_path, b_path, n=25):
-    a, a_streams, a_counts = load(a_path)
-    b, b_streams, b_counts = load(b_path)
+    a, a_streams, a_counts = kernel_sums(a_path)
+    b, b_streams, b_counts = kernel_sums(b_path)
     for label, streams in (("A", a_streams), ("B", b_streams)):
         print(label, " ".join(f"{s}={t:.3f}ms" for s, t in sorted(streams.items())))
     print(f"{'A ms':>8} {'B ms':>8} {'B-A':>8} {'nA':>4} {'nB':>4}  kernel")

@@ -12,7 +12,8 @@ import json
 import sys
 
 
-def main(path):
+def load(path):
+    """A trace's events and its track names by (pid, tid)."""
     with open(path) as f:
         trace = json.load(f)
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
@@ -20,6 +21,11 @@ def main(path):
     for e in events:
         if e.get("ph") == "M" and e.get("name") == "thread_name":
             names[(e["pid"], e["tid"])] = e["args"]["name"]
+    return events, names
+
+
+def main(path):
+    events, names = load(path)
     spans = [e for e in events if e.get("ph") == "X"]
     if not spans:
         sys.exit(f"{path}: no events")
