@@ -18,8 +18,22 @@
 // on a skipped step). The gradient factor c (clip_grad_norm's clip / scale) is
 // applied to each gradient as it is read, g <- G(double(g) c), so no separate pass
 // over the gradients.
+//
+// Two further update kernels (issue 19, an A/B behind PRECIS_AB_ADAMW, optim/cuda/adamw.h) do
+// the same math per element with the same rounding bits, for the slots without a master copy:
+//   wide  8 elements a thread and step (16-byte loads of 16-bit arrays, two Philox draws), with
+//         streaming hints (ld.global.cs / st.global.cs: every byte is touched once);
+//   pipe  wide, with step k + 1's loads issued into a second set of registers before step k's
+//         math and stores, so a thread's loads are in flight while it computes.
+// Why (bench/NOTES.md has the figures): the old kernel's loads of step k + 1 wait for its
+// stores of step k (the compiler keeps them in order through possibly aliasing pointers), so
+// each warp alternates between waiting on memory and computing (Philox, div, sqrt), and the
+// bytes in flight per SM fall short of what HBM needs to run at full rate.
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <map>
+#include <string>
 #include <tuple>
 
 #include "core/cuda/launch.cuh"
@@ -160,19 +174,173 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__
   }
 }
 
+constexpr int kWide = 8;       // elements per thread and step of the wide kernels: two Philox draws
+constexpr int kWideSteps = 8;  // steps per thread in a block
+constexpr int64_t kWideChunk = int64_t{kThreads} * kWide * kWideSteps;  // elements per block
+
+// kWide consecutive values of T, moved as 16-byte accesses (each array 16-byte aligned), with
+// kStreaming as streaming ones (ld.global.cs / st.global.cs: evict first).
+template <typename T>
+struct alignas(16) Wide {
+  static constexpr int kWords = static_cast<int>(sizeof(T)) * kWide / 16;
+  T v[kWide];
+};
+
+template <bool kStreaming, typename T>
+__device__ __forceinline__ void load_wide(Wide<T>& out, const T* p) {
+#pragma unroll
+  for (int w = 0; w < Wide<T>::kWords; ++w) {
+    const uint4* from = reinterpret_cast<const uint4*>(p) + w;
+    reinterpret_cast<uint4*>(out.v)[w] = kStreaming ? __ldcs(from) : *from;
+  }
+}
+
+template <bool kStreaming, typename T>
+__device__ __forceinline__ void store_wide(T* p, const Wide<T>& x) {
+#pragma unroll
+  for (int w = 0; w < Wide<T>::kWords; ++w) {
+    uint4* to = reinterpret_cast<uint4*>(p) + w;
+    const uint4 word = reinterpret_cast<const uint4*>(x.v)[w];
+    if constexpr (kStreaming)
+      __stcs(to, word);
+    else
+      *to = word;
+  }
+}
+
+// One thread's step: elements [i, i + kWide) of a slot.
+template <typename P, typename G, typename C>
+struct AdamWTile {
+  Wide<P> p;
+  Wide<G> g;
+  Wide<C> m, v;
+};
+
+template <bool kStreaming, typename P, typename G, typename C>
+__device__ __forceinline__ void load_tile(AdamWTile<P, G, C>& tile, const AdamWSlot<P, G, C>& t, int64_t i) {
+  load_wide<kStreaming>(tile.p, t.param + i);
+  load_wide<kStreaming>(tile.g, t.grad + i);
+  load_wide<kStreaming>(tile.m, t.m + i);
+  load_wide<kStreaming>(tile.v, t.v + i);
+}
+
+// The rounding words of elements i .. i + 7 (i a multiple of 4): the draws of i / 4 and
+// i / 4 + 1, the ones the old kernel makes for the two halves.
+struct RoundingWords {
+  Philox4 half[2];
+};
+
+__device__ __forceinline__ RoundingWords rounding_words(bool stochastic, int64_t i, bool both, uint32_t index,
+                                                        uint64_t step, uint64_t seed) {
+  RoundingWords r{};
+  if (stochastic) {
+    r.half[0] = rounding_bits(i / 4, index, step, seed);
+    if (both) r.half[1] = rounding_bits(i / 4 + 1, index, step, seed);
+  }
+  return r;
+}
+
+// Updates a loaded tile at i and stores it.
+template <bool kStreaming, typename P, typename G, typename C>
+__device__ __forceinline__ void update_tile(AdamWTile<P, G, C>& tile, const AdamWSlot<P, G, C>& t, int64_t i,
+                                            bool stochastic, double factor, bool in_f32, C decay,
+                                            const AdamWConstants<C>& c) {
+  const RoundingWords bits = rounding_words(stochastic, i, true, t.index, c.step, c.seed);
+#pragma unroll
+  for (int k = 0; k < kWide; ++k) {
+    const C updated = adamw_element(convert_to<C>(tile.p.v[k]), scaled_gradient<C>(tile.g.v[k], factor, in_f32),
+                                    tile.m.v[k], tile.v.v[k], decay, c);
+    tile.p.v[k] = store_param<P>(updated, stochastic, bits.half[k / 4].x[k % 4]);
+  }
+  store_wide<kStreaming>(t.param + i, tile.p);
+  store_wide<kStreaming>(t.m + i, tile.m);
+  store_wide<kStreaming>(t.v + i, tile.v);
+}
+
+// Elements [i, end) (fewer than kWide, or an array not 16-byte aligned) one at a time.
+template <typename P, typename G, typename C>
+__device__ __forceinline__ void update_elements(const AdamWSlot<P, G, C>& t, int64_t i, int64_t end, bool stochastic,
+                                                double factor, bool in_f32, C decay, const AdamWConstants<C>& c) {
+  const RoundingWords bits = rounding_words(stochastic, i, i + 4 < end, t.index, c.step, c.seed);
+#pragma unroll
+  for (int k = 0; k < kWide; ++k) {
+    const int64_t j = i + k;
+    if (j < end) {
+      const C updated =
+          adamw_element(convert_to<C>(t.param[j]), scaled_gradient<C>(t.grad[j], factor, in_f32), t.m[j], t.v[j],
+                        decay, c);
+      t.param[j] = store_param<P>(updated, stochastic, bits.half[k / 4].x[k % 4]);
+    }
+  }
+}
+
+// adamw_kernel's update, kWide elements a thread and step, for slots without a master copy;
+// block b takes elements [chunk * kWideChunk, + kWideChunk) of its tensor. With kPipelined,
+// step k + 1's tile is loaded before step k's is updated and stored; with kStreaming, the
+// tiles move with streaming hints.
+template <typename P, typename G, typename C, bool kPipelined, bool kStreaming>
+__global__ void __launch_bounds__(kThreads) adamw_wide_kernel(const __grid_constant__ AdamWBatch<P, G, C> batch,
+                                                              const AdamWConstants<C> host,
+                                                              const AdamWDeviceStep* device) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
+  if (device->base.skip) return;
+  const int s = tensor_of_block(batch.first_block, batch.count, blockIdx.x);
+  const AdamWSlot<P, G, C>& t = batch.slot[s];
+  AdamWConstants<C> c = host;
+  c.step_size = static_cast<C>(device->step_size);
+  c.inv_sqrt_bias2 = static_cast<C>(device->inv_sqrt_bias2);
+  c.step = device->base.step;
+  const double factor = device->base.grad_factor;
+  const bool in_f32 = device->base.grad_in_f32;
+  const C decay = static_cast<C>(__dsub_rn(1.0, __dmul_rn(device->base.lr, t.weight_decay)));
+  const bool stochastic = std::is_same_v<P, __nv_bfloat16> && c.stochastic;
+  const int64_t start = (blockIdx.x - batch.first_block[s]) * kWideChunk;
+  const int64_t end = start + kWideChunk < t.n ? start + kWideChunk : t.n;
+  constexpr int64_t kStride = int64_t{kThreads} * kWide;
+  int64_t i = start + threadIdx.x * kWide;
+  AdamWTile<P, G, C> tile;
+  if (kPipelined && t.vectorized && i + kWide <= end) load_tile<kStreaming>(tile, t, i);
+  for (; i < end; i += kStride) {
+    const bool whole = t.vectorized && i + kWide <= end;
+    if constexpr (kPipelined) {
+      AdamWTile<P, G, C> next;
+      if (t.vectorized && i + kStride + kWide <= end) load_tile<kStreaming>(next, t, i + kStride);
+      if (whole)
+        update_tile<kStreaming>(tile, t, i, stochastic, factor, in_f32, decay, c);
+      else
+        update_elements(t, i, end < i + kWide ? end : i + kWide, stochastic, factor, in_f32, decay, c);
+      tile = next;
+    } else {
+      if (whole) {
+        load_tile<kStreaming>(tile, t, i);
+        update_tile<kStreaming>(tile, t, i, stochastic, factor, in_f32, decay, c);
+      } else {
+        update_elements(t, i, end < i + kWide ? end : i + kWide, stochastic, factor, in_f32, decay, c);
+      }
+    }
+  }
+}
+
 template <typename T>
 bool vec_aligned(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % (sizeof(T) * kVec) == 0;
 }
 
+bool wide_aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 // Updates `params` (one device; parameter type P, gradient type G) kAdamWBatch at a time,
-// with the step's numbers at `device` (made by adamw_prepare_kernel).
+// with the step's numbers at `device` (made by adamw_prepare_kernel), by `kernel`'s update
+// kernel; the old one where a parameter has a master copy.
 template <typename P, typename G>
 void adamw_launch(const std::vector<const AdamWTensors*>& params, const AdamWHyper& hyper,
-                  const AdamWDeviceStep* device) {
+                  const AdamWDeviceStep* device, AdamWKernel kernel) {
   using C = compute_t<P>;
   const char* op = "AdamW";
   cudaStream_t stream = stream_for(params.front()->param);
+  for (const AdamWTensors* a : params)
+    if (a->master.defined()) kernel = AdamWKernel::old;
+  const int64_t chunk = kernel == AdamWKernel::old ? kChunk : kWideChunk;
   AdamWConstants<C> c{};  // step_size, inv_sqrt_bias2 and step come from `device`
   c.b1 = static_cast<C>(hyper.beta1);
   c.b2 = static_cast<C>(hyper.beta2);
@@ -193,50 +361,89 @@ void adamw_launch(const std::vector<const AdamWTensors*>& params, const AdamWHyp
       slot.n = a.param.numel();
       slot.weight_decay = a.weight_decay;
       slot.index = static_cast<uint32_t>(a.index);
-      slot.vectorized = vec_aligned<P>(slot.param) && vec_aligned<G>(slot.grad) && vec_aligned<C>(slot.m) &&
-                        vec_aligned<C>(slot.v) && (!slot.master || vec_aligned<float>(slot.master));
-      batch.first_block[s + 1] = batch.first_block[s] + (slot.n + kChunk - 1) / kChunk;
+      if (kernel == AdamWKernel::old)
+        slot.vectorized = vec_aligned<P>(slot.param) && vec_aligned<G>(slot.grad) && vec_aligned<C>(slot.m) &&
+                          vec_aligned<C>(slot.v) && (!slot.master || vec_aligned<float>(slot.master));
+      else
+        slot.vectorized =
+            wide_aligned(slot.param) && wide_aligned(slot.grad) && wide_aligned(slot.m) && wide_aligned(slot.v);
+      batch.first_block[s + 1] = batch.first_block[s] + (slot.n + chunk - 1) / chunk;
     }
     const int64_t blocks = batch.first_block[batch.count];
     if (blocks == 0) continue;
     PRECIS_CHECK(blocks <= INT32_MAX, op, ": ", blocks, " blocks in one launch");
-    precis::cuda::launch(adamw_kernel<P, G, C>, static_cast<unsigned>(blocks), kThreads, 0, stream, batch, c, device);
+    const unsigned grid = static_cast<unsigned>(blocks);
+    if (kernel == AdamWKernel::wide)
+      precis::cuda::launch(adamw_wide_kernel<P, G, C, false, true>, grid, kThreads, 0, stream, batch, c, device);
+    else if (kernel == AdamWKernel::wide_plain)
+      precis::cuda::launch(adamw_wide_kernel<P, G, C, false, false>, grid, kThreads, 0, stream, batch, c, device);
+    else if (kernel == AdamWKernel::pipe)
+      precis::cuda::launch(adamw_wide_kernel<P, G, C, true, true>, grid, kThreads, 0, stream, batch, c, device);
+    else
+      precis::cuda::launch(adamw_kernel<P, G, C>, grid, kThreads, 0, stream, batch, c, device);
     PRECIS_CUDA_CHECK_LAUNCH(op);
   }
 }
 
 // One launch sequence per (device, parameter dtype, gradient dtype), in parameter order.
 void launch_all(const std::vector<AdamWTensors>& params, const AdamWHyper& step, const AdamWDeviceStep* device_step) {
+  const AdamWKernel kernel = adamw_update_kernel();
   std::map<std::tuple<int, DType, DType>, std::vector<const AdamWTensors*>> groups;
   for (const AdamWTensors& a : params) groups[{a.param.device().index, a.param.dtype(), a.grad.dtype()}].push_back(&a);
   for (const auto& [key, group] : groups) {
     const auto [device, param, grad] = key;
     if (param == DType::f32 && grad == DType::f32)
-      adamw_launch<float, float>(group, step, device_step);
+      adamw_launch<float, float>(group, step, device_step, kernel);
     else if (param == DType::f64 && grad == DType::f64)
-      adamw_launch<double, double>(group, step, device_step);
+      adamw_launch<double, double>(group, step, device_step, kernel);
     else if (param == DType::f32 && grad == DType::bf16)
-      adamw_launch<float, __nv_bfloat16>(group, step, device_step);
+      adamw_launch<float, __nv_bfloat16>(group, step, device_step, kernel);
     else if (param == DType::f32 && grad == DType::f16)
-      adamw_launch<float, __half>(group, step, device_step);
+      adamw_launch<float, __half>(group, step, device_step, kernel);
     else if (param == DType::f16 && grad == DType::f32)
-      adamw_launch<__half, float>(group, step, device_step);
+      adamw_launch<__half, float>(group, step, device_step, kernel);
     else if (param == DType::f16 && grad == DType::f16)
-      adamw_launch<__half, __half>(group, step, device_step);
+      adamw_launch<__half, __half>(group, step, device_step, kernel);
     else if (param == DType::f16 && grad == DType::bf16)
-      adamw_launch<__half, __nv_bfloat16>(group, step, device_step);
+      adamw_launch<__half, __nv_bfloat16>(group, step, device_step, kernel);
     else if (param == DType::bf16 && grad == DType::f32)
-      adamw_launch<__nv_bfloat16, float>(group, step, device_step);
+      adamw_launch<__nv_bfloat16, float>(group, step, device_step, kernel);
     else if (param == DType::bf16 && grad == DType::bf16)
-      adamw_launch<__nv_bfloat16, __nv_bfloat16>(group, step, device_step);
+      adamw_launch<__nv_bfloat16, __nv_bfloat16>(group, step, device_step, kernel);
     else if (param == DType::bf16 && grad == DType::f16)
-      adamw_launch<__nv_bfloat16, __half>(group, step, device_step);
+      adamw_launch<__nv_bfloat16, __half>(group, step, device_step, kernel);
     else
       PRECIS_FAIL("AdamW: no CUDA kernel for ", param, " parameters with ", grad, " gradients");
   }
 }
 
+std::atomic<int> g_adamw_kernel{-1};  // an AdamWKernel, or -1 until read from the environment
+
 }  // namespace
+
+void set_adamw_update_kernel(AdamWKernel kernel) { g_adamw_kernel = static_cast<int>(kernel); }
+
+AdamWKernel adamw_update_kernel() {
+  int kernel = g_adamw_kernel.load(std::memory_order_relaxed);
+  if (kernel < 0) {
+    const char* setting = std::getenv("PRECIS_AB_ADAMW");
+    const std::string name = setting != nullptr ? setting : "";
+    AdamWKernel chosen = AdamWKernel::pipe;
+    if (name == "old")
+      chosen = AdamWKernel::old;
+    else if (name == "wide")
+      chosen = AdamWKernel::wide;
+    else if (name == "wide_plain")
+      chosen = AdamWKernel::wide_plain;
+    else
+      PRECIS_CHECK(name.empty() || name == "pipe", "PRECIS_AB_ADAMW: expected old, wide, wide_plain or pipe, got '",
+                   name, "'");
+    int unset = -1;
+    g_adamw_kernel.compare_exchange_strong(unset, static_cast<int>(chosen));
+    kernel = g_adamw_kernel.load();
+  }
+  return static_cast<AdamWKernel>(kernel);
+}
 
 void adamw_step(const std::vector<AdamWTensors>& params, const AdamWHyper& hyper, const DeviceStepInputs& inputs) {
   const char* op = "AdamW";
