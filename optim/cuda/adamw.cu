@@ -19,16 +19,17 @@
 // applied to each gradient as it is read, g <- G(double(g) c), so no separate pass
 // over the gradients.
 //
-// Two further update kernels (issue 19, an A/B behind PRECIS_AB_ADAMW, optim/cuda/adamw.h) do
-// the same math per element with the same rounding bits, for the slots without a master copy:
-//   wide  8 elements a thread and step (16-byte loads of 16-bit arrays, two Philox draws), with
-//         streaming hints (ld.global.cs / st.global.cs: every byte is touched once);
-//   pipe  wide, with step k + 1's loads issued into a second set of registers before step k's
-//         math and stores, so a thread's loads are in flight while it computes.
-// Why (bench/NOTES.md has the figures): the old kernel's loads of step k + 1 wait for its
-// stores of step k (the compiler keeps them in order through possibly aliasing pointers), so
-// each warp alternates between waiting on memory and computing (Philox, div, sqrt), and the
-// bytes in flight per SM fall short of what HBM needs to run at full rate.
+// Three further update kernels (issue 19, an A/B behind PRECIS_AB_ADAMW, optim/cuda/adamw.h)
+// do the same math per element with the same rounding bits, for the slots without a master copy:
+//   wide        8 elements a thread and step: 16-byte loads and stores of every array (the old
+//               kernel's vector path stores element by element: 12 stores of 2 or 4 bytes a
+//               thread and step, each warp's touching every sector of its span in part), two
+//               Philox draws, streaming hints (ld.global.cs / st.global.cs: each byte is
+//               touched once);
+//   wide_plain  wide without the hints;
+//   pipe        wide, with step k + 1's loads issued into a second set of registers before step
+//               k's math and stores, so a thread's loads are in flight while it computes.
+// Why, and the instructions each executes an element: bench/NOTES.md.
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -266,9 +267,8 @@ __device__ __forceinline__ void update_elements(const AdamWSlot<P, G, C>& t, int
   for (int k = 0; k < kWide; ++k) {
     const int64_t j = i + k;
     if (j < end) {
-      const C updated =
-          adamw_element(convert_to<C>(t.param[j]), scaled_gradient<C>(t.grad[j], factor, in_f32), t.m[j], t.v[j],
-                        decay, c);
+      const C updated = adamw_element(convert_to<C>(t.param[j]), scaled_gradient<C>(t.grad[j], factor, in_f32), t.m[j],
+                                      t.v[j], decay, c);
       t.param[j] = store_param<P>(updated, stochastic, bits.half[k / 4].x[k % 4]);
     }
   }
@@ -279,9 +279,9 @@ __device__ __forceinline__ void update_elements(const AdamWSlot<P, G, C>& t, int
 // step k + 1's tile is loaded before step k's is updated and stored; with kStreaming, the
 // tiles move with streaming hints.
 template <typename P, typename G, typename C, bool kPipelined, bool kStreaming>
-__global__ void __launch_bounds__(kThreads) adamw_wide_kernel(const __grid_constant__ AdamWBatch<P, G, C> batch,
-                                                              const AdamWConstants<C> host,
-                                                              const AdamWDeviceStep* device) {
+__global__ void __launch_bounds__(kThreads)
+    adamw_wide_kernel(const __grid_constant__ AdamWBatch<P, G, C> batch, const AdamWConstants<C> host,
+                      const AdamWDeviceStep* device) {
   precis::cuda::wait_for_previous_grid();
   precis::cuda::allow_next_grid_to_start();
   if (device->base.skip) return;
@@ -428,15 +428,15 @@ AdamWKernel adamw_update_kernel() {
   if (kernel < 0) {
     const char* setting = std::getenv("PRECIS_AB_ADAMW");
     const std::string name = setting != nullptr ? setting : "";
-    AdamWKernel chosen = AdamWKernel::pipe;
+    AdamWKernel chosen = AdamWKernel::wide;
     if (name == "old")
       chosen = AdamWKernel::old;
-    else if (name == "wide")
-      chosen = AdamWKernel::wide;
+    else if (name == "pipe")
+      chosen = AdamWKernel::pipe;
     else if (name == "wide_plain")
       chosen = AdamWKernel::wide_plain;
     else
-      PRECIS_CHECK(name.empty() || name == "pipe", "PRECIS_AB_ADAMW: expected old, wide, wide_plain or pipe, got '",
+      PRECIS_CHECK(name.empty() || name == "wide", "PRECIS_AB_ADAMW: expected old, wide, wide_plain or pipe, got '",
                    name, "'");
     int unset = -1;
     g_adamw_kernel.compare_exchange_strong(unset, static_cast<int>(chosen));

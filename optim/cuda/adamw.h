@@ -44,11 +44,11 @@ struct AdamWHyper {
 void adamw_step(const std::vector<AdamWTensors>& params, const AdamWHyper& hyper, const DeviceStepInputs& inputs);
 
 // A temporary A/B (issue 19): the update kernel adamw_step launches. old: one thread 4 elements
-// a step; wide: 8, with 16-byte streaming loads and stores; wide_plain: wide without the
-// streaming hints; pipe: wide with the next step's loads issued before this step's math and
-// stores (optim/cuda/adamw.cu). The same bits from each; parameters with master weights always
-// take old. Until set, the environment's PRECIS_AB_ADAMW=old|wide|wide_plain|pipe (read once);
-// pipe by default.
+// a step, stored element by element; wide: 8, with 16-byte streaming loads and stores;
+// wide_plain: wide without the streaming hints; pipe: wide with the next step's loads issued
+// before this step's math and stores (optim/cuda/adamw.cu). The same bits from each; parameters
+// with master weights always take old. Until set, the environment's
+// PRECIS_AB_ADAMW=old|wide|wide_plain|pipe (read once); wide by default.
 enum class AdamWKernel { old, wide, wide_plain, pipe };
 void set_adamw_update_kernel(AdamWKernel kernel);
 AdamWKernel adamw_update_kernel();

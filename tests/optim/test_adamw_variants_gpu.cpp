@@ -164,9 +164,10 @@ void expect_same_bits(const Result& got, const Result& want, const char* kernel)
     int64_t first = 0;
     while (first < static_cast<int64_t>(x.size()) && x[first] == y[first]) ++first;
     ADD_FAILURE() << kernel << ": array " << i << " (" << a.numel() << " elements) differs from old's, first at "
-                  << first << (first < static_cast<int64_t>(x.size())
-                                   ? ": " + std::to_string(x[first]) + " against " + std::to_string(y[first])
-                                   : std::string(" (a bit the doubles hide)"));
+                  << first
+                  << (first < static_cast<int64_t>(x.size())
+                          ? ": " + std::to_string(x[first]) + " against " + std::to_string(y[first])
+                          : std::string(" (a bit the doubles hide)"));
   }
 }
 
