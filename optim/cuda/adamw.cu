@@ -28,7 +28,9 @@
 //               touched once);
 //   wide_plain  wide without the hints;
 //   pipe        wide, with step k + 1's loads issued into a second set of registers before step
-//               k's math and stores, so a thread's loads are in flight while it computes.
+//               k's math and stores, so a thread's loads are in flight while it computes;
+//   wide_grid   wide in a grid of the resident blocks only, each looping over its chunks (no
+//               tail wave, one start-up a block).
 // Why, and the instructions each executes an element: bench/NOTES.md.
 #include <algorithm>
 #include <atomic>
@@ -275,51 +277,71 @@ __device__ __forceinline__ void update_elements(const AdamWSlot<P, G, C>& t, int
 }
 
 // adamw_kernel's update, kWide elements a thread and step, for slots without a master copy;
-// block b takes elements [chunk * kWideChunk, + kWideChunk) of its tensor. With kPipelined,
-// step k + 1's tile is loaded before step k's is updated and stored; with kStreaming, the
-// tiles move with streaming hints.
-template <typename P, typename G, typename C, bool kPipelined, bool kStreaming>
+// chunk b of the launch is elements [(b - first_block[s]) * kWideChunk, + kWideChunk) of its
+// tensor s; block x takes chunk x, or with kGridStride chunks x, x + gridDim.x, ... (a grid of
+// the resident blocks). With kPipelined, step k + 1's tile is loaded before step k's is
+// updated and stored; with kStreaming, the tiles move with streaming hints.
+template <typename P, typename G, typename C, bool kPipelined, bool kStreaming, bool kGridStride = false>
 __global__ void __launch_bounds__(kThreads)
     adamw_wide_kernel(const __grid_constant__ AdamWBatch<P, G, C> batch, const AdamWConstants<C> host,
                       const AdamWDeviceStep* device) {
   precis::cuda::wait_for_previous_grid();
   precis::cuda::allow_next_grid_to_start();
   if (device->base.skip) return;
-  const int s = tensor_of_block(batch.first_block, batch.count, blockIdx.x);
-  const AdamWSlot<P, G, C>& t = batch.slot[s];
   AdamWConstants<C> c = host;
   c.step_size = static_cast<C>(device->step_size);
   c.inv_sqrt_bias2 = static_cast<C>(device->inv_sqrt_bias2);
   c.step = device->base.step;
   const double factor = device->base.grad_factor;
   const bool in_f32 = device->base.grad_in_f32;
-  const C decay = static_cast<C>(__dsub_rn(1.0, __dmul_rn(device->base.lr, t.weight_decay)));
+  const double lr = device->base.lr;
   const bool stochastic = std::is_same_v<P, __nv_bfloat16> && c.stochastic;
-  const int64_t start = (blockIdx.x - batch.first_block[s]) * kWideChunk;
-  const int64_t end = start + kWideChunk < t.n ? start + kWideChunk : t.n;
-  constexpr int64_t kStride = int64_t{kThreads} * kWide;
-  int64_t i = start + threadIdx.x * kWide;
-  AdamWTile<P, G, C> tile;
-  if (kPipelined && t.vectorized && i + kWide <= end) load_tile<kStreaming>(tile, t, i);
-  for (; i < end; i += kStride) {
-    const bool whole = t.vectorized && i + kWide <= end;
-    if constexpr (kPipelined) {
-      AdamWTile<P, G, C> next;
-      if (t.vectorized && i + kStride + kWide <= end) load_tile<kStreaming>(next, t, i + kStride);
-      if (whole)
-        update_tile<kStreaming>(tile, t, i, stochastic, factor, in_f32, decay, c);
-      else
-        update_elements(t, i, end < i + kWide ? end : i + kWide, stochastic, factor, in_f32, decay, c);
-      tile = next;
-    } else {
-      if (whole) {
-        load_tile<kStreaming>(tile, t, i);
-        update_tile<kStreaming>(tile, t, i, stochastic, factor, in_f32, decay, c);
+  const auto update_chunk = [&](int64_t chunk) {
+    const int s = tensor_of_block(batch.first_block, batch.count, chunk);
+    const AdamWSlot<P, G, C>& t = batch.slot[s];
+    const C decay = static_cast<C>(__dsub_rn(1.0, __dmul_rn(lr, t.weight_decay)));
+    const int64_t start = (chunk - batch.first_block[s]) * kWideChunk;
+    const int64_t end = start + kWideChunk < t.n ? start + kWideChunk : t.n;
+    constexpr int64_t kStride = int64_t{kThreads} * kWide;
+    int64_t i = start + threadIdx.x * kWide;
+    AdamWTile<P, G, C> tile;
+    if (kPipelined && t.vectorized && i + kWide <= end) load_tile<kStreaming>(tile, t, i);
+    for (; i < end; i += kStride) {
+      const bool whole = t.vectorized && i + kWide <= end;
+      if constexpr (kPipelined) {
+        AdamWTile<P, G, C> next;
+        if (t.vectorized && i + kStride + kWide <= end) load_tile<kStreaming>(next, t, i + kStride);
+        if (whole)
+          update_tile<kStreaming>(tile, t, i, stochastic, factor, in_f32, decay, c);
+        else
+          update_elements(t, i, end < i + kWide ? end : i + kWide, stochastic, factor, in_f32, decay, c);
+        tile = next;
       } else {
-        update_elements(t, i, end < i + kWide ? end : i + kWide, stochastic, factor, in_f32, decay, c);
+        if (whole) {
+          load_tile<kStreaming>(tile, t, i);
+          update_tile<kStreaming>(tile, t, i, stochastic, factor, in_f32, decay, c);
+        } else {
+          update_elements(t, i, end < i + kWide ? end : i + kWide, stochastic, factor, in_f32, decay, c);
+        }
       }
     }
+  };
+  if constexpr (kGridStride) {
+    for (int64_t chunk = blockIdx.x; chunk < batch.first_block[batch.count]; chunk += gridDim.x) update_chunk(chunk);
+  } else {
+    update_chunk(blockIdx.x);
   }
+}
+
+// The blocks of `kernel` (kThreads each) resident on the current device at once: a grid of
+// that many takes every chunk in a single wave, each block looping over its share.
+template <typename Kernel>
+int64_t resident_blocks(Kernel kernel, const char* op) {
+  int device = 0, sms = 0, per_sm = 0;
+  PRECIS_CUDA_CHECK(cudaGetDevice(&device), op);
+  PRECIS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), op);
+  PRECIS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0), op);
+  return int64_t{std::max(per_sm, 1)} * sms;
 }
 
 template <typename T>
@@ -375,6 +397,11 @@ void adamw_launch(const std::vector<const AdamWTensors*>& params, const AdamWHyp
     const unsigned grid = static_cast<unsigned>(blocks);
     if (kernel == AdamWKernel::wide)
       precis::cuda::launch(adamw_wide_kernel<P, G, C, false, true>, grid, kThreads, 0, stream, batch, c, device);
+    else if (kernel == AdamWKernel::wide_grid)
+      precis::cuda::launch(
+          adamw_wide_kernel<P, G, C, false, true, true>,
+          static_cast<unsigned>(std::min(blocks, resident_blocks(adamw_wide_kernel<P, G, C, false, true, true>, op))),
+          kThreads, 0, stream, batch, c, device);
     else if (kernel == AdamWKernel::wide_plain)
       precis::cuda::launch(adamw_wide_kernel<P, G, C, false, false>, grid, kThreads, 0, stream, batch, c, device);
     else if (kernel == AdamWKernel::pipe)
@@ -435,9 +462,11 @@ AdamWKernel adamw_update_kernel() {
       chosen = AdamWKernel::pipe;
     else if (name == "wide_plain")
       chosen = AdamWKernel::wide_plain;
+    else if (name == "wide_grid")
+      chosen = AdamWKernel::wide_grid;
     else
-      PRECIS_CHECK(name.empty() || name == "wide", "PRECIS_AB_ADAMW: expected old, wide, wide_plain or pipe, got '",
-                   name, "'");
+      PRECIS_CHECK(name.empty() || name == "wide",
+                   "PRECIS_AB_ADAMW: expected old, wide, wide_plain, wide_grid or pipe, got '", name, "'");
     int unset = -1;
     g_adamw_kernel.compare_exchange_strong(unset, static_cast<int>(chosen));
     kernel = g_adamw_kernel.load();

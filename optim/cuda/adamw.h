@@ -46,10 +46,11 @@ void adamw_step(const std::vector<AdamWTensors>& params, const AdamWHyper& hyper
 // A temporary A/B (issue 19): the update kernel adamw_step launches. old: one thread 4 elements
 // a step, stored element by element; wide: 8, with 16-byte streaming loads and stores;
 // wide_plain: wide without the streaming hints; pipe: wide with the next step's loads issued
-// before this step's math and stores (optim/cuda/adamw.cu). The same bits from each; parameters
-// with master weights always take old. Until set, the environment's
-// PRECIS_AB_ADAMW=old|wide|wide_plain|pipe (read once); wide by default.
-enum class AdamWKernel { old, wide, wide_plain, pipe };
+// before this step's math and stores; wide_grid: wide in a grid of the resident blocks, each
+// looping over its chunks (optim/cuda/adamw.cu). The same bits from each; parameters with
+// master weights always take old. Until set, the environment's
+// PRECIS_AB_ADAMW=old|wide|wide_plain|wide_grid|pipe (read once); wide by default.
+enum class AdamWKernel { old, wide, wide_plain, wide_grid, pipe };
 void set_adamw_update_kernel(AdamWKernel kernel);
 AdamWKernel adamw_update_kernel();
 

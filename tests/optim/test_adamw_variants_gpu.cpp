@@ -1,10 +1,11 @@
 // The GPU AdamW's update kernels (optim/cuda/adamw.h's AdamWKernel, the A/B of issue 19:
-// old, wide, wide_plain, pipe) against each other: every kernel must leave the same bits in the
-// parameters and both moments as the old one, over several steps of
+// old, wide, wide_plain, wide_grid, pipe) against each other: every kernel must leave the same
+// bits in the parameters and both moments as the old one, over several steps of
 //  - bf16 parameters, bf16 gradients, f32 moments, stochastic rounding (GPT-2's), with sizes
 //    1, 3, 4, 4097, 8193 and 100003 (tails shorter than a thread's 4 or 8 elements, blocks
-//    past the first), and views 1 and 4 elements into a larger buffer (not 16-byte aligned:
-//    the wide kernels go element by element there, the old one too or 4 at a time);
+//    past the first), views 1 and 4 elements into a larger buffer (not 16-byte aligned: the
+//    wide kernels go element by element there, the old one too or 4 at a time), and one of
+//    12000003 (more chunks than an H100 holds blocks at once: wide_grid's blocks loop);
 //  - the same with a gradient factor (clip_grad_norm's) and with the scaled gradients rounded to
 //    f32, a skipped step in the middle (nothing may change), and weight decay on some tensors;
 //  - bf16 parameters with f32 gradients and nearest rounding, f32/f32, f16/f16, f64/f64;
@@ -53,6 +54,8 @@ const char* kernel_name(AdamWKernel k) {
       return "wide";
     case AdamWKernel::wide_plain:
       return "wide_plain";
+    case AdamWKernel::wide_grid:
+      return "wide_grid";
     default:
       return "pipe";
   }
@@ -175,7 +178,7 @@ void expect_all_kernels_agree(const Case& c, double factor, bool in_f32) {
   const std::vector<Param> initial = make_params(c, 100);
   const Result old = run(AdamWKernel::old, initial, c, factor, in_f32);
   ASSERT_EQ(old.arrays.back().item<int64_t>(), 3) << "the skipped step does not count";
-  for (AdamWKernel k : {AdamWKernel::wide, AdamWKernel::wide_plain, AdamWKernel::pipe}) {
+  for (AdamWKernel k : {AdamWKernel::wide, AdamWKernel::wide_plain, AdamWKernel::wide_grid, AdamWKernel::pipe}) {
     SCOPED_TRACE(kernel_name(k));
     expect_same_bits(run(k, initial, c, factor, in_f32), old, kernel_name(k));
   }
@@ -183,6 +186,11 @@ void expect_all_kernels_agree(const Case& c, double factor, bool in_f32) {
 
 const std::vector<int64_t> kSizes = {1, 3, 4, 4097, 8193, 100003, 4100, 4100};
 const std::vector<int64_t> kOffsets = {0, 0, 0, 0, 0, 0, 1, 4};  // the last two not 16-byte aligned
+// With one more: 733 chunks of 16384, more than the 132 SMs x 4 blocks resident at once.
+std::vector<int64_t> with_a_large_one(std::vector<int64_t> sizes) {
+  sizes.push_back(12000003);
+  return sizes;
+}
 
 }  // namespace
 #endif
@@ -190,7 +198,7 @@ const std::vector<int64_t> kOffsets = {0, 0, 0, 0, 0, 0, 1, 4};  // the last two
 TEST(AdamWVariantsGpu, Bf16StochasticMatchesTheOldKernelBitForBit) {
   PRECIS_SKIP_WITHOUT_GPU();
 #if PRECIS_WITH_CUDA
-  const Case c{DType::bf16, DType::bf16, false, true, kSizes, kOffsets};
+  const Case c{DType::bf16, DType::bf16, false, true, with_a_large_one(kSizes), kOffsets};
   {
     SCOPED_TRACE("factor 1");
     expect_all_kernels_agree(c, 1.0, false);
@@ -228,7 +236,8 @@ TEST(AdamWVariantsGpu, OtherDtypesMatchTheOldKernelBitForBit) {
 // The switch: set in process, and read from PRECIS_AB_ADAMW until set.
 TEST(AdamWVariantsGpu, TheSwitchIsSetInProcess) {
 #if PRECIS_WITH_CUDA
-  for (AdamWKernel k : {AdamWKernel::old, AdamWKernel::wide, AdamWKernel::wide_plain, AdamWKernel::pipe}) {
+  for (AdamWKernel k :
+       {AdamWKernel::old, AdamWKernel::wide, AdamWKernel::wide_plain, AdamWKernel::wide_grid, AdamWKernel::pipe}) {
     KernelScope scope(k);
     EXPECT_EQ(optim::cuda::adamw_update_kernel(), k);
   }
@@ -269,7 +278,8 @@ TEST(AdamWVariantsGpu, TimesAtGpt2Size) {
   cudaEvent_t start, stop;
   ASSERT_EQ(cudaEventCreate(&start), cudaSuccess);
   ASSERT_EQ(cudaEventCreate(&stop), cudaSuccess);
-  for (AdamWKernel k : {AdamWKernel::old, AdamWKernel::wide, AdamWKernel::wide_plain, AdamWKernel::pipe}) {
+  for (AdamWKernel k :
+       {AdamWKernel::old, AdamWKernel::wide, AdamWKernel::wide_plain, AdamWKernel::wide_grid, AdamWKernel::pipe}) {
     KernelScope scope(k);
     for (int i = 0; i < 3; ++i) optim::cuda::adamw_step(tensors, hyper, inputs);
     float best = 1e30f;
