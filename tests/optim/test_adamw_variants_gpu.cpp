@@ -75,14 +75,16 @@ struct KernelScope {
 struct Param {
   Tensor param, grad, m, v, master;
   double weight_decay = 0;
+  int64_t offset = 0;
 };
 
-Tensor on_gpu(const Tensor& host, int64_t offset) {
-  if (offset == 0) return host.to(kGpu);
-  const int64_t n = host.numel();
-  Tensor buffer = zeros({n + offset}, host.dtype(), kGpu);
+// A new GPU copy of `values` (host or GPU), `offset` elements into its buffer.
+Tensor on_gpu(const Tensor& values, int64_t offset) {
+  if (offset == 0) return values.is_cuda() ? values.clone() : values.to(kGpu);
+  const int64_t n = values.numel();
+  Tensor buffer = zeros({n + offset}, values.dtype(), kGpu);
   Tensor view = buffer.narrow(0, offset, n);
-  copy_(view, host.to(kGpu));
+  copy_(view, values.is_cuda() ? values : values.to(kGpu));
   return view;
 }
 
@@ -106,6 +108,7 @@ std::vector<Param> make_params(const Case& c, uint64_t seed) {
     p.v = on_gpu(random_f64({n}, seed + 10 * k + 3, 0, 0.01).to(moment), offset);
     if (c.master) p.master = on_gpu(p.param.to(DType::f32).to(Device::cpu()), offset);
     p.weight_decay = k % 2 == 0 ? 0.1 : 0.0;
+    p.offset = offset;
     params.push_back(p);
   }
   return params;
@@ -122,13 +125,11 @@ Result run(AdamWKernel k, const std::vector<Param>& initial, const Case& c, doub
   KernelScope scope(k);
   std::vector<Param> params;
   for (const Param& p : initial) {
-    Param q;
-    q.param = p.param.clone();
-    q.grad = p.grad;
-    q.m = p.m.clone();
-    q.v = p.v.clone();
-    if (p.master.defined()) q.master = p.master.clone();
-    q.weight_decay = p.weight_decay;
+    Param q = p;  // the gradient is shared: no step writes it
+    q.param = on_gpu(p.param, p.offset);
+    q.m = on_gpu(p.m, p.offset);
+    q.v = on_gpu(p.v, p.offset);
+    if (p.master.defined()) q.master = on_gpu(p.master, p.offset);
     params.push_back(q);
   }
   std::vector<optim::cuda::AdamWTensors> tensors;
