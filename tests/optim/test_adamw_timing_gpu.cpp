@@ -2,11 +2,16 @@
 // 124,475,904 bf16 parameters in its 148 tensors, bf16 gradients, f32 moments, stochastic
 // rounding and a gradient factor, as the bf16-pure step runs it. In the traced training step
 // the same launch took ~1.34 ms; alone, on constant data, ~0.98 ms (bench/NOTES.md, ninth
-// session, item 4). This prints the time alone on random data, back to back and after a 30 ms
-// GPU hold (the kernel then starts on an idle memory system, as after the backward), as
-//   adamw <case> <ms> ms <TB/s> TB/s
+// session, item 4). This times it alone on random data in three memory layouts:
+//   separate   every tensor its own allocation;
+//   flat       parameters and gradients views of two flat buffers at 64-byte slot boundaries
+//              (nn::FlatParameters' layout in the trainer), the moments separate (AdamW's state);
+//   all-flat   the moments flat too;
+// each back to back and after a 30 ms GPU hold (the kernel then starts on an idle memory
+// system, as after the backward), printed as
+//   adamw <layout> <back-to-back|after-hold> <ms> ms <TB/s> TB/s
 // at 22 bytes an element (param 2 + grad 2 + m 4 + v 4 read, param 2 + m 4 + v 4 written), and
-// checks that a step moved the parameters. Skipped, with the reason, where no GPU is usable.
+// checks that the steps moved the parameters. Skipped, with the reason, where no GPU is usable.
 #include <gtest/gtest.h>
 
 #include "support/gpu.h"
@@ -19,6 +24,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "core/copy.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/timed_runs.h"
 #include "core/random.h"
@@ -42,23 +48,46 @@ std::vector<int64_t> gpt2_sizes() {
   return sizes;
 }
 
+enum class Layout { separate, flat, all_flat };
+
+const char* layout_name(Layout layout) {
+  return layout == Layout::separate ? "separate" : layout == Layout::flat ? "flat" : "all-flat";
+}
+
+// A [total] buffer's view for each size, each starting at a 64-byte boundary.
+std::vector<Tensor> views_of_one_buffer(const std::vector<int64_t>& sizes, DType dtype) {
+  const int64_t align = 64 / static_cast<int64_t>(element_size(dtype));
+  int64_t total = 0;
+  for (int64_t n : sizes) total += (n + align - 1) / align * align;
+  Tensor buffer = zeros({total}, dtype, kGpu);
+  std::vector<Tensor> views;
+  int64_t offset = 0;
+  for (int64_t n : sizes) {
+    views.push_back(buffer.slice(0, offset, offset + n));
+    offset += (n + align - 1) / align * align;
+  }
+  return views;
+}
+
+std::vector<Tensor> tensors_of(const std::vector<int64_t>& sizes, DType dtype, bool flat) {
+  if (flat) return views_of_one_buffer(sizes, dtype);
+  std::vector<Tensor> tensors;
+  for (int64_t n : sizes) tensors.push_back(zeros({n}, dtype, kGpu));
+  return tensors;
+}
+
 }  // namespace
 
 TEST(AdamWTimingGpu, TimesAtGpt2Size) {
   PRECIS_SKIP_WITHOUT_GPU();
-  Generator generator(7);
-  std::vector<optim::cuda::AdamWTensors> tensors;
-  int64_t total = 0;
   const std::vector<int64_t> sizes = gpt2_sizes();
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    const int64_t n = sizes[i];
-    total += n;
-    Tensor param = rand({n}, DType::f32, &generator, -1.0, 1.0).to(kGpu).to(DType::bf16);
-    Tensor grad = rand({n}, DType::f32, &generator, -0.01, 0.01).to(kGpu).to(DType::bf16);
-    tensors.push_back({param, grad, zeros({n}, DType::f32, kGpu), zeros({n}, DType::f32, kGpu), Tensor(),
-                       n >= 768 * 768 ? 0.1 : 0.0, i});
-  }
+  int64_t total = 0;
+  for (int64_t n : sizes) total += n;
   ASSERT_EQ(total, 124475904);
+  // The same random values for every layout (copied in on the GPU).
+  Generator generator(7);
+  const Tensor param_values = rand({total}, DType::f32, &generator, -1.0, 1.0).to(kGpu).to(DType::bf16);
+  const Tensor grad_values = rand({total}, DType::f32, &generator, -0.01, 0.01).to(kGpu).to(DType::bf16);
   const optim::cuda::AdamWHyper hyper{0.9, 0.95, 1e-8, true, 1234};
   Tensor lr = full({}, 6e-4, DType::f64, kGpu), step = zeros({}, DType::i64, kGpu);
   Tensor factor = full({}, 0.5, DType::f64, kGpu), no_skip = full({}, 0.0, DType::f64, kGpu);
@@ -67,41 +96,57 @@ TEST(AdamWTimingGpu, TimesAtGpt2Size) {
   inputs.step = step.data<int64_t>();
   inputs.grad_factor = factor.data<double>();
   inputs.skip = no_skip.data<double>();
-  const Tensor before = tensors[2].param.to(DType::f32).to(Device::cpu());
   const cudaStream_t stream = cuda::compute_stream(kGpu);
-  auto report = [&](const char* name, float ms) {
-    std::printf("adamw %s %.3f ms %.3f TB/s\n", name, ms, 22.0 * static_cast<double>(total) / (ms * 1e-3) / 1e12);
-    std::fflush(stdout);
-  };
-  const float back_to_back =
-      cuda::fastest_run_ms(stream, 10, "adamw timing", [&] { optim::cuda::adamw_step(tensors, hyper, inputs); });
-  report("back-to-back", back_to_back);
-  // The best of 5 steps, each after 30 ms of a GPU hold (nothing moving through memory).
   cudaEvent_t start, stop;
   ASSERT_EQ(cudaEventCreate(&start), cudaSuccess);
   ASSERT_EQ(cudaEventCreate(&stop), cudaSuccess);
-  float after_hold = 1e30f;
-  for (int i = 0; i < 5; ++i) {
-    cuda::hold_stream(stream, 30000.0, "adamw timing");
-    ASSERT_EQ(cudaEventRecord(start, stream), cudaSuccess);
-    optim::cuda::adamw_step(tensors, hyper, inputs);
-    ASSERT_EQ(cudaEventRecord(stop, stream), cudaSuccess);
-    ASSERT_EQ(cudaEventSynchronize(stop), cudaSuccess);
-    float ms = 0;
-    ASSERT_EQ(cudaEventElapsedTime(&ms, start, stop), cudaSuccess);
-    after_hold = std::min(after_hold, ms);
+  for (Layout layout : {Layout::separate, Layout::flat, Layout::all_flat}) {
+    std::vector<optim::cuda::AdamWTensors> tensors;
+    {
+      const bool flat = layout != Layout::separate;
+      const std::vector<Tensor> params = tensors_of(sizes, DType::bf16, flat);
+      const std::vector<Tensor> grads = tensors_of(sizes, DType::bf16, flat);
+      const std::vector<Tensor> m = tensors_of(sizes, DType::f32, layout == Layout::all_flat);
+      const std::vector<Tensor> v = tensors_of(sizes, DType::f32, layout == Layout::all_flat);
+      int64_t offset = 0;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        const int64_t n = sizes[i];
+        copy_(params[i], param_values.slice(0, offset, offset + n));
+        copy_(grads[i], grad_values.slice(0, offset, offset + n));
+        offset += n;
+        tensors.push_back({params[i], grads[i], m[i], v[i], Tensor(), n >= 768 * 768 ? 0.1 : 0.0, i});
+      }
+    }
+    const Tensor before = tensors[2].param.to(DType::f32).to(Device::cpu());
+    auto report = [&](const char* when, float ms) {
+      std::printf("adamw %s %s %.3f ms %.3f TB/s\n", layout_name(layout), when, ms,
+                  22.0 * static_cast<double>(total) / (ms * 1e-3) / 1e12);
+      std::fflush(stdout);
+    };
+    report("back-to-back",
+           cuda::fastest_run_ms(stream, 10, "adamw timing", [&] { optim::cuda::adamw_step(tensors, hyper, inputs); }));
+    float after_hold = 1e30f;  // the best of 5 steps, each after 30 ms of a GPU hold
+    for (int i = 0; i < 5; ++i) {
+      cuda::hold_stream(stream, 30000.0, "adamw timing");
+      ASSERT_EQ(cudaEventRecord(start, stream), cudaSuccess);
+      optim::cuda::adamw_step(tensors, hyper, inputs);
+      ASSERT_EQ(cudaEventRecord(stop, stream), cudaSuccess);
+      ASSERT_EQ(cudaEventSynchronize(stop), cudaSuccess);
+      float ms = 0;
+      ASSERT_EQ(cudaEventElapsedTime(&ms, start, stop), cudaSuccess);
+      after_hold = std::min(after_hold, ms);
+    }
+    report("after-hold", after_hold);
+    // The steps moved the weights (a kernel that returned early would time fast and do nothing).
+    const Tensor after = tensors[2].param.to(DType::f32).to(Device::cpu());
+    const float* b = before.data<float>();
+    const float* a = after.data<float>();
+    int64_t moved = 0;
+    for (int64_t i = 0; i < before.numel(); ++i) moved += a[i] != b[i];
+    EXPECT_GT(moved, before.numel() / 2) << layout_name(layout);
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  report("after-hold", after_hold);
-  // The steps moved the weights (a kernel that returned early would time fast and do nothing).
-  const Tensor after = tensors[2].param.to(DType::f32).to(Device::cpu());
-  const float* b = before.data<float>();
-  const float* a = after.data<float>();
-  int64_t moved = 0;
-  for (int64_t i = 0; i < before.numel(); ++i) moved += a[i] != b[i];
-  EXPECT_GT(moved, before.numel() / 2);
-  EXPECT_GT(back_to_back, 0.0f);
 }
 
 #else
