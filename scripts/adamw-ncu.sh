@@ -2,8 +2,8 @@
 # Why AdamW runs ~1.34 ms inside GPT-2's step and ~0.98 ms alone (bench/NOTES.md, ninth session,
 # item 4): the timing test alone (random data in three memory layouts, back to back and after an
 # idle GPU), then Nsight Compute on one AdamW launch of that test and on one launch inside an
-# eager training step, with the same sections, and one table: duration, DRAM throughput and bytes, L2 hit rate, achieved
-# occupancy, SM clock. Same numbers in both rows: the step's context (heat, power, the kernels
+# eager training step, with the same sections, and one table: duration, DRAM throughput and
+# bytes, L2 hit rate, achieved occupancy, SM clock. Same numbers in both rows: the step's context (heat, power, the kernels
 # before it) costs the difference; different bytes or hit rates: the step's buffers do.
 # Builds nothing: run it after building precis_cli and optim_test_adamw_timing_gpu.
 #   BUILD=build dir (default build-gpu)   OUT=folder for the reports (default $OUT or /tmp/adamw-ncu)
