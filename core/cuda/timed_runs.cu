@@ -1,8 +1,6 @@
 // core/cuda/timed_runs.h's stream hold: one GPU thread that waits on the GPU's global timer
 // (nanoseconds), sleeping a microsecond between looks, until the hold has passed.
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "core/cuda/launch.cuh"
 #include "core/cuda/runtime.h"
@@ -29,14 +27,6 @@ __global__ void hold_kernel(uint64_t nanoseconds) {
 void hold_stream(cudaStream_t stream, double microseconds, const char* op) {
   launch(hold_kernel, dim3(1), dim3(1), 0, stream, static_cast<uint64_t>(microseconds * 1000.0));
   PRECIS_CUDA_CHECK_LAUNCH(op);
-}
-
-bool hold_stream_for_timing() {
-  static const bool hold = [] {
-    const char* old = std::getenv("PRECIS_AB_OLD_TIMING");
-    return old == nullptr || std::strcmp(old, "1") != 0;
-  }();
-  return hold;
 }
 
 }  // namespace precis::cuda

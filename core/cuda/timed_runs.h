@@ -26,10 +26,6 @@ namespace precis::cuda {
 // Keeps `stream` busy for `microseconds` (one GPU thread waiting on the GPU's clock).
 void hold_stream(cudaStream_t stream, double microseconds, const char* op);
 
-// Whether timing holds the stream (the default). PRECIS_AB_OLD_TIMING=1 (read once) times each
-// run right after a host wait, as before, for A/B comparisons on a GPU.
-bool hold_stream_for_timing();
-
 // The longest hold: a first run that compiled or loaded something took long on the host, and
 // timing should not wait on that much longer again (later runs then count some host time).
 inline constexpr double kMaxHoldMicroseconds = 2000.0;
@@ -57,17 +53,6 @@ float fastest_run_ms(cudaStream_t stream, int runs, const char* op, Work&& work)
   work();
   const double enqueue_us =
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - enqueue_start).count();
-  float best = std::numeric_limits<float>::infinity();
-  if (!hold_stream_for_timing()) {
-    for (int r = 0; r < runs; ++r) {
-      PRECIS_CUDA_CHECK(cudaEventRecord(e[0], stream), op);
-      work();
-      PRECIS_CUDA_CHECK(cudaEventRecord(e[1], stream), op);
-      PRECIS_CUDA_CHECK(cudaEventSynchronize(e[1]), op);
-      best = std::min(best, elapsed_ms(0));
-    }
-    return best;
-  }
   PRECIS_CUDA_CHECK(cudaStreamSynchronize(stream), op);
   // Twice the warm-up's enqueue time for each run, and 50 us for the events and the hold's launch.
   hold_stream(stream, std::min(kMaxHoldMicroseconds, 2.0 * runs * enqueue_us + 50.0), op);
@@ -77,6 +62,7 @@ float fastest_run_ms(cudaStream_t stream, int runs, const char* op, Work&& work)
     PRECIS_CUDA_CHECK(cudaEventRecord(e[r + 1], stream), op);
   }
   PRECIS_CUDA_CHECK(cudaEventSynchronize(e[runs]), op);
+  float best = std::numeric_limits<float>::infinity();
   for (int r = 0; r < runs; ++r) best = std::min(best, elapsed_ms(r));
   return best;
 }
