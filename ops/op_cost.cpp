@@ -118,10 +118,11 @@ OpWork pool(int64_t in, int64_t out, int64_t window, bool max, DType dtype) {
   return {{o * w + o, i * s + o * s}, {o * w, o * s + i * s}};
 }
 
-OpCost adamw(int64_t n, DType param_dtype, bool master) {
+OpCost adamw(int64_t n, DType param_dtype, DType grad_dtype, bool master) {
   const double e = d(n);
-  double bytes = e * (2 * size(param_dtype) + kF32 + 4 * kF32);
-  if (master) bytes += 2 * e * kF32;
+  const double moment = param_dtype == DType::f64 ? 8 : kF32;
+  double bytes = e * (size(grad_dtype) + 4 * moment + 2 * size(param_dtype));
+  if (master) bytes += e * (2 * kF32 - size(param_dtype));  // the master read in p's place, and written
   return {16 * e, bytes};
 }
 
@@ -130,7 +131,7 @@ OpCost sgd(int64_t n, DType param_dtype, DType grad_dtype, bool momentum, bool m
   const double state = param_dtype == DType::f64 ? 8 : kF32;
   double bytes = e * (2 * size(param_dtype) + size(grad_dtype));
   if (momentum) bytes += 2 * e * state;
-  if (master) bytes += 2 * e * kF32;
+  if (master) bytes += e * (2 * kF32 - size(param_dtype));  // the master read in p's place, and written
   return {6 * e, bytes};
 }
 

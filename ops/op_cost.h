@@ -124,16 +124,17 @@ OpWork batch_norm(int64_t n, int64_t C, DType dtype, bool relu);
 // average spreads dy / window over the window (out window; read dy, write dx).
 OpWork pool(int64_t in, int64_t out, int64_t window, bool max, DType dtype);
 
-// One AdamW step on n parameters (param_dtype), f32 gradients and moments, an f32 master
-// copy when the parameters are lower precision (`master`). Per element: m update (3), v update
-// (4), bias corrections (2), sqrt + eps + divide (3), decoupled weight decay (2), the update
-// (2): 16 FLOPs. Bytes: read p (or master), g, m, v; write p, m, v (and master).
-OpCost adamw(int64_t n, DType param_dtype, bool master);
+// One AdamW step on n parameters (param_dtype) with grad_dtype gradients, f32 moments (f64 for
+// f64 parameters), an f32 master copy when the parameters are lower precision (`master`). Per
+// element: m update (3), v update (4), bias corrections (2), sqrt + eps + divide (3), decoupled
+// weight decay (2), the update (2): 16 FLOPs. Bytes: read g, m, v and p (or, with a master
+// copy, the master in its place); write p, m, v (and the master).
+OpCost adamw(int64_t n, DType param_dtype, DType grad_dtype, bool master);
 
 // One SGD step on n parameters (param_dtype) with grad_dtype gradients, an f32 (f64 for f64
 // parameters) momentum buffer when `momentum`, an f32 master copy when `master`. Per element:
 // weight decay (2), momentum (2), the update (2): 6 FLOPs. Bytes: read g; read and write p
-// (or the master and p), the momentum buffer.
+// (with a master copy: read and write the master, write p), the momentum buffer.
 OpCost sgd(int64_t n, DType param_dtype, DType grad_dtype, bool momentum, bool master);
 
 }  // namespace precis::ops::cost

@@ -79,8 +79,9 @@ void AdamW::step(const StepInputs& inputs) {
       [&] {
         int64_t n = 0;
         for (const cuda::AdamWTensors& a : params) n += a.param.numel();
-        return OpWork{ops::cost::adamw(n, params.empty() ? DType::f32 : params[0].param.dtype(),
-                                       !params.empty() && params[0].master.defined()),
+        return OpWork{params.empty() ? OpCost{}
+                                     : ops::cost::adamw(n, params[0].param.dtype(), params[0].grad.dtype(),
+                                                        params[0].master.defined()),
                       {}};
       },
       OpPass::step);

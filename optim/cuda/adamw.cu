@@ -7,8 +7,9 @@
 // x is the parameter, or for f16/bf16 parameters the f32 master copy when there is
 // one (else the widened parameter); the parameter then gets x rounded to nearest
 // even, or for bf16 stochastically.
-// Bytes per element: param, grad, m, v read and param, m, v written, plus the
-// master read and written when there is one (f32 parameters: 28 bytes).
+// Bytes per element: param (or, when there is one, the master copy), grad, m, v
+// read and param, m, v written, plus the master written (f32 parameters: 28 bytes;
+// bf16 with a master copy: 28, as llm.c's kernel).
 //
 // The step reads its numbers from device memory instead of kernel arguments: a
 // one-thread kernel advances the step count t (unless the loss scaler flagged the
@@ -132,7 +133,8 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__
     const bool stochastic = std::is_same_v<P, __nv_bfloat16> && c.stochastic;
     const Philox4 bits = stochastic ? rounding_bits(i / 4, t.index, c.step, c.seed) : Philox4{};
     if (t.vectorized && i + kVec <= end) {
-      Vec<P> p = *reinterpret_cast<const Vec<P>*>(t.param + i);
+      Vec<P> p;  // read only where it is x: with a master copy it is only written
+      if (!t.master) p = *reinterpret_cast<const Vec<P>*>(t.param + i);
       const Vec<G> g = *reinterpret_cast<const Vec<G>*>(t.grad + i);
       Vec<C> m = *reinterpret_cast<const Vec<C>*>(t.m + i);
       Vec<C> v = *reinterpret_cast<const Vec<C>*>(t.v + i);

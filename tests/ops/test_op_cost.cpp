@@ -106,15 +106,19 @@ TEST(OpCost, ElementwiseEmbeddingConvNormPoolAndAdamW) {
   OpWork mp = cost::pool(16, 4, 4, true, DType::f32);
   EXPECT_DOUBLE_EQ(mp.forward.flops, 16);
   EXPECT_DOUBLE_EQ(mp.forward.bytes, 16 * 4.0 + 4 * 4.0 + 4 * 4.0);
-  // AdamW on 1000 bf16 parameters with f32 master weights: 16 FLOPs each.
-  OpCost adam = cost::adamw(1000, DType::bf16, true);
+  // AdamW on 1000 bf16 parameters with bf16 gradients and f32 master weights, 16 FLOPs each:
+  // g read (2 B), m and v read and written (16 B), the master read and written (8 B), p written
+  // (2 B): 28 B, as llm.c's kernel moves.
+  OpCost adam = cost::adamw(1000, DType::bf16, DType::bf16, true);
   EXPECT_DOUBLE_EQ(adam.flops, 16000);
-  EXPECT_DOUBLE_EQ(adam.bytes, 1000 * (2 * 2 + 4 + 16 + 8.0));
-  // SGD with momentum on 1000 bf16 parameters, f32 gradients and master weights: p read and
-  // written (2 x 2 B), g read (4 B), the momentum buffer and the master read and written (4 x 4 B).
+  EXPECT_DOUBLE_EQ(adam.bytes, 1000 * (2 + 16 + 8 + 2.0));
+  // Without a master copy, f32: p read and written, g read, m and v read and written, 4 B each.
+  EXPECT_DOUBLE_EQ(cost::adamw(10, DType::f32, DType::f32, false).bytes, 10 * 7 * 4.0);
+  // SGD with momentum on 1000 bf16 parameters, f32 gradients and master weights: p written
+  // (2 B), g read (4 B), the momentum buffer and the master read and written (4 x 4 B).
   OpCost sgd = cost::sgd(1000, DType::bf16, DType::f32, true, true);
   EXPECT_DOUBLE_EQ(sgd.flops, 6000);
-  EXPECT_DOUBLE_EQ(sgd.bytes, 1000 * (2 * 2 + 4 + 8 + 8.0));
+  EXPECT_DOUBLE_EQ(sgd.bytes, 1000 * (2 + 4 + 8 + 8.0));
   // Plain f64 SGD without momentum: p read and written, g read, 8 B each.
   EXPECT_DOUBLE_EQ(cost::sgd(10, DType::f64, DType::f64, false, false).bytes, 10 * 3 * 8.0);
 }

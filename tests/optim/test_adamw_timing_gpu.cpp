@@ -1,17 +1,19 @@
 // How fast the GPU AdamW runs alone at GPT-2 124M's size (issue 19): one step over its
 // 124,475,904 bf16 parameters in its 148 tensors, bf16 gradients, f32 moments, stochastic
 // rounding and a gradient factor, as the bf16-pure step runs it. In the traced training step
-// the same launch took ~1.34 ms; alone, on constant data, ~0.98 ms (bench/NOTES.md, ninth
-// session, item 4). This times it alone on random data in three memory layouts:
+// the same launch took ~1.34 ms; alone, without the step's f32 master copy, ~0.98 ms
+// (bench/NOTES.md, ninth and tenth sessions: the master's bytes were the difference). This
+// times it alone on random data in four memory layouts:
 //   separate   every tensor its own allocation;
 //   flat       parameters and gradients views of two flat buffers at 64-byte slot boundaries
 //              (nn::FlatParameters' layout in the trainer), the moments separate (AdamW's state);
 //   all-flat   the moments flat too;
+//   master     flat, with an f32 master copy (flat too), as the trainer's bf16-pure step;
 // each back to back and after a 30 ms GPU hold (the kernel then starts on an idle memory
 // system, as after the backward), printed as
 //   adamw <layout> <back-to-back|after-hold> <ms> ms <TB/s> TB/s
-// at 22 bytes an element (param 2 + grad 2 + m 4 + v 4 read, param 2 + m 4 + v 4 written), and
-// checks that the steps moved the parameters. Skipped, with the reason, where no GPU is usable.
+// at ops::cost::adamw's bytes (22 an element, 28 with the master), and checks that the steps
+// moved the parameters. Skipped, with the reason, where no GPU is usable.
 #include <gtest/gtest.h>
 
 #include "support/gpu.h"
@@ -29,6 +31,7 @@
 #include "core/cuda/timed_runs.h"
 #include "core/random.h"
 #include "core/tensor.h"
+#include "ops/op_cost.h"
 #include "optim/cuda/adamw.h"
 
 using namespace precis;
@@ -48,10 +51,20 @@ std::vector<int64_t> gpt2_sizes() {
   return sizes;
 }
 
-enum class Layout { separate, flat, all_flat };
+enum class Layout { separate, flat, all_flat, master };
 
 const char* layout_name(Layout layout) {
-  return layout == Layout::separate ? "separate" : layout == Layout::flat ? "flat" : "all-flat";
+  switch (layout) {
+    case Layout::separate:
+      return "separate";
+    case Layout::flat:
+      return "flat";
+    case Layout::all_flat:
+      return "all-flat";
+    case Layout::master:
+      return "master";
+  }
+  return "?";
 }
 
 // A [total] buffer's view for each size, each starting at a 64-byte boundary.
@@ -100,27 +113,31 @@ TEST(AdamWTimingGpu, TimesAtGpt2Size) {
   cudaEvent_t start, stop;
   ASSERT_EQ(cudaEventCreate(&start), cudaSuccess);
   ASSERT_EQ(cudaEventCreate(&stop), cudaSuccess);
-  for (Layout layout : {Layout::separate, Layout::flat, Layout::all_flat}) {
+  for (Layout layout : {Layout::separate, Layout::flat, Layout::all_flat, Layout::master}) {
     std::vector<optim::cuda::AdamWTensors> tensors;
     {
       const bool flat = layout != Layout::separate;
       const std::vector<Tensor> params = tensors_of(sizes, DType::bf16, flat);
       const std::vector<Tensor> grads = tensors_of(sizes, DType::bf16, flat);
-      const std::vector<Tensor> m = tensors_of(sizes, DType::f32, layout == Layout::all_flat);
-      const std::vector<Tensor> v = tensors_of(sizes, DType::f32, layout == Layout::all_flat);
+      const bool flat_state = layout == Layout::all_flat || layout == Layout::master;
+      const std::vector<Tensor> m = tensors_of(sizes, DType::f32, flat_state);
+      const std::vector<Tensor> v = tensors_of(sizes, DType::f32, flat_state);
+      const std::vector<Tensor> master =
+          layout == Layout::master ? tensors_of(sizes, DType::f32, true) : std::vector<Tensor>(sizes.size());
       int64_t offset = 0;
       for (size_t i = 0; i < sizes.size(); ++i) {
         const int64_t n = sizes[i];
         copy_(params[i], param_values.slice(0, offset, offset + n));
         copy_(grads[i], grad_values.slice(0, offset, offset + n));
+        if (master[i].defined()) copy_(master[i], params[i]);
         offset += n;
-        tensors.push_back({params[i], grads[i], m[i], v[i], Tensor(), n >= 768 * 768 ? 0.1 : 0.0, i});
+        tensors.push_back({params[i], grads[i], m[i], v[i], master[i], n >= 768 * 768 ? 0.1 : 0.0, i});
       }
     }
     const Tensor before = tensors[2].param.to(DType::f32).to(Device::cpu());
     auto report = [&](const char* when, float ms) {
       std::printf("adamw %s %s %.3f ms %.3f TB/s\n", layout_name(layout), when, ms,
-                  22.0 * static_cast<double>(total) / (ms * 1e-3) / 1e12);
+                  ops::cost::adamw(total, DType::bf16, DType::bf16, layout == Layout::master).bytes / (ms * 1e-3) / 1e12);
       std::fflush(stdout);
     };
     report("back-to-back",
