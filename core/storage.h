@@ -12,6 +12,11 @@ class Storage {
  public:
   Storage(size_t nbytes, Allocator& allocator)
       : nbytes_(nbytes), allocator_(&allocator), data_(nbytes ? allocator.allocate(nbytes) : nullptr) {}
+  // From an allocator whose life is not the program's (the process-wide ones above are):
+  // the storage shares its ownership, so it frees its bytes before the allocator goes.
+  Storage(size_t nbytes, std::shared_ptr<Allocator> allocator) : Storage(nbytes, *allocator) {
+    owner_ = std::move(allocator);
+  }
   ~Storage() {
     if (data_) allocator_->deallocate(data_, nbytes_);
   }
@@ -26,6 +31,7 @@ class Storage {
   size_t nbytes_;
   Allocator* allocator_;
   void* data_;
+  std::shared_ptr<Allocator> owner_;  // set by the second constructor; destroyed after the free above
 };
 
 }  // namespace precis

@@ -81,14 +81,30 @@ void Tensor::register_grad_ready_hook(GradReadyHook hook) const {
 
 // ---------------------------------------------------------------- factories
 
-Tensor empty(const Shape& shape, DType dtype, Device device) {
-  for (int64_t s : shape) PRECIS_CHECK(s >= 0, "empty: negative size in shape ", shape);
+namespace {
+
+// A contiguous [shape] tensor of dtype over all of `storage`.
+Tensor contiguous_over(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype) {
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(shape_numel(shape) * element_size(dtype), allocator_for(device));
+  impl->storage = std::move(storage);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
   return Tensor(std::move(impl));
+}
+
+}  // namespace
+
+Tensor empty(const Shape& shape, DType dtype, Device device) {
+  for (int64_t s : shape) PRECIS_CHECK(s >= 0, "empty: negative size in shape ", shape);
+  return contiguous_over(std::make_shared<Storage>(shape_numel(shape) * element_size(dtype), allocator_for(device)),
+                         shape, dtype);
+}
+
+Tensor empty_from(std::shared_ptr<Allocator> allocator, const Shape& shape, DType dtype) {
+  for (int64_t s : shape) PRECIS_CHECK(s >= 0, "empty_from: negative size in shape ", shape);
+  return contiguous_over(std::make_shared<Storage>(shape_numel(shape) * element_size(dtype), std::move(allocator)),
+                         shape, dtype);
 }
 
 Tensor full(const Shape& shape, double value, DType dtype, Device device) {

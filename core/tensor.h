@@ -125,6 +125,10 @@ class Tensor {
 
 // ---- factories. Random ones draw from a Philox generator (core/random.h).
 Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+// An uninitialized contiguous tensor in memory from `allocator` (on its device), which the
+// tensor's storage keeps alive: memory of a kind the device's own allocator does not give
+// (distributed/cuda/registered_memory.h: buffers NCCL reads and writes in place).
+Tensor empty_from(std::shared_ptr<Allocator> allocator, const Shape& shape, DType dtype);
 Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
 Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
 Tensor full(const Shape& shape, double value, DType dtype = DType::f32, Device device = Device::cpu());

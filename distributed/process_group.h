@@ -54,6 +54,13 @@ class ProcessGroup {
   virtual Device device() const = 0;
   // "mpi" or "nccl".
   virtual std::string backend_name() const = 0;
+  // Where to allocate a buffer that collectives use step after step (ZeRO-1's flat
+  // parameter buffer, all-gathered every step): the NCCL backend's memory registered with
+  // its communicator, which NCCL reads and writes in place (distributed/cuda/
+  // registered_memory.h; it makes the communicator, collectively, if it is not made yet,
+  // so every rank calls it at the same point); null where the device's own memory serves
+  // as well (MPI).
+  virtual std::shared_ptr<Allocator> registered_allocator() { return nullptr; }
 
   // tensor <- op over ranks of tensor (in place); timed as phase "comm" of `profiler` if given.
   virtual std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op, Profiler* profiler = nullptr) = 0;

@@ -87,7 +87,8 @@ DType flat_grad_dtype(DType param_dtype, std::optional<DType> grad_dtype) {
 }
 
 std::shared_ptr<FlatParameters> flatten_parameters(Module& model, Device device, std::optional<DType> param_dtype,
-                                                   int64_t shards, std::optional<DType> grad_dtype) {
+                                                   int64_t shards, std::optional<DType> grad_dtype,
+                                                   std::shared_ptr<Allocator> data_allocator) {
   PRECIS_CHECK(!param_dtype || is_floating(*param_dtype),
                "flatten_parameters: param_dtype must be a floating dtype, got ", *param_dtype);
   PRECIS_CHECK(shards >= 1, "flatten_parameters: shards must be >= 1, got ", shards);
@@ -114,7 +115,14 @@ std::shared_ptr<FlatParameters> flatten_parameters(Module& model, Device device,
     const DType b_grad_dtype = flat_grad_dtype(b.dtype, grad_dtype);
     const int64_t multiple = shards * flat_alignment_elements(b.dtype, b_grad_dtype);
     const int64_t total = (last.offset + last.numel + multiple - 1) / multiple * multiple;
-    b.data = zeros({total}, b.dtype, device);
+    if (data_allocator) {
+      PRECIS_CHECK(data_allocator->device() == device, "flatten_parameters: the data allocator gives memory on ",
+                   data_allocator->device(), ", not on ", device);
+      b.data = empty_from(data_allocator, {total}, b.dtype);
+      fill_(b.data, 0.0);  // the padding stays zero
+    } else {
+      b.data = zeros({total}, b.dtype, device);
+    }
     b.grad = zeros({total}, b_grad_dtype, device);
     for (const FlatSlot& s : b.slots) {
       const Shape strides = slot_strides(s.param);

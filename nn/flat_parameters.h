@@ -77,7 +77,7 @@ class FlatParameters {
 
  private:
   friend std::shared_ptr<FlatParameters> flatten_parameters(Module&, Device, std::optional<DType>, int64_t,
-                                                            std::optional<DType>);
+                                                            std::optional<DType>, std::shared_ptr<Allocator>);
   std::vector<FlatBuffer> buffers_;
   Device device_;
 };
@@ -104,8 +104,12 @@ void to_channels_last(Module& model);
 
 // `param_dtype` must be floating; non-floating parameters keep their dtype. `shards` >= 1.
 // `grad_dtype`: the gradient buffer's dtype for f16/bf16 parameters (flat_grad_dtype).
+// `data_allocator`, where given, allocates the parameter buffers (ProcessGroup::
+// registered_allocator: memory the collectives that fill them read and write in place);
+// else the device's own memory.
 std::shared_ptr<FlatParameters> flatten_parameters(Module& model, Device device = Device::cpu(),
                                                    std::optional<DType> param_dtype = std::nullopt, int64_t shards = 1,
-                                                   std::optional<DType> grad_dtype = std::nullopt);
+                                                   std::optional<DType> grad_dtype = std::nullopt,
+                                                   std::shared_ptr<Allocator> data_allocator = nullptr);
 
 }  // namespace precis::nn

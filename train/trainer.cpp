@@ -166,7 +166,10 @@ void Trainer::setup_model() {
   if (policy_.param_dtype != DType::f32) param_dtype = policy_.param_dtype;
   // ZeRO-1 pads every flat buffer into world_size equal shards (distributed/zero.h).
   const bool zero = group_ && config_.distributed.zero == 1;
-  flat_ = nn::flatten_parameters(model(), device_, param_dtype, zero ? world_size_ : 1, policy_.grad_dtype);
+  // ZeRO-1 all-gathers the parameter buffers every step: in memory NCCL writes in place.
+  std::shared_ptr<Allocator> registered = zero ? group_->registered_allocator() : nullptr;
+  flat_ = nn::flatten_parameters(model(), device_, param_dtype, zero ? world_size_ : 1, policy_.grad_dtype, registered);
+  registered_bytes_ = registered ? static_cast<int64_t>(registered->stats().allocated_bytes) : 0;
   if (!config_.init_from.empty()) {
     // Fine-tuning: the weights only; the optimizer, data position and step start fresh.
     const PretrainedSource source = inspect_pretrained(config_.init_from);
@@ -481,7 +484,10 @@ void Trainer::finish_numerics(const std::vector<Tensor>& params_before) {
   for (const Json& row : numerics_.json(step_ + 1, scaler_->scale())) numerics_out_.write(row);
 }
 
-int64_t Trainer::peak_memory_bytes() const { return static_cast<int64_t>(allocator_for(device_).stats().peak_bytes); }
+int64_t Trainer::peak_memory_bytes() const {
+  // The registered buffers live from setup to the end, so they add to every peak.
+  return static_cast<int64_t>(allocator_for(device_).stats().peak_bytes) + registered_bytes_;
+}
 
 double Trainer::evaluate() {
   if (!task_->has_validation()) return std::nan("");
@@ -597,7 +603,7 @@ void Trainer::log_interval(double loss, double grad_norm, double lr, double inte
   r.skipped_steps = scaler_->skipped_steps();
   r.peak_memory_bytes = peak_memory_bytes();
   const AllocatorStats allocator = allocator_for(device_).stats();
-  r.reserved_memory_bytes = static_cast<int64_t>(allocator.reserved_bytes);
+  r.reserved_memory_bytes = static_cast<int64_t>(allocator.reserved_bytes) + registered_bytes_;
   r.system_allocs = static_cast<int64_t>(allocator.num_system_allocs);
   r.system_frees = static_cast<int64_t>(allocator.num_system_frees);
   r.eta_s = r.ms / 1000.0 * static_cast<double>(config_.max_steps - step_);

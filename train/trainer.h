@@ -99,7 +99,8 @@ class Trainer {
   const amp::GradScaler& scaler() const { return *scaler_; }
   // Final validation loss of run() (NaN without validation data).
   double final_val_loss() const { return final_val_loss_; }
-  // Most bytes the device allocator held in tensors at once during run().
+  // Most bytes the device allocator held in tensors at once during run(), plus the buffers in
+  // the process group's registered memory (ZeRO-1 on NCCL).
   int64_t peak_memory_bytes() const;
 
  private:
@@ -155,6 +156,7 @@ class Trainer {
   int rank_ = 0, world_size_ = 1;
   std::unique_ptr<Task> task_;
   std::shared_ptr<nn::FlatParameters> flat_;
+  int64_t registered_bytes_ = 0;  // of flat_'s buffers in the group's registered memory (ZeRO-1 on NCCL)
   std::unique_ptr<optim::Optimizer> optimizer_;
   amp::PrecisionPolicy policy_;
   std::unique_ptr<amp::GradScaler> scaler_;

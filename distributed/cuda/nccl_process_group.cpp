@@ -12,6 +12,7 @@
 #include "core/cuda/runtime.h"
 #include "core/gpu.h"
 #include "distributed/cuda/nccl_check.h"
+#include "distributed/cuda/registered_memory.h"
 #include "distributed/mpi_runtime.h"
 #include "distributed/watchdog.h"
 
@@ -87,7 +88,10 @@ class NcclProcessGroup final : public ProcessGroup {
     // A communicator in error may have collectives that never complete: abort it, not wait.
     // (synchronize() has aborted it already, and cleared comm_, when it timed out.)
     ncclResult_t async = ncclSuccess;
-    if (comm_ && (ncclCommGetAsyncError(comm_, &async) != ncclSuccess || async != ncclSuccess))
+    const bool failed = comm_ && (ncclCommGetAsyncError(comm_, &async) != ncclSuccess || async != ncclSuccess);
+    // The registered buffers may outlive the communicator: from now on they are only memory.
+    if (registered_) registered_->detach(/*deregister=*/comm_ && !failed);
+    if (failed)
       ncclCommAbort(comm_);
     else if (comm_)
       ncclCommDestroy(comm_);
@@ -99,6 +103,11 @@ class NcclProcessGroup final : public ProcessGroup {
   int world_size() const override { return world_size_; }
   Device device() const override { return device_; }
   std::string backend_name() const override { return "nccl"; }
+
+  std::shared_ptr<Allocator> registered_allocator() override {
+    if (!registered_) registered_ = std::make_shared<RegisteredAllocator>(device_, communicator());
+    return registered_;
+  }
 
   std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op, Profiler* profiler) override {
     check_collective_tensor(*this, tensor, "all_reduce");
@@ -172,6 +181,7 @@ class NcclProcessGroup final : public ProcessGroup {
       const auto waited = std::chrono::steady_clock::now() - start;
       if (watchdog_.timeout().count() > 0 && waited > watchdog_.timeout()) {
         // The collectives in flight never finish: abort them, or the process could not exit.
+        if (registered_) registered_->detach(/*deregister=*/false);  // the abort frees what NCCL holds
         ncclCommAbort(comm_);
         comm_ = nullptr;
         aborted_ = true;
@@ -230,8 +240,9 @@ class NcclProcessGroup final : public ProcessGroup {
     if (profiler) profiler->begin("comm", Profiler::Stream::communication);
     collective(comm, stream);
     if (profiler) profiler->end();
-    for (const Tensor& t : tensors)
-      if (t.numel() > 0) cuda::record_stream(t.raw_data(), stream);
+    for (const Tensor& t : tensors)  // (registered memory waits for the device when it is freed)
+      if (t.numel() > 0 && !(registered_ && registered_->owns(t.storage()->data())))
+        cuda::record_stream(t.raw_data(), stream);
     cudaEvent_t done = make_event(op);
     PRECIS_CUDA_CHECK(cudaEventRecord(done, stream), op);
     return std::make_shared<NcclWork>(device_, done, op);
@@ -245,9 +256,10 @@ class NcclProcessGroup final : public ProcessGroup {
   int64_t sequence_ = 0;                   // collectives queued so far (a CUDA graph's replays: not counted)
   const char* last_op_ = "no collective";  // the last one queued
   ncclComm_t comm_ = nullptr;
-  bool aborted_ = false;           // by synchronize()'s timeout
-  cudaEvent_t ready_ = nullptr;    // recorded on the compute stream before each collective
-  cudaEvent_t drained_ = nullptr;  // synchronize()'s: recorded on the compute stream, polled
+  bool aborted_ = false;                             // by synchronize()'s timeout
+  cudaEvent_t ready_ = nullptr;                      // recorded on the compute stream before each collective
+  cudaEvent_t drained_ = nullptr;                    // synchronize()'s: recorded on the compute stream, polled
+  std::shared_ptr<RegisteredAllocator> registered_;  // made by the first registered_allocator()
 };
 
 }  // namespace

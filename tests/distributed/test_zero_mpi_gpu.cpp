@@ -4,7 +4,9 @@
 // trained under ZeRO-1 equals DDP on the same GPUs in f32 and with bf16 parameters
 // (f32 master copies sharded, gradients reduced in bf16), the grad norm's sum over
 // the shards included; the state gathered from the GPUs' shards is DDP's; gradients
-// reduced in bf16/f16, read from the reducer's staging, step as their f32 widening does.
+// reduced in bf16/f16, read from the reducer's staging, step as their f32 widening does;
+// the same with the parameter buffer in memory registered with NCCL (the trainer's), whose
+// buffers may outlive their group.
 #include <gtest/gtest.h>
 
 #include "core/copy.h"
@@ -24,20 +26,27 @@ RunOptions on_gpus(DType dtype, std::optional<DType> reduce_dtype = std::nullopt
 
 }  // namespace
 
+// Every rank's chunk of `gathered` (world x chunk elements) after an in-place all-gather of
+// the rank's own inputs: each rank's exact values.
+void expect_in_place_all_gather(distributed::ProcessGroup& group, Tensor gathered, int64_t chunk) {
+  const int rank = group.rank();
+  fill_(gathered, -99.0);
+  Tensor mine = gathered.slice(0, rank * chunk, (rank + 1) * chunk);
+  copy_(mine, input_tensor(gathered.dtype(), rank, chunk, my_gpu()));
+  group.all_gather(gathered, mine)->wait();
+  std::vector<double> expected;
+  for (int r = 0; r < group.world_size(); ++r)
+    for (double v : input_values(r, chunk)) expected.push_back(v);
+  EXPECT_EQ(gathered.to_vector<double>(), expected) << gathered.dtype();
+}
+
 TEST(NcclZero1, InPlaceAllGatherAndReduceScatterUseThisRanksChunk) {
   SKIP_WITHOUT_A_GPU_PER_RANK();
   distributed::ProcessGroup& group = *nccl_world();
   const int64_t chunk = 29;
   const int world = group.world_size(), rank = group.rank();
   for (DType dtype : {DType::f32, DType::bf16}) {
-    Tensor gathered = full({world * chunk}, -99.0, dtype, my_gpu());
-    Tensor mine = gathered.slice(0, rank * chunk, (rank + 1) * chunk);
-    copy_(mine, input_tensor(dtype, rank, chunk, my_gpu()));
-    group.all_gather(gathered, mine)->wait();
-    std::vector<double> expected;
-    for (int r = 0; r < world; ++r)
-      for (double v : input_values(r, chunk)) expected.push_back(v);
-    EXPECT_EQ(gathered.to_vector<double>(), expected) << dtype;
+    expect_in_place_all_gather(group, empty({world * chunk}, dtype, my_gpu()), chunk);
 
     for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
       Tensor input = input_tensor(dtype, rank, chunk * world, my_gpu());
@@ -48,6 +57,40 @@ TEST(NcclZero1, InPlaceAllGatherAndReduceScatterUseThisRanksChunk) {
           << dtype << " " << distributed::reduce_op_name(op);
     }
   }
+  mpi_barrier();
+}
+
+TEST(NcclZero1, RegisteredMemoryGathersInPlaceAndOutlivesItsGroup) {
+  SKIP_WITHOUT_A_GPU_PER_RANK();
+  // A group of its own (collective: every rank makes it here), destroyed before its buffer.
+  std::shared_ptr<distributed::ProcessGroup> group =
+      distributed::init_process_group(launch(), distributed::Backend::nccl, my_gpu());
+  std::shared_ptr<Allocator> registered = group->registered_allocator();
+  ASSERT_TRUE(registered);
+  EXPECT_EQ(registered->device(), my_gpu());
+  const int64_t chunk = 1 << 20;  // 1 Mi elements a rank: large enough for NCCL's ring
+  Tensor survivor;
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    Tensor gathered = empty_from(registered, {group->world_size() * chunk}, dtype);
+    expect_in_place_all_gather(*group, gathered, chunk);
+    survivor = gathered;
+  }
+  const size_t bytes = static_cast<size_t>(group->world_size() * chunk) * element_size(DType::bf16);
+  EXPECT_EQ(registered->stats().allocated_bytes, bytes);  // the f32 buffer went back
+  group->synchronize();
+  group.reset();        // deregisters the survivor and destroys the communicator
+  survivor = Tensor();  // then only its memory goes back
+  EXPECT_EQ(registered->stats().allocated_bytes, 0u);
+  mpi_barrier();
+}
+
+TEST(NcclZero1, EqualsDdpWithParametersInRegisteredMemory) {
+  SKIP_WITHOUT_A_GPU_PER_RANK();
+  // As EqualsDdpInF32 and EqualsDdpWithBf16ParametersReducedInBf16 below: only the memory differs.
+  RunOptions f32 = on_gpus(DType::f32), bf16 = on_gpus(DType::bf16, DType::bf16);
+  f32.registered_params = bf16.registered_params = true;
+  expect_zero_equals_ddp(f32, 1e-5);
+  expect_zero_equals_ddp(bf16, 2e-2);
   mpi_barrier();
 }
 

@@ -34,6 +34,8 @@ struct RunOptions {
   // place, the reference); round_staged_grads_to_f32 false leaves StepInputs' option off.
   bool widen_staged_grads = false;
   bool round_staged_grads_to_f32 = true;
+  // ZeRO-1's parameter buffer in the group's registered memory, as the trainer has it on NCCL.
+  bool registered_params = false;
 };
 
 // Rows of step `step`'s global batch that this rank takes, on the group's device.
@@ -79,7 +81,8 @@ struct DdpRun {
 // The same model trained under ZeRO-1.
 struct ZeroRun {
   explicit ZeroRun(RunOptions options) : o(std::move(options)), model(o.dtype) {
-    flat = nn::flatten_parameters(model, o.group->device(), std::nullopt, o.group->world_size());
+    flat = nn::flatten_parameters(model, o.group->device(), std::nullopt, o.group->world_size(), std::nullopt,
+                                  o.registered_params ? o.group->registered_allocator() : nullptr);
     distributed::broadcast_parameters(*flat, *o.group);
     reducer = std::make_unique<distributed::Reducer>(
         flat, o.group,

@@ -136,8 +136,9 @@ TEST(AdamWTimingGpu, TimesAtGpt2Size) {
     }
     const Tensor before = tensors[2].param.to(DType::f32).to(Device::cpu());
     auto report = [&](const char* when, float ms) {
-      std::printf("adamw %s %s %.3f ms %.3f TB/s\n", layout_name(layout), when, ms,
-                  ops::cost::adamw(total, DType::bf16, DType::bf16, layout == Layout::master).bytes / (ms * 1e-3) / 1e12);
+      std::printf(
+          "adamw %s %s %.3f ms %.3f TB/s\n", layout_name(layout), when, ms,
+          ops::cost::adamw(total, DType::bf16, DType::bf16, layout == Layout::master).bytes / (ms * 1e-3) / 1e12);
       std::fflush(stdout);
     };
     report("back-to-back",

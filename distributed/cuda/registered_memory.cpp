@@ -1,0 +1,81 @@
+#if PRECIS_WITH_CUDA
+
+#include "distributed/cuda/registered_memory.h"
+
+#include <algorithm>
+
+#include "core/cuda/runtime.h"
+#include "distributed/cuda/nccl_check.h"
+
+namespace precis::distributed {
+
+void* RegisteredAllocator::allocate(size_t nbytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  PRECIS_CHECK(comm_, "registered memory: the NCCL communicator is gone; allocate before destroying the group");
+  cuda::DeviceGuard guard(device_);
+  void* ptr = nullptr;
+  PRECIS_NCCL_CHECK(ncclMemAlloc(&ptr, nbytes), "registered memory: ncclMemAlloc");
+  void* handle = nullptr;
+  const ncclResult_t registered = ncclCommRegister(comm_, ptr, nbytes, &handle);
+  if (registered != ncclSuccess) {
+    ncclMemFree(ptr);
+    PRECIS_NCCL_CHECK(registered, "registered memory: ncclCommRegister");
+  }
+  handles_[ptr] = handle;
+  allocated_ += nbytes;
+  peak_ = std::max(peak_, allocated_);
+  ++allocs_;
+  return ptr;
+}
+
+bool RegisteredAllocator::owns(const void* base) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return handles_.count(base) > 0;
+}
+
+void RegisteredAllocator::deallocate(void* ptr, size_t nbytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  cuda::DeviceGuard guard(device_);
+  cudaDeviceSynchronize();  // no collective or kernel may still use it
+  const auto it = handles_.find(ptr);
+  // No throwing from here (a storage's destructor): a failure leaks the buffer.
+  if (it != handles_.end()) {
+    if (comm_ && it->second) ncclCommDeregister(comm_, it->second);
+    handles_.erase(it);
+  }
+  ncclMemFree(ptr);
+  allocated_ -= nbytes;
+  ++frees_;
+}
+
+AllocatorStats RegisteredAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  AllocatorStats s;
+  s.allocated_bytes = allocated_;
+  s.peak_bytes = peak_;
+  s.reserved_bytes = allocated_;
+  s.num_allocs = allocs_;
+  s.num_system_allocs = allocs_;
+  s.num_system_frees = frees_;
+  return s;
+}
+
+void RegisteredAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  peak_ = allocated_;
+}
+
+void RegisteredAllocator::detach(bool deregister) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!comm_) return;
+  cuda::DeviceGuard guard(device_);
+  for (auto& [ptr, handle] : handles_) {
+    if (deregister && handle) ncclCommDeregister(comm_, handle);
+    handle = nullptr;
+  }
+  comm_ = nullptr;
+}
+
+}  // namespace precis::distributed
+
+#endif  // PRECIS_WITH_CUDA
