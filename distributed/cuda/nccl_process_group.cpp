@@ -5,7 +5,9 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include "core/cuda/caching_allocator.h"
@@ -105,7 +107,12 @@ class NcclProcessGroup final : public ProcessGroup {
   std::string backend_name() const override { return "nccl"; }
 
   std::shared_ptr<Allocator> registered_allocator() override {
-    if (!registered_) registered_ = std::make_shared<RegisteredAllocator>(device_, communicator());
+    // PRECIS_AB_NCCL_WINDOW=1: symmetric windows (registered_memory.h's trial; temporary).
+    static const bool window = [] {
+      const char* v = std::getenv("PRECIS_AB_NCCL_WINDOW");
+      return v != nullptr && std::string(v) == "1";
+    }();
+    if (!registered_) registered_ = std::make_shared<RegisteredAllocator>(device_, communicator(), window);
     return registered_;
   }
 
