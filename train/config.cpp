@@ -427,6 +427,7 @@ std::vector<Field> make_fields(TrainConfig& c) {
       number("distributed.timeout_s", c.distributed.timeout_s, kPositive),
       integer("distributed.zero", c.distributed.zero, zero_rule),
       boolean("distributed.gather_overlap", c.distributed.gather_overlap),
+      boolean("distributed.reduce_overlap", c.distributed.reduce_overlap),
 
       text("task", c.task, one_of({"language_model", "image_classification"})),
       integer("max_steps", c.max_steps, at_least(1)),

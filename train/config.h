@@ -102,6 +102,7 @@ struct DistributedConfig {
   double timeout_s = 300;        // the rendezvous' and every collective's wait before a rank fails (the watchdog)
   int64_t zero = 0;              // 0: plain DDP; 1: ZeRO-1, optimizer state sharded (distributed/zero.h)
   bool gather_overlap = false;   // ZeRO-1: the parameters' all-gather runs behind the next forward
+  bool reduce_overlap = true;    // each bucket's reduction launched when it is ready (false: after the backward)
 };
 
 struct TrainConfig {

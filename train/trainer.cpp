@@ -320,8 +320,10 @@ void Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Tens
   // branch of the graph that joins the step before the optimizer, untimed.
   // The first step of this process times its products (matmul_autotune): its buckets are
   // reduced after the backward, and its parameters gathered before the forward, so no NCCL
-  // kernel skews those timings.
-  const bool overlap_comm = steps_run_ > 0 || !config_.matmul_autotune;
+  // kernel skews those timings. distributed.reduce_overlap=false reduces them after the
+  // backward in every step (the backward then shares no SM with NCCL; with gather_overlap,
+  // several buckets still cut the all-gather into pieces behind the next forward).
+  const bool overlap_comm = (steps_run_ > 0 || !config_.matmul_autotune) && config_.distributed.reduce_overlap;
   if (reducer_) {
     reducer_->set_profiler(profiler);
     reducer_->set_overlap(overlap_comm);

@@ -332,6 +332,8 @@ TEST(Config, DistributedSection) {
   EXPECT_DOUBLE_EQ(config.distributed.timeout_s, 30);
   EXPECT_EQ(parse(kData + "distributed: {zero: 1}\n").distributed.zero, 1);
   EXPECT_FALSE(defaults.distributed.gather_overlap);
+  EXPECT_TRUE(defaults.distributed.reduce_overlap);
+  EXPECT_FALSE(parse(kData + "distributed: {reduce_overlap: false}\n").distributed.reduce_overlap);
   EXPECT_TRUE(parse(kData + "distributed: {zero: 1, gather_overlap: true}\n").distributed.gather_overlap);
 }
 

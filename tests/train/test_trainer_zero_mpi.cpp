@@ -111,6 +111,25 @@ TEST(TrainerZero1, CheckpointResumesUnderZero0Zero1AndInOneProcess) {
   mpi_world().barrier();
 }
 
+// distributed.reduce_overlap=false reduce-scatters every bucket after the backward, with the
+// all-gather behind the next forward (gather_overlap): the values of the default, bit for bit.
+TEST(TrainerZero1, ReducingAfterTheBackwardTrainsBitForBitAsOverlapped) {
+  const auto config = [](const std::string& name, bool reduce_overlap) {
+    train::TrainConfig config = config_of(name, 1, 2, /*accum=*/2, 4);
+    config.distributed.first_bucket_mb = config.distributed.bucket_mb = 0.002;  // several buckets of ~2 KiB
+    config.distributed.gather_overlap = true;
+    config.distributed.reduce_overlap = reduce_overlap;
+    return config;
+  };
+  train::Trainer overlapped(config("reduce_overlapped", true), mpi_world_group());
+  overlapped.run();
+  train::Trainer after(config("reduce_after", false), mpi_world_group());
+  after.run();
+  EXPECT_EQ(after.losses(), overlapped.losses());
+  EXPECT_EQ(parameters_of(after), parameters_of(overlapped));
+  mpi_world().barrier();
+}
+
 // distributed.gather_overlap moves the parameters' all-gather behind the next step's forward;
 // the values are the same, bit for bit: with accumulation, an evaluation reading pending
 // parameters (step 2), a checkpoint saving them (step 3, nothing else completing the gather
