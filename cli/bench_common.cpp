@@ -98,9 +98,9 @@ void print_profile(train::Trainer& trainer, const OpProfile& profile) {
   train::print_op_profile(std::cout, profile.steps(),
                           train::device_roofline(device, trainer.policy().compute_dtype, trainer.policy().allow_tf32),
                           (out_dir / "roofline.svg").string());
-  train::print_memory_profile(std::cout, profile.steps(),
-                              train::memory_owners(trainer.model(), trainer.optimizer(), trainer.policy().grad_dtype),
-                              (out_dir / "memory.svg").string());
+  train::MemoryOwners owners = train::memory_owners(trainer.model(), trainer.optimizer(), trainer.policy().grad_dtype);
+  owners.registered = trainer.registered_memory_bytes();
+  train::print_memory_profile(std::cout, profile.steps(), owners, (out_dir / "memory.svg").string());
   const std::string tsv = (out_dir / "profile.tsv").string();
   train::write_profile_tsv(tsv, profile.steps());
   std::cout << "profile.tsv  " << tsv << "\n" << std::flush;

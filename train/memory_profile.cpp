@@ -32,11 +32,12 @@ MemoryOwners memory_owners(const nn::Module& model, const optim::Optimizer& opti
 MemoryBreakdown memory_breakdown(const StepMemory& memory, const MemoryOwners& owners) {
   MemoryBreakdown b;
   b.peak = memory.peak;
-  b.parameters = owners.parameters;
+  b.parameters = owners.parameters - owners.registered;
+  b.registered = owners.registered;
   b.gradients = owners.gradients;
   b.optimizer_state = owners.optimizer_state;
   const int64_t at_start = static_cast<int64_t>(memory.start.allocated_bytes);
-  b.workspace = std::max<int64_t>(0, at_start - owners.parameters - owners.gradients - owners.optimizer_state);
+  b.workspace = std::max<int64_t>(0, at_start - b.parameters - owners.gradients - owners.optimizer_state);
   // The rest of the peak; what the owners above overstate (flat buffers' padding aside, none) comes off it.
   b.activations = b.peak - b.parameters - b.gradients - b.optimizer_state - b.workspace;
   for (const MemorySample& s : memory.samples) {
@@ -67,6 +68,11 @@ void print_memory_profile(std::ostream& out, const std::vector<ProfiledStep>& st
   }
   std::snprintf(line, sizeof line, "%-44s %10.2f\n", "peak allocated", mib(b.peak));
   out << line;
+  if (b.registered > 0) {
+    std::snprintf(line, sizeof line, "%-44s %10.2f   (outside the allocator: not in its peak)\n",
+                  "parameters in NCCL-registered memory", mib(b.registered));
+    out << line;
+  }
   const int64_t cached_free = b.reserved_at_peak - b.sampled_peak;
   std::snprintf(line, sizeof line,
                 "highest sample %.2f MiB at \"%s\"; reserved there %.2f MiB: %.2f MiB cached but free "

@@ -27,16 +27,22 @@ class Optimizer;
 
 namespace precis::train {
 
-// The bytes of the long-lived tensors a step's memory is made of.
+// The bytes of the long-lived tensors a step's memory is made of. `registered`: the part of
+// `parameters` that lives outside the device allocator (ZeRO-1's flat parameter buffer in
+// NCCL-registered memory, train::Trainer::registered_memory_bytes), so not in its peak.
 struct MemoryOwners {
   int64_t parameters = 0, gradients = 0, optimizer_state = 0;
+  int64_t registered = 0;
 };
 // `grad_dtype`: the precision policy's gradient dtype for f16/bf16 parameters (nn::flat_grad_dtype).
 MemoryOwners memory_owners(const nn::Module& model, const optim::Optimizer& optimizer, DType grad_dtype);
 
 struct MemoryBreakdown {
   int64_t peak = 0;  // the allocator's peak of live bytes in the step
+  // parameters: those in the allocator (MemoryOwners::parameters less `registered`, which
+  // stays outside the peak).
   int64_t parameters = 0, gradients = 0, optimizer_state = 0, workspace = 0, activations = 0;
+  int64_t registered = 0;
   // The highest sample (at an op's start or end): where the peak falls, and the reserved bytes there.
   std::string peak_at;
   int64_t sampled_peak = 0, reserved_at_peak = 0;

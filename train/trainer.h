@@ -102,6 +102,9 @@ class Trainer {
   // Most bytes the device allocator held in tensors at once during run(), plus the buffers in
   // the process group's registered memory (ZeRO-1 on NCCL).
   int64_t peak_memory_bytes() const;
+  // Bytes of the flat parameter buffers in the process group's registered memory (ZeRO-1 on
+  // NCCL), outside the device allocator; 0 otherwise.
+  int64_t registered_memory_bytes() const { return registered_bytes_; }
 
  private:
   // The device of this rank and its process group (`detect`: from the launch, else `group`).

@@ -44,6 +44,22 @@ TEST(MemoryProfile, OwnersOfTheMadeUpPeak) {
   EXPECT_EQ(b.most_reserved, 1600);
 }
 
+// ZeRO-1 on NCCL keeps the parameter buffer in NCCL-registered memory, outside the allocator:
+// the same step with those 100 bytes outside it, so 100 fewer allocated at its start and peak.
+TEST(MemoryProfile, RegisteredParametersAreOutsideThePeak) {
+  StepMemory memory;
+  memory.start.allocated_bytes = 900;
+  memory.peak = 1400;
+  memory.samples = {{0.0, 900, 1100, "step <"}, {1.0, 1300, 1500, "matmul fwd >"}, {2.0, 1000, 1500, "step >"}};
+  MemoryBreakdown b =
+      memory_breakdown(memory, {.parameters = 100, .gradients = 100, .optimizer_state = 200, .registered = 100});
+  EXPECT_EQ(b.parameters, 0);
+  EXPECT_EQ(b.registered, 100);
+  EXPECT_EQ(b.workspace, 600);    // as in OwnersOfTheMadeUpPeak: not 500
+  EXPECT_EQ(b.activations, 500);  // and not 600
+  EXPECT_EQ(b.parameters + b.gradients + b.optimizer_state + b.workspace + b.activations, b.peak);
+}
+
 TEST(MemoryProfile, TinyGpt2OnTheCpu) {
   test::ProfiledRun run = test::profiled_run("memory_profile",
                                              {"model.n_layer=1", "model.n_head=2", "model.n_embd=32", "max_steps=3",
