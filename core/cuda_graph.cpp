@@ -26,6 +26,8 @@ bool CudaGraph::captured() const { return false; }
 
 size_t CudaGraph::num_nodes() const { return 0; }
 
+size_t CudaGraph::num_forks() const { return 0; }
+
 }  // namespace precis
 
 #endif

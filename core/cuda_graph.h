@@ -48,6 +48,10 @@ class CudaGraph {
   bool captured() const;
   // Nodes (kernels, copies, memsets) in the captured graph.
   size_t num_nodes() const;
+  // Nodes of the captured graph that more than one node depends on: 0 when the work was one
+  // stream's, in order (a chain); each fork to another stream (and back) adds one. A graph with
+  // forks replays slower, kernel for kernel, than a chain (bench/NOTES.md, eleventh session).
+  size_t num_forks() const;
 
  private:
   struct State;  // the CUDA handles (core/cuda/cuda_graph.cu)

@@ -145,7 +145,8 @@ class MpiProcessGroup final : public ProcessGroup {
   Device device() const override { return Device::cpu(); }
   std::string backend_name() const override { return "mpi"; }
 
-  std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op, Profiler* profiler) override {
+  // Its collectives are nonblocking host calls that wait() completes: Launch changes nothing here.
+  std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op, Profiler* profiler, Launch) override {
     check_collective_tensor(*this, tensor, "all_reduce");
     check_reduce_op(tensor, op, "all_reduce");
     if (op == ReduceOp::avg) divide_by_world_size(tensor);
@@ -168,7 +169,7 @@ class MpiProcessGroup final : public ProcessGroup {
     return std::make_shared<MpiWork>(request, std::vector<Tensor>{tensor}, "broadcast", context());
   }
 
-  std::shared_ptr<Work> all_gather(const Tensor& output, const Tensor& input) override {
+  std::shared_ptr<Work> all_gather(const Tensor& output, const Tensor& input, Launch) override {
     check_collective_tensor(*this, output, "all_gather");
     check_collective_tensor(*this, input, "all_gather");
     check_gathered_sizes(*this, output, input, "all_gather");
@@ -185,8 +186,8 @@ class MpiProcessGroup final : public ProcessGroup {
     return std::make_shared<MpiWork>(request, std::vector<Tensor>{output, input}, "all_gather", context());
   }
 
-  std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op,
-                                       Profiler* profiler) override {
+  std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op, Profiler* profiler,
+                                       Launch) override {
     check_collective_tensor(*this, output, "reduce_scatter");
     check_collective_tensor(*this, input, "reduce_scatter");
     check_gathered_sizes(*this, input, output, "reduce_scatter");

@@ -13,6 +13,19 @@
 //     event; the host does not block). Kernels queued after wait() see the result.
 // Until wait() the tensors must not be written (or, on the CPU, read).
 //
+// Where a collective runs (`Launch`; the NCCL backend, the MPI backend has no streams):
+//   beside    as above, on the communication stream: the compute queued after it overlaps it
+//             until wait() (the reducer's buckets during the backward, ZeRO-1's all-gather
+//             behind the next forward);
+//   in_order  on the compute stream itself, in order with the kernels around it; wait() has
+//             nothing left to do (the MPI backend: the same as beside). For a collective
+//             waited for at once nothing would overlap it, and a captured step with a second
+//             stream is a graph with forks, which starts each of its kernels later than a
+//             one-stream graph does (bench/NOTES.md, the eleventh session).
+// A collective launched in order must not be queued while one launched beside it on the same
+// group is still unwaited (NCCL runs one communicator's collectives one at a time, in the
+// order every rank queued them).
+//
 // all_reduce and reduce_scatter can be timed: given a Profiler, the collective's own time is a phase
 // "comm" (NCCL: CUDA events on the communication stream around the NCCL call, after
 // its wait for the compute stream; MPI: the host time in MPI_Iallreduce and in the
@@ -35,6 +48,7 @@ namespace precis::distributed {
 
 enum class ReduceOp { sum, avg };
 const char* reduce_op_name(ReduceOp op);
+enum class Launch { beside, in_order };
 
 // A collective in flight.
 class Work {
@@ -63,17 +77,19 @@ class ProcessGroup {
   virtual std::shared_ptr<Allocator> registered_allocator() { return nullptr; }
 
   // tensor <- op over ranks of tensor (in place); timed as phase "comm" of `profiler` if given.
-  virtual std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op, Profiler* profiler = nullptr) = 0;
+  virtual std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op, Profiler* profiler = nullptr,
+                                           Launch launch = Launch::beside) = 0;
   // tensor <- tensor of rank `root` (in place).
   virtual std::shared_ptr<Work> broadcast(const Tensor& tensor, int root) = 0;
   // output (world_size * input.numel() elements) <- the inputs of ranks 0, 1, ... one after another.
   // In place when the input is this rank's chunk of the output (both backends).
-  virtual std::shared_ptr<Work> all_gather(const Tensor& output, const Tensor& input) = 0;
+  virtual std::shared_ptr<Work> all_gather(const Tensor& output, const Tensor& input,
+                                           Launch launch = Launch::beside) = 0;
   // output (input.numel() / world_size elements) <- chunk `rank` of op over ranks of input.
   // In place when the output is this rank's chunk of the input (both backends).
   // Timed as phase "comm" of `profiler` if given, as all_reduce.
   virtual std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op,
-                                               Profiler* profiler = nullptr) = 0;
+                                               Profiler* profiler = nullptr, Launch launch = Launch::beside) = 0;
   // Returns once every rank has called it (the NCCL backend: and its queued work has completed).
   virtual void barrier() = 0;
   // Throws a precis::Error if the backend has noticed an asynchronous failure (a peer

@@ -46,12 +46,13 @@ struct Reducer::State {
     slot.ready = true;
     bool completed = false;
     for (size_t bucket : slot_buckets[slot_id]) completed |= --runs[bucket].pending == 0;
-    if (completed && overlap) launch_ready();
+    // One bucket has nothing to overlap: finish() reduces it, in order.
+    if (completed && overlap && runs.size() > 1) launch_ready(Launch::beside);
   }
 
   // Launches ready buckets in list order, so every rank issues the same collectives in the same
   // order. A bucket of frozen parameters only (none expected) is passed over, not reduced.
-  void launch_ready() {
+  void launch_ready(Launch launch) {
     while (next_launch < runs.size() && runs[next_launch].pending == 0) {
       BucketRun& run = runs[next_launch++];
       if (run.expected == 0) continue;
@@ -59,9 +60,9 @@ struct Reducer::State {
       const Tensor& input = run.staging.defined() ? run.staging : run.grad;
       if (run.shard.defined())
         run.work = group->reduce_scatter(run.shard_staging.defined() ? run.shard_staging : run.shard, input,
-                                         ReduceOp::avg, profiler);
+                                         ReduceOp::avg, profiler, launch);
       else
-        run.work = group->all_reduce(input, ReduceOp::avg, profiler);
+        run.work = group->all_reduce(input, ReduceOp::avg, profiler, launch);
     }
   }
 
@@ -175,7 +176,10 @@ void Reducer::finish() {
                 " got no gradient in this step's backward; under data parallelism every parameter must take part "
                 "in the loss (remove unused ones from the model, or set requires_grad false on them)");
   }
-  s.launch_ready();  // all of them, without overlap; otherwise none is left
+  // All of them without overlap (otherwise none is left), in order on the compute stream unless
+  // buckets launched beside it are in flight (process_group.h, "Launch").
+  const bool in_flight = std::any_of(s.runs.begin(), s.runs.end(), [](const auto& run) { return run.work; });
+  s.launch_ready(in_flight ? Launch::beside : Launch::in_order);
   for (State::BucketRun& run : s.runs) {
     if (!run.work) continue;
     run.work->wait();

@@ -8,7 +8,10 @@
 // buckets launch in their list order on every rank, a bucket that is ready early
 // waiting for the ones before it. finish() waits for every bucket, so the gradients
 // are averaged when it returns (on a GPU: for the work queued on the compute
-// stream after it); the optimizer step comes after.
+// stream after it); the optimizer step comes after. A lone bucket (or every bucket
+// without overlap, set_overlap(false)) has nothing to overlap: finish() launches it in
+// order on the compute stream (process_group.h, "Launch"), which keeps a captured step's
+// graph a single stream.
 //
 //   reducer.set_sync(false) / NoSync guard: accumulation micro-steps; their
 //     gradients only accumulate locally, and the last micro-step (synced) reduces

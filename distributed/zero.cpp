@@ -103,14 +103,16 @@ bool Zero1::grads_staged() const {
   });
 }
 
-void Zero1::sum_over_ranks(const Tensor& sum) const { group_->all_reduce(sum, ReduceOp::sum)->wait(); }
+void Zero1::sum_over_ranks(const Tensor& sum) const {
+  group_->all_reduce(sum, ReduceOp::sum, nullptr, Launch::in_order)->wait();
+}
 
 void Zero1::gather_parameters() {
   defer_gather();
   complete_gather();
 }
 
-void Zero1::launch_gather() {
+void Zero1::launch_gather(Launch launch) {
   gather_pending_ = false;
   gathers_in_flight_ = 0;  // what a failed capture left is not waited for
   // Forward order: the reducer lists the buckets from the last parameter to the first.
@@ -118,8 +120,8 @@ void Zero1::launch_gather() {
     const Chunk& chunk = chunks_[k];
     if (!chunk.has_slots) continue;
     const Tensor& data = flat_->buffers()[chunk.buffer].data;
-    gathers_[k] =
-        group_->all_gather(data.slice(0, chunk.bucket_begin, chunk.bucket_end), data.slice(0, chunk.begin, chunk.end));
+    gathers_[k] = group_->all_gather(data.slice(0, chunk.bucket_begin, chunk.bucket_end),
+                                     data.slice(0, chunk.begin, chunk.end), launch);
     ++gathers_in_flight_;
   }
 }
@@ -145,7 +147,8 @@ void Zero1::wait_for(const nn::Module& module) {
 }
 
 void Zero1::complete_gather() {
-  if (gather_pending_) launch_gather();
+  // Nothing is in flight beside a pending gather, and it is waited for at once: in order.
+  if (gather_pending_) launch_gather(Launch::in_order);
   for (size_t k = chunks_.size(); k-- > 0;) {
     if (!gathers_[k]) continue;
     gathers_[k]->wait();

@@ -84,21 +84,22 @@ class Zero1 {
   bool grads_staged() const;
   // sum <- the sum over ranks of sum (in place; optim::clip_grad_norm's reduce_sum).
   void sum_over_ranks(const Tensor& sum) const;
-  // Every rank's chunks of the parameters into every rank's flat buffers, now (the compute
-  // stream waits for them).
+  // Every rank's chunks of the parameters into every rank's flat buffers, now (in order on the
+  // compute stream: process_group.h, "Launch").
   void gather_parameters();
 
   // gather_overlap (above). The parameters' chunks are updated and not gathered yet.
   void defer_gather() { gather_pending_ = true; }
   bool gather_pending() const { return gather_pending_; }
   // Launches the gather, pending or not (a step captured into a CUDA graph must hold it), bucket
-  // by bucket in forward order, each in flight until waited for.
-  void launch_gather();
+  // by bucket in forward order, each in flight until waited for (beside the compute stream,
+  // or in order on it).
+  void launch_gather(Launch launch = Launch::beside);
   // The parameter gate: the work queued after it sees `module`'s parameters, and its
   // descendants', gathered (each bucket of a launched gather is waited for once).
   void wait_for(const nn::Module& module);
-  // Launches a pending gather and waits for every bucket still in flight: the parameters are
-  // whole after it. Nothing when none is pending or in flight.
+  // Launches a pending gather (in order) and waits for every bucket still in flight: the
+  // parameters are whole after it. Nothing when none is pending or in flight.
   void complete_gather();
 
   // A collective: the unsharded optimizer's state, on the CPU, from this rank's

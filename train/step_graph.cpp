@@ -53,8 +53,10 @@ void StepGraph::capture_and_replay(const std::function<void(Profiler*)>& step, P
   graph_ = std::move(graph);
   // Phases recorded on a stream outside the capture have no node to time them.
   profiler.keep_graph_phases([this](void* event) { return graph_->has_event_node(event); });
-  std::cout << "cuda graphs: captured the training step (" << graph_->num_nodes() << " nodes) after " << eager_steps_
-            << " eager steps; replaying it from now on"
+  const size_t forks = graph_->num_forks();
+  std::cout << "cuda graphs: captured the training step (" << graph_->num_nodes() << " nodes, "
+            << (forks == 0 ? std::string("one stream") : std::to_string(forks) + " forks to other streams")
+            << ") after " << eager_steps_ << " eager steps; replaying it from now on"
             << (profiler.graph_has_phases() ? ", its phases timed by event nodes in the graph" : "") << std::endl;
   replay(profiler);
 }

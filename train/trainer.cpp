@@ -317,7 +317,9 @@ void Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Tens
   flat_->zero_grad_lazily();  // each first gradient is written, not added to zeros
   // Under data parallelism the buckets' all-reduces are launched from the backward's hooks on
   // the communication stream; a captured step records them (NCCL calls can be captured) as a
-  // branch of the graph that joins the step before the optimizer, untimed.
+  // branch of the graph that joins the step before the optimizer, untimed. A lone bucket, and
+  // every bucket without overlap, is reduced after the backward in order on the compute stream
+  // instead (distributed/process_group.h, "Launch"), as is ZeRO-1's gather when not deferred.
   // The first step of this process times its products (matmul_autotune): its buckets are
   // reduced after the backward, and its parameters gathered before the forward, so no NCCL
   // kernel skews those timings. distributed.reduce_overlap=false reduces them after the

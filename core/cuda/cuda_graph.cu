@@ -20,6 +20,7 @@ struct CudaGraph::State {
   cudaGraphExec_t exec = nullptr;
   unsigned long long capture_id = 0;  // names the allocator's private pool; 0: none
   size_t nodes = 0;
+  size_t forks = 0;                                                  // nodes with more than one dependent
   std::vector<std::pair<cudaEvent_t, cudaGraphNode_t>> event_nodes;  // the event record nodes
 
   void reset(Device device) {
@@ -75,8 +76,17 @@ void CudaGraph::capture(const std::function<void()>& work) {
   std::vector<cudaGraphNode_t> nodes(state_->nodes);
   PRECIS_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &state_->nodes), op);
   for (cudaGraphNode_t node : nodes) {
+    size_t dependents = 0;
+    PRECIS_CUDA_CHECK(cudaGraphNodeGetDependentNodes(node, nullptr, nullptr, &dependents), op);
+    if (dependents > 1) ++state_->forks;
     cudaGraphNodeType type;
-    PRECIS_CUDA_CHECK(cudaGraphNodeGetType(node, &type), op);
+    // The runtime has no name for some driver-made nodes (NCCL's copy-engine all-gather
+    // captures stream memory operations) and answers cudaErrorUnknown, left as the last error:
+    // such a node records no event of ours, so clear the error and skip it.
+    if (cudaGraphNodeGetType(node, &type) != cudaSuccess) {
+      cudaGetLastError();
+      continue;
+    }
     if (type != cudaGraphNodeTypeEventRecord) continue;
     cudaEvent_t event = nullptr;
     PRECIS_CUDA_CHECK(cudaGraphEventRecordNodeGetEvent(node, &event), op);
@@ -106,5 +116,7 @@ bool CudaGraph::has_event_node(void* event) const {
 bool CudaGraph::captured() const { return state_->exec != nullptr; }
 
 size_t CudaGraph::num_nodes() const { return state_->nodes; }
+
+size_t CudaGraph::num_forks() const { return state_->forks; }
 
 }  // namespace precis

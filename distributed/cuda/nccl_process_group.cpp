@@ -107,16 +107,11 @@ class NcclProcessGroup final : public ProcessGroup {
   std::string backend_name() const override { return "nccl"; }
 
   std::shared_ptr<Allocator> registered_allocator() override {
-    // PRECIS_AB_NCCL_WINDOW=1: symmetric windows (registered_memory.h's trial; temporary).
-    static const bool window = [] {
-      const char* v = std::getenv("PRECIS_AB_NCCL_WINDOW");
-      return v != nullptr && std::string(v) == "1";
-    }();
-    if (!registered_) registered_ = std::make_shared<RegisteredAllocator>(device_, communicator(), window);
+    if (!registered_) registered_ = std::make_shared<RegisteredAllocator>(device_, communicator());
     return registered_;
   }
 
-  std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op, Profiler* profiler) override {
+  std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op, Profiler* profiler, Launch launch) override {
     check_collective_tensor(*this, tensor, "all_reduce");
     check_reduce_op(tensor, op, "all_reduce");
     return enqueue(
@@ -126,7 +121,7 @@ class NcclProcessGroup final : public ProcessGroup {
                                           nccl_type(tensor.dtype()), nccl_op(op), comm, stream),
                             "all_reduce");
         },
-        profiler);
+        profiler, launch);
   }
 
   std::shared_ptr<Work> broadcast(const Tensor& tensor, int root) override {
@@ -140,19 +135,22 @@ class NcclProcessGroup final : public ProcessGroup {
     });
   }
 
-  std::shared_ptr<Work> all_gather(const Tensor& output, const Tensor& input) override {
+  std::shared_ptr<Work> all_gather(const Tensor& output, const Tensor& input, Launch launch) override {
     check_collective_tensor(*this, output, "all_gather");
     check_collective_tensor(*this, input, "all_gather");
     check_gathered_sizes(*this, output, input, "all_gather");
-    return enqueue("all_gather", {output, input}, [&](ncclComm_t comm, cudaStream_t stream) {
-      PRECIS_NCCL_CHECK(
-          ncclAllGather(input.raw_data(), output.raw_data(), input.numel(), nccl_type(input.dtype()), comm, stream),
-          "all_gather");
-    });
+    return enqueue(
+        "all_gather", {output, input},
+        [&](ncclComm_t comm, cudaStream_t stream) {
+          PRECIS_NCCL_CHECK(
+              ncclAllGather(input.raw_data(), output.raw_data(), input.numel(), nccl_type(input.dtype()), comm, stream),
+              "all_gather");
+        },
+        nullptr, launch);
   }
 
-  std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op,
-                                       Profiler* profiler) override {
+  std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op, Profiler* profiler,
+                                       Launch launch) override {
     check_collective_tensor(*this, output, "reduce_scatter");
     check_collective_tensor(*this, input, "reduce_scatter");
     check_gathered_sizes(*this, input, output, "reduce_scatter");
@@ -164,13 +162,13 @@ class NcclProcessGroup final : public ProcessGroup {
                                               nccl_type(input.dtype()), nccl_op(op), comm, stream),
                             "reduce_scatter");
         },
-        profiler);
+        profiler, launch);
   }
 
   // An all-reduce of one element every rank must join, then the host waits for it.
   void barrier() override {
     Tensor token = zeros({1}, DType::f32, device_);
-    all_reduce(token, ReduceOp::sum, nullptr)->wait();
+    all_reduce(token, ReduceOp::sum, nullptr, Launch::in_order)->wait();
     cuda::synchronize(device_);
   }
 
@@ -231,16 +229,23 @@ class NcclProcessGroup final : public ProcessGroup {
     return comm_;
   }
 
-  // Queues `collective` on the communication stream after what the compute stream holds now;
-  // with a profiler, its time on the communication stream (not the wait before it) is "comm".
+  // Queues `collective` on the communication stream after what the compute stream holds now
+  // (Launch::beside), or on the compute stream itself (Launch::in_order: no events, nothing to
+  // wait for); with a profiler, its time on its stream (not the wait before it) is "comm".
   template <typename Collective>
   std::shared_ptr<Work> enqueue(const char* op, std::initializer_list<Tensor> tensors, Collective&& collective,
-                                Profiler* profiler = nullptr) {
+                                Profiler* profiler = nullptr, Launch launch = Launch::beside) {
     ncclComm_t comm = communicator();
     ++sequence_;
     last_op_ = op;
     cuda::DeviceGuard guard(device_);
     cudaStream_t compute = cuda::compute_stream(device_);
+    if (launch == Launch::in_order) {
+      if (profiler) profiler->begin("comm");
+      collective(comm, compute);
+      if (profiler) profiler->end();
+      return std::make_shared<CompletedWork>();
+    }
     cudaStream_t stream = cuda::comm_stream(device_);
     PRECIS_CUDA_CHECK(cudaEventRecord(ready_, compute), op);
     PRECIS_CUDA_CHECK(cudaStreamWaitEvent(stream, ready_, 0), op);

@@ -16,10 +16,7 @@ void* RegisteredAllocator::allocate(size_t nbytes) {
   void* ptr = nullptr;
   PRECIS_NCCL_CHECK(ncclMemAlloc(&ptr, nbytes), "registered memory: ncclMemAlloc");
   void* handle = nullptr;
-  const ncclResult_t registered =
-      window_ ? ncclCommWindowRegister(comm_, ptr, nbytes, reinterpret_cast<ncclWindow_t*>(&handle),
-                                       NCCL_WIN_COLL_SYMMETRIC)
-              : ncclCommRegister(comm_, ptr, nbytes, &handle);
+  const ncclResult_t registered = ncclCommRegister(comm_, ptr, nbytes, &handle);
   if (registered != ncclSuccess) {
     ncclMemFree(ptr);
     PRECIS_NCCL_CHECK(registered, "registered memory: ncclCommRegister");
@@ -29,13 +26,6 @@ void* RegisteredAllocator::allocate(size_t nbytes) {
   peak_ = std::max(peak_, allocated_);
   ++allocs_;
   return ptr;
-}
-
-void RegisteredAllocator::deregister(void* handle) {
-  if (window_)
-    ncclCommWindowDeregister(comm_, static_cast<ncclWindow_t>(handle));
-  else
-    ncclCommDeregister(comm_, handle);
 }
 
 bool RegisteredAllocator::owns(const void* base) const {
@@ -50,7 +40,7 @@ void RegisteredAllocator::deallocate(void* ptr, size_t nbytes) {
   const auto it = handles_.find(ptr);
   // No throwing from here (a storage's destructor): a failure leaks the buffer.
   if (it != handles_.end()) {
-    if (comm_ && it->second) deregister(it->second);
+    if (comm_ && it->second) ncclCommDeregister(comm_, it->second);
     handles_.erase(it);
   }
   ncclMemFree(ptr);
@@ -79,7 +69,7 @@ void RegisteredAllocator::detach(bool deregister) {
   if (!comm_) return;
   cuda::DeviceGuard guard(device_);
   for (auto& [ptr, handle] : handles_) {
-    if (deregister && handle) this->deregister(handle);
+    if (deregister && handle) ncclCommDeregister(comm_, handle);
     handle = nullptr;
   }
   comm_ = nullptr;

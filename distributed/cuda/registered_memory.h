@@ -22,11 +22,8 @@
 // its memory. Include only from files built with
 // PRECIS_WITH_CUDA (it includes nccl.h).
 //
-// Trial (bench/NOTES.md, tenth session, item 9; temporary): with `window`, each buffer is
-// registered as a symmetric window instead (ncclCommWindowRegister, NCCL_WIN_COLL_SYMMETRIC:
-// every rank registers the same size at the same point, which holds for the flat buffers).
-// That lets NCCL 2.28 run an all-gather on the copy engines, no SMs, under the zero-CTA
-// policy (NCCL_CTA_POLICY=2). Window registration and deregistration are collective.
+// (The eleventh session tried symmetric windows instead, ncclCommWindowRegister, for NCCL's
+// copy-engine all-gather: slower in the step; bench/NOTES.md.)
 #pragma once
 
 #include <nccl.h>
@@ -41,8 +38,7 @@ namespace precis::distributed {
 class RegisteredAllocator final : public Allocator {
  public:
   // For buffers on `device` used by the collectives of `comm` (made already).
-  RegisteredAllocator(Device device, ncclComm_t comm, bool window = false)
-      : device_(device), comm_(comm), window_(window) {}
+  RegisteredAllocator(Device device, ncclComm_t comm) : device_(device), comm_(comm) {}
   void* allocate(size_t nbytes) override;
   void deallocate(void* ptr, size_t nbytes) override;
   Device device() const override { return device_; }
@@ -55,12 +51,9 @@ class RegisteredAllocator final : public Allocator {
   void detach(bool deregister);
 
  private:
-  void deregister(void* handle);  // with comm_, the lock held
-
   Device device_;
   mutable std::mutex mutex_;
   ncclComm_t comm_;                       // null once detached
-  bool window_;                           // symmetric windows instead of local registrations
   std::map<const void*, void*> handles_;  // live buffer -> its registration handle (null once detached)
   size_t allocated_ = 0, peak_ = 0, allocs_ = 0, frees_ = 0;
 };

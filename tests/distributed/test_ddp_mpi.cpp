@@ -30,28 +30,33 @@ struct Replicas {
   std::shared_ptr<nn::FlatParameters> ddp_flat, reference_flat;
 };
 
-// The MPI group, counting the all-reduces it is asked for.
+// The MPI group, counting the all-reduces it is asked for and noting where each reduction runs.
 class CountingGroup final : public distributed::ProcessGroup {
  public:
   explicit CountingGroup(std::shared_ptr<distributed::ProcessGroup> inner) : inner_(std::move(inner)) {}
   int all_reduces = 0;
+  std::vector<distributed::Launch> reductions;  // each all_reduce's and reduce_scatter's Launch
   int rank() const override { return inner_->rank(); }
   int world_size() const override { return inner_->world_size(); }
   Device device() const override { return inner_->device(); }
   std::string backend_name() const override { return inner_->backend_name(); }
-  std::shared_ptr<distributed::Work> all_reduce(const Tensor& t, distributed::ReduceOp op, Profiler* p) override {
+  std::shared_ptr<distributed::Work> all_reduce(const Tensor& t, distributed::ReduceOp op, Profiler* p,
+                                                distributed::Launch launch) override {
     ++all_reduces;
-    return inner_->all_reduce(t, op, p);
+    reductions.push_back(launch);
+    return inner_->all_reduce(t, op, p, launch);
   }
   std::shared_ptr<distributed::Work> broadcast(const Tensor& t, int root) override {
     return inner_->broadcast(t, root);
   }
-  std::shared_ptr<distributed::Work> all_gather(const Tensor& out, const Tensor& in) override {
-    return inner_->all_gather(out, in);
+  std::shared_ptr<distributed::Work> all_gather(const Tensor& out, const Tensor& in,
+                                                distributed::Launch launch) override {
+    return inner_->all_gather(out, in, launch);
   }
   std::shared_ptr<distributed::Work> reduce_scatter(const Tensor& out, const Tensor& in, distributed::ReduceOp op,
-                                                    Profiler* p) override {
-    return inner_->reduce_scatter(out, in, op, p);
+                                                    Profiler* p, distributed::Launch launch) override {
+    reductions.push_back(launch);
+    return inner_->reduce_scatter(out, in, op, p, launch);
   }
   void barrier() override { inner_->barrier(); }
 
@@ -88,24 +93,47 @@ TEST(Ddp, GradientsEqualOneProcessOnTheWholeBatch) {
 }
 
 // Without overlap (a process's first, autotuned step) the buckets wait for finish(): none is
-// launched from the backward's hooks, and the gradients come out the same.
+// launched from the backward's hooks, and the gradients come out the same. Launched by the
+// hooks they run beside the compute stream; launched by finish(), in order on it.
 TEST(Ddp, WithoutOverlapTheBucketsLaunchInFinish) {
   Replicas models(DType::f64);
   auto group = std::make_shared<CountingGroup>(mpi_world_group());
   Reducer reducer(models.ddp_flat, group, kSmallBuckets);
   const Batch all = global_batch(kRowsPerRank * world_size(), DType::f64);
+  using distributed::Launch;
   for (bool overlap : {false, true}) {
     reducer.set_overlap(overlap);
     group->all_reduces = 0;
+    group->reductions.clear();
     models.ddp_flat->zero_grad();
     mse_loss(models.ddp, all.rows(rank() * kRowsPerRank, kRowsPerRank)).backward();
     EXPECT_EQ(group->all_reduces, overlap ? 2 : 0) << "launched by the backward, overlap " << overlap;
     reducer.finish();
     EXPECT_EQ(group->all_reduces, 2) << "overlap " << overlap;
+    const Launch expected = overlap ? Launch::beside : Launch::in_order;
+    EXPECT_EQ(group->reductions, (std::vector<Launch>{expected, expected})) << "overlap " << overlap;
     models.reference_flat->zero_grad();
     mse_loss(models.reference, all).backward();
     EXPECT_LT(relative_difference(grads_of(models.ddp), grads_of(models.reference)), 1e-14) << "overlap " << overlap;
   }
+}
+
+// One bucket has nothing to overlap: finish() reduces it, in order on the compute stream (a
+// captured step's graph then has no second stream), and the gradients are the same.
+TEST(Ddp, ALoneBucketIsReducedInOrderInFinish) {
+  Replicas models(DType::f64);
+  auto group = std::make_shared<CountingGroup>(mpi_world_group());
+  Reducer reducer(models.ddp_flat, group, {{1 << 20}, std::nullopt});
+  ASSERT_EQ(reducer.buckets().size(), 1u);
+  const Batch all = global_batch(kRowsPerRank * world_size(), DType::f64);
+  models.ddp_flat->zero_grad();
+  mse_loss(models.ddp, all.rows(rank() * kRowsPerRank, kRowsPerRank)).backward();
+  EXPECT_EQ(group->all_reduces, 0) << "the backward launched the lone bucket";
+  reducer.finish();
+  EXPECT_EQ(group->reductions, (std::vector<distributed::Launch>{distributed::Launch::in_order}));
+  models.reference_flat->zero_grad();
+  mse_loss(models.reference, all).backward();
+  EXPECT_LT(relative_difference(grads_of(models.ddp), grads_of(models.reference)), 1e-14);
 }
 
 TEST(Ddp, ParametersEqualOneProcessAfterAdamWSteps) {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <thread>
 
+#include "core/cuda_graph.h"
 #include "ddp_model.h"
 #include "distributed/collective_inputs.h"
 #include "distributed/cuda/nccl_process_group.h"
@@ -81,6 +82,46 @@ TEST(NcclCollectives, BroadcastAllGatherAndReduceScatter) {
   std::vector<double> all = reduced_values(n * world, ReduceOp::avg, world);
   EXPECT_EQ(chunk.to_vector<double>(), std::vector<double>(all.begin() + rank * n, all.begin() + (rank + 1) * n));
   group.barrier();
+}
+
+// Launch::in_order runs the collective on the compute stream: values as beside it, and a step
+// captured with it stays one chain of nodes (no fork to the communication stream), which a
+// replay runs faster (process_group.h, "Launch").
+TEST(NcclCollectives, InOrderCollectivesGiveTheSameValuesAndKeepACapturedGraphOneStream) {
+  SKIP_WITHOUT_A_GPU_PER_RANK();
+  ProcessGroup& group = *nccl_world();
+  const int world = group.world_size(), rank = group.rank();
+  const int64_t n = 4099;
+  const Tensor source = input_tensor(DType::f32, rank, n * world, my_gpu());
+  std::vector<double> sums = reduced_values(n * world, ReduceOp::sum, world);
+  for (double& v : sums) v *= 2;
+  const std::vector<double> chunk_sums(sums.begin() + rank * n, sums.begin() + (rank + 1) * n);
+  group.all_reduce(zeros({1}, DType::f32, my_gpu()), ReduceOp::sum)->wait();  // the communicator, before a capture
+  for (distributed::Launch launch : {distributed::Launch::in_order, distributed::Launch::beside}) {
+    const bool in_order = launch == distributed::Launch::in_order;
+    Tensor all = zeros({n * world}, DType::f32, my_gpu()), chunk = zeros({n}, DType::f32, my_gpu());
+    Tensor doubled = zeros({n}, DType::f32, my_gpu()), beside_it = zeros({n}, DType::f32, my_gpu());
+    // A step's shape: compute, a reduction with other compute queued before its wait (the
+    // reducer's phase events), compute on its result, a gather, compute.
+    auto step = [&] {
+      copy_(all, source);
+      std::shared_ptr<distributed::Work> reduced = group.reduce_scatter(chunk, all, ReduceOp::sum, nullptr, launch);
+      fill_(beside_it, 1.0);
+      reduced->wait();
+      copy_(chunk, chunk * 2.0);
+      group.all_gather(all, chunk, launch)->wait();
+      copy_(doubled, all.slice(0, rank * n, (rank + 1) * n));
+    };
+    step();
+    EXPECT_EQ(doubled.to_vector<double>(), chunk_sums) << "eager, in order " << in_order;
+    EXPECT_EQ(all.to_vector<double>(), sums) << "eager, in order " << in_order;
+    CudaGraph graph(my_gpu());
+    graph.capture(step);
+    EXPECT_EQ(graph.num_forks() == 0, in_order) << graph.num_forks() << " forks, in order " << in_order;
+    fill_(doubled, 0.0);
+    graph.replay();
+    EXPECT_EQ(doubled.to_vector<double>(), chunk_sums) << "replayed, in order " << in_order;
+  }
 }
 
 TEST(NcclCollectives, UniqueIdSharedThroughTheTcpRendezvous) {

@@ -37,7 +37,7 @@ class DeferredGatherGroup final : public distributed::ProcessGroup {
   int world_size() const override { return 2; }
   Device device() const override { return Device::cpu(); }
   std::string backend_name() const override { return "deferred"; }
-  std::shared_ptr<distributed::Work> all_gather(const Tensor& out, const Tensor& in) override {
+  std::shared_ptr<distributed::Work> all_gather(const Tensor& out, const Tensor& in, distributed::Launch) override {
     for (const auto& [data, truth] : buffers_) {
       const int64_t offset = out.data<float>() - data.data<float>();
       if (offset < 0 || offset >= data.numel()) continue;
@@ -50,12 +50,13 @@ class DeferredGatherGroup final : public distributed::ProcessGroup {
     ADD_FAILURE() << "an all_gather outside the flat buffers";
     return std::make_shared<distributed::CompletedWork>();
   }
-  std::shared_ptr<distributed::Work> all_reduce(const Tensor&, distributed::ReduceOp, Profiler*) override {
+  std::shared_ptr<distributed::Work> all_reduce(const Tensor&, distributed::ReduceOp, Profiler*,
+                                                distributed::Launch) override {
     return unused("all_reduce");
   }
   std::shared_ptr<distributed::Work> broadcast(const Tensor&, int) override { return unused("broadcast"); }
-  std::shared_ptr<distributed::Work> reduce_scatter(const Tensor&, const Tensor&, distributed::ReduceOp,
-                                                    Profiler*) override {
+  std::shared_ptr<distributed::Work> reduce_scatter(const Tensor&, const Tensor&, distributed::ReduceOp, Profiler*,
+                                                    distributed::Launch) override {
     return unused("reduce_scatter");
   }
   void barrier() override {}

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""What makes a replayed CUDA graph's kernels start later on a data-parallel rank (issue 19).
+
+The eleventh session's traces (bench/NOTES.md) found every kernel of our multi-GPU step graph
+starting ~0.6-1.4 us later after the one before it than in the 1-GPU graph: ~0.5 ms a GPT-2
+step, with the same kernels and the same durations. This separates the suspects, each the
+mean time of one kernel of a chain of KERNELS small kernels replayed from one graph:
+  no-nccl        the chain, before NCCL exists in the process;
+  nccl-idle      the same, after NCCL has connected to its peers (their memory mapped here);
+  nccl-same      the chain with an NCCL all-reduce at its end, on the same stream;
+  fork-plain     the chain, and a forked stream that runs one small kernel and joins back;
+  fork-nccl      the chain, and a forked stream that runs the all-reduce and joins back
+                 (our step: the reduce-scatter and all-gather on the communication stream).
+Run one process per GPU (rank 0 prints), also with NCCL_MEM_SYNC_DOMAIN=0 (NCCL's kernels in
+the compute kernels' memory synchronisation domain instead of the remote one):
+
+    torchrun --nproc_per_node 2 scripts/torch_graph_gaps.py
+"""
+import os
+
+import torch
+import torch.distributed as dist
+
+KERNELS = 400
+REPLAYS = 30
+
+
+def per_kernel_us(graph):
+    """The best of three: the mean replay time divided by KERNELS, in us."""
+    best = float("inf")
+    for _ in range(3):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        for _ in range(REPLAYS):
+            graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        best = min(best, start.elapsed_time(end) * 1000.0 / REPLAYS / KERNELS)
+    return best
+
+
+def captured(body):
+    graph = torch.cuda.CUDAGraph()
+    body()  # warm-up outside the capture (NCCL and the kernels' first launches)
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        body()
+    return graph
+
+
+def main():
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    torch.cuda.set_device(local)
+    x = torch.randn(1 << 16, device="cuda")
+    small = torch.ones(1024, device="cuda")
+    side = torch.cuda.Stream()
+
+    def chain():
+        for _ in range(KERNELS):
+            x.mul_(1.0000001)
+
+    def forked(work):
+        def body():
+            chain()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                work()
+            torch.cuda.current_stream().wait_stream(side)
+        return body
+
+    rows = [("no-nccl", per_kernel_us(captured(chain)))]
+    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    dist.all_reduce(small)  # connects to the peers
+    torch.cuda.synchronize()
+    rows.append(("nccl-idle", per_kernel_us(captured(chain))))
+
+    def same():
+        chain()
+        dist.all_reduce(small)
+    rows.append(("nccl-same", per_kernel_us(captured(same))))
+    rows.append(("fork-plain", per_kernel_us(captured(forked(lambda: small.mul_(1.0))))))
+    rows.append(("fork-nccl", per_kernel_us(captured(forked(lambda: dist.all_reduce(small))))))
+    if dist.get_rank() == 0:
+        domain = os.environ.get("NCCL_MEM_SYNC_DOMAIN", "default")
+        for name, us in rows:
+            print(f"graph gaps {dist.get_world_size()} GPUs, NCCL_MEM_SYNC_DOMAIN {domain}: {name:11s} "
+                  f"{us:.3f} us a kernel", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
