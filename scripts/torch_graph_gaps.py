@@ -10,7 +10,12 @@ mean time of one kernel of a chain of KERNELS small kernels replayed from one gr
   nccl-same      the chain with an NCCL all-reduce at its end, on the same stream;
   fork-plain     the chain, and a forked stream that runs one small kernel and joins back;
   fork-nccl      the chain, and a forked stream that runs the all-reduce and joins back
-                 (our step: the reduce-scatter and all-gather on the communication stream).
+                 (our step: the reduce-scatter and all-gather on the communication stream);
+  fork-first     one fork at the chain's start instead of its end;
+  forks-20       twenty forks spread along the chain (ResNet's side streams fork in every block);
+  split          the chain as one graph and the fork as a second graph replayed after it:
+                 whether a step cut into a one-stream graph and a forked one keeps the
+                 chain's speed (the time of both, per chain kernel).
 Run one process per GPU (rank 0 prints), also with NCCL_MEM_SYNC_DOMAIN=0 (NCCL's kernels in
 the compute kernels' memory synchronisation domain instead of the remote one):
 
@@ -60,14 +65,40 @@ def main():
         for _ in range(KERNELS):
             x.mul_(1.0000001)
 
+    def fork(work):
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            work()
+        torch.cuda.current_stream().wait_stream(side)
+
     def forked(work):
         def body():
             chain()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                work()
-            torch.cuda.current_stream().wait_stream(side)
+            fork(work)
         return body
+
+    def side_kernel():
+        small.mul_(1.0)
+
+    def fork_first():
+        fork(side_kernel)
+        chain()
+
+    def forks_20():
+        for _ in range(20):
+            for _ in range(KERNELS // 20):
+                x.mul_(1.0000001)
+            fork(side_kernel)
+
+    class Split:
+        """Two graphs replayed one after the other, timed as one."""
+
+        def __init__(self):
+            self.first, self.second = captured(chain), captured(lambda: fork(side_kernel))
+
+        def replay(self):
+            self.first.replay()
+            self.second.replay()
 
     rows = [("no-nccl", per_kernel_us(captured(chain)))]
     dist.init_process_group("nccl", device_id=torch.device("cuda", local))
@@ -79,8 +110,11 @@ def main():
         chain()
         dist.all_reduce(small)
     rows.append(("nccl-same", per_kernel_us(captured(same))))
-    rows.append(("fork-plain", per_kernel_us(captured(forked(lambda: small.mul_(1.0))))))
+    rows.append(("fork-plain", per_kernel_us(captured(forked(side_kernel)))))
     rows.append(("fork-nccl", per_kernel_us(captured(forked(lambda: dist.all_reduce(small))))))
+    rows.append(("fork-first", per_kernel_us(captured(fork_first))))
+    rows.append(("forks-20", per_kernel_us(captured(forks_20))))
+    rows.append(("split", per_kernel_us(Split())))
     if dist.get_rank() == 0:
         domain = os.environ.get("NCCL_MEM_SYNC_DOMAIN", "default")
         for name, us in rows:
