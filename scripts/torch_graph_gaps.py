@@ -15,7 +15,11 @@ mean time of one kernel of a chain of KERNELS small kernels replayed from one gr
   forks-20       twenty forks spread along the chain (ResNet's side streams fork in every block);
   split          the chain as one graph and the fork as a second graph replayed after it:
                  whether a step cut into a one-stream graph and a forked one keeps the
-                 chain's speed (the time of both, per chain kernel).
+                 chain's speed (the time of both, per chain kernel);
+  two-graphs     concurrency without a fork: the chain as one graph with an external event
+                 record node halfway and an external event wait node at its end, and the side
+                 kernel as a second one-stream graph (wait, kernel, record) replayed on another
+                 stream: whether graphs tied by external events keep the chain's speed.
 Run one process per GPU (rank 0 prints), also with NCCL_MEM_SYNC_DOMAIN=0 (NCCL's kernels in
 the compute kernels' memory synchronisation domain instead of the remote one):
 
@@ -100,7 +104,39 @@ def main():
             self.first.replay()
             self.second.replay()
 
+    class TwoGraphs:
+        """A one-stream main graph and a one-stream side graph, tied by external events."""
+
+        def __init__(self):
+            half = torch.cuda.Event(external=True)
+            done = torch.cuda.Event(external=True)
+
+            def main_body():
+                for _ in range(KERNELS // 2):
+                    x.mul_(1.0000001)
+                half.record()
+                for _ in range(KERNELS - KERNELS // 2):
+                    x.mul_(1.0000001)
+                torch.cuda.current_stream().wait_event(done)
+
+            def side_body():
+                torch.cuda.current_stream().wait_event(half)
+                side_kernel()
+                done.record()
+
+            self.side_graph = captured(side_body)
+            self.main_graph = captured(main_body)
+
+        def replay(self):
+            with torch.cuda.stream(side):
+                self.side_graph.replay()
+            self.main_graph.replay()
+
     rows = [("no-nccl", per_kernel_us(captured(chain)))]
+    try:
+        rows.append(("two-graphs", per_kernel_us(TwoGraphs())))
+    except Exception as e:  # noqa: BLE001 - an older PyTorch without external events
+        print(f"two-graphs: not run ({type(e).__name__}: {e})", flush=True)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local))
     dist.all_reduce(small)  # connects to the peers
     torch.cuda.synchronize()
