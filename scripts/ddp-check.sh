@@ -100,8 +100,10 @@ precis_run() {
   local comm=$(sed -n 's/.* comm_ms=\([0-9.]*\).*/\1/p' <<<"$fields")
   local exposed=$(sed -n 's/.* comm_exposed_ms=\([0-9.]*\).*/\1/p' <<<"$fields")
   local peak=$(sed -n 's/.* peak_gib=\([0-9.]*\).*/\1/p' <<<"$fields")
-  row "$(printf "%-28s %6s GPU  %12s tok/s  %s%s" "$name" "$gpus" "${tps:-FAILED}" \
-    "${peak:+peak $peak GiB  }" "${comm:+comm $comm ms, exposed $exposed ms}")"
+  # The captured step's shape: "one stream", or the forks that slow every kernel of it.
+  local shape=$(sed -n 's/^cuda graphs: captured the training step ([0-9]* nodes, \([^)]*\)).*/\1/p' "$log" | head -1)
+  row "$(printf "%-28s %6s GPU  %12s tok/s  %s%s%s" "$name" "$gpus" "${tps:-FAILED}" \
+    "${peak:+peak $peak GiB  }" "${comm:+comm $comm ms, exposed $exposed ms  }" "${shape:+graph: $shape}")"
   [[ -z $tps ]] && tail -5 "$log"
 }
 # llmc NAME GPUS ARGS...: one llm.c run; tokens/s from the mean step time of the steps after the warm-up.
