@@ -52,11 +52,20 @@ class CudaGraph {
   // stream's, in order (a chain); each fork to another stream (and back) adds one. A graph with
   // forks replays slower, kernel for kernel, than a chain (bench/NOTES.md, eleventh session).
   size_t num_forks() const;
+  // Memset nodes in the captured graph (after the replacement below, if on).
+  size_t num_memset_nodes() const;
 
  private:
   struct State;  // the CUDA handles (core/cuda/cuda_graph.cu)
   Device device_;
   std::unique_ptr<State> state_;
 };
+
+// Whether captures replace their small memset nodes (cuBLASLt's 4-byte counters) by kernel
+// nodes that store the same bytes, which a replay runs in line with the kernels around them
+// (core/cuda/graph_memsets.h). A trial: off unless PRECIS_AB_MEMSET_KERNELS=1, until measured
+// (bench/NOTES.md, the eleventh session). Without CUDA: nothing to replace.
+void set_graph_memset_kernels(bool on);
+bool graph_memset_kernels();
 
 }  // namespace precis
