@@ -9,6 +9,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/graph_memsets.h"
+#include "core/cuda/launch.cuh"
 
 namespace precis::cuda {
 
@@ -16,6 +17,7 @@ namespace {
 
 template <typename T>
 __global__ void fill_rows(char* dst, size_t pitch, size_t width, size_t height, T value) {
+  precis::cuda::wait_for_previous_grid();  // a no-op here (a plain graph edge), kept as every kernel's first line
   const size_t n = width * height;
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x)
     reinterpret_cast<T*>(dst + (i / width) * pitch)[i % width] = value;
