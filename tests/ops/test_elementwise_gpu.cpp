@@ -254,8 +254,21 @@ TEST(UnaryGpu, IntegerTensorsWithAScalarBecomeFloat32) {
 TEST(BinaryGpu, BroadcastingMatchesTheCpuInEveryDtype) {
   PRECIS_SKIP_WITHOUT_GPU();
   const std::vector<std::pair<Shape, Shape>> shapes = {
-      {{3, 5, 7}, {3, 5, 7}}, {{4099}, {4099}},    {{1}, {1}},   {{3, 5, 7}, {7}}, {{4, 1}, {1, 3}},
-      {{1}, {2, 3}},          {{2, 1, 5}, {3, 1}}, {{}, {3, 4}}, {{1023}, {1}},    {{5, 1, 7}, {5, 3, 1}}};
+      {{3, 5, 7}, {3, 5, 7}},
+      {{4099}, {4099}},
+      {{1}, {1}},
+      {{3, 5, 7}, {7}},
+      {{4, 1}, {1, 3}},
+      {{1}, {2, 3}},
+      {{2, 1, 5}, {3, 1}},
+      {{}, {3, 4}},
+      {{1023}, {1}},
+      {{5, 1, 7}, {5, 3, 1}},
+      // One row repeated over the rows (a bias, a position embedding): the packed repeated-rows
+      // kernel where the row is a whole number of 16-byte packs, the strided one where not.
+      {{4, 6, 8}, {6, 8}},
+      {{5, 16}, {16}},
+      {{4, 12}, {12}}};
   uint64_t seed = 300;
   for (const BinaryCase& op : kBinary) {
     for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64}) {
