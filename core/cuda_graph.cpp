@@ -28,11 +28,6 @@ size_t CudaGraph::num_nodes() const { return 0; }
 
 size_t CudaGraph::num_forks() const { return 0; }
 
-size_t CudaGraph::num_memset_nodes() const { return 0; }
-
-void set_graph_memset_kernels(bool) {}
-bool graph_memset_kernels() { return false; }
-
 }  // namespace precis
 
 #endif

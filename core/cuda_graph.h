@@ -33,10 +33,10 @@ class CudaGraph {
   CudaGraph(const CudaGraph&) = delete;
   CudaGraph& operator=(const CudaGraph&) = delete;
 
-  // Records what `work` queues on the compute stream (replacing an earlier graph).
-  // If `work` throws, or the capture is invalidated by something it did, the capture
-  // is abandoned (the stream is usable again, its memory freed) and precis::Error
-  // says why.
+  // Records what `work` queues on the compute stream (replacing an earlier graph), then
+  // removes the edges its other edges imply (core/cuda/graph_edges.h). If `work` throws,
+  // or the capture is invalidated by something it did, the capture is abandoned (the
+  // stream is usable again, its memory freed) and precis::Error says why.
   void capture(const std::function<void()>& work);
   // Queues one run of the graph on the compute stream (returns at once). Each (captured,
   // fresh) pair of `event_swaps` first points the event record node that records `captured`
@@ -49,23 +49,15 @@ class CudaGraph {
   // Nodes (kernels, copies, memsets) in the captured graph.
   size_t num_nodes() const;
   // Nodes of the captured graph that more than one node depends on: 0 when the work was one
-  // stream's, in order (a chain); each fork to another stream (and back) adds one. A graph with
+  // stream's, in order (a chain); a fork to another stream adds one, and a fork made again
+  // after a join two (both streams' last nodes lead into both streams' next ones). A graph with
   // forks replays slower, kernel for kernel, than a chain (bench/NOTES.md, eleventh session).
   size_t num_forks() const;
-  // Memset nodes in the captured graph (after the replacement below, if on).
-  size_t num_memset_nodes() const;
 
  private:
   struct State;  // the CUDA handles (core/cuda/cuda_graph.cu)
   Device device_;
   std::unique_ptr<State> state_;
 };
-
-// Whether captures replace their small memset nodes (cuBLASLt's 4-byte counters) by kernel
-// nodes that store the same bytes, which a replay runs in line with the kernels around them
-// (core/cuda/graph_memsets.h). A trial: off unless PRECIS_AB_MEMSET_KERNELS=1, until measured
-// (bench/NOTES.md, the eleventh session). Without CUDA: nothing to replace.
-void set_graph_memset_kernels(bool on);
-bool graph_memset_kernels();
 
 }  // namespace precis

@@ -6,14 +6,11 @@
 // during the capture form its private pool (core/cuda/allocator.cu), given back
 // with release_graph_pool when the graph is destroyed or the capture abandoned.
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "core/cuda/caching_allocator.h"
-#include "core/cuda/graph_memsets.h"
+#include "core/cuda/graph_edges.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda_graph.h"
 
@@ -25,7 +22,6 @@ struct CudaGraph::State {
   unsigned long long capture_id = 0;  // names the allocator's private pool; 0: none
   size_t nodes = 0;
   size_t forks = 0;                                                  // nodes with more than one dependent
-  size_t memsets = 0;                                                // memset nodes
   std::vector<std::pair<cudaEvent_t, cudaGraphNode_t>> event_nodes;  // the event record nodes
 
   void reset(Device device) {
@@ -68,9 +64,9 @@ void CudaGraph::capture(const std::function<void()>& work) {
     failure = std::string("the capture was invalidated (") + cudaGetErrorName(ended) +
               "): the work did something a graph cannot hold, such as a host sync or a pageable copy";
   state_->graph = graph;
-  if (failure.empty() && graph_memset_kernels()) {
+  if (failure.empty()) {
     try {
-      cuda::replace_small_memsets(graph);
+      cuda::remove_implied_edges(graph);
     } catch (const std::exception& e) {
       failure = e.what();
     }
@@ -84,7 +80,6 @@ void CudaGraph::capture(const std::function<void()>& work) {
     state_->reset(device_);
     PRECIS_FAIL(op, " failed: ", failure);
   }
-  state_->memsets = cuda::count_memset_nodes(graph);
   PRECIS_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &state_->nodes), op);
   std::vector<cudaGraphNode_t> nodes(state_->nodes);
   PRECIS_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &state_->nodes), op);
@@ -131,24 +126,5 @@ bool CudaGraph::captured() const { return state_->exec != nullptr; }
 size_t CudaGraph::num_nodes() const { return state_->nodes; }
 
 size_t CudaGraph::num_forks() const { return state_->forks; }
-
-size_t CudaGraph::num_memset_nodes() const { return state_->memsets; }
-
-namespace {
-std::atomic<int> g_memset_kernels{-1};  // -1: not decided yet (PRECIS_AB_MEMSET_KERNELS)
-}  // namespace
-
-void set_graph_memset_kernels(bool on) { g_memset_kernels = on ? 1 : 0; }
-
-bool graph_memset_kernels() {
-  int on = g_memset_kernels.load(std::memory_order_relaxed);
-  if (on < 0) {
-    const char* setting = std::getenv("PRECIS_AB_MEMSET_KERNELS");
-    int unset = -1;
-    g_memset_kernels.compare_exchange_strong(unset, setting != nullptr && std::strcmp(setting, "1") == 0 ? 1 : 0);
-    on = g_memset_kernels.load();
-  }
-  return on == 1;
-}
 
 }  // namespace precis

@@ -224,6 +224,14 @@ class NcclProcessGroup final : public ProcessGroup {
                  " bytes instead of ", sizeof id, "; do all ranks run the same NCCL?");
     std::memcpy(&id, bytes.data(), sizeof id);
     cuda::DeviceGuard guard(device_);
+    // NCCL's "graph mixing" guards against collectives of a replayed graph running at the same
+    // time as other NCCL work of the communicator that no stream orders after them. Ours are all
+    // ordered: a graph replays on the compute stream, an in-order collective queues on it, and one
+    // launched beside waits for what the compute stream holds first (enqueue). The guard costs
+    // every captured collective an external event wait before it and an event record after it,
+    // both off the compute stream's chain: forks, which slow every kernel of the replayed graph
+    // (bench/NOTES.md, the twelfth session). Off unless the user set it.
+    setenv("NCCL_GRAPH_MIXING_SUPPORT", "0", /*overwrite=*/0);
     PRECIS_NCCL_CHECK(ncclCommInitRank(&comm_, world_size_, id, rank_), "nccl communicator");
     ready_ = make_event("nccl communicator");
     return comm_;
