@@ -11,8 +11,8 @@ std::vector<size_t> implied_edges(size_t num_nodes, const std::vector<DagEdge>& 
   std::vector<std::vector<size_t>> out(num_nodes);  // each node's outgoing edges (indices)
   std::vector<size_t> in_degree(num_nodes, 0);
   for (size_t e = 0; e < edges.size(); ++e) {
-    PRECIS_CHECK(edges[e].from < num_nodes && edges[e].to < num_nodes, "implied_edges: edge ", e, " (",
-                 edges[e].from, " -> ", edges[e].to, ") names a node outside the graph's ", num_nodes, " nodes");
+    PRECIS_CHECK(edges[e].from < num_nodes && edges[e].to < num_nodes, "implied_edges: edge ", e, " (", edges[e].from,
+                 " -> ", edges[e].to, ") names a node outside the graph's ", num_nodes, " nodes");
     out[edges[e].from].push_back(e);
     ++in_degree[edges[e].to];
   }

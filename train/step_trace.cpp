@@ -24,6 +24,15 @@ int64_t host_ns(Profiler::Clock::time_point t) {
 
 }  // namespace
 
+std::string rank_trace_path(const std::string& path, int rank) {
+  if (rank == 0) return path;
+  const std::string tag = ".rank" + std::to_string(rank);
+  const size_t slash = path.find_last_of('/');
+  const size_t dot = path.find_last_of('.');
+  const bool has_extension = dot != std::string::npos && dot > 0 && (slash == std::string::npos || dot > slash + 1);
+  return has_extension ? path.substr(0, dot) + tag + path.substr(dot) : path + tag;
+}
+
 StepTrace::StepTrace(std::string path, Device device) : path_(std::move(path)), device_(device) {
   check_writable(path_, "profile.trace");
   PRECIS_CHECK(kernel_trace_available(), "profile.trace: ", kernel_trace_unavailable_reason());

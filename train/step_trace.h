@@ -18,6 +18,10 @@
 
 namespace precis::train {
 
+// Where rank `rank` of a data-parallel run writes its trace: `path` for rank 0, else `path` with
+// ".rank<rank>" before its extension (step.json -> step.rank1.json; no extension: appended).
+std::string rank_trace_path(const std::string& path, int rank);
+
 class StepTrace {
  public:
   // Fails now, not after training, when `path` cannot be written, when the

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iostream>
 #include <limits>
+#include <sstream>
 
 #include "core/autograd.h"
 #include "core/copy.h"
@@ -57,8 +58,10 @@ void Trainer::setup() {
     Eigen::setNbThreads(static_cast<int>(config_.threads));
   }
   profiler_.set_device(device_);
-  if (!config_.profile.trace.empty() && is_main())
-    step_trace_ = std::make_unique<StepTrace>(config_.profile.trace, device_);
+  // Every rank traces its step: rank 0 to profile.trace, rank k to PATH.rankK.json, so that the
+  // ranks' timelines (their collectives) can be laid side by side.
+  if (!config_.profile.trace.empty())
+    step_trace_ = std::make_unique<StepTrace>(rank_trace_path(config_.profile.trace, rank_), device_);
   policy_ = config_.precision.policy;
   ops::set_allow_tf32(policy_.allow_tf32);  // nothing enables TF32 behind the user's back
   ops::set_matmul_autotune(config_.matmul_autotune);
@@ -680,7 +683,10 @@ void Trainer::run() {
     if (profiling_ops) op_profile_->begin_step();
     train_step();
     if (profiling_ops) op_profile_->end_step();
-    if (tracing) step_trace_->end(profiler_, step_ + 1, std::cout);
+    if (tracing) {
+      std::ostringstream others;  // only rank 0 prints its kernel table
+      step_trace_->end(profiler_, step_ + 1, is_main() ? static_cast<std::ostream&>(std::cout) : others);
+    }
     ++step_;
     ++interval_steps;
     bool eval_now = task_->has_validation() && config_.eval_interval > 0 &&

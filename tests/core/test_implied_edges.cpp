@@ -59,8 +59,8 @@ TEST(ImpliedEdges, TheEdgeBetweenTwoCollectivesOnOneStreamIsImplied) {
 // streams' next nodes. None of those four edges is implied: the graph really forks there.
 TEST(ImpliedEdges, AForkFromAJoinKeepsItsEdges) {
   enum { m1, s1, m2, s2, m3, end, n };
-  EXPECT_TRUE(implied_edges(n, {{m1, s1}, {m1, m2}, {m2, s2}, {s1, s2}, {m2, m3}, {s1, m3}, {s2, end}, {m3, end}})
-                  .empty());
+  EXPECT_TRUE(
+      implied_edges(n, {{m1, s1}, {m1, m2}, {m2, s2}, {s1, s2}, {m2, m3}, {s1, m3}, {s2, end}, {m3, end}}).empty());
 }
 
 TEST(ImpliedEdges, OnlyEdgesThatOrderCompletionImplyAnOrder) {

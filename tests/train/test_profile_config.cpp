@@ -9,6 +9,7 @@
 #include "core/kernel_trace.h"
 #include "support/errors.h"
 #include "train/config.h"
+#include "train/step_trace.h"
 #include "train/trainer.h"
 
 using namespace precis;
@@ -107,4 +108,12 @@ TEST(ProfileConfig, SaveFinalFalseWritesNoCheckpoint) {
   train::Trainer default_trainer(tiny_cpu_config(saving, {}));
   default_trainer.run();
   EXPECT_TRUE(fs::exists(fs::path(saving) / "checkpoints" / "latest"));
+}
+
+// Each rank of a data-parallel run writes its own trace (train/step_trace.h).
+TEST(ProfileConfig, EachRankTracesToItsOwnFile) {
+  EXPECT_EQ(train::rank_trace_path("out/step.json", 0), "out/step.json");
+  EXPECT_EQ(train::rank_trace_path("out/step.json", 3), "out/step.rank3.json");
+  EXPECT_EQ(train::rank_trace_path("out.d/step", 1), "out.d/step.rank1");
+  EXPECT_EQ(train::rank_trace_path(".trace", 2), ".trace.rank2");
 }

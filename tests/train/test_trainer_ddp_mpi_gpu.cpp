@@ -16,6 +16,7 @@
 
 #include "distributed/gpu_ranks.h"
 #include "train/config.h"
+#include "train/step_trace.h"
 #include "train/trainer.h"
 
 using namespace precis;
@@ -110,18 +111,21 @@ TEST(TrainerNcclDdp, CapturedStepWithItsAllReducesTrainsAsTheEagerStep) {
   train::TrainConfig config = tiny_config(fresh_dir("graph_eager"), "fp32", 4);
   barrier();
   config.device = "cuda";
-  // Rank 0 traces step 2: the all-reduces' kernels on a track of the communication stream.
+  // Every rank traces step 2, rank k > 0 to PATH.rankK.json: the all-reduces' kernels on a
+  // track of the communication stream.
   const fs::path trace = fs::temp_directory_path() / "precis_trainer_ddp_gpu_trace.json";
+  const fs::path mine = train::rank_trace_path(trace.string(), distributed::mpi_world_rank());
+  fs::remove(mine);
   config.profile.trace = trace.string();
   config.profile.trace_step = 2;
   train::Trainer eager(config, nccl_world());
   eager.run();
-  if (distributed::mpi_world_rank() == 0) {
-    std::ifstream in(trace);
+  {
+    std::ifstream in(mine);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    EXPECT_NE(text.find("(communication)"), std::string::npos) << "no communication stream track in " << trace;
-    EXPECT_NE(text.find("(compute)"), std::string::npos);
-    EXPECT_NE(text.find("ncclDevKernel"), std::string::npos) << "no NCCL kernel in the trace";
+    EXPECT_NE(text.find("(communication)"), std::string::npos) << "no communication stream track in " << mine;
+    EXPECT_NE(text.find("(compute)"), std::string::npos) << mine;
+    EXPECT_NE(text.find("ncclDevKernel"), std::string::npos) << "no NCCL kernel in " << mine;
   }
   barrier();
   config.profile.trace.clear();
