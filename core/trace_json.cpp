@@ -30,7 +30,7 @@ std::FILE* open_for_writing(const std::string& path, const char* mode, const std
 
 }  // namespace
 
-Json chrome_trace(const std::vector<TraceTrack>& tracks, const std::vector<TraceEvent>& events) {
+Json chrome_trace(const std::vector<TraceTrack>& tracks, const std::vector<TraceEvent>& events, const Json& other) {
   Json list = Json::array();
   for (const TraceTrack& track : tracks) {
     list.push_back(metadata("process_name", track.pid, track.tid, track.process_name));
@@ -51,12 +51,13 @@ Json chrome_trace(const std::vector<TraceTrack>& tracks, const std::vector<Trace
   Json trace = Json::object();
   trace["traceEvents"] = std::move(list);
   trace["displayTimeUnit"] = "ms";
+  if (other.size() > 0) trace["otherData"] = other;
   return trace;
 }
 
 void write_chrome_trace(const std::string& path, const std::vector<TraceTrack>& tracks,
-                        const std::vector<TraceEvent>& events) {
-  std::string text = chrome_trace(tracks, events).dump();
+                        const std::vector<TraceEvent>& events, const Json& other) {
+  std::string text = chrome_trace(tracks, events, other).dump();
   std::FILE* file = open_for_writing(path, "wb", "trace");
   bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size();
   bool closed = std::fclose(file) == 0;

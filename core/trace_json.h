@@ -29,11 +29,14 @@ struct TraceEvent {
   Json args = Json::object();  // shown in the viewer's details pane
 };
 
-// The whole trace document: {"traceEvents": [...], "displayTimeUnit": "ms"}.
-Json chrome_trace(const std::vector<TraceTrack>& tracks, const std::vector<TraceEvent>& events);
+// The whole trace document: {"traceEvents": [...], "displayTimeUnit": "ms"}, and
+// {"otherData": other} where `other` holds anything (the format's place for facts about
+// the whole trace, such as where its time 0 lies on a clock other traces share).
+Json chrome_trace(const std::vector<TraceTrack>& tracks, const std::vector<TraceEvent>& events,
+                  const Json& other = Json::object());
 // Writes chrome_trace(...) to `path`; an unwritable path is an error naming it.
 void write_chrome_trace(const std::string& path, const std::vector<TraceTrack>& tracks,
-                        const std::vector<TraceEvent>& events);
+                        const std::vector<TraceEvent>& events, const Json& other = Json::object());
 // Fails now, with `setting` in the message, if `path` cannot be written, so a
 // long run does not find out only at the end. Leaves no file behind.
 void check_writable(const std::string& path, const std::string& setting);

@@ -89,7 +89,12 @@ void StepTrace::end(Profiler& profiler, int64_t step, std::ostream& out) {
     if (a.kind != GpuActivity::Kind::kernel) e.args["bytes"] = a.bytes;
     events.push_back(std::move(e));
   }
-  write_chrome_trace(path_, tracks, events);
+  // Time 0 on the host's steady clock (CLOCK_MONOTONIC, one clock for every process of the
+  // host): the ranks of a data-parallel run each write a trace whose times start at their own
+  // step, and scripts/trace_ranks.py puts them on this common clock.
+  Json other = Json::object();
+  other["origin_steady_ns"] = host_ns(step_start_);
+  write_chrome_trace(path_, tracks, events, other);
 
   // The table is the step's own work; the collectives of the communication stream overlap it
   // and are summed apart (their time is comm in the step breakdown).

@@ -48,6 +48,18 @@ TEST(TraceJson, WritesCompleteEventsAndTrackNames) {
   ASSERT_NE(copy, nullptr);
   EXPECT_EQ(copy->at("tid").as_int(), 7);
   EXPECT_EQ(copy->at("args").at("bytes").as_int(), 65536);
+  EXPECT_FALSE(trace.contains("otherData"));  // nothing about the whole trace was given
+  fs::remove(path);
+}
+
+TEST(TraceJson, FactsAboutTheWholeTraceGoToOtherData) {
+  fs::path path = fs::temp_directory_path() / "precis_trace_json_other.json";
+  Json other = Json::object();
+  other["origin_steady_ns"] = int64_t{1234567890123456789};  // past a double's exact integers
+  write_chrome_trace(path.string(), {}, {}, other);
+  Json trace = read_json_file(path.string());
+  EXPECT_EQ(trace.at("otherData").at("origin_steady_ns").as_int(), int64_t{1234567890123456789});
+  EXPECT_EQ(trace.at("traceEvents").size(), 0u);
   fs::remove(path);
 }
 
