@@ -2,7 +2,8 @@
 # One call on a multi-GPU machine for data parallelism (issue 19): builds Precis (sm_90,
 # into build-gpu) and llm.c (scripts/llmc-build.sh, into build-llmc) side by side, runs the
 # distributed GPU tests, then times GPT-2 124M (bf16-pure, B=16, T=1024 per GPU) on 1 and
-# N GPUs for Precis and llm.c in alternating rounds, and prints a table last.
+# N GPUs for Precis and llm.c in rounds (odd rounds run Precis first, even ones llm.c), and
+# prints a table last, then each round's bars (Precis / llm.c, and Precis's scaling).
 #   bash scripts/ddp-check.sh
 # Environment:
 #   NGPUS     GPUs to use (default: all)            ROUNDS   rounds of the main runs (default 2)
@@ -67,6 +68,7 @@ fi
 
 BENCH="$BUILD/precis bench gpt2 --preset gpt2 --batch 16 --seq 1024 --precision bf16-pure --steps $STEPS --warmup $WARMUP --device cuda"
 rows=()
+declare -A tps_of  # "NAME:GPUS" -> tokens/s, for the bars' ratios at the end
 # A result row, also appended to $OUT/rows.txt at once (a call cut short keeps what ran).
 row() {
   rows+=("$1")
@@ -102,6 +104,7 @@ precis_run() {
   local peak=$(sed -n 's/.* peak_gib=\([0-9.]*\).*/\1/p' <<<"$fields")
   # The captured step's shape: "one stream", or the forks that slow every kernel of it.
   local shape=$(sed -n 's/^cuda graphs: captured the training step ([0-9]* nodes, \([^)]*\)).*/\1/p' "$log" | head -1)
+  [[ -n $tps ]] && tps_of["$name:$gpus"]=$tps
   row "$(printf "%-28s %6s GPU  %12s tok/s  %s%s%s" "$name" "$gpus" "${tps:-FAILED}" \
     "${peak:+peak $peak GiB  }" "${comm:+comm $comm ms, exposed $exposed ms  }" "${shape:+graph: $shape}")"
   [[ -z $tps ]] && tail -5 "$log"
@@ -123,18 +126,45 @@ llmc_run() {
   tps=$(awk -v w="$WARMUP" -v tok=$((16 * 1024 * gpus)) '
     /^step +[0-9]+\/[0-9]+ \|/ { split($2, s, "/"); if (s[1] + 0 > w) { for (i = 1; i < NF; i++) if ($(i + 1) == "ms") { sum += $i; n++ } } }
     END { if (n) printf "%.0f", tok * 1000.0 * n / sum }' "$log")
+  [[ -n $tps ]] && tps_of["$name:$gpus"]=$tps
   row "$(printf "%-28s %6s GPU  %12s tok/s  (%s)" "$name" "$gpus" "${tps:-FAILED}" "$*")"
   [[ -z $tps ]] && tail -5 "$log"
 }
 
-main_round() {
+precis_sizes() {
   local g
   for g in $SIZES; do
     if ((g == 1)); then precis_run "precis-main-r$1" 1 -- $MAIN; else precis_run "precis-main-r$1" "$g" -- $MAIN_MULTI; fi
   done
+}
+llmc_sizes() {
+  local g
   for g in $SIZES; do
     if ((g == 1)); then llmc_run "llmc-r$1" 1 -r 0; else llmc_run "llmc-z1-r$1" "$g" -r 0 -z 1; fi
   done
+}
+# Cards slow as they heat, so the rounds alternate which peer runs first: Precis in odd rounds
+# (all the rounds of a call that runs one), llm.c in even ones.
+main_round() {
+  if (($1 % 2 == 1)); then
+    precis_sizes "$1"
+    llmc_sizes "$1"
+  else
+    llmc_sizes "$1"
+    precis_sizes "$1"
+  fi
+}
+# The bars of round $1, from its rows: Precis / llm.c at each size, and Precis's scaling
+# (N-GPU tok/s over N times its 1-GPU tok/s).
+bars() {
+  local g p l line="round $1 bars:" one=${tps_of["precis-main-r$1:1"]:-}
+  for g in $SIZES; do
+    p=${tps_of["precis-main-r$1:$g"]:-}
+    if ((g == 1)); then l=${tps_of["llmc-r$1:1"]:-}; else l=${tps_of["llmc-z1-r$1:$g"]:-}; fi
+    [[ -n $p && -n $l ]] && line+=$(awk -v p="$p" -v l="$l" -v g="$g" 'BEGIN { printf "  %d GPU %.3fx llm.c", g, p / l }')
+    [[ -n $p && -n $one ]] && ((g > 1)) && line+=$(awk -v p="$p" -v o="$one" -v g="$g" 'BEGIN { printf " (scaling %.2f%%)", 100 * p / (g * o) }')
+  done
+  echo "$line"
 }
 main_round 1
 if [[ ${EXTRAS:-1} == 1 ]]; then
@@ -187,3 +217,4 @@ echo
 echo "==== ddp-check summary ($(head -1 "$OUT/gpu.txt"), $NGPUS GPUs, $(($(date +%s) - start)) s) ===="
 echo "gpu tests: $tests_summary"
 for r in "${rows[@]}"; do echo "$r"; done
+for ((round = 1; round <= ROUNDS; round++)); do bars "$round"; done
