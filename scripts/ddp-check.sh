@@ -7,6 +7,8 @@
 #   bash scripts/ddp-check.sh
 # Environment:
 #   NGPUS     GPUs to use (default: all)            ROUNDS   rounds of the main runs (default 2)
+#   FIRST_ROUND  the first round's number (default 1; a later call on a warm machine can go on
+#             with 2, so that llm.c runs first there)
 #   SIZES     GPU counts of the main rounds (default 1, 2 if NGPUS > 2, and NGPUS)
 #   MAIN      settings of the main Precis runs (default: bf16 gradients, as llm.c keeps them,
 #             with graphs); MAIN_MULTI those of its runs on more than one GPU (default: the best
@@ -166,7 +168,8 @@ bars() {
   done
   echo "$line"
 }
-main_round 1
+FIRST_ROUND=${FIRST_ROUND:-1}
+main_round "$FIRST_ROUND"
 if [[ ${EXTRAS:-1} == 1 ]]; then
 # Eager steps time their phases (forward, backward, comm, comm_exposed, optimizer), and the
 # traced step lists every kernel's time: what the N-GPU step spends beyond the 1-GPU one.
@@ -197,7 +200,7 @@ for v in "${variants[@]}"; do
   [[ $name =~ ^([0-9]+)gpu- ]] && gpus=${BASH_REMATCH[1]}  # a variant named 2gpu-... runs on 2 GPUs
   precis_run "$name" "$gpus" $envs -- $settings
 done
-for ((round = 2; round <= ROUNDS; round++)); do main_round "$round"; done
+for ((round = FIRST_ROUND + 1; round < FIRST_ROUND + ROUNDS; round++)); do main_round "$round"; done
 if [[ ${SIMULATE:-0} == 1 ]]; then
   # Two "hosts" of NGPUS/2 GPUs on NCCL's socket transport: no NVLink, no shared memory.
   SOCKET="NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1"
@@ -217,4 +220,4 @@ echo
 echo "==== ddp-check summary ($(head -1 "$OUT/gpu.txt"), $NGPUS GPUs, $(($(date +%s) - start)) s) ===="
 echo "gpu tests: $tests_summary"
 for r in "${rows[@]}"; do echo "$r"; done
-for ((round = 1; round <= ROUNDS; round++)); do bars "$round"; done
+for ((round = FIRST_ROUND; round < FIRST_ROUND + ROUNDS; round++)); do bars "$round"; done
