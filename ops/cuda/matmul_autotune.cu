@@ -58,8 +58,9 @@ bool autotune_report() {
 
 // The memset nodes cuBLASLt queues with one run of `algo`: the run captured into a throwaway
 // graph on p.stream (never launched), in this thread's capture mode so no other thread's
-// work is refused meanwhile.
-int memset_nodes(const Gemm& g, const Problem& p, const cublasLtMatmulAlgo_t& algo) {
+// work is refused meanwhile. Each node's target goes to `targets` (where given): its offset
+// in the workspace ("ws+OFFSET") or "elsewhere", and its bytes.
+int memset_nodes(const Gemm& g, const Problem& p, const cublasLtMatmulAlgo_t& algo, std::string* targets = nullptr) {
   const char* op = "matmul autotune: counting memset nodes";
   PRECIS_CUDA_CHECK(cudaStreamBeginCapture(p.stream, cudaStreamCaptureModeThreadLocal), op);
   std::string failure;
@@ -82,7 +83,16 @@ int memset_nodes(const Gemm& g, const Problem& p, const cublasLtMatmulAlgo_t& al
         cudaGetLastError();  // a node the runtime cannot name (core/cuda/cuda_graph.cu)
         continue;
       }
-      if (type == cudaGraphNodeTypeMemset) ++memsets;
+      if (type != cudaGraphNodeTypeMemset) continue;
+      ++memsets;
+      cudaMemsetParams params{};
+      if (targets != nullptr && cudaGraphMemsetNodeGetParams(node, &params) == cudaSuccess) {
+        const auto* base = static_cast<const char*>(p.workspace);
+        const auto* dst = static_cast<const char*>(params.dst);
+        const bool inside = dst >= base && dst < base + kWorkspaceBytes;
+        *targets += (inside ? " ws+" + std::to_string(dst - base) : std::string(" elsewhere")) + ":" +
+                    std::to_string(params.elementSize * params.width * params.height) + "B";
+      }
     }
   }
   if (graph != nullptr) cudaGraphDestroy(graph);
@@ -127,10 +137,11 @@ cublasLtMatmulAlgo_t fastest(const Gemm& g, const Problem& p, const cublasLtMatm
   float best_ms = 0;
   std::vector<float> times(count);
   std::vector<int> memsets(count, 0);
+  std::vector<std::string> targets(count);
   const bool count_memsets = memset_penalty_ms() > 0 || autotune_report();
   for (int c = 0; c < count; ++c) {
     times[c] = fastest_run_ms(p.stream, [&] { run_algo(timed, p, candidates[c].algo); });
-    if (count_memsets) memsets[c] = memset_nodes(timed, p, candidates[c].algo);
+    if (count_memsets) memsets[c] = memset_nodes(timed, p, candidates[c].algo, &targets[c]);
     const float ms = times[c] + static_cast<float>(memsets[c] * memset_penalty_ms());
     if (c == 0 || ms < best_ms * (1.0 - kAutotuneMargin)) {
       best = c;
@@ -143,8 +154,9 @@ cublasLtMatmulAlgo_t fastest(const Gemm& g, const Problem& p, const cublasLtMatm
       if (memsets[c] == 0 && (fastest_plain < 0 || times[c] < times[fastest_plain])) fastest_plain = c;
     std::ostringstream line;
     line << "autotune " << g.problem() << ": chose #" << best << " of " << count << " (" << times[best] * 1e3 << " us, "
-         << memsets[best] << " memsets, " << candidates[best].workspaceSize << " B of workspace); #0 " << times[0] * 1e3
-         << " us, " << memsets[0] << " memsets; fastest without a memset: ";
+         << memsets[best] << " memsets" << targets[best] << ", " << candidates[best].workspaceSize
+         << " B of workspace); #0 " << times[0] * 1e3 << " us, " << memsets[0]
+         << " memsets; fastest without a memset: ";
     if (fastest_plain < 0)
       line << "none";
     else
