@@ -20,11 +20,14 @@ can):
 """
 import argparse
 import os
+import sys
 
 import torch
 import torch.distributed as dist
 
-GPT2_PARAMETERS = 124475904
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_nccl_setup import GPT2_PARAMETERS, init_nccl  # noqa: E402
+
 GATHERS = 10
 PRODUCTS = 60
 
@@ -42,7 +45,6 @@ def gather_buffers(mode, n, world, rank, backend):
         return full, full[rank * (n // world):(rank + 1) * (n // world)], pool
     if mode == "window":
         import torch.distributed._symmetric_memory as symm_mem
-        symm_mem.enable_symm_mem_for_group(dist.group.WORLD.group_name)
         full = symm_mem.empty(n, dtype=torch.bfloat16, device="cuda")
         handle = symm_mem.rendezvous(full, dist.group.WORLD.group_name)
         full.zero_()
@@ -65,17 +67,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--modes", default="plain,registered,window")
     args = parser.parse_args()
-    local = int(os.environ.get("LOCAL_RANK", 0))
-    torch.cuda.set_device(local)
-    if "window" in args.modes:
-        try:
-            import torch.distributed._symmetric_memory as symm_mem
-            symm_mem.set_backend("NCCL")  # before any symmetric allocation
-        except Exception as e:  # noqa: BLE001 - an older PyTorch: the mode reports it below
-            print(f"symmetric memory backend: {type(e).__name__}: {e}", flush=True)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
-    rank, world = dist.get_rank(), dist.get_world_size()
-    dist.all_reduce(torch.ones(1, device="cuda"))  # the communicator, eagerly
+    rank, world = init_nccl(windows="window" in args.modes)
     backend = dist.group.WORLD._get_backend(torch.device("cuda"))
     n = GPT2_PARAMETERS // world * world
     a = torch.randn(16384, 768, device="cuda", dtype=torch.bfloat16)

@@ -20,11 +20,14 @@ graph+window+inplace). Run one process per GPU:
 """
 import argparse
 import os
+import sys
 
 import torch
 import torch.distributed as dist
 
-GPT2_PARAMETERS = 124475904
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_nccl_setup import GPT2_PARAMETERS, init_nccl  # noqa: E402
+
 CALLS = 20
 
 
@@ -82,19 +85,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--modes", default="plain")
     args = parser.parse_args()
-    local = int(os.environ.get("LOCAL_RANK", 0))
-    torch.cuda.set_device(local)
-    if "window" in args.modes:
-        try:
-            import torch.distributed._symmetric_memory as symm_mem
-            symm_mem.set_backend("NCCL")  # before any symmetric allocation
-        except Exception as e:  # noqa: BLE001 - an older PyTorch: the mode reports it below
-            print(f"symmetric memory backend: {type(e).__name__}: {e}", flush=True)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
-    rank, world = dist.get_rank(), dist.get_world_size()
-    if "window" in args.modes:
-        import torch.distributed._symmetric_memory as symm_mem
-        symm_mem.enable_symm_mem_for_group(dist.group.WORLD.group_name)
+    rank, world = init_nccl(windows="window" in args.modes)
     dist.barrier()
     n = GPT2_PARAMETERS // world * world
     backend = dist.group.WORLD._get_backend(torch.device("cuda"))
