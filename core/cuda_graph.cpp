@@ -28,6 +28,10 @@ size_t CudaGraph::num_nodes() const { return 0; }
 
 size_t CudaGraph::num_forks() const { return 0; }
 
+size_t CudaGraph::num_memset_nodes() const { return 0; }
+
+size_t CudaGraph::num_hoisted_memsets() const { return 0; }
+
 }  // namespace precis
 
 #endif

@@ -53,6 +53,10 @@ class CudaGraph {
   // after a join two (both streams' last nodes lead into both streams' next ones). A graph with
   // forks replays slower, kernel for kernel, than a chain (bench/NOTES.md, eleventh session).
   size_t num_forks() const;
+  // Memset nodes in the captured graph, and of those the capture removed from its chain (a
+  // trial, PRECIS_AB_MEMSET_HOIST: core/cuda/graph_memsets.h; 0 without it).
+  size_t num_memset_nodes() const;
+  size_t num_hoisted_memsets() const;
 
  private:
   struct State;  // the CUDA handles (core/cuda/cuda_graph.cu)

@@ -11,6 +11,7 @@
 
 #include "core/cuda/caching_allocator.h"
 #include "core/cuda/graph_edges.h"
+#include "core/cuda/graph_memsets.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda_graph.h"
 
@@ -22,6 +23,8 @@ struct CudaGraph::State {
   unsigned long long capture_id = 0;  // names the allocator's private pool; 0: none
   size_t nodes = 0;
   size_t forks = 0;                                                  // nodes with more than one dependent
+  size_t memsets = 0;                                                // memset nodes
+  size_t hoisted = 0;                                                // memset nodes hoisted (graph_memsets.h)
   std::vector<std::pair<cudaEvent_t, cudaGraphNode_t>> event_nodes;  // the event record nodes
 
   void reset(Device device) {
@@ -66,6 +69,7 @@ void CudaGraph::capture(const std::function<void()>& work) {
   state_->graph = graph;
   if (failure.empty()) {
     try {
+      state_->hoisted = cuda::hoist_memsets(graph, cuda::memset_hoisting());
       cuda::remove_implied_edges(graph);
     } catch (const std::exception& e) {
       failure = e.what();
@@ -95,6 +99,7 @@ void CudaGraph::capture(const std::function<void()>& work) {
       cudaGetLastError();
       continue;
     }
+    if (type == cudaGraphNodeTypeMemset) ++state_->memsets;
     if (type != cudaGraphNodeTypeEventRecord) continue;
     cudaEvent_t event = nullptr;
     PRECIS_CUDA_CHECK(cudaGraphEventRecordNodeGetEvent(node, &event), op);
@@ -126,5 +131,9 @@ bool CudaGraph::captured() const { return state_->exec != nullptr; }
 size_t CudaGraph::num_nodes() const { return state_->nodes; }
 
 size_t CudaGraph::num_forks() const { return state_->forks; }
+
+size_t CudaGraph::num_memset_nodes() const { return state_->memsets; }
+
+size_t CudaGraph::num_hoisted_memsets() const { return state_->hoisted; }
 
 }  // namespace precis

@@ -76,6 +76,7 @@ struct Problem {
   cublasLtMatrixLayout_t a, b, d;
   void* workspace;
   cudaStream_t stream;
+  size_t workspace_bytes = kWorkspaceBytes;  // less for a captured product's own slice (cublaslt.cu)
 };
 
 // One run of the product with `algo`.

@@ -125,8 +125,7 @@ bool worth_autotuning(const Gemm& g) {
   return matmul_autotune() && flops >= kAutotuneMinFlops;
 }
 
-cublasLtMatmulAlgo_t fastest(const Gemm& g, const Problem& p, const cublasLtMatmulHeuristicResult_t* candidates,
-                             int count) {
+int fastest(const Gemm& g, const Problem& p, const cublasLtMatmulHeuristicResult_t* candidates, int count) {
   Gemm timed = g;
   Tensor scratch;
   if (g.accumulate) {
@@ -164,7 +163,7 @@ cublasLtMatmulAlgo_t fastest(const Gemm& g, const Problem& p, const cublasLtMatm
            << candidates[fastest_plain].workspaceSize << " B of workspace)";
     std::cerr << line.str() << "\n";
   }
-  return candidates[best].algo;
+  return best;
 }
 
 bool prefer_fused(const Gemm& fused, const std::function<void()>& split) {

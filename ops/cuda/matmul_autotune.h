@@ -42,10 +42,9 @@ bool autotune_without_workspace();
 // CUDA graph is being captured.
 bool worth_autotuning(const Gemm& g);
 
-// The fastest of `candidates` (in the heuristic's order; a later one must win by the margin).
-// A product that adds into D runs on a scratch D: every run would add to the real one.
-cublasLtMatmulAlgo_t fastest(const Gemm& g, const Problem& p, const cublasLtMatmulHeuristicResult_t* candidates,
-                             int count);
+// The index of the fastest of `candidates` (in the heuristic's order; a later one must win by
+// the margin). A product that adds into D runs on a scratch D: every run would add to the real one.
+int fastest(const Gemm& g, const Problem& p, const cublasLtMatmulHeuristicResult_t* candidates, int count);
 
 // Whether a product with a fused epilogue should run as such, or as `split` (the plain
 // product and a separate pass: for BGRADB, our column-sum kernel over g, column_sums.cu).

@@ -1,0 +1,160 @@
+// hoist_memsets and its switch (core/cuda/graph_memsets.h).
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/graph_memsets.h"
+#include "core/error.h"
+
+namespace precis::cuda {
+
+namespace {
+
+std::atomic<int> g_mode{-1};  // -1: not read yet
+std::mutex g_ranges_mutex;
+std::vector<std::pair<const char*, const char*>> g_ranges;  // [begin, end)
+
+bool in_a_range(const char* begin, const char* end) {
+  std::lock_guard<std::mutex> lock(g_ranges_mutex);
+  for (const auto& [b, e] : g_ranges)
+    if (begin >= b && end <= e) return true;
+  return false;
+}
+
+cudaGraphNodeType type_of(cudaGraphNode_t node) {
+  cudaGraphNodeType type;
+  if (cudaGraphNodeGetType(node, &type) != cudaSuccess) {
+    cudaGetLastError();  // a node the runtime cannot name (core/cuda/cuda_graph.cu)
+    return cudaGraphNodeTypeCount;
+  }
+  return type;
+}
+
+std::vector<cudaGraphNode_t> neighbours(cudaGraphNode_t node, bool incoming, const char* op) {
+  size_t count = 0;
+  auto query = [&](cudaGraphNode_t* nodes) {
+    return incoming ? cudaGraphNodeGetDependencies(node, nodes, nullptr, &count)
+                    : cudaGraphNodeGetDependentNodes(node, nodes, nullptr, &count);
+  };
+  PRECIS_CUDA_CHECK(query(nullptr), op);
+  std::vector<cudaGraphNode_t> out(count);
+  PRECIS_CUDA_CHECK(query(out.data()), op);
+  return out;
+}
+
+struct Target {
+  cudaGraphNode_t node;
+  const char* begin;
+  const char* end;
+};
+
+}  // namespace
+
+MemsetHoist memset_hoisting() {
+  int mode = g_mode.load();
+  if (mode < 0) {
+    const char* setting = std::getenv("PRECIS_AB_MEMSET_HOIST");
+    const std::string value = setting ? setting : "0";
+    PRECIS_CHECK(value == "0" || value == "plain" || value == "pdl", "PRECIS_AB_MEMSET_HOIST is '", value,
+                 "': set it to plain or pdl (a trial: bench/NOTES.md, thirteenth session), 0, or unset it");
+    const MemsetHoist read = value == "pdl"     ? MemsetHoist::pdl
+                             : value == "plain" ? MemsetHoist::plain
+                                                : MemsetHoist::off;
+    int unset = -1;
+    g_mode.compare_exchange_strong(unset, static_cast<int>(read));
+    mode = g_mode.load();
+  }
+  return static_cast<MemsetHoist>(mode);
+}
+
+void set_memset_hoisting(MemsetHoist mode) { g_mode = static_cast<int>(mode); }
+
+void register_hoistable_range(const void* begin, size_t bytes) {
+  std::lock_guard<std::mutex> lock(g_ranges_mutex);
+  const char* b = static_cast<const char*>(begin);
+  g_ranges.emplace_back(b, b + bytes);
+}
+
+size_t hoist_memsets(cudaGraph_t graph, MemsetHoist mode) {
+  const char* op = "hoisting memset nodes";
+  if (mode == MemsetHoist::off) return 0;
+  size_t count = 0;
+  PRECIS_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count), op);
+  std::vector<cudaGraphNode_t> nodes(count);
+  PRECIS_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &count), op);
+
+  // Every memset node's target; those in a registered range that overlap no other target.
+  std::vector<Target> all, hoisted;
+  for (cudaGraphNode_t node : nodes) {
+    if (type_of(node) != cudaGraphNodeTypeMemset) continue;
+    cudaMemsetParams m{};
+    PRECIS_CUDA_CHECK(cudaGraphMemsetNodeGetParams(node, &m), op);
+    const char* begin = static_cast<const char*>(m.dst);
+    const size_t rows = m.height > 0 ? m.height : 1;
+    const size_t row_bytes = m.width * m.elementSize;
+    const char* end = begin + (rows - 1) * (rows > 1 ? m.pitch : 0) + row_bytes;
+    if (m.value != 0) continue;  // only zeroing is moved (the start's node zeroes)
+    all.push_back({node, begin, end});
+  }
+  std::sort(all.begin(), all.end(), [](const Target& a, const Target& b) { return a.begin < b.begin; });
+  for (size_t i = 0; i < all.size(); ++i) {
+    const bool overlaps_previous = i > 0 && all[i].begin < all[i - 1].end;
+    const bool overlaps_next = i + 1 < all.size() && all[i + 1].begin < all[i].end;
+    if (!overlaps_previous && !overlaps_next && in_a_range(all[i].begin, all[i].end)) hoisted.push_back(all[i]);
+  }
+  if (hoisted.empty()) return 0;
+
+  // Each removed node's successors take its predecessors.
+  std::set<std::pair<cudaGraphNode_t, cudaGraphNode_t>> edges;
+  {
+    size_t num_edges = 0;
+    PRECIS_CUDA_CHECK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &num_edges), op);
+    std::vector<cudaGraphNode_t> from(num_edges), to(num_edges);
+    PRECIS_CUDA_CHECK(cudaGraphGetEdges(graph, from.data(), to.data(), nullptr, &num_edges), op);
+    for (size_t e = 0; e < num_edges; ++e) edges.emplace(from[e], to[e]);
+  }
+  const char* span_begin = hoisted.front().begin;
+  const char* span_end = hoisted.front().end;
+  for (const Target& t : hoisted) {
+    span_begin = std::min(span_begin, t.begin);
+    span_end = std::max(span_end, t.end);
+    const std::vector<cudaGraphNode_t> before = neighbours(t.node, true, op);
+    const std::vector<cudaGraphNode_t> after = neighbours(t.node, false, op);
+    PRECIS_CUDA_CHECK(cudaGraphDestroyNode(t.node), op);
+    for (cudaGraphNode_t p : before)
+      for (cudaGraphNode_t s : after) {
+        if (!edges.emplace(p, s).second) continue;  // already ordered directly
+        cudaGraphEdgeData data{};
+        if (mode == MemsetHoist::pdl && type_of(p) == cudaGraphNodeTypeKernel &&
+            type_of(s) == cudaGraphNodeTypeKernel) {
+          data.from_port = cudaGraphKernelNodePortProgrammatic;
+          data.type = cudaGraphDependencyTypeProgrammatic;
+        }
+        PRECIS_CUDA_CHECK(cudaGraphAddDependencies(graph, &p, &s, &data, 1), op);
+      }
+  }
+
+  // One zeroing node before the graph's first nodes.
+  std::vector<cudaGraphNode_t> roots;
+  PRECIS_CUDA_CHECK(cudaGraphGetRootNodes(graph, nullptr, &count), op);
+  roots.resize(count);
+  PRECIS_CUDA_CHECK(cudaGraphGetRootNodes(graph, roots.data(), &count), op);
+  cudaMemsetParams zero{};
+  zero.dst = const_cast<char*>(span_begin);
+  zero.value = 0;
+  zero.elementSize = 1;
+  zero.width = static_cast<size_t>(span_end - span_begin);
+  zero.height = 1;
+  cudaGraphNode_t start = nullptr;
+  PRECIS_CUDA_CHECK(cudaGraphAddMemsetNode(&start, graph, nullptr, 0, &zero), op);
+  for (cudaGraphNode_t root : roots) PRECIS_CUDA_CHECK(cudaGraphAddDependencies(graph, &start, &root, nullptr, 1), op);
+  return hoisted.size();
+}
+
+}  // namespace precis::cuda

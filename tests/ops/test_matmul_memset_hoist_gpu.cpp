@@ -1,0 +1,76 @@
+// The memset-hoisting trial (core/cuda/graph_memsets.h, PRECIS_AB_MEMSET_HOIST; bench/NOTES.md,
+// thirteenth session, item 8). cuBLASLt queues a memset node before products whose output has
+// many rows (GPT-2's 16384-row products); with the switch each product captured runs on its own
+// workspace slice, and the capture moves those memsets to one zeroing node at the graph's
+// start. Replayed several times, such a graph must give the eager products' values bit for bit
+// (the same algorithms, the same kernels): a counter left unzeroed between replays would skip
+// tiles, and a wrong programmatic edge would let a product read its input early. The count of
+// the memset nodes checks the hoisting happened (or the test says cuBLASLt queued none here).
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "core/copy.h"
+#include "core/cuda_graph.h"
+#include "core/random.h"
+#include "ops/ops.h"
+#include "support/gpu.h"
+#if PRECIS_WITH_CUDA
+#include "core/cuda/graph_memsets.h"
+#endif
+
+using namespace precis;
+
+#if PRECIS_WITH_CUDA
+
+namespace {
+
+// Restores the switch at the end of a test.
+class HoistScope {
+ public:
+  explicit HoistScope(cuda::MemsetHoist mode) : previous_(cuda::memset_hoisting()) { cuda::set_memset_hoisting(mode); }
+  ~HoistScope() { cuda::set_memset_hoisting(previous_); }
+
+ private:
+  cuda::MemsetHoist previous_;
+};
+
+std::vector<float> values(const Tensor& t) { return t.to(DType::f32).to_vector<float>(); }
+
+}  // namespace
+
+TEST(MatmulMemsetHoistGpu, HoistedProductsReplayWithTheEagerBits) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  const Device gpu = Device::cuda(0);
+  // GPT-2's shapes: 16384 token rows through 768 -> 768 -> 3072 -> 768.
+  const Tensor x = randn({16384, 768}, DType::f32).to(DType::bf16).to(gpu);
+  const Tensor w1 = (randn({768, 768}, DType::f32) * 0.03).to(DType::bf16).to(gpu);
+  const Tensor w2 = (randn({768, 3072}, DType::f32) * 0.03).to(DType::bf16).to(gpu);
+  const Tensor w3 = (randn({3072, 768}, DType::f32) * 0.02).to(DType::bf16).to(gpu);
+  auto products = [&] { return ops::matmul(ops::matmul(ops::matmul(x, w1), w2), w3); };
+
+  size_t plain_memsets = 0;
+  for (cuda::MemsetHoist mode : {cuda::MemsetHoist::off, cuda::MemsetHoist::plain, cuda::MemsetHoist::pdl}) {
+    HoistScope scope(mode);
+    const std::vector<float> eager = values(products());  // also chooses the algorithms, outside the capture
+    Tensor out = empty({16384, 768}, DType::bf16, gpu);
+    CudaGraph graph(gpu);
+    graph.capture([&] { copy_(out, products()); });
+    if (mode == cuda::MemsetHoist::off) {
+      plain_memsets = graph.num_memset_nodes();
+      EXPECT_EQ(graph.num_hoisted_memsets(), 0u);
+    } else if (plain_memsets > 0) {
+      // Every product's memset is hoisted into the one zeroing node at the start.
+      EXPECT_EQ(graph.num_hoisted_memsets(), plain_memsets) << static_cast<int>(mode);
+      EXPECT_EQ(graph.num_memset_nodes(), 1u) << static_cast<int>(mode);
+    }
+    for (int replay = 0; replay < 4; ++replay) {
+      fill_(out, 0.0);
+      graph.replay();
+      EXPECT_EQ(values(out), eager) << "mode " << static_cast<int>(mode) << ", replay " << replay;
+    }
+  }
+  if (plain_memsets == 0) GTEST_SKIP() << "cuBLASLt queued no memset node for these products: nothing to hoist";
+}
+
+#endif
