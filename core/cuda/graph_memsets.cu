@@ -20,11 +20,12 @@ std::atomic<int> g_mode{-1};  // -1: not read yet
 std::mutex g_ranges_mutex;
 std::vector<std::pair<const char*, const char*>> g_ranges;  // [begin, end)
 
-bool in_a_range(const char* begin, const char* end) {
+// The registered range holding [begin, end), or -1.
+int range_of(const char* begin, const char* end) {
   std::lock_guard<std::mutex> lock(g_ranges_mutex);
-  for (const auto& [b, e] : g_ranges)
-    if (begin >= b && end <= e) return true;
-  return false;
+  for (size_t r = 0; r < g_ranges.size(); ++r)
+    if (begin >= g_ranges[r].first && end <= g_ranges[r].second) return static_cast<int>(r);
+  return -1;
 }
 
 cudaGraphNodeType type_of(cudaGraphNode_t node) {
@@ -52,6 +53,7 @@ struct Target {
   cudaGraphNode_t node;
   const char* begin;
   const char* end;
+  int range;  // the registered range holding it, or -1
 };
 
 }  // namespace
@@ -81,6 +83,11 @@ void register_hoistable_range(const void* begin, size_t bytes) {
   g_ranges.emplace_back(b, b + bytes);
 }
 
+void reset_hoistable_ranges() {
+  std::lock_guard<std::mutex> lock(g_ranges_mutex);
+  g_ranges.clear();
+}
+
 size_t hoist_memsets(cudaGraph_t graph, MemsetHoist mode) {
   const char* op = "hoisting memset nodes";
   if (mode == MemsetHoist::off) return 0;
@@ -89,7 +96,8 @@ size_t hoist_memsets(cudaGraph_t graph, MemsetHoist mode) {
   std::vector<cudaGraphNode_t> nodes(count);
   PRECIS_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &count), op);
 
-  // Every memset node's target; those in a registered range that overlap no other target.
+  // Every zeroing memset node's target; those alone in a registered range, overlapping no
+  // other target, are hoisted.
   std::vector<Target> all, hoisted;
   for (cudaGraphNode_t node : nodes) {
     if (type_of(node) != cudaGraphNodeTypeMemset) continue;
@@ -99,14 +107,20 @@ size_t hoist_memsets(cudaGraph_t graph, MemsetHoist mode) {
     const size_t rows = m.height > 0 ? m.height : 1;
     const size_t row_bytes = m.width * m.elementSize;
     const char* end = begin + (rows - 1) * (rows > 1 ? m.pitch : 0) + row_bytes;
-    if (m.value != 0) continue;  // only zeroing is moved (the start's node zeroes)
-    all.push_back({node, begin, end});
+    all.push_back({node, begin, end, m.value == 0 ? range_of(begin, end) : -1});  // only zeroing moves
   }
   std::sort(all.begin(), all.end(), [](const Target& a, const Target& b) { return a.begin < b.begin; });
+  std::vector<int> per_range;  // memset targets in each registered range
+  for (const Target& t : all)
+    if (t.range >= 0) {
+      if (per_range.size() <= static_cast<size_t>(t.range)) per_range.resize(t.range + 1, 0);
+      ++per_range[t.range];
+    }
   for (size_t i = 0; i < all.size(); ++i) {
     const bool overlaps_previous = i > 0 && all[i].begin < all[i - 1].end;
     const bool overlaps_next = i + 1 < all.size() && all[i + 1].begin < all[i].end;
-    if (!overlaps_previous && !overlaps_next && in_a_range(all[i].begin, all[i].end)) hoisted.push_back(all[i]);
+    if (all[i].range >= 0 && per_range[all[i].range] == 1 && !overlaps_previous && !overlaps_next)
+      hoisted.push_back(all[i]);
   }
   if (hoisted.empty()) return 0;
 

@@ -6,8 +6,8 @@
 // products. In the replayed graph each such node costs ~4.3 us of gaps (~0.47 ms a step),
 // where a product that follows one of our kernels directly starts at once. With the switch,
 // each product captured gets its own slice of a workspace arena (ops/cuda/cublaslt.cu), which
-// it registers here as hoistable: a memset node whose target lies in a registered range, and
-// overlaps no other memset node's target, is removed after the capture (its successors take
+// it registers here as hoistable: a memset node whose target lies in a registered range, the
+// only one aimed at that range, is removed after the capture (its successors take
 // its predecessors, with a plain edge, or with `pdl` a programmatic one between two kernels,
 // as the capture makes for a kernel launched with PDL after another), and one memset node at
 // the graph's start zeroes the span of all the removed targets before every replay. Only
@@ -30,8 +30,12 @@ enum class MemsetHoist { off, plain, pdl };
 MemsetHoist memset_hoisting();
 void set_memset_hoisting(MemsetHoist mode);
 
-// [begin, begin + bytes) holds only targets of memsets that may run once at a graph's start.
+// The capture under way (one at a time) gives a product [begin, begin + bytes) of its own: a
+// memset whose target lies there, the only memset aimed at that range in the graph, may run
+// once at the graph's start instead (another kernel of the same product might reuse the bytes
+// of a second target as scratch). reset_hoistable_ranges forgets the last capture's ranges.
 void register_hoistable_range(const void* begin, size_t bytes);
+void reset_hoistable_ranges();
 
 // The hoisting above, on a captured graph (not instantiated yet); returns the memset nodes
 // removed (0: the graph is as it was).

@@ -55,7 +55,6 @@ DeviceState& device_state(Device device) {
   if (!state.arena && precis::cuda::memset_hoisting() != precis::cuda::MemsetHoist::off &&
       !precis::cuda::is_capturing(precis::cuda::compute_stream(device))) {
     state.arena = allocator_for(device).allocate(kArenaBytes);
-    precis::cuda::register_hoistable_range(state.arena, kArenaBytes);
   }
   return state;
 }
@@ -127,11 +126,13 @@ void* captured_slice(DeviceState& state, cudaStream_t stream, size_t bytes) {
   if (id != state.arena_capture) {
     state.arena_capture = id;
     state.arena_used = 0;
+    precis::cuda::reset_hoistable_ranges();
   }
   const size_t rounded = (bytes + kSliceAlignment - 1) / kSliceAlignment * kSliceAlignment;
   if (state.arena_used + rounded > kArenaBytes) return nullptr;
   void* slice = static_cast<char*>(state.arena) + state.arena_used;
   state.arena_used += rounded;
+  precis::cuda::register_hoistable_range(slice, rounded);
   return slice;
 }
 
