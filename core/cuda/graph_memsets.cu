@@ -2,23 +2,38 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/allocator.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/graph_memsets.h"
+#include "core/cuda/runtime.h"
 #include "core/error.h"
 
 namespace precis::cuda {
 
 namespace {
 
-std::atomic<int> g_mode{-1};  // -1: not read yet
-std::mutex g_ranges_mutex;
-std::vector<std::pair<const char*, const char*>> g_ranges;  // [begin, end)
+constexpr size_t kArenaBytes = size_t(64) << 20;
+constexpr size_t kMaxSliceBytes = size_t(1) << 20;  // a counter needs little; large workspaces go the usual way
+constexpr size_t kSliceAlignment = 256;
+
+std::atomic<int> g_mode{-1};                                // -1: not read yet
+std::mutex g_ranges_mutex;                                  // guards everything below
+std::vector<std::pair<const char*, const char*>> g_ranges;  // the slices of the capture under way: [begin, end)
+
+// A device's capture arena and the capture its slices were handed out to.
+struct Arena {
+  char* base = nullptr;
+  size_t used = 0;
+  unsigned long long capture = 0;
+};
+std::map<int, Arena> g_arenas;
 
 // The registered range holding [begin, end), or -1.
 int range_of(const char* begin, const char* end) {
@@ -77,15 +92,33 @@ MemsetHoist memset_hoisting() {
 
 void set_memset_hoisting(MemsetHoist mode) { g_mode = static_cast<int>(mode); }
 
-void register_hoistable_range(const void* begin, size_t bytes) {
+void prepare_capture_arena(Device device) {
+  if (memset_hoisting() == MemsetHoist::off || any_capture_underway()) return;
   std::lock_guard<std::mutex> lock(g_ranges_mutex);
-  const char* b = static_cast<const char*>(begin);
-  g_ranges.emplace_back(b, b + bytes);
+  Arena& arena = g_arenas[device.index];
+  if (arena.base == nullptr) arena.base = static_cast<char*>(allocator_for(device).allocate(kArenaBytes));
 }
 
-void reset_hoistable_ranges() {
+void* capture_workspace(Device device, cudaStream_t stream, size_t bytes) {
+  if (memset_hoisting() == MemsetHoist::off || bytes == 0 || bytes > kMaxSliceBytes) return nullptr;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  PRECIS_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, &id), "a captured call's workspace slice");
+  if (status != cudaStreamCaptureStatusActive) return nullptr;
   std::lock_guard<std::mutex> lock(g_ranges_mutex);
-  g_ranges.clear();
+  Arena& arena = g_arenas[device.index];
+  if (arena.base == nullptr) return nullptr;
+  if (id != arena.capture) {  // a new capture: its slices from the arena's start
+    arena.capture = id;
+    arena.used = 0;
+    g_ranges.clear();
+  }
+  const size_t rounded = (bytes + kSliceAlignment - 1) / kSliceAlignment * kSliceAlignment;
+  if (arena.used + rounded > kArenaBytes) return nullptr;
+  char* slice = arena.base + arena.used;
+  arena.used += rounded;
+  g_ranges.emplace_back(slice, slice + rounded);
+  return slice;
 }
 
 size_t hoist_memsets(cudaGraph_t graph, MemsetHoist mode) {

@@ -78,6 +78,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/cuda/graph_memsets.h"
 #include "core/cuda/launch.cuh"
 #include "core/cuda/runtime.h"
 #include "core/cuda/timed_runs.h"
@@ -619,9 +620,16 @@ bool conv2d_graph(Direction direction, const Conv2dShapes& s, MemoryFormat forma
   cudnnHandle_t h = cudnn::handle(device);
   const std::shared_ptr<const Plan> plan = choose(direction, s, format, dtype, io, device, h);
   if (!plan) return false;
-  const Tensor ws = workspace_tensor(plan->workspace, device);
-  PRECIS_CUDNN_CHECK(execute(h, *plan, io, ws.defined() ? ws.raw_data() : nullptr), kConvOp, ": running the ",
-                     describe_problem(direction, s, format, dtype), " on cuDNN's graph API");
+  // The memset-hoisting trial (core/cuda/graph_memsets.h): in a capture, a slice of its own.
+  precis::cuda::prepare_capture_arena(device);
+  void* slice = precis::cuda::capture_workspace(device, precis::cuda::compute_stream(device),
+                                                static_cast<size_t>(plan->workspace));
+  const Tensor ws = slice ? Tensor() : workspace_tensor(plan->workspace, device);
+  PRECIS_CUDNN_CHECK(execute(h, *plan, io,
+                             slice          ? slice
+                             : ws.defined() ? ws.raw_data()
+                                            : nullptr),
+                     kConvOp, ": running the ", describe_problem(direction, s, format, dtype), " on cuDNN's graph API");
   std::lock_guard<std::mutex> lock(g_mutex);
   ++g_stats.runs;
   return true;

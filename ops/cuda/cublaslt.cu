@@ -27,19 +27,7 @@ namespace {
 struct DeviceState {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;  // kWorkspaceBytes from the device's allocator
-  // Trial (core/cuda/graph_memsets.h): with PRECIS_AB_MEMSET_HOIST, each product captured gets
-  // its own slice of `arena` (kArenaBytes), handed out in order from the start for each capture,
-  // so that the memsets cuBLASLt queues before them zero distinct counters, each of which can
-  // be zeroed once at the graph's start. A product whose algorithm needs no workspace, or more
-  // than is left, runs on the shared workspace as before.
-  void* arena = nullptr;
-  size_t arena_used = 0;
-  unsigned long long arena_capture = 0;  // the capture the slices handed out belong to
 };
-
-constexpr size_t kArenaBytes = size_t(64) << 20;
-constexpr size_t kMaxSliceBytes = size_t(1) << 20;  // a counter's algorithm needs little; split-K partials go shared
-constexpr size_t kSliceAlignment = 256;
 
 DeviceState& device_state(Device device) {
   static std::mutex mutex;
@@ -51,11 +39,7 @@ DeviceState& device_state(Device device) {
     if (!state.workspace) state.workspace = allocator_for(device).allocate(kWorkspaceBytes);
     PRECIS_CUBLAS_CHECK(cublasLtCreate(&state.handle), "matmul: creating the cuBLASLt handle of ", device);
   }
-  // The trial's arena, at the first product outside a capture once the switch is on.
-  if (!state.arena && precis::cuda::memset_hoisting() != precis::cuda::MemsetHoist::off &&
-      !precis::cuda::is_capturing(precis::cuda::compute_stream(device))) {
-    state.arena = allocator_for(device).allocate(kArenaBytes);
-  }
+  precis::cuda::prepare_capture_arena(device);  // the memset-hoisting trial's (graph_memsets.h)
   return state;
 }
 
@@ -114,27 +98,6 @@ struct CachedAlgo {
   cublasLtMatmulAlgo_t algo{};
   size_t workspace_bytes = 0;  // what the algorithm needs (the heuristic's answer)
 };
-
-// The workspace of a product queued while `stream` is being captured: its own slice of the
-// arena (DeviceState) for `bytes`, or null (the shared workspace then).
-void* captured_slice(DeviceState& state, cudaStream_t stream, size_t bytes) {
-  if (state.arena == nullptr || bytes == 0 || bytes > kMaxSliceBytes) return nullptr;
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  unsigned long long id = 0;
-  PRECIS_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, &id), "matmul: the capture's workspace slice");
-  if (status != cudaStreamCaptureStatusActive) return nullptr;
-  if (id != state.arena_capture) {
-    state.arena_capture = id;
-    state.arena_used = 0;
-    precis::cuda::reset_hoistable_ranges();
-  }
-  const size_t rounded = (bytes + kSliceAlignment - 1) / kSliceAlignment * kSliceAlignment;
-  if (state.arena_used + rounded > kArenaBytes) return nullptr;
-  void* slice = static_cast<char*>(state.arena) + state.arena_used;
-  state.arena_used += rounded;
-  precis::cuda::register_hoistable_range(slice, rounded);
-  return slice;
-}
 
 std::mutex g_cache_mutex;
 std::map<AlgoKey, CachedAlgo> g_cache;
@@ -318,7 +281,7 @@ bool try_run(const Gemm& g) {
   }
   if (!cached.found) return false;
   Problem run = problem;
-  if (void* slice = captured_slice(state, problem.stream, cached.workspace_bytes)) {
+  if (void* slice = precis::cuda::capture_workspace(g.device, problem.stream, cached.workspace_bytes)) {
     run.workspace = slice;
     run.workspace_bytes = cached.workspace_bytes;
   }

@@ -1,18 +1,20 @@
 // The memset-hoisting trial (core/cuda/graph_memsets.h, PRECIS_AB_MEMSET_HOIST; bench/NOTES.md,
 // thirteenth session, item 8). cuBLASLt queues a memset node before products whose output has
-// many rows (GPT-2's 16384-row products); with the switch each product captured runs on its own
-// workspace slice, and the capture moves those memsets to one zeroing node at the graph's
-// start. Replayed several times, such a graph must give the eager products' values bit for bit
-// (the same algorithms, the same kernels): a counter left unzeroed between replays would skip
-// tiles, and a wrong programmatic edge would let a product read its input early. The count of
-// the memset nodes checks the hoisting happened (or the test says cuBLASLt queued none here).
+// many rows (GPT-2's 16384-row products), cuDNN before some convolutions; with the switch each
+// call captured runs on its own workspace slice, and the capture moves those memsets to one
+// zeroing node at the graph's start. Replayed several times, such a graph must give the eager products' values bit for
+// bit (the same algorithms, the same kernels): a counter left unzeroed between replays would skip tiles, and a wrong
+// programmatic edge would let a product read its input early. The count of the memset nodes checks the hoisting
+// happened (or the test says cuBLASLt queued none here).
 #include <gtest/gtest.h>
 
+#include <iostream>
 #include <vector>
 
 #include "core/copy.h"
 #include "core/cuda_graph.h"
 #include "core/random.h"
+#include "ops/conv.h"
 #include "ops/ops.h"
 #include "support/gpu.h"
 #if PRECIS_WITH_CUDA
@@ -39,7 +41,7 @@ std::vector<float> values(const Tensor& t) { return t.to(DType::f32).to_vector<f
 
 }  // namespace
 
-TEST(MatmulMemsetHoistGpu, HoistedProductsReplayWithTheEagerBits) {
+TEST(MemsetHoistGpu, HoistedProductsReplayWithTheEagerBits) {
   PRECIS_SKIP_WITHOUT_GPU();
   const Device gpu = Device::cuda(0);
   // GPT-2's shapes: 16384 token rows through 768 -> 768 -> 3072 -> 768.
@@ -71,6 +73,40 @@ TEST(MatmulMemsetHoistGpu, HoistedProductsReplayWithTheEagerBits) {
     }
   }
   if (plain_memsets == 0) GTEST_SKIP() << "cuBLASLt queued no memset node for these products: nothing to hoist";
+}
+
+// ResNet-18's convolutions (CIFAR, B=256, bf16 channels-last): 3x3 64 -> 64 at 32x32 twice, then
+// the 1x1 stride-2 64 -> 128 shortcut. cuDNN's memsets may also aim at outputs, which stay where
+// they are, so the counts are only printed; the replays must give the eager bits.
+TEST(MemsetHoistGpu, HoistedConvolutionsReplayWithTheEagerBits) {
+  PRECIS_SKIP_WITHOUT_GPU();
+  const Device gpu = Device::cuda(0);
+  auto on_gpu = [&](const Tensor& t) {
+    return ops::to_memory_format(t.to(DType::bf16).to(gpu), ops::MemoryFormat::channels_last);
+  };
+  const Tensor x = on_gpu(randn({256, 64, 32, 32}, DType::f32));
+  const Tensor w1 = on_gpu(randn({64, 64, 3, 3}, DType::f32) * 0.05);
+  const Tensor w2 = on_gpu(randn({64, 64, 3, 3}, DType::f32) * 0.05);
+  const Tensor w3 = on_gpu(randn({128, 64, 1, 1}, DType::f32) * 0.1);
+  const ops::Conv2dOptions same{{1, 1}, {1, 1}, {1, 1}, 1}, down{{2, 2}, {0, 0}, {1, 1}, 1};
+  auto convolutions = [&] {
+    return ops::conv2d(ops::conv2d(ops::conv2d(x, w1, Tensor(), same), w2, Tensor(), same), w3, Tensor(), down);
+  };
+  for (cuda::MemsetHoist mode : {cuda::MemsetHoist::off, cuda::MemsetHoist::plain, cuda::MemsetHoist::pdl}) {
+    HoistScope scope(mode);
+    const Tensor first = convolutions();  // chooses the engines, outside the capture
+    const std::vector<float> eager = values(first);
+    Tensor out = empty(first.shape(), DType::bf16, gpu);
+    CudaGraph graph(gpu);
+    graph.capture([&] { copy_(out, convolutions()); });
+    std::cout << "mode " << static_cast<int>(mode) << ": " << graph.num_memset_nodes() << " memset nodes, "
+              << graph.num_hoisted_memsets() << " hoisted\n";
+    for (int replay = 0; replay < 4; ++replay) {
+      fill_(out, 0.0);
+      graph.replay();
+      EXPECT_EQ(values(out), eager) << "mode " << static_cast<int>(mode) << ", replay " << replay;
+    }
+  }
 }
 
 #endif
