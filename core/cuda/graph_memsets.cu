@@ -93,10 +93,11 @@ MemsetHoist memset_hoisting() {
 void set_memset_hoisting(MemsetHoist mode) { g_mode = static_cast<int>(mode); }
 
 void prepare_capture_arena(Device device) {
-  if (memset_hoisting() == MemsetHoist::off || any_capture_underway()) return;
+  if (memset_hoisting() == MemsetHoist::off) return;
   std::lock_guard<std::mutex> lock(g_ranges_mutex);
   Arena& arena = g_arenas[device.index];
-  if (arena.base == nullptr) arena.base = static_cast<char*>(allocator_for(device).allocate(kArenaBytes));
+  if (arena.base != nullptr || any_capture_underway()) return;
+  arena.base = static_cast<char*>(allocator_for(device).allocate(kArenaBytes));
 }
 
 void* capture_workspace(Device device, cudaStream_t stream, size_t bytes) {
