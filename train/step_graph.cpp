@@ -56,6 +56,9 @@ void StepGraph::capture_and_replay(const std::function<void(Profiler*)>& step, P
   const size_t forks = graph_->num_forks();
   std::cout << "cuda graphs: captured the training step (" << graph_->num_nodes() << " nodes, "
             << (forks == 0 ? std::string("one stream") : std::to_string(forks) + " forks to other streams")
+            << (graph_->num_hoisted_memsets() > 0
+                    ? ", " + std::to_string(graph_->num_hoisted_memsets()) + " memsets moved to its start"
+                    : std::string())
             << ") after " << eager_steps_ << " eager steps; replaying it from now on"
             << (profiler.graph_has_phases() ? ", its phases timed by event nodes in the graph" : "") << std::endl;
   replay(profiler);
