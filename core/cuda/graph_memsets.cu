@@ -1,4 +1,4 @@
-// hoist_memsets and its switch (core/cuda/graph_memsets.h).
+// hoist_memsets, the capture arena whose slices make it safe, and the switch (core/cuda/graph_memsets.h).
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
