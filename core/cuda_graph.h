@@ -53,8 +53,8 @@ class CudaGraph {
   // after a join two (both streams' last nodes lead into both streams' next ones). A graph with
   // forks replays slower, kernel for kernel, than a chain (bench/NOTES.md, eleventh session).
   size_t num_forks() const;
-  // Memset nodes in the captured graph, and of those the capture removed from its chain (a
-  // trial, PRECIS_AB_MEMSET_HOIST: core/cuda/graph_memsets.h; 0 without it).
+  // Memset nodes in the captured graph, and of those the capture removed from its chain
+  // (core/cuda/graph_memsets.h).
   size_t num_memset_nodes() const;
   size_t num_hoisted_memsets() const;
 

@@ -68,7 +68,8 @@ run_variant() {
   env "${settings[@]}" "$bin" bench gpt2 --preset gpt2 --batch 16 --seq 1024 \
     --precision "$precision" --steps 20 --warmup 5 --device cuda --out "$O/run-$name" "$@" ${SETTINGS:-} >"$log" 2>&1
   echo "$ROUND $name $precision: $(grep '^result:' "$log" | tail -1 | tr ' ' '\n' |
-    grep -E 'tokens_per_s|ms_per_step|graph_ms|forward_ms|backward_ms' | tr '\n' ' ')"
+    grep -E 'tokens_per_s|ms_per_step|graph_ms|forward_ms|backward_ms' | tr '\n' ' ')$(
+    tail -1 "$O/run-$name/metrics.jsonl" 2>/dev/null | grep -oE '"loss":[0-9.e+-]+')"
 }
 for ROUND in ${ROUNDS:-1 2}; do
   for precision in ${PRECS:-bf16-pure}; do

@@ -49,6 +49,7 @@ void CudaGraph::capture(const std::function<void()>& work) {
   cuda::DeviceGuard guard(device_);
   state_->reset(device_);
   cudaStream_t stream = cuda::compute_stream(device_);
+  cuda::prepare_capture_arena(device_);  // the library calls' workspace slices (graph_memsets.h)
   PRECIS_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), op);
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   PRECIS_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, &state_->capture_id), op);
@@ -69,7 +70,7 @@ void CudaGraph::capture(const std::function<void()>& work) {
   state_->graph = graph;
   if (failure.empty()) {
     try {
-      state_->hoisted = cuda::hoist_memsets(graph, cuda::memset_hoisting());
+      state_->hoisted = cuda::hoist_memsets(graph);
       cuda::remove_implied_edges(graph);
     } catch (const std::exception& e) {
       failure = e.what();

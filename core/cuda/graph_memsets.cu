@@ -1,4 +1,4 @@
-// hoist_memsets, the capture arena whose slices make it safe, and the switch (core/cuda/graph_memsets.h).
+// hoist_memsets and the capture arena whose slices make it safe (core/cuda/graph_memsets.h).
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -12,6 +12,7 @@
 #include "core/allocator.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/graph_memsets.h"
+#include "core/cuda/launch.cuh"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 
@@ -23,7 +24,7 @@ constexpr size_t kArenaBytes = size_t(64) << 20;
 constexpr size_t kMaxSliceBytes = size_t(1) << 20;  // a counter needs little; large workspaces go the usual way
 constexpr size_t kSliceAlignment = 256;
 
-std::atomic<int> g_mode{-1};                                // -1: not read yet
+std::atomic<bool> g_on{true};                               // set_memset_hoisting
 std::mutex g_ranges_mutex;                                  // guards everything below
 std::vector<std::pair<const char*, const char*>> g_ranges;  // the slices of the capture under way: [begin, end)
 
@@ -52,16 +53,36 @@ cudaGraphNodeType type_of(cudaGraphNode_t node) {
   return type;
 }
 
-std::vector<cudaGraphNode_t> neighbours(cudaGraphNode_t node, bool incoming, const char* op) {
+// A node's neighbours over its incoming (or outgoing) edges, each with its edge data (asking
+// without it fails once a graph holds programmatic edges: cudaErrorLossyQuery).
+struct Neighbour {
+  cudaGraphNode_t node;
+  cudaGraphEdgeData edge;
+};
+std::vector<Neighbour> neighbours(cudaGraphNode_t node, bool incoming, const char* op) {
   size_t count = 0;
-  auto query = [&](cudaGraphNode_t* nodes) {
-    return incoming ? cudaGraphNodeGetDependencies(node, nodes, nullptr, &count)
-                    : cudaGraphNodeGetDependentNodes(node, nodes, nullptr, &count);
+  auto query = [&](cudaGraphNode_t* nodes, cudaGraphEdgeData* edges) {
+    return incoming ? cudaGraphNodeGetDependencies(node, nodes, edges, &count)
+                    : cudaGraphNodeGetDependentNodes(node, nodes, edges, &count);
   };
-  PRECIS_CUDA_CHECK(query(nullptr), op);
-  std::vector<cudaGraphNode_t> out(count);
-  PRECIS_CUDA_CHECK(query(out.data()), op);
+  PRECIS_CUDA_CHECK(query(nullptr, nullptr), op);
+  std::vector<cudaGraphNode_t> nodes(count);
+  std::vector<cudaGraphEdgeData> edges(count);
+  PRECIS_CUDA_CHECK(query(nodes.data(), edges.data()), op);
+  std::vector<Neighbour> out;
+  for (size_t i = 0; i < count; ++i) out.push_back({nodes[i], edges[i]});
   return out;
+}
+
+// The function a kernel node runs (null for another node).
+const void* function_of(cudaGraphNode_t node) {
+  if (type_of(node) != cudaGraphNodeTypeKernel) return nullptr;
+  cudaKernelNodeParams params{};
+  if (cudaGraphKernelNodeGetParams(node, &params) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return params.func;
 }
 
 struct Target {
@@ -73,27 +94,12 @@ struct Target {
 
 }  // namespace
 
-MemsetHoist memset_hoisting() {
-  int mode = g_mode.load();
-  if (mode < 0) {
-    const char* setting = std::getenv("PRECIS_AB_MEMSET_HOIST");
-    const std::string value = setting ? setting : "0";
-    PRECIS_CHECK(value == "0" || value == "plain" || value == "pdl", "PRECIS_AB_MEMSET_HOIST is '", value,
-                 "': set it to plain or pdl (a trial: bench/NOTES.md, thirteenth session), 0, or unset it");
-    const MemsetHoist read = value == "pdl"     ? MemsetHoist::pdl
-                             : value == "plain" ? MemsetHoist::plain
-                                                : MemsetHoist::off;
-    int unset = -1;
-    g_mode.compare_exchange_strong(unset, static_cast<int>(read));
-    mode = g_mode.load();
-  }
-  return static_cast<MemsetHoist>(mode);
-}
+bool memset_hoisting() { return g_on.load(); }
 
-void set_memset_hoisting(MemsetHoist mode) { g_mode = static_cast<int>(mode); }
+void set_memset_hoisting(bool on) { g_on = on; }
 
 void prepare_capture_arena(Device device) {
-  if (memset_hoisting() == MemsetHoist::off) return;
+  if (!memset_hoisting()) return;
   std::lock_guard<std::mutex> lock(g_ranges_mutex);
   Arena& arena = g_arenas[device.index];
   if (arena.base != nullptr || any_capture_underway()) return;
@@ -101,7 +107,7 @@ void prepare_capture_arena(Device device) {
 }
 
 void* capture_workspace(Device device, cudaStream_t stream, size_t bytes) {
-  if (memset_hoisting() == MemsetHoist::off || bytes == 0 || bytes > kMaxSliceBytes) return nullptr;
+  if (!memset_hoisting() || bytes == 0 || bytes > kMaxSliceBytes) return nullptr;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   unsigned long long id = 0;
   PRECIS_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, &id), "a captured call's workspace slice");
@@ -122,9 +128,9 @@ void* capture_workspace(Device device, cudaStream_t stream, size_t bytes) {
   return slice;
 }
 
-size_t hoist_memsets(cudaGraph_t graph, MemsetHoist mode) {
+size_t hoist_memsets(cudaGraph_t graph) {
   const char* op = "hoisting memset nodes";
-  if (mode == MemsetHoist::off) return 0;
+  if (!memset_hoisting()) return 0;
   size_t count = 0;
   PRECIS_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count), op);
   std::vector<cudaGraphNode_t> nodes(count);
@@ -158,36 +164,45 @@ size_t hoist_memsets(cudaGraph_t graph, MemsetHoist mode) {
   }
   if (hoisted.empty()) return 0;
 
-  // Each removed node's successors take its predecessors.
+  // Each removed node's successors take its predecessors; the edge between two kernels is
+  // programmatic when the successor's function waits (graph_memsets.h).
   std::set<std::pair<cudaGraphNode_t, cudaGraphNode_t>> edges;
+  std::set<const void*> waiting_functions;
   {
     size_t num_edges = 0;
     PRECIS_CUDA_CHECK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &num_edges), op);
     std::vector<cudaGraphNode_t> from(num_edges), to(num_edges);
-    PRECIS_CUDA_CHECK(cudaGraphGetEdges(graph, from.data(), to.data(), nullptr, &num_edges), op);
-    for (size_t e = 0; e < num_edges; ++e) edges.emplace(from[e], to[e]);
+    std::vector<cudaGraphEdgeData> data(num_edges);
+    PRECIS_CUDA_CHECK(cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &num_edges), op);
+    for (size_t e = 0; e < num_edges; ++e) {
+      edges.emplace(from[e], to[e]);
+      const void* function = function_of(to[e]);
+      if (data[e].type == cudaGraphDependencyTypeProgrammatic && function != nullptr) waiting_functions.insert(function);
+    }
   }
+  const bool dependent_launch = dependent_launch_enabled();
   const char* span_begin = hoisted.front().begin;
   const char* span_end = hoisted.front().end;
   for (const Target& t : hoisted) {
     span_begin = std::min(span_begin, t.begin);
     span_end = std::max(span_end, t.end);
-    const std::vector<cudaGraphNode_t> before = neighbours(t.node, true, op);
-    const std::vector<cudaGraphNode_t> after = neighbours(t.node, false, op);
+    const std::vector<Neighbour> before = neighbours(t.node, true, op);
+    const std::vector<Neighbour> after = neighbours(t.node, false, op);
     PRECIS_CUDA_CHECK(cudaGraphDestroyNode(t.node), op);
-    for (cudaGraphNode_t p : before)
-      for (cudaGraphNode_t s : after) {
-        if (!edges.emplace(p, s).second) continue;  // already ordered directly
+    for (const Neighbour& p : before)
+      for (const Neighbour& s : after) {
+        if (!edges.emplace(p.node, s.node).second) continue;  // already ordered directly
         cudaGraphEdgeData data{};
-        if (mode == MemsetHoist::pdl && type_of(p) == cudaGraphNodeTypeKernel &&
-            type_of(s) == cudaGraphNodeTypeKernel) {
+        data.from_port = p.edge.from_port;  // a launch-completion edge into the memset stays one
+        if (dependent_launch && p.edge.from_port == cudaGraphKernelNodePortDefault &&
+            type_of(p.node) == cudaGraphNodeTypeKernel && type_of(s.node) == cudaGraphNodeTypeKernel &&
+            waiting_functions.count(function_of(s.node)) > 0) {
           data.from_port = cudaGraphKernelNodePortProgrammatic;
           data.type = cudaGraphDependencyTypeProgrammatic;
         }
-        PRECIS_CUDA_CHECK(cudaGraphAddDependencies(graph, &p, &s, &data, 1), op);
+        PRECIS_CUDA_CHECK(cudaGraphAddDependencies(graph, &p.node, &s.node, &data, 1), op);
       }
   }
-
   // One zeroing node before the graph's first nodes.
   std::vector<cudaGraphNode_t> roots;
   PRECIS_CUDA_CHECK(cudaGraphGetRootNodes(graph, nullptr, &count), op);

@@ -620,8 +620,7 @@ bool conv2d_graph(Direction direction, const Conv2dShapes& s, MemoryFormat forma
   cudnnHandle_t h = cudnn::handle(device);
   const std::shared_ptr<const Plan> plan = choose(direction, s, format, dtype, io, device, h);
   if (!plan) return false;
-  // The memset-hoisting trial (core/cuda/graph_memsets.h): in a capture, a slice of its own.
-  precis::cuda::prepare_capture_arena(device);
+  // In a capture, a workspace slice of its own (core/cuda/graph_memsets.h).
   void* slice = precis::cuda::capture_workspace(device, precis::cuda::compute_stream(device),
                                                 static_cast<size_t>(plan->workspace));
   const Tensor ws = slice ? Tensor() : workspace_tensor(plan->workspace, device);

@@ -1,6 +1,5 @@
 // cuBLASLt products (ops/cuda/cublaslt.h): per-device handle and workspace, the
 // descriptors of a Gemm, and the per-problem cache of the algorithm to run.
-#include <algorithm>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -39,7 +38,6 @@ DeviceState& device_state(Device device) {
     if (!state.workspace) state.workspace = allocator_for(device).allocate(kWorkspaceBytes);
     PRECIS_CUBLAS_CHECK(cublasLtCreate(&state.handle), "matmul: creating the cuBLASLt handle of ", device);
   }
-  precis::cuda::prepare_capture_arena(device);  // the memset-hoisting trial's (graph_memsets.h)
   return state;
 }
 
@@ -228,46 +226,32 @@ bool try_run(const Gemm& g) {
       ++g_stats.hits;
       cached = it->second;
     } else {
-      // What the heuristic may offer: algorithms using at most `workspace` bytes, for these alignments.
-      auto prefer = [&](Preference& preference, uint64_t workspace) {
-        PRECIS_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(preference.out()), g.op, " ", g.problem());
-        PRECIS_CUBLAS_CHECK(
-            cublasLtMatmulPreferenceSetAttribute(preference.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                                                 sizeof(workspace)),
-            g.op, " ", g.problem());
-        const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
-            {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a},
-            {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b},
-            {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d},
-            {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d}};
-        for (const auto& [attribute, bytes_aligned] : alignments) {
-          PRECIS_CUBLAS_CHECK(
-              cublasLtMatmulPreferenceSetAttribute(preference.get(), attribute, &bytes_aligned, sizeof(bytes_aligned)),
-              g.op, " ", g.problem());
-        }
-      };
-      const bool tune = worth_autotuning(g) && !precis::cuda::is_capturing(problem.stream);
       Preference preference;
-      prefer(preference, kWorkspaceBytes);
-      cublasLtMatmulHeuristicResult_t results[kMaxAutotuneCandidates] = {};
+      PRECIS_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(preference.out()), g.op, " ", g.problem());
+      const uint64_t workspace = kWorkspaceBytes;
+      PRECIS_CUBLAS_CHECK(
+          cublasLtMatmulPreferenceSetAttribute(preference.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                               sizeof(workspace)),
+          g.op, " ", g.problem());
+      const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
+          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a},
+          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b},
+          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d},
+          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d}};
+      for (const auto& [attribute, bytes_aligned] : alignments) {
+        PRECIS_CUBLAS_CHECK(
+            cublasLtMatmulPreferenceSetAttribute(preference.get(), attribute, &bytes_aligned, sizeof(bytes_aligned)),
+            g.op, " ", g.problem());
+      }
+      const bool tune = worth_autotuning(g) && !precis::cuda::is_capturing(problem.stream);
+      cublasLtMatmulHeuristicResult_t results[kAutotuneCandidates] = {};
       int found = 0;
       cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(state.handle, desc.get(), layout_a.get(), layout_b.get(),
                                                              layout_d.get(), layout_d.get(), preference.get(),
-                                                             tune ? autotune_candidates() : 1, results, &found);
+                                                             tune ? kAutotuneCandidates : 1, results, &found);
       // NOT_SUPPORTED is how the heuristic says that nothing fits this configuration.
       if (status != CUBLAS_STATUS_NOT_SUPPORTED) {
         PRECIS_CUBLAS_CHECK(status, g.op, " ", g.problem());
-      }
-      // Trial (matmul_autotune.h): also the algorithms that need no workspace.
-      if (tune && status == CUBLAS_STATUS_SUCCESS && found < kMaxAutotuneCandidates && autotune_without_workspace()) {
-        Preference no_workspace;
-        prefer(no_workspace, 0);
-        int more = 0;
-        const cublasStatus_t bare = cublasLtMatmulAlgoGetHeuristic(
-            state.handle, desc.get(), layout_a.get(), layout_b.get(), layout_d.get(), layout_d.get(),
-            no_workspace.get(), std::min(autotune_candidates(), kMaxAutotuneCandidates - found), results + found,
-            &more);
-        if (bare == CUBLAS_STATUS_SUCCESS) found += more;
       }
       cached.found = status == CUBLAS_STATUS_SUCCESS && found > 0;
       if (cached.found) {

@@ -23,19 +23,6 @@
 namespace precis::ops::cuda::cublaslt {
 
 inline constexpr int kAutotuneCandidates = 8;
-inline constexpr int kMaxAutotuneCandidates = 32;
-
-// Trial (bench/NOTES.md, thirteenth session; temporary): how many of the heuristic's answers
-// are timed, kAutotuneCandidates unless PRECIS_AB_AUTOTUNE_CANDIDATES=<n> (1 to
-// kMaxAutotuneCandidates) says otherwise.
-int autotune_candidates();
-// Trial: PRECIS_AB_AUTOTUNE_NO_WORKSPACE=1 also times the heuristic's answers for no
-// workspace. cuBLASLt queues a memset node before every product of GPT-2's whose output has
-// the 16384 token rows, whichever of its 8 answers runs it (a counter in the workspace, it
-// seems; bench/NOTES.md, thirteenth session); an algorithm with no workspace has nowhere to
-// keep one. With PRECIS_AB_MEMSET_PENALTY_US (matmul_autotune.cu) such a candidate wins where
-// it is within the penalty of the fastest.
-bool autotune_without_workspace();
 
 // Whether autotuning is on (ops::matmul_autotune()) and the product is large enough for
 // timing to matter (smaller ones are launch-bound): then its algorithm is timed, unless a

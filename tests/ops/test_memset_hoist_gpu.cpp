@@ -1,6 +1,5 @@
-// The memset-hoisting trial (core/cuda/graph_memsets.h, PRECIS_AB_MEMSET_HOIST; bench/NOTES.md,
-// thirteenth session, item 8). cuBLASLt queues a memset node before products whose output has
-// many rows (GPT-2's 16384-row products), cuDNN before some convolutions; with the switch each
+// Memset hoisting (core/cuda/graph_memsets.h). cuBLASLt queues a memset node before products
+// whose output has many rows (GPT-2's 16384-row products), cuDNN before some convolutions; each
 // call captured runs on its own workspace slice, and the capture moves those memsets to one
 // zeroing node at the graph's start. Replayed several times, such a graph must give the eager products' values bit for
 // bit (the same algorithms, the same kernels): a counter left unzeroed between replays would skip tiles, and a wrong
@@ -30,11 +29,11 @@ namespace {
 // Restores the switch at the end of a test.
 class HoistScope {
  public:
-  explicit HoistScope(cuda::MemsetHoist mode) : previous_(cuda::memset_hoisting()) { cuda::set_memset_hoisting(mode); }
+  explicit HoistScope(bool on) : previous_(cuda::memset_hoisting()) { cuda::set_memset_hoisting(on); }
   ~HoistScope() { cuda::set_memset_hoisting(previous_); }
 
  private:
-  cuda::MemsetHoist previous_;
+  bool previous_;
 };
 
 std::vector<float> values(const Tensor& t) { return t.to(DType::f32).to_vector<float>(); }
@@ -51,28 +50,28 @@ TEST(MemsetHoistGpu, HoistedProductsReplayWithTheEagerBits) {
   const Tensor w3 = (randn({3072, 768}, DType::f32) * 0.02).to(DType::bf16).to(gpu);
   auto products = [&] { return ops::matmul(ops::matmul(ops::matmul(x, w1), w2), w3); };
 
-  size_t plain_memsets = 0;
-  for (cuda::MemsetHoist mode : {cuda::MemsetHoist::off, cuda::MemsetHoist::plain, cuda::MemsetHoist::pdl}) {
-    HoistScope scope(mode);
+  size_t unhoisted_memsets = 0;
+  for (const bool hoisting : {false, true}) {
+    HoistScope scope(hoisting);
     const std::vector<float> eager = values(products());  // also chooses the algorithms, outside the capture
     Tensor out = empty({16384, 768}, DType::bf16, gpu);
     CudaGraph graph(gpu);
     graph.capture([&] { copy_(out, products()); });
-    if (mode == cuda::MemsetHoist::off) {
-      plain_memsets = graph.num_memset_nodes();
+    if (!hoisting) {
+      unhoisted_memsets = graph.num_memset_nodes();
       EXPECT_EQ(graph.num_hoisted_memsets(), 0u);
-    } else if (plain_memsets > 0) {
+    } else if (unhoisted_memsets > 0) {
       // Every product's memset is hoisted into the one zeroing node at the start.
-      EXPECT_EQ(graph.num_hoisted_memsets(), plain_memsets) << static_cast<int>(mode);
-      EXPECT_EQ(graph.num_memset_nodes(), 1u) << static_cast<int>(mode);
+      EXPECT_EQ(graph.num_hoisted_memsets(), unhoisted_memsets);
+      EXPECT_EQ(graph.num_memset_nodes(), 1u);
     }
     for (int replay = 0; replay < 4; ++replay) {
       fill_(out, 0.0);
       graph.replay();
-      EXPECT_EQ(values(out), eager) << "mode " << static_cast<int>(mode) << ", replay " << replay;
+      EXPECT_EQ(values(out), eager) << "hoisting " << hoisting << ", replay " << replay;
     }
   }
-  if (plain_memsets == 0) GTEST_SKIP() << "cuBLASLt queued no memset node for these products: nothing to hoist";
+  if (unhoisted_memsets == 0) GTEST_SKIP() << "cuBLASLt queued no memset node for these products: nothing to hoist";
 }
 
 // ResNet-18's convolutions (CIFAR, B=256, bf16 channels-last): 3x3 64 -> 64 at 32x32 twice, then
@@ -92,19 +91,19 @@ TEST(MemsetHoistGpu, HoistedConvolutionsReplayWithTheEagerBits) {
   auto convolutions = [&] {
     return ops::conv2d(ops::conv2d(ops::conv2d(x, w1, Tensor(), same), w2, Tensor(), same), w3, Tensor(), down);
   };
-  for (cuda::MemsetHoist mode : {cuda::MemsetHoist::off, cuda::MemsetHoist::plain, cuda::MemsetHoist::pdl}) {
-    HoistScope scope(mode);
+  for (const bool hoisting : {false, true}) {
+    HoistScope scope(hoisting);
     const Tensor first = convolutions();  // chooses the engines, outside the capture
     const std::vector<float> eager = values(first);
     Tensor out = empty(first.shape(), DType::bf16, gpu);
     CudaGraph graph(gpu);
     graph.capture([&] { copy_(out, convolutions()); });
-    std::cout << "mode " << static_cast<int>(mode) << ": " << graph.num_memset_nodes() << " memset nodes, "
+    std::cout << "hoisting " << hoisting << ": " << graph.num_memset_nodes() << " memset nodes, "
               << graph.num_hoisted_memsets() << " hoisted\n";
     for (int replay = 0; replay < 4; ++replay) {
       fill_(out, 0.0);
       graph.replay();
-      EXPECT_EQ(values(out), eager) << "mode " << static_cast<int>(mode) << ", replay " << replay;
+      EXPECT_EQ(values(out), eager) << "hoisting " << hoisting << ", replay " << replay;
     }
   }
 }
