@@ -177,7 +177,8 @@ size_t hoist_memsets(cudaGraph_t graph) {
     for (size_t e = 0; e < num_edges; ++e) {
       edges.emplace(from[e], to[e]);
       const void* function = function_of(to[e]);
-      if (data[e].type == cudaGraphDependencyTypeProgrammatic && function != nullptr) waiting_functions.insert(function);
+      if (data[e].type == cudaGraphDependencyTypeProgrammatic && function != nullptr)
+        waiting_functions.insert(function);
     }
   }
   const bool dependent_launch = dependent_launch_enabled();
