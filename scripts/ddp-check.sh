@@ -19,6 +19,10 @@
 #             env assignments before the '|', config settings after it (a name Ngpu-...: N GPUs)
 #   EXTRAS    0: only the main rounds and the variants (no eager/traced/ZeRO/llm.c-option runs)
 #   SIMULATE  1: also the two-"host" runs on NCCL's socket transport (see docs/distributed.md)
+#   CARDS     1: also Precis's 1-GPU run on each card alone (CUDA_VISIBLE_DEVICES), after the
+#             first round: an N-GPU step waits for its slowest card, and the 1-GPU rows run on
+#             card 0, so a slow card lowers the scaling of both peers (seen: one card of four
+#             3.5% slower, bench/RESULTS.md, fourteenth session)
 #   TESTS     0: skip the GPU tests (TESTS_REGEX: which; default the distributed ones)
 #   TARGETS   build only these targets (e.g. "precis_cli ops_test_flash_attention_gpu"; default all)
 #   LLMC      0: skip llm.c
@@ -170,6 +174,9 @@ bars() {
 }
 FIRST_ROUND=${FIRST_ROUND:-1}
 main_round "$FIRST_ROUND"
+if [[ ${CARDS:-0} == 1 ]]; then
+  for ((card = 0; card < NGPUS; card++)); do precis_run "precis-card$card" 1 CUDA_VISIBLE_DEVICES=$card -- $MAIN; done
+fi
 if [[ ${EXTRAS:-1} == 1 ]]; then
 # Eager steps time their phases (forward, backward, comm, comm_exposed, optimizer), and the
 # traced step lists every kernel's time: what the N-GPU step spends beyond the 1-GPU one.
@@ -221,3 +228,9 @@ echo "==== ddp-check summary ($(head -1 "$OUT/gpu.txt"), $NGPUS GPUs, $(($(date 
 echo "gpu tests: $tests_summary"
 for r in "${rows[@]}"; do echo "$r"; done
 for ((round = FIRST_ROUND; round < FIRST_ROUND + ROUNDS; round++)); do bars "$round"; done
+# The cards alone: the slowest against the fastest.
+if [[ ${CARDS:-0} == 1 ]]; then
+  for ((card = 0; card < NGPUS; card++)); do echo "${tps_of["precis-card$card:1"]:-}"; done |
+    awk 'NF { n++; if (!lo || $1 < lo) lo = $1; if ($1 > hi) hi = $1 }
+      END { if (n) printf "cards alone: slowest %d, fastest %d tok/s (the slowest %.1f%% behind)\n", lo, hi, 100 * (1 - lo / hi) }'
+fi
