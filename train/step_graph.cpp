@@ -54,12 +54,14 @@ void StepGraph::capture_and_replay(const std::function<void(Profiler*)>& step, P
   // Phases recorded on a stream outside the capture have no node to time them.
   profiler.keep_graph_phases([this](void* event) { return graph_->has_event_node(event); });
   const size_t forks = graph_->num_forks();
+  const size_t hoisted = graph_->num_hoisted_memsets();
+  // Memsets still between kernels (each a few microseconds of gaps: core/cuda/graph_memsets.h).
+  const size_t left = graph_->num_memset_nodes();
   std::cout << "cuda graphs: captured the training step (" << graph_->num_nodes() << " nodes, "
             << (forks == 0 ? std::string("one stream") : std::to_string(forks) + " forks to other streams")
-            << (graph_->num_hoisted_memsets() > 0
-                    ? ", " + std::to_string(graph_->num_hoisted_memsets()) + " memsets moved to its start"
-                    : std::string())
-            << ") after " << eager_steps_ << " eager steps; replaying it from now on"
+            << (hoisted > 0 ? ", " + std::to_string(hoisted) + " memsets moved to its start" : std::string())
+            << (left > 0 ? ", " + std::to_string(left) + " memsets left between kernels" : std::string()) << ") after "
+            << eager_steps_ << " eager steps; replaying it from now on"
             << (profiler.graph_has_phases() ? ", its phases timed by event nodes in the graph" : "") << std::endl;
   replay(profiler);
 }

@@ -30,7 +30,10 @@ struct CudaGraph::State {
   void reset(Device device) {
     if (exec != nullptr) cudaGraphExecDestroy(exec);
     if (graph != nullptr) cudaGraphDestroy(graph);
-    if (capture_id != 0) cuda::caching_allocator(device).release_graph_pool(capture_id);
+    if (capture_id != 0) {
+      cuda::release_capture_workspaces(capture_id);  // graph_memsets.h
+      cuda::caching_allocator(device).release_graph_pool(capture_id);
+    }
     *this = State{};
   }
 };
@@ -49,7 +52,6 @@ void CudaGraph::capture(const std::function<void()>& work) {
   cuda::DeviceGuard guard(device_);
   state_->reset(device_);
   cudaStream_t stream = cuda::compute_stream(device_);
-  cuda::prepare_capture_arena(device_);  // the library calls' workspace slices (graph_memsets.h)
   PRECIS_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), op);
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   PRECIS_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, &state_->capture_id), op);
@@ -70,7 +72,7 @@ void CudaGraph::capture(const std::function<void()>& work) {
   state_->graph = graph;
   if (failure.empty()) {
     try {
-      state_->hoisted = cuda::hoist_memsets(graph);
+      state_->hoisted = cuda::hoist_memsets(graph, state_->capture_id);
       cuda::remove_implied_edges(graph);
     } catch (const std::exception& e) {
       failure = e.what();

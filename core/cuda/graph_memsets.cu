@@ -1,4 +1,4 @@
-// hoist_memsets and the capture arena whose slices make it safe (core/cuda/graph_memsets.h).
+// hoist_memsets and the workspace slices that make it safe (core/cuda/graph_memsets.h).
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -20,27 +20,29 @@ namespace precis::cuda {
 
 namespace {
 
-constexpr size_t kArenaBytes = size_t(64) << 20;
 constexpr size_t kMaxSliceBytes = size_t(1) << 20;  // a counter needs little; large workspaces go the usual way
 constexpr size_t kSliceAlignment = 256;
 
-std::atomic<bool> g_on{true};                               // set_memset_hoisting
-std::mutex g_ranges_mutex;                                  // guards everything below
-std::vector<std::pair<const char*, const char*>> g_ranges;  // the slices of the capture under way: [begin, end)
+std::atomic<bool> g_on{true};  // set_memset_hoisting
 
-// A device's capture arena and the capture its slices were handed out to.
-struct Arena {
-  char* base = nullptr;
-  size_t used = 0;
-  unsigned long long capture = 0;
+// The workspace slices handed out in each capture, by its id, until the graph is released.
+struct Slice {
+  char* begin;
+  size_t bytes;
+  Device device;
 };
-std::map<int, Arena> g_arenas;
+std::mutex g_slices_mutex;  // guards g_slices
+std::map<unsigned long long, std::vector<Slice>> g_slices;
 
-// The registered range holding [begin, end), or -1.
-int range_of(const char* begin, const char* end) {
-  std::lock_guard<std::mutex> lock(g_ranges_mutex);
-  for (size_t r = 0; r < g_ranges.size(); ++r)
-    if (begin >= g_ranges[r].first && end <= g_ranges[r].second) return static_cast<int>(r);
+// The index of capture `capture`'s slice holding [begin, end), or -1.
+int slice_of(unsigned long long capture, const char* begin, const char* end) {
+  std::lock_guard<std::mutex> lock(g_slices_mutex);
+  const auto it = g_slices.find(capture);
+  if (it == g_slices.end()) return -1;
+  for (size_t r = 0; r < it->second.size(); ++r) {
+    const Slice& slice = it->second[r];
+    if (begin >= slice.begin && end <= slice.begin + slice.bytes) return static_cast<int>(r);
+  }
   return -1;
 }
 
@@ -89,8 +91,23 @@ struct Target {
   cudaGraphNode_t node;
   const char* begin;
   const char* end;
-  int range;  // the registered range holding it, or -1
+  int slice;  // the index of the capture's slice holding it, or -1
 };
+
+// The zeroing node at a graph's start: each of its blocks zeroes targets, a byte a thread at a
+// time (the targets are cuBLASLt's and cuDNN's counters: 4 bytes to a few KiB each).
+constexpr int kMaxZeroTargets = 255;  // the parameters within the classic 4 KiB
+struct ZeroTargets {
+  char* begin[kMaxZeroTargets];
+  unsigned bytes[kMaxZeroTargets];
+  int count;
+};
+__global__ void zero_targets_kernel(const __grid_constant__ ZeroTargets targets) {
+  wait_for_previous_grid();
+  allow_next_grid_to_start();
+  for (int t = blockIdx.x; t < targets.count; t += gridDim.x)
+    for (unsigned i = threadIdx.x; i < targets.bytes[t]; i += blockDim.x) targets.begin[t][i] = 0;
+}
 
 }  // namespace
 
@@ -98,37 +115,34 @@ bool memset_hoisting() { return g_on.load(); }
 
 void set_memset_hoisting(bool on) { g_on = on; }
 
-void prepare_capture_arena(Device device) {
-  if (!memset_hoisting()) return;
-  std::lock_guard<std::mutex> lock(g_ranges_mutex);
-  Arena& arena = g_arenas[device.index];
-  if (arena.base != nullptr || any_capture_underway()) return;
-  arena.base = static_cast<char*>(allocator_for(device).allocate(kArenaBytes));
-}
-
 void* capture_workspace(Device device, cudaStream_t stream, size_t bytes) {
   if (!memset_hoisting() || bytes == 0 || bytes > kMaxSliceBytes) return nullptr;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  unsigned long long id = 0;
-  PRECIS_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, &id), "a captured call's workspace slice");
+  unsigned long long capture = 0;
+  PRECIS_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, &capture), "a captured call's workspace slice");
   if (status != cudaStreamCaptureStatusActive) return nullptr;
-  std::lock_guard<std::mutex> lock(g_ranges_mutex);
-  Arena& arena = g_arenas[device.index];
-  if (arena.base == nullptr) return nullptr;
-  if (id != arena.capture) {  // a new capture: its slices from the arena's start
-    arena.capture = id;
-    arena.used = 0;
-    g_ranges.clear();
-  }
+  // Taken during the capture, the block belongs to the capture's private pool (core/cuda/allocator.cu),
+  // and it is not freed before the graph is: no other node of the graph reuses its bytes.
   const size_t rounded = (bytes + kSliceAlignment - 1) / kSliceAlignment * kSliceAlignment;
-  if (arena.used + rounded > kArenaBytes) return nullptr;
-  char* slice = arena.base + arena.used;
-  arena.used += rounded;
-  g_ranges.emplace_back(slice, slice + rounded);
-  return slice;
+  char* begin = static_cast<char*>(allocator_for(device).allocate(rounded));
+  std::lock_guard<std::mutex> lock(g_slices_mutex);
+  g_slices[capture].push_back({begin, rounded, device});
+  return begin;
 }
 
-size_t hoist_memsets(cudaGraph_t graph) {
+void release_capture_workspaces(unsigned long long capture) {
+  std::vector<Slice> slices;
+  {
+    std::lock_guard<std::mutex> lock(g_slices_mutex);
+    const auto it = g_slices.find(capture);
+    if (it == g_slices.end()) return;
+    slices = std::move(it->second);
+    g_slices.erase(it);
+  }
+  for (const Slice& slice : slices) allocator_for(slice.device).deallocate(slice.begin, slice.bytes);
+}
+
+size_t hoist_memsets(cudaGraph_t graph, unsigned long long capture) {
   const char* op = "hoisting memset nodes";
   if (!memset_hoisting()) return 0;
   size_t count = 0;
@@ -136,8 +150,8 @@ size_t hoist_memsets(cudaGraph_t graph) {
   std::vector<cudaGraphNode_t> nodes(count);
   PRECIS_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &count), op);
 
-  // Every zeroing memset node's target; those alone in a registered range, overlapping no
-  // other target, are hoisted.
+  // Every zeroing memset node's target; those alone in a slice, overlapping no other target,
+  // are hoisted.
   std::vector<Target> all, hoisted;
   for (cudaGraphNode_t node : nodes) {
     if (type_of(node) != cudaGraphNodeTypeMemset) continue;
@@ -147,19 +161,20 @@ size_t hoist_memsets(cudaGraph_t graph) {
     const size_t rows = m.height > 0 ? m.height : 1;
     const size_t row_bytes = m.width * m.elementSize;
     const char* end = begin + (rows - 1) * (rows > 1 ? m.pitch : 0) + row_bytes;
-    all.push_back({node, begin, end, m.value == 0 ? range_of(begin, end) : -1});  // only zeroing moves
+    all.push_back({node, begin, end, m.value == 0 ? slice_of(capture, begin, end) : -1});  // only zeroing moves
   }
   std::sort(all.begin(), all.end(), [](const Target& a, const Target& b) { return a.begin < b.begin; });
-  std::vector<int> per_range;  // memset targets in each registered range
+  std::vector<int> per_slice;  // memset targets in each slice
   for (const Target& t : all)
-    if (t.range >= 0) {
-      if (per_range.size() <= static_cast<size_t>(t.range)) per_range.resize(t.range + 1, 0);
-      ++per_range[t.range];
+    if (t.slice >= 0) {
+      if (per_slice.size() <= static_cast<size_t>(t.slice)) per_slice.resize(t.slice + 1, 0);
+      ++per_slice[t.slice];
     }
   for (size_t i = 0; i < all.size(); ++i) {
     const bool overlaps_previous = i > 0 && all[i].begin < all[i - 1].end;
     const bool overlaps_next = i + 1 < all.size() && all[i + 1].begin < all[i].end;
-    if (all[i].range >= 0 && per_range[all[i].range] == 1 && !overlaps_previous && !overlaps_next)
+    if (all[i].slice >= 0 && per_slice[all[i].slice] == 1 && !overlaps_previous && !overlaps_next &&
+        hoisted.size() < kMaxZeroTargets)
       hoisted.push_back(all[i]);
   }
   if (hoisted.empty()) return 0;
@@ -182,11 +197,10 @@ size_t hoist_memsets(cudaGraph_t graph) {
     }
   }
   const bool dependent_launch = dependent_launch_enabled();
-  const char* span_begin = hoisted.front().begin;
-  const char* span_end = hoisted.front().end;
+  ZeroTargets zero{};
   for (const Target& t : hoisted) {
-    span_begin = std::min(span_begin, t.begin);
-    span_end = std::max(span_end, t.end);
+    zero.begin[zero.count] = const_cast<char*>(t.begin);
+    zero.bytes[zero.count++] = static_cast<unsigned>(t.end - t.begin);  // a pitched target's gaps too: all its slice's
     const std::vector<Neighbour> before = neighbours(t.node, true, op);
     const std::vector<Neighbour> after = neighbours(t.node, false, op);
     PRECIS_CUDA_CHECK(cudaGraphDestroyNode(t.node), op);
@@ -204,19 +218,19 @@ size_t hoist_memsets(cudaGraph_t graph) {
         PRECIS_CUDA_CHECK(cudaGraphAddDependencies(graph, &p.node, &s.node, &data, 1), op);
       }
   }
-  // One zeroing node before the graph's first nodes.
+  // One zeroing kernel before the graph's first nodes (the targets lie apart, each in its slice).
   std::vector<cudaGraphNode_t> roots;
   PRECIS_CUDA_CHECK(cudaGraphGetRootNodes(graph, nullptr, &count), op);
   roots.resize(count);
   PRECIS_CUDA_CHECK(cudaGraphGetRootNodes(graph, roots.data(), &count), op);
-  cudaMemsetParams zero{};
-  zero.dst = const_cast<char*>(span_begin);
-  zero.value = 0;
-  zero.elementSize = 1;
-  zero.width = static_cast<size_t>(span_end - span_begin);
-  zero.height = 1;
+  void* arguments[] = {&zero};
+  cudaKernelNodeParams params{};
+  params.func = reinterpret_cast<void*>(zero_targets_kernel);
+  params.gridDim = dim3(static_cast<unsigned>(zero.count));
+  params.blockDim = dim3(128);
+  params.kernelParams = arguments;
   cudaGraphNode_t start = nullptr;
-  PRECIS_CUDA_CHECK(cudaGraphAddMemsetNode(&start, graph, nullptr, 0, &zero), op);
+  PRECIS_CUDA_CHECK(cudaGraphAddKernelNode(&start, graph, nullptr, 0, &params), op);
   for (cudaGraphNode_t root : roots) PRECIS_CUDA_CHECK(cudaGraphAddDependencies(graph, &start, &root, nullptr, 1), op);
   return hoisted.size();
 }

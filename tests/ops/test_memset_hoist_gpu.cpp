@@ -1,15 +1,16 @@
 // Memset hoisting (core/cuda/graph_memsets.h). cuBLASLt queues a memset node before products
 // whose output has many rows (GPT-2's 16384-row products), cuDNN before some convolutions; each
 // call captured runs on its own workspace slice, and the capture moves those memsets to one
-// zeroing node at the graph's start. Replayed several times, such a graph must give the eager products' values bit for
-// bit (the same algorithms, the same kernels): a counter left unzeroed between replays would skip tiles, and a wrong
-// programmatic edge would let a product read its input early. The count of the memset nodes checks the hoisting
+// zeroing kernel at the graph's start. Replayed several times, such a graph must give the eager products' values bit
+// for bit (the same algorithms, the same kernels): a counter left unzeroed between replays would skip tiles, and a
+// wrong programmatic edge would let a product read its input early. The count of the memset nodes checks the hoisting
 // happened (or the test says cuBLASLt queued none here).
 #include <gtest/gtest.h>
 
 #include <iostream>
 #include <vector>
 
+#include "core/allocator.h"
 #include "core/copy.h"
 #include "core/cuda_graph.h"
 #include "core/random.h"
@@ -55,21 +56,26 @@ TEST(MemsetHoistGpu, HoistedProductsReplayWithTheEagerBits) {
     HoistScope scope(hoisting);
     const std::vector<float> eager = values(products());  // also chooses the algorithms, outside the capture
     Tensor out = empty({16384, 768}, DType::bf16, gpu);
-    CudaGraph graph(gpu);
-    graph.capture([&] { copy_(out, products()); });
-    if (!hoisting) {
-      unhoisted_memsets = graph.num_memset_nodes();
-      EXPECT_EQ(graph.num_hoisted_memsets(), 0u);
-    } else if (unhoisted_memsets > 0) {
-      // Every product's memset is hoisted into the one zeroing node at the start.
-      EXPECT_EQ(graph.num_hoisted_memsets(), unhoisted_memsets);
-      EXPECT_EQ(graph.num_memset_nodes(), 1u);
+    const size_t live_before = allocator_for(gpu).stats().allocated_bytes;
+    {
+      CudaGraph graph(gpu);
+      graph.capture([&] { copy_(out, products()); });
+      if (!hoisting) {
+        unhoisted_memsets = graph.num_memset_nodes();
+        EXPECT_EQ(graph.num_hoisted_memsets(), 0u);
+      } else if (unhoisted_memsets > 0) {
+        // Every product's memset is hoisted into the one zeroing kernel at the start.
+        EXPECT_EQ(graph.num_hoisted_memsets(), unhoisted_memsets);
+        EXPECT_EQ(graph.num_memset_nodes(), 0u);
+      }
+      for (int replay = 0; replay < 4; ++replay) {
+        fill_(out, 0.0);
+        graph.replay();
+        EXPECT_EQ(values(out), eager) << "hoisting " << hoisting << ", replay " << replay;
+      }
     }
-    for (int replay = 0; replay < 4; ++replay) {
-      fill_(out, 0.0);
-      graph.replay();
-      EXPECT_EQ(values(out), eager) << "hoisting " << hoisting << ", replay " << replay;
-    }
+    // The products' workspace slices live as long as the graph, no longer.
+    EXPECT_EQ(allocator_for(gpu).stats().allocated_bytes, live_before) << "hoisting " << hoisting;
   }
   if (unhoisted_memsets == 0) GTEST_SKIP() << "cuBLASLt queued no memset node for these products: nothing to hoist";
 }
