@@ -2,17 +2,19 @@
 // sessions).
 //
 // cuBLASLt queues a 4-byte memset before every product of GPT-2's whose output has the 16384
-// token rows (a counter it keeps in its workspace: 99 of a step's 160 products), cuDNN one before
-// some convolutions (about 20 in a ResNet-18 step). In a replayed graph each such node breaks the
-// chain of kernels: the product after it cannot start early as it does after one of our kernels
-// (launched with PDL), and each costs a few microseconds of gaps. So while a capture is under
-// way, each library call gets a workspace slice of its own (capture_workspace below), and
-// after the capture a memset node whose target lies in such a slice, the only one aimed at it, is
-// removed: its successors take its predecessors, and one kernel at the graph's start zeroes all the
-// removed targets before every replay (up to 255 of them; any further memset stays where it is). The new edge between
-// two kernels is programmatic (PDL) when the successor's function is one the capture gave a programmatic edge
-// elsewhere: its launcher asked for PDL, so it waits for the kernel before it (griddepcontrol.wait).
-// Any other edge is plain, and so is every edge with PRECIS_PDL=0.
+// token rows (a counter it keeps in its workspace: 99 of a step's 160 products), cuDNN one
+// before some convolutions (about 20 in a ResNet-18 step). In a replayed graph each such node
+// breaks the chain of kernels: the product after it cannot start early as it does after one of
+// our kernels (launched with PDL), and each costs a few microseconds of gaps.
+//
+// So while a capture is under way, each library call gets a workspace slice of its own
+// (capture_workspace below), and after the capture a memset node whose target lies in such a
+// slice, the only one aimed at it, is removed: its successors take its predecessors, and one
+// kernel at the graph's start zeroes all the removed targets before every replay (up to 255 of
+// them; any further memset stays where it is). A new edge between two kernels is programmatic
+// (PDL) when the successor's function is one the capture gave a programmatic edge elsewhere:
+// its launcher asked for PDL, so it waits for the kernel before it (griddepcontrol.wait). Any
+// other edge is plain, and so is every edge with PRECIS_PDL=0.
 //
 // Include only from files built with PRECIS_WITH_CUDA.
 #pragma once

@@ -1,10 +1,11 @@
 // Memset hoisting (core/cuda/graph_memsets.h). cuBLASLt queues a memset node before products
 // whose output has many rows (GPT-2's 16384-row products), cuDNN before some convolutions; each
 // call captured runs on its own workspace slice, and the capture moves those memsets to one
-// zeroing kernel at the graph's start. Replayed several times, such a graph must give the eager products' values bit
-// for bit (the same algorithms, the same kernels): a counter left unzeroed between replays would skip tiles, and a
-// wrong programmatic edge would let a product read its input early. The count of the memset nodes checks the hoisting
-// happened (or the test says cuBLASLt queued none here).
+// zeroing kernel at the graph's start. Replayed several times, such a graph must give the eager
+// values bit for bit (the same algorithms, the same kernels): a counter left unzeroed between
+// replays would skip tiles, a wrong programmatic edge would let a product read its input early,
+// and a zeroing that strayed out of its slice would clobber an operand. The count of the memset
+// nodes checks the hoisting happened (or the test says cuBLASLt queued none here).
 #include <gtest/gtest.h>
 
 #include <iostream>
