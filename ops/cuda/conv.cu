@@ -31,6 +31,7 @@
 #include "core/cuda/caching_allocator.h"
 #include "core/cuda/convert.cuh"
 #include "core/cuda/dispatch.cuh"
+#include "core/cuda/graph_memsets.h"
 #include "core/cuda/launch.cuh"
 #include "core/cuda/runtime.h"
 #include "core/cuda/side_stream.h"
@@ -245,7 +246,8 @@ __global__ void add_bias_kernel(T* y, const T* bias, int64_t C, int64_t HW, bool
 // ops::cudnn_conv_api() says so and it has a plan for the problem (ops/cuda/conv_graph.cu),
 // else call(handle, descriptors, choice, workspace) on the legacy API: the descriptors made,
 // the algorithm chosen (cached), its workspace allocated from the device's caching
-// allocator (none for 0 bytes; freed when the call returns).
+// allocator (none for 0 bytes; freed when the call returns), or in a capture a slice of its
+// own (core/cuda/graph_memsets.h), as the graph API's calls take.
 template <typename Call>
 void run(Direction direction, const Conv2dShapes& s, MemoryFormat format, DType dtype, const Buffers& io, Device device,
          Call call) {
@@ -253,8 +255,9 @@ void run(Direction direction, const Conv2dShapes& s, MemoryFormat format, DType 
   cudnnHandle_t h = cudnn::handle(device);
   Descriptors d(s, format, dtype);
   const Choice c = choose(h, d, s, format, direction, io, device);
-  Tensor ws = c.workspace == 0 ? Tensor() : empty({static_cast<int64_t>(c.workspace)}, DType::u8, device);
-  call(h, d, c, ws.defined() ? ws.raw_data() : nullptr);
+  void* slice = precis::cuda::capture_workspace(device, precis::cuda::compute_stream(device), c.workspace);
+  Tensor ws = slice || c.workspace == 0 ? Tensor() : empty({static_cast<int64_t>(c.workspace)}, DType::u8, device);
+  call(h, d, c, slice ? slice : ws.defined() ? ws.raw_data() : nullptr);
 }
 
 }  // namespace

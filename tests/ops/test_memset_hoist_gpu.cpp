@@ -82,8 +82,9 @@ TEST(MemsetHoistGpu, HoistedProductsReplayWithTheEagerBits) {
 }
 
 // ResNet-18's convolutions (CIFAR, B=256, bf16 channels-last): 3x3 64 -> 64 at 32x32 twice, then
-// the 1x1 stride-2 64 -> 128 shortcut. cuDNN's memsets may also aim at outputs, which stay where
-// they are, so the counts are only printed; the replays must give the eager bits.
+// the 1x1 stride-2 64 -> 128 shortcut, on cuDNN's graph API and on its legacy one (both take
+// slices). cuDNN's memsets may also aim at outputs, which stay where they are, so the counts are
+// only printed; the replays must give the eager bits.
 TEST(MemsetHoistGpu, HoistedConvolutionsReplayWithTheEagerBits) {
   PRECIS_SKIP_WITHOUT_GPU();
   const Device gpu = Device::cuda(0);
@@ -98,21 +99,27 @@ TEST(MemsetHoistGpu, HoistedConvolutionsReplayWithTheEagerBits) {
   auto convolutions = [&] {
     return ops::conv2d(ops::conv2d(ops::conv2d(x, w1, Tensor(), same), w2, Tensor(), same), w3, Tensor(), down);
   };
-  for (const bool hoisting : {false, true}) {
-    HoistScope scope(hoisting);
-    const Tensor first = convolutions();  // chooses the engines, outside the capture
-    const std::vector<float> eager = values(first);
-    Tensor out = empty(first.shape(), DType::bf16, gpu);
-    CudaGraph graph(gpu);
-    graph.capture([&] { copy_(out, convolutions()); });
-    std::cout << "hoisting " << hoisting << ": " << graph.num_memset_nodes() << " memset nodes, "
-              << graph.num_hoisted_memsets() << " hoisted\n";
-    for (int replay = 0; replay < 4; ++replay) {
-      fill_(out, 0.0);
-      graph.replay();
-      EXPECT_EQ(values(out), eager) << "hoisting " << hoisting << ", replay " << replay;
+  const ops::CudnnConvApi api_before = ops::cudnn_conv_api();
+  for (const ops::CudnnConvApi api : {ops::CudnnConvApi::graph, ops::CudnnConvApi::legacy}) {
+    ops::set_cudnn_conv_api(api);
+    const char* api_name = api == ops::CudnnConvApi::graph ? "graph API" : "legacy API";
+    for (const bool hoisting : {false, true}) {
+      HoistScope scope(hoisting);
+      const Tensor first = convolutions();  // chooses the engines, outside the capture
+      const std::vector<float> eager = values(first);
+      Tensor out = empty(first.shape(), DType::bf16, gpu);
+      CudaGraph graph(gpu);
+      graph.capture([&] { copy_(out, convolutions()); });
+      std::cout << api_name << ", hoisting " << hoisting << ": " << graph.num_memset_nodes() << " memset nodes, "
+                << graph.num_hoisted_memsets() << " hoisted\n";
+      for (int replay = 0; replay < 4; ++replay) {
+        fill_(out, 0.0);
+        graph.replay();
+        EXPECT_EQ(values(out), eager) << api_name << ", hoisting " << hoisting << ", replay " << replay;
+      }
     }
   }
+  ops::set_cudnn_conv_api(api_before);
 }
 
 #endif
