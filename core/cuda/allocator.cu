@@ -102,17 +102,26 @@ CachingAllocator::CachingAllocator(int index)
 
 void* CachingAllocator::allocate(size_t nbytes) { return allocate(nbytes, compute_stream(device())); }
 
-void* CachingAllocator::allocate(size_t nbytes, cudaStream_t stream) {
+void* CachingAllocator::allocate(size_t nbytes, cudaStream_t stream) { return allocate(nbytes, stream, false); }
+
+void* CachingAllocator::allocate_unused_by_capture(size_t nbytes, cudaStream_t stream) {
+  return allocate(nbytes, stream, true);
+}
+
+void* CachingAllocator::allocate(size_t nbytes, cudaStream_t stream, bool unused_by_capture) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   unsigned long long capture_id = 0;
   PRECIS_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, &capture_id), "cuda allocate");
   const bool capturing = status != cudaStreamCaptureStatusNone;
+  PRECIS_CHECK(capturing || !unused_by_capture, "allocate_unused_by_capture: no capture is under way on the stream");
   std::lock_guard<std::mutex> lock(mutex_);
   if (!capturing && (!outstanding_.empty() || !deferred_.empty()) && !any_capture_underway()) process_events();
-  Block* block = pool_.allocate(nbytes, stream, capturing ? capture_id : 0, /*may_grow=*/false);
+  Block* block =
+      pool_.allocate(nbytes, stream, capturing ? capture_id : 0, /*may_grow=*/false, true, unused_by_capture);
   if (block == nullptr && (capturing || any_capture_underway())) {
     RelaxedCaptureMode relaxed;
-    block = pool_.allocate(nbytes, stream, capturing ? capture_id : 0, /*may_grow=*/true, /*may_release=*/false);
+    block = pool_.allocate(nbytes, stream, capturing ? capture_id : 0, /*may_grow=*/true, /*may_release=*/false,
+                           unused_by_capture);
     PRECIS_CHECK(block != nullptr, "CUDA graph capture: a request for ", format_bytes(nbytes), " on cuda:", index_,
                  " cannot be served from the cache, and CUDA has no memory for a new segment (",
                  format_bytes(pool_.stats().reserved_bytes),

@@ -85,11 +85,12 @@ Block* BlockPool::new_segment(size_t size, StreamId stream, bool small, bool may
   return block;
 }
 
-Block* BlockPool::allocate(size_t nbytes, StreamId stream, uint64_t graph, bool may_grow, bool may_release) {
+Block* BlockPool::allocate(size_t nbytes, StreamId stream, uint64_t graph, bool may_grow, bool may_release,
+                           bool unused_by_graph) {
   if (nbytes > kMaxRequest) return nullptr;
   size_t size = round_size(nbytes);
   bool small = size <= kSmallSize;
-  Block* block = graph != 0 ? take_free(small, size, stream, graph) : nullptr;
+  Block* block = graph != 0 && !unused_by_graph ? take_free(small, size, stream, graph) : nullptr;
   if (block == nullptr) block = take_free(small, size, stream, 0);
   if (block == nullptr && may_grow) block = new_segment(size, stream, small, may_release);
   if (block == nullptr) return nullptr;

@@ -26,6 +26,8 @@
 //     (release_graph). Allocations during a capture may take free blocks of the
 //     general pool, and may grow it with a new segment, but never release
 //     segments (the caller passes may_release=false: cudaFree is not capturable).
+//     A capture's blocks never return to the general pool before then, so a general
+//     free block holds no byte the capture has used (unused_by_graph).
 #pragma once
 
 #include <cstddef>
@@ -85,11 +87,15 @@ class BlockPool {
   BlockPool& operator=(const BlockPool&) = delete;
 
   // A block of at least `nbytes` for `stream`, taken from `graph`'s private pool
-  // (when graph != 0), else from the general free blocks, else, when may_grow,
-  // from a new segment. If the system is out of memory and may_release, every
-  // unused cached segment is released and the new segment is tried once more.
-  // nullptr when none of that serves the request (and for requests above kMaxRequest).
-  Block* allocate(size_t nbytes, StreamId stream, uint64_t graph, bool may_grow, bool may_release = true);
+  // (when graph != 0 and not unused_by_graph), else from the general free blocks,
+  // else, when may_grow, from a new segment. If the system is out of memory and
+  // may_release, every unused cached segment is released and the new segment is
+  // tried once more. nullptr when none of that serves the request (and for
+  // requests above kMaxRequest). With unused_by_graph the block holds no byte
+  // that the capture `graph` has handed out before (its private pool is skipped):
+  // no node captured so far touches it (core/cuda/graph_memsets.h).
+  Block* allocate(size_t nbytes, StreamId stream, uint64_t graph, bool may_grow, bool may_release = true,
+                  bool unused_by_graph = false);
   // Returns an allocated block: to the free lists now, or, while it has pending
   // events, once event_done has brought their count to zero.
   void free(Block* block);

@@ -23,6 +23,11 @@ class CachingAllocator final : public Allocator {
   // allocations on that stream only. The stream must outlive the allocator's use
   // of it (ours live as long as the process).
   void* allocate(size_t nbytes, cudaStream_t stream);
+  // While `stream` is being captured: a block holding no byte that the capture has
+  // handed out before, so that no node captured so far touches it (a library call's
+  // workspace whose memset moves to the graph's start, core/cuda/graph_memsets.h).
+  // It joins the capture's private pool as any block taken during the capture.
+  void* allocate_unused_by_capture(size_t nbytes, cudaStream_t stream);
   void deallocate(void* ptr, size_t nbytes) override;
   Device device() const override { return Device::cuda(index_); }
   AllocatorStats stats() const override;
@@ -40,6 +45,7 @@ class CachingAllocator final : public Allocator {
   void release_graph_pool(unsigned long long capture_id);
 
  private:
+  void* allocate(size_t nbytes, cudaStream_t stream, bool unused_by_capture);
   void process_events();
   void record_end_of_use(Block* block);
   [[noreturn]] void out_of_memory(size_t nbytes);

@@ -31,7 +31,7 @@ struct CudaGraph::State {
     if (exec != nullptr) cudaGraphExecDestroy(exec);
     if (graph != nullptr) cudaGraphDestroy(graph);
     if (capture_id != 0) {
-      cuda::release_capture_workspaces(capture_id);  // graph_memsets.h
+      cuda::forget_capture_memsets(capture_id);  // graph_memsets.h
       cuda::caching_allocator(device).release_graph_pool(capture_id);
     }
     *this = State{};

@@ -1,5 +1,4 @@
 // hoist_memsets and the workspace slices that make it safe (core/cuda/graph_memsets.h).
-#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <map>
@@ -9,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/allocator.h"
+#include "core/cuda/caching_allocator.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/graph_memsets.h"
 #include "core/cuda/launch.cuh"
@@ -25,26 +24,15 @@ constexpr size_t kSliceAlignment = 256;
 
 std::atomic<bool> g_on{true};  // set_memset_hoisting
 
-// The workspace slices handed out in each capture, by its id, until the graph is released.
-struct Slice {
-  char* begin;
-  size_t bytes;
-  Device device;
+// What each capture noted: the memset nodes each call aimed into its slice.
+constexpr int kUnknown = 1 << 30;  // a slice's memset count when a query failed: none of them moves
+struct CaptureNotes {
+  std::set<cudaGraphNode_t> seen;           // nodes already looked at by a call's end
+  std::map<cudaGraphNode_t, int> slice_of;  // a noted memset -> the slice (call) it belongs to
+  std::vector<int> memsets_per_slice;       // by slice
 };
-std::mutex g_slices_mutex;  // guards g_slices
-std::map<unsigned long long, std::vector<Slice>> g_slices;
-
-// The index of capture `capture`'s slice holding [begin, end), or -1.
-int slice_of(unsigned long long capture, const char* begin, const char* end) {
-  std::lock_guard<std::mutex> lock(g_slices_mutex);
-  const auto it = g_slices.find(capture);
-  if (it == g_slices.end()) return -1;
-  for (size_t r = 0; r < it->second.size(); ++r) {
-    const Slice& slice = it->second[r];
-    if (begin >= slice.begin && end <= slice.begin + slice.bytes) return static_cast<int>(r);
-  }
-  return -1;
-}
+std::mutex g_notes_mutex;  // guards g_notes
+std::map<unsigned long long, CaptureNotes> g_notes;
 
 cudaGraphNodeType type_of(cudaGraphNode_t node) {
   cudaGraphNodeType type;
@@ -87,12 +75,20 @@ const void* function_of(cudaGraphNode_t node) {
   return params.func;
 }
 
+// The bytes a memset node sets (a pitched target's gaps included).
 struct Target {
   cudaGraphNode_t node;
-  const char* begin;
-  const char* end;
-  int slice;  // the index of the capture's slice holding it, or -1
+  char* begin;
+  size_t bytes;
+  unsigned value;
 };
+Target target_of(cudaGraphNode_t node, const char* op) {
+  cudaMemsetParams m{};
+  PRECIS_CUDA_CHECK(cudaGraphMemsetNodeGetParams(node, &m), op);
+  const size_t rows = m.height > 0 ? m.height : 1;
+  const size_t bytes = (rows - 1) * (rows > 1 ? m.pitch : 0) + m.width * m.elementSize;
+  return {node, static_cast<char*>(m.dst), bytes, m.value};
+}
 
 // The zeroing node at a graph's start: each of its blocks zeroes targets, a byte a thread at a
 // time (the targets are cuBLASLt's and cuDNN's counters: 4 bytes to a few KiB each).
@@ -115,67 +111,72 @@ bool memset_hoisting() { return g_on.load(); }
 
 void set_memset_hoisting(bool on) { g_on = on; }
 
-void* capture_workspace(Device device, cudaStream_t stream, size_t bytes) {
-  if (!memset_hoisting() || bytes == 0 || bytes > kMaxSliceBytes) return nullptr;
+CaptureWorkspace::CaptureWorkspace(Device device, cudaStream_t stream, size_t bytes)
+    : device_(device), stream_(stream) {
+  if (!memset_hoisting() || bytes == 0 || bytes > kMaxSliceBytes) return;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  unsigned long long capture = 0;
-  PRECIS_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, &capture), "a captured call's workspace slice");
-  if (status != cudaStreamCaptureStatusActive) return nullptr;
-  // Taken during the capture, the block belongs to the capture's private pool (core/cuda/allocator.cu),
-  // and it is not freed before the graph is: no other node of the graph reuses its bytes.
-  const size_t rounded = (bytes + kSliceAlignment - 1) / kSliceAlignment * kSliceAlignment;
-  char* begin = static_cast<char*>(allocator_for(device).allocate(rounded));
-  std::lock_guard<std::mutex> lock(g_slices_mutex);
-  g_slices[capture].push_back({begin, rounded, device});
-  return begin;
+  PRECIS_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, &capture_), "a captured call's workspace slice");
+  if (status != cudaStreamCaptureStatusActive) return;
+  bytes_ = (bytes + kSliceAlignment - 1) / kSliceAlignment * kSliceAlignment;
+  begin_ = static_cast<char*>(caching_allocator(device).allocate_unused_by_capture(bytes_, stream));
 }
 
-void release_capture_workspaces(unsigned long long capture) {
-  std::vector<Slice> slices;
-  {
-    std::lock_guard<std::mutex> lock(g_slices_mutex);
-    const auto it = g_slices.find(capture);
-    if (it == g_slices.end()) return;
-    slices = std::move(it->second);
-    g_slices.erase(it);
+// Notes the memsets the call aimed into the slice, then frees it. A failed query leaves the
+// slice poisoned (a count no memset is hoisted with): hoisting is only an optimization.
+CaptureWorkspace::~CaptureWorkspace() {
+  if (begin_ == nullptr) return;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaGraph_t graph = nullptr;
+  std::vector<cudaGraphNode_t> nodes;
+  size_t count = 0;
+  bool ok = cudaStreamGetCaptureInfo(stream_, &status, nullptr, &graph) == cudaSuccess &&
+            status == cudaStreamCaptureStatusActive && cudaGraphGetNodes(graph, nullptr, &count) == cudaSuccess;
+  if (ok) {
+    nodes.resize(count);
+    ok = cudaGraphGetNodes(graph, nodes.data(), &count) == cudaSuccess;
   }
-  for (const Slice& slice : slices) allocator_for(slice.device).deallocate(slice.begin, slice.bytes);
+  if (!ok) cudaGetLastError();
+  {
+    std::lock_guard<std::mutex> lock(g_notes_mutex);
+    CaptureNotes& notes = g_notes[capture_];
+    const int slice = static_cast<int>(notes.memsets_per_slice.size());
+    notes.memsets_per_slice.push_back(ok ? 0 : kUnknown);
+    for (cudaGraphNode_t node : nodes) {
+      if (!notes.seen.insert(node).second || type_of(node) != cudaGraphNodeTypeMemset) continue;
+      cudaMemsetParams m{};
+      if (cudaGraphMemsetNodeGetParams(node, &m) != cudaSuccess) {
+        cudaGetLastError();
+        notes.memsets_per_slice[slice] = kUnknown;
+        continue;
+      }
+      const char* dst = static_cast<const char*>(m.dst);
+      if (dst < begin_ || dst >= begin_ + bytes_) continue;  // another call's memset, or a tensor's
+      notes.slice_of[node] = slice;
+      ++notes.memsets_per_slice[slice];
+    }
+  }
+  caching_allocator(device_).deallocate(begin_, bytes_);
+}
+
+void forget_capture_memsets(unsigned long long capture) {
+  std::lock_guard<std::mutex> lock(g_notes_mutex);
+  g_notes.erase(capture);
 }
 
 size_t hoist_memsets(cudaGraph_t graph, unsigned long long capture) {
   const char* op = "hoisting memset nodes";
   if (!memset_hoisting()) return 0;
-  size_t count = 0;
-  PRECIS_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count), op);
-  std::vector<cudaGraphNode_t> nodes(count);
-  PRECIS_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &count), op);
-
-  // Every zeroing memset node's target; those alone in a slice, overlapping no other target,
-  // are hoisted.
-  std::vector<Target> all, hoisted;
-  for (cudaGraphNode_t node : nodes) {
-    if (type_of(node) != cudaGraphNodeTypeMemset) continue;
-    cudaMemsetParams m{};
-    PRECIS_CUDA_CHECK(cudaGraphMemsetNodeGetParams(node, &m), op);
-    const char* begin = static_cast<const char*>(m.dst);
-    const size_t rows = m.height > 0 ? m.height : 1;
-    const size_t row_bytes = m.width * m.elementSize;
-    const char* end = begin + (rows - 1) * (rows > 1 ? m.pitch : 0) + row_bytes;
-    all.push_back({node, begin, end, m.value == 0 ? slice_of(capture, begin, end) : -1});  // only zeroing moves
-  }
-  std::sort(all.begin(), all.end(), [](const Target& a, const Target& b) { return a.begin < b.begin; });
-  std::vector<int> per_slice;  // memset targets in each slice
-  for (const Target& t : all)
-    if (t.slice >= 0) {
-      if (per_slice.size() <= static_cast<size_t>(t.slice)) per_slice.resize(t.slice + 1, 0);
-      ++per_slice[t.slice];
+  // The memsets that zero the slice of a call that queued no other.
+  std::vector<Target> hoisted;
+  {
+    std::lock_guard<std::mutex> lock(g_notes_mutex);
+    const auto it = g_notes.find(capture);
+    if (it == g_notes.end()) return 0;
+    for (const auto& [node, slice] : it->second.slice_of) {
+      if (it->second.memsets_per_slice[slice] != 1 || hoisted.size() == size_t(kMaxZeroTargets)) continue;
+      const Target t = target_of(node, op);
+      if (t.value == 0) hoisted.push_back(t);
     }
-  for (size_t i = 0; i < all.size(); ++i) {
-    const bool overlaps_previous = i > 0 && all[i].begin < all[i - 1].end;
-    const bool overlaps_next = i + 1 < all.size() && all[i + 1].begin < all[i].end;
-    if (all[i].slice >= 0 && per_slice[all[i].slice] == 1 && !overlaps_previous && !overlaps_next &&
-        hoisted.size() < kMaxZeroTargets)
-      hoisted.push_back(all[i]);
   }
   if (hoisted.empty()) return 0;
 
@@ -199,8 +200,8 @@ size_t hoist_memsets(cudaGraph_t graph, unsigned long long capture) {
   const bool dependent_launch = dependent_launch_enabled();
   ZeroTargets zero{};
   for (const Target& t : hoisted) {
-    zero.begin[zero.count] = const_cast<char*>(t.begin);
-    zero.bytes[zero.count++] = static_cast<unsigned>(t.end - t.begin);  // a pitched target's gaps too: all its slice's
+    zero.begin[zero.count] = t.begin;
+    zero.bytes[zero.count++] = static_cast<unsigned>(t.bytes);  // within its slice: at most 1 MiB
     const std::vector<Neighbour> before = neighbours(t.node, true, op);
     const std::vector<Neighbour> after = neighbours(t.node, false, op);
     PRECIS_CUDA_CHECK(cudaGraphDestroyNode(t.node), op);
@@ -220,6 +221,7 @@ size_t hoist_memsets(cudaGraph_t graph, unsigned long long capture) {
   }
   // One zeroing kernel before the graph's first nodes (the targets lie apart, each in its slice).
   std::vector<cudaGraphNode_t> roots;
+  size_t count = 0;
   PRECIS_CUDA_CHECK(cudaGraphGetRootNodes(graph, nullptr, &count), op);
   roots.resize(count);
   PRECIS_CUDA_CHECK(cudaGraphGetRootNodes(graph, roots.data(), &count), op);

@@ -255,9 +255,10 @@ void run(Direction direction, const Conv2dShapes& s, MemoryFormat format, DType 
   cudnnHandle_t h = cudnn::handle(device);
   Descriptors d(s, format, dtype);
   const Choice c = choose(h, d, s, format, direction, io, device);
-  void* slice = precis::cuda::capture_workspace(device, precis::cuda::compute_stream(device), c.workspace);
-  Tensor ws = slice || c.workspace == 0 ? Tensor() : empty({static_cast<int64_t>(c.workspace)}, DType::u8, device);
-  call(h, d, c, slice ? slice : ws.defined() ? ws.raw_data() : nullptr);
+  const precis::cuda::CaptureWorkspace slice(device, precis::cuda::compute_stream(device), c.workspace);
+  Tensor ws =
+      slice.data() || c.workspace == 0 ? Tensor() : empty({static_cast<int64_t>(c.workspace)}, DType::u8, device);
+  call(h, d, c, slice.data() ? slice.data() : ws.defined() ? ws.raw_data() : nullptr);
 }
 
 }  // namespace

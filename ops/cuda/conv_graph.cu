@@ -621,11 +621,11 @@ bool conv2d_graph(Direction direction, const Conv2dShapes& s, MemoryFormat forma
   const std::shared_ptr<const Plan> plan = choose(direction, s, format, dtype, io, device, h);
   if (!plan) return false;
   // In a capture, a workspace slice of its own (core/cuda/graph_memsets.h).
-  void* slice = precis::cuda::capture_workspace(device, precis::cuda::compute_stream(device),
-                                                static_cast<size_t>(plan->workspace));
-  const Tensor ws = slice ? Tensor() : workspace_tensor(plan->workspace, device);
+  const precis::cuda::CaptureWorkspace slice(device, precis::cuda::compute_stream(device),
+                                             static_cast<size_t>(plan->workspace));
+  const Tensor ws = slice.data() ? Tensor() : workspace_tensor(plan->workspace, device);
   PRECIS_CUDNN_CHECK(execute(h, *plan, io,
-                             slice          ? slice
+                             slice.data()   ? slice.data()
                              : ws.defined() ? ws.raw_data()
                                             : nullptr),
                      kConvOp, ": running the ", describe_problem(direction, s, format, dtype), " on cuDNN's graph API");

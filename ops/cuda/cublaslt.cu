@@ -265,8 +265,9 @@ bool try_run(const Gemm& g) {
   }
   if (!cached.found) return false;
   Problem run = problem;
-  if (void* slice = precis::cuda::capture_workspace(g.device, problem.stream, cached.workspace_bytes)) {
-    run.workspace = slice;
+  const precis::cuda::CaptureWorkspace slice(g.device, problem.stream, cached.workspace_bytes);
+  if (slice.data() != nullptr) {
+    run.workspace = slice.data();
     run.workspace_bytes = cached.workspace_bytes;
   }
   run_algo(g, run, cached.algo);

@@ -280,6 +280,41 @@ TEST(BlockPool, CaptureTakesOnlyWhatItUses) {
   EXPECT_TRUE(system.live.empty());
 }
 
+// A capture's library call asks for a workspace no node captured so far has touched
+// (core/cuda/graph_memsets.h): the capture's own freed block, the best fit, is passed over for
+// a general one, and that block joins the capture's pool once it is taken.
+TEST(BlockPool, UnusedByGraphSkipsTheCapturesFreedBlocks) {
+  FakeSystem system;
+  BlockPool pool = system.pool();
+  const uint64_t graph = 5;
+  Block* warm = pool.allocate(1000, stream_a, 0, true);  // a 2 MiB small segment
+  pool.free(warm);
+  Block* tensor = pool.allocate(1000, stream_a, graph, false);  // a tensor of the capture, then freed
+  ASSERT_NE(tensor, nullptr);
+  char* used = tensor->ptr;
+  pool.free(tensor);
+  Block* slice = pool.allocate(512, stream_a, graph, false, false, /*unused_by_graph=*/true);
+  ASSERT_NE(slice, nullptr);
+  EXPECT_GE(slice->ptr, used + 1024);  // not the freed tensor's bytes
+  EXPECT_EQ(slice->graph, graph);
+  char* slice_ptr = slice->ptr;
+  pool.free(slice);
+  // Without the flag the capture reuses its own blocks first, the slice's among them.
+  Block* reuse = pool.allocate(512, stream_a, graph, false);
+  ASSERT_NE(reuse, nullptr);
+  EXPECT_TRUE(reuse->ptr == used || reuse->ptr == slice_ptr);
+  pool.free(reuse);
+  // Nothing general left that fits: an unused block needs a new segment, and may have one.
+  Block* big = pool.allocate(MiB, stream_a, 0, false);
+  Block* rest = pool.allocate(MiB - 1536, stream_a, 0, false);  // the segment is all handed out now
+  ASSERT_NE(big, nullptr);
+  ASSERT_NE(rest, nullptr);
+  EXPECT_EQ(pool.allocate(512, stream_a, graph, false, false, true), nullptr);
+  Block* grown = pool.allocate(512, stream_a, graph, true, false, true);
+  ASSERT_NE(grown, nullptr);
+  EXPECT_EQ(system.allocs, 2);
+}
+
 // Random requests on two streams: live blocks never overlap, the statistics add
 // up, and once everything is freed every segment is whole again.
 TEST(BlockPool, RandomRequestsOnTwoStreams) {

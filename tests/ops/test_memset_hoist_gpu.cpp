@@ -4,7 +4,8 @@
 // zeroing kernel at the graph's start. Replayed several times, such a graph must give the eager
 // values bit for bit (the same algorithms, the same kernels): a counter left unzeroed between
 // replays would skip tiles, a wrong programmatic edge would let a product read its input early,
-// and a zeroing that strayed out of its slice would clobber an operand. The count of the memset
+// a zeroing that strayed out of its slice would clobber an operand, and a slice whose bytes an
+// earlier node of the graph wrote would leave the counter unzeroed (scribble_on_freed_blocks). The count of the memset
 // nodes checks the hoisting happened (or the test says cuBLASLt queued none here).
 #include <gtest/gtest.h>
 
@@ -40,6 +41,14 @@ class HoistScope {
 
 std::vector<float> values(const Tensor& t) { return t.to(DType::f32).to_vector<float>(); }
 
+// Tensors of 512 B to 1 MiB, written with nonzero bits and freed at once. In a capture their
+// blocks join the capture's private pool, where an ordinary request looks first: a slice taken
+// from there would be zeroed at the graph's start and then overwritten by these fills.
+void scribble_on_freed_blocks(Device device) {
+  for (int64_t bytes = 512; bytes <= (int64_t(1) << 20); bytes *= 2)
+    fill_(empty({bytes / 4}, DType::f32, device), -1.0);
+}
+
 }  // namespace
 
 TEST(MemsetHoistGpu, HoistedProductsReplayWithTheEagerBits) {
@@ -60,7 +69,10 @@ TEST(MemsetHoistGpu, HoistedProductsReplayWithTheEagerBits) {
     const size_t live_before = allocator_for(gpu).stats().allocated_bytes;
     {
       CudaGraph graph(gpu);
-      graph.capture([&] { copy_(out, products()); });
+      graph.capture([&] {
+        scribble_on_freed_blocks(gpu);
+        copy_(out, products());
+      });
       if (!hoisting) {
         unhoisted_memsets = graph.num_memset_nodes();
         EXPECT_EQ(graph.num_hoisted_memsets(), 0u);
@@ -75,7 +87,7 @@ TEST(MemsetHoistGpu, HoistedProductsReplayWithTheEagerBits) {
         EXPECT_EQ(values(out), eager) << "hoisting " << hoisting << ", replay " << replay;
       }
     }
-    // The products' workspace slices live as long as the graph, no longer.
+    // The products' workspace slices are freed as the calls return, the graph's blocks with it.
     EXPECT_EQ(allocator_for(gpu).stats().allocated_bytes, live_before) << "hoisting " << hoisting;
   }
   if (unhoisted_memsets == 0) GTEST_SKIP() << "cuBLASLt queued no memset node for these products: nothing to hoist";
@@ -109,7 +121,10 @@ TEST(MemsetHoistGpu, HoistedConvolutionsReplayWithTheEagerBits) {
       const std::vector<float> eager = values(first);
       Tensor out = empty(first.shape(), DType::bf16, gpu);
       CudaGraph graph(gpu);
-      graph.capture([&] { copy_(out, convolutions()); });
+      graph.capture([&] {
+        scribble_on_freed_blocks(gpu);
+        copy_(out, convolutions());
+      });
       std::cout << api_name << ", hoisting " << hoisting << ": " << graph.num_memset_nodes() << " memset nodes, "
                 << graph.num_hoisted_memsets() << " hoisted\n";
       for (int replay = 0; replay < 4; ++replay) {
