@@ -37,13 +37,7 @@ using precis::cuda::tensor_of_block;
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kVec = 4;                                   // elements per thread and step: one Philox draw
 constexpr int64_t kChunk = int64_t{kThreads} * kVec * 8;  // elements per block
-
-template <typename T>
-struct alignas(sizeof(T) * kVec) Vec {
-  T v[kVec];
-};
 
 template <typename P, typename G, typename C>
 struct AdamWSlot {
@@ -160,11 +154,6 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__
       }
     }
   }
-}
-
-template <typename T>
-bool vec_aligned(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % (sizeof(T) * kVec) == 0;
 }
 
 // Updates `params` (one device; parameter type P, gradient type G) kAdamWBatch at a time,

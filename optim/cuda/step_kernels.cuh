@@ -1,9 +1,12 @@
 // Device helpers the optimizer kernels share (optim/cuda/adamw.cu, sgd.cu): the step's
-// numbers from device memory, the gradient factor, and the rounding of an f32 result
-// into a low-precision parameter (optim/low_precision.h's rules, on the device).
+// numbers from device memory, the gradient factor, the rounding of an f32 result into a
+// low-precision parameter (optim/low_precision.h's rules, on the device), and the
+// kVec-element accesses both update kernels make.
 #pragma once
 
 #include <cuda_bf16.h>
+
+#include <cstdint>
 
 #include "core/cuda/convert.cuh"
 #include "core/philox.h"
@@ -12,6 +15,21 @@
 namespace precis::optim::cuda {
 
 using precis::cuda::convert_to;
+
+// Elements a thread reads and writes at a time (one Philox draw gives their 4 rounding words),
+// as one 8 to 32-byte access per array when the array is aligned for it.
+constexpr int kVec = 4;
+
+template <typename T>
+struct alignas(sizeof(T) * kVec) Vec {
+  T v[kVec];
+};
+
+// Whether `p` (an array of T) is aligned for Vec<T> accesses.
+template <typename T>
+bool vec_aligned(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % (sizeof(T) * kVec) == 0;
+}
 
 // The step's numbers, read once by a one-thread kernel before the update kernels.
 struct DeviceStep {
