@@ -600,8 +600,7 @@ BadIndex cross_entropy_forward(const Tensor& logits, const Tensor& targets, int6
   cudaStream_t stream = stream_for(logits);
   Tensor losses = empty({rows}, DType::f64, logits.device());
   Tensor flag = empty({1}, DType::i64, logits.device());
-  auto* bad = static_cast<unsigned long long*>(flag.raw_data());
-  clear_bad_position(bad, stream, op);
+  unsigned long long* bad = bad_position_flag(flag, stream, op);
   dispatch_floating(logits.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = compute_t<T>;
@@ -695,8 +694,7 @@ BadIndex cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, in
                  ": expected an f32 scalar gradient factor, got ", describe(grad_factor));
     Tensor losses = empty({rows}, DType::f64, device);
     Tensor flag = empty({1}, DType::i64, device);
-    auto* bad = static_cast<unsigned long long*>(flag.raw_data());
-    clear_bad_position(bad, stream, op);
+    unsigned long long* bad = bad_position_flag(flag, stream, op);
     dispatch_index(targets.dtype(), op, [&](auto target_tag) {
       using Target = typename decltype(target_tag)::type;
       const Target* tp = static_cast<const Target*>(targets.raw_data());

@@ -138,8 +138,7 @@ BadIndex embedding_forward(const Tensor& weight, const Tensor& indices, const Te
   if (N == 0 || C == 0) return {};
   cudaStream_t stream = stream_for(weight);
   Tensor flag = empty({1}, DType::i64, weight.device());
-  auto* bad = static_cast<unsigned long long*>(flag.raw_data());
-  clear_bad_position(bad, stream, op);
+  unsigned long long* bad = bad_position_flag(flag, stream, op);
   const int64_t row_stride = weight.strides()[0];
   dispatch_floating(weight.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;

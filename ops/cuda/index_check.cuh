@@ -12,22 +12,29 @@
 
 namespace precis::ops::cuda {
 
-// A one-word device flag holding the smallest bad position (atomicMin), ~0 when none.
+// A one-word device flag holding the smallest bad position (atomicMin), ~0 when none; a null
+// flag records nothing.
 __device__ __forceinline__ void flag_bad_position(unsigned long long* flag, int64_t position) {
-  atomicMin(flag, static_cast<unsigned long long>(position));
+  if (flag != nullptr) atomicMin(flag, static_cast<unsigned long long>(position));
 }
 
-// Clears `flag` (one unsigned long long on the device) on `stream`.
-inline void clear_bad_position(unsigned long long* flag, cudaStream_t stream, const char* op) {
+// `storage` (one 8-byte element on the device) cleared on `stream`, as the kernel's flag. While
+// `stream` is being captured into a CUDA graph, null: nothing can be read back there, and a
+// memset node would break the chain of PDL-overlapped kernels (core/cuda/graph_memsets.h); the
+// kernels then only skip the bad index, which they never read either way.
+inline unsigned long long* bad_position_flag(const Tensor& storage, cudaStream_t stream, const char* op) {
+  if (precis::cuda::is_capturing(stream)) return nullptr;
+  auto* flag = static_cast<unsigned long long*>(storage.raw_data());
   PRECIS_CUDA_CHECK(cudaMemsetAsync(flag, 0xff, sizeof(unsigned long long), stream), op);
+  return flag;
 }
 
 // Reads the flag back (one copy and one stream synchronisation) and, when set, the
-// offending index from `indices` (dense i32/i64 on the device). While `stream` is
-// being captured into a CUDA graph nothing can be read back; the check is skipped.
+// offending index from `indices` (dense i32/i64 on the device). A null flag (a capture)
+// reports nothing.
 inline BadIndex read_bad_position(const unsigned long long* flag, const Tensor& indices, cudaStream_t stream,
                                   const char* op) {
-  if (precis::cuda::is_capturing(stream)) return {};
+  if (flag == nullptr) return {};
   auto copy_back = [&](void* host, const void* device, size_t bytes) {
     PRECIS_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream), op);
     PRECIS_CUDA_CHECK(cudaStreamSynchronize(stream), op);
