@@ -27,7 +27,7 @@ namespace precis::optim::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kBatch = 256;                                 // tensors a launch
+constexpr int kBatch = 256;                               // tensors a launch
 constexpr int64_t kChunk = int64_t{kThreads} * kVec * 8;  // elements a block
 
 __global__ void sgd_prepare_kernel(DeviceStepInputs in, DeviceStep* out) {
