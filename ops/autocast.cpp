@@ -52,13 +52,17 @@ Tensor to_compute(const Tensor& t) {
   return cast;
 }
 
-void precache(const Tensor& buffer, const std::vector<Tensor>& leaves, DType dtype) {
+void precache(const Tensor& buffer, const std::vector<Tensor>& leaves, DType dtype, const Tensor& cast) {
   PRECIS_CHECK(buffer.dim() == 1 && buffer.is_contiguous() && is_floating(buffer.dtype()) && is_floating(dtype),
                "autocast::precache: expected a dense 1-D floating buffer and a floating dtype, got ", describe(buffer),
                " and ", dtype_name(dtype));
   if (buffer.dtype() == dtype || leaves.empty()) return;
-  Tensor whole;
-  {
+  PRECIS_CHECK(!cast.defined() || (cast.dim() == 1 && cast.is_contiguous() && cast.numel() == buffer.numel() &&
+                                   cast.dtype() == dtype && cast.device() == buffer.device()),
+               "autocast::precache: the cast given, ", describe(cast), ", must be a dense 1-D ", dtype_name(dtype),
+               " tensor as long as the buffer ", describe(buffer));
+  Tensor whole = cast;
+  if (!whole.defined()) {
     NoGradGuard no_grad;  // one plain cast of the buffer; each leaf's view gets its own node below
     whole = buffer.to(dtype);
   }

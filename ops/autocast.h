@@ -55,8 +55,10 @@ void clear_cache();
 // another order of their dims (channels-last weights), and each one's cast to `dtype` becomes a
 // view of one cast of the whole buffer, with the leaf's strides and its own autograd node. One
 // kernel instead of one per weight (GPT-2: 1 launch instead of ~110). A buffer already of
-// `dtype` needs nothing.
-void precache(const Tensor& buffer, const std::vector<Tensor>& leaves, DType dtype);
+// `dtype` needs nothing. `cast`, when given, is that cast already made (a dense 1-D tensor of
+// `dtype` as long as the buffer: the compute copies the optimizer wrote in the last step,
+// optim::Optimizer::set_compute_copies), and no kernel runs.
+void precache(const Tensor& buffer, const std::vector<Tensor>& leaves, DType dtype, const Tensor& cast = Tensor());
 size_t cache_size();
 
 }  // namespace precis::ops::autocast

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/copy.h"
 #include "core/strided_loop.h"
 #include "ops/op_cost.h"
 #include "optim/cuda/adamw.h"  // plain C++: the parameter table both steps use
@@ -72,17 +73,19 @@ void AdamW::step(const StepInputs& inputs) {
     Tensor& m = state_buffer(index, "exp_avg", p);
     Tensor& v = state_buffer(index, "exp_avg_sq", p);
     const Tensor master = is_low_precision(p.dtype()) && options_.master_weights ? master_buffer(index, p) : Tensor();
-    params.push_back({p, p.grad(), m, v, master, weight_decay, index});
+    params.push_back({p, p.grad(), m, v, master, compute_copy(index), weight_decay, index});
   });
   OpScope timed(
       "adamw",
       [&] {
-        int64_t n = 0;
-        for (const cuda::AdamWTensors& a : params) n += a.param.numel();
-        return OpWork{params.empty() ? OpCost{}
+        int64_t n = 0, copy_bytes = 0;
+        for (const cuda::AdamWTensors& a : params)
+          n += a.param.numel(), copy_bytes += compute_copy_bytes(a.compute_copy);
+        OpCost cost = params.empty() ? OpCost{}
                                      : ops::cost::adamw(n, params[0].param.dtype(), params[0].grad.dtype(),
-                                                        params[0].master.defined()),
-                      {}};
+                                                        params[0].master.defined());
+        cost.bytes += copy_bytes;
+        return OpWork{cost, {}};
       },
       OpPass::step);
 #if PRECIS_WITH_CUDA
@@ -121,6 +124,7 @@ void AdamW::step(const StepInputs& inputs) {
                                          adamw_constants<float>(lr, a.weight_decay, options_, bias1, bias2), rounding);
       });
     }
+    if (a.compute_copy.defined()) copy_(a.compute_copy, p);  // the cast the next forward reads
   }
 }
 

@@ -83,6 +83,35 @@ void Optimizer::check_layout(size_t index, const Tensor& param, const char* op) 
                param.strides(), " and ", describe(grad), " with strides ", grad.strides());
 }
 
+void Optimizer::set_compute_copies(std::vector<Tensor> copies) {
+  size_t index = 0;
+  for (const ParamGroup& group : groups_)
+    for (const Tensor& p : group.params) {
+      const Tensor& copy = index < copies.size() ? copies[index] : Tensor();
+      if (copy.defined()) {
+        PRECIS_CHECK(p.dtype() == DType::f32 && is_low_precision(copy.dtype()), "set_compute_copies: parameter ", index,
+                     " is ", describe(p), " and its copy ", describe(copy),
+                     "; copies are f16 or bf16, of f32 parameters");
+        PRECIS_CHECK(copy.device() == p.device() && copy.shape() == p.shape() && copy.strides() == p.strides(),
+                     "set_compute_copies: parameter ", index, "'s copy ", describe(copy),
+                     " must have the shape, "
+                     "strides and device of the parameter ",
+                     describe(p));
+      }
+      ++index;
+    }
+  PRECIS_CHECK(copies.size() <= index, "set_compute_copies: ", copies.size(), " copies for ", index, " parameters");
+  compute_copies_ = std::move(copies);
+}
+
+int64_t compute_copy_bytes(const Tensor& copy) {
+  return copy.defined() ? copy.numel() * static_cast<int64_t>(element_size(copy.dtype())) : 0;
+}
+
+Tensor Optimizer::compute_copy(size_t param_index) const {
+  return param_index < compute_copies_.size() ? compute_copies_[param_index] : Tensor();
+}
+
 Tensor Optimizer::master(size_t param_index) const {
   auto it = state_.find("state." + std::to_string(param_index) + ".master");
   return it == state_.end() ? Tensor() : it->second;

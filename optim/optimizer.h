@@ -84,6 +84,12 @@ class Optimizer {
 
   // The f32 master copy of parameter `param_index` (over all groups); undefined if it has none (yet).
   Tensor master(size_t param_index) const;
+  // Compute copies: after each update that is not skipped, parameter i's new value is also
+  // written to copies[i] rounded to nearest even, as a cast to the copy's dtype rounds it. So
+  // the next forward's weight casts (ops/autocast.h precache) are ready without a pass over the
+  // parameters of their own. copies[i] is undefined (none) or an f16/bf16 tensor of parameter
+  // i's shape and strides, for an f32 parameter; indexed over all groups, as state_dict.
+  void set_compute_copies(std::vector<Tensor> copies);
   // Bytes of state the optimizer keeps per element of a parameter of `param_dtype` once it
   // has stepped (moments, master copy), so a run can say what its state costs up front.
   virtual int64_t state_bytes_per_element(DType param_dtype) const = 0;
@@ -95,6 +101,8 @@ class Optimizer {
   Tensor& state_buffer(size_t param_index, const std::string& name, const Tensor& like);
   // The f32 master copy of a low-precision parameter (in its layout), a copy of it on first use.
   Tensor& master_buffer(size_t param_index, const Tensor& param);
+  // Parameter `param_index`'s compute copy (set_compute_copies), or undefined.
+  Tensor compute_copy(size_t param_index) const;
   // Checks that parameter `index` and its gradient are dense in one layout, naming optimizer `op`.
   static void check_layout(size_t index, const Tensor& param, const char* op);
   // Checks `inputs` (f64 scalars on device()) for optimizer `op`.
@@ -121,7 +129,11 @@ class Optimizer {
  private:
   std::vector<ParamGroup> groups_;
   std::map<std::string, Tensor> state_;
+  std::vector<Tensor> compute_copies_;  // by parameter index; empty: none
 };
+
+// The bytes a step writes into `copy` (a compute copy, or undefined: 0), for the ops' cost.
+int64_t compute_copy_bytes(const Tensor& copy);
 
 // nanoGPT's default groups: weight decay on the weights of Linear layers only;
 // none on biases, LayerNorm weights and embeddings.

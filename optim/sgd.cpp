@@ -1,5 +1,6 @@
 #include "optim/sgd.h"
 
+#include "core/copy.h"
 #include "core/op_profile.h"
 #include "core/strided_loop.h"
 #include "ops/op_cost.h"
@@ -59,7 +60,7 @@ void SGD::step(const StepInputs& inputs) {
     check_step_dtypes("SGD", index, p.dtype(), g.dtype(), options_.stochastic_rounding);
     const Tensor buf = options_.momentum > 0 ? state_buffer(index, "momentum_buffer", p) : Tensor();
     const Tensor master = is_low_precision(p.dtype()) && options_.master_weights ? master_buffer(index, p) : Tensor();
-    params.push_back({p, g, buf, master, weight_decay, index});
+    params.push_back({p, g, buf, master, compute_copy(index), weight_decay, index});
   });
   const SGDRule rule{options_.momentum, options_.dampening, options_.nesterov};
   OpScope timed(
@@ -69,7 +70,7 @@ void SGD::step(const StepInputs& inputs) {
         for (const cuda::SGDTensors& a : params) {
           const OpCost one = ops::cost::sgd(a.param.numel(), a.param.dtype(), a.grad.dtype(),
                                             a.momentum_buffer.defined(), a.master.defined());
-          cost.flops += one.flops, cost.bytes += one.bytes;
+          cost.flops += one.flops, cost.bytes += one.bytes + compute_copy_bytes(a.compute_copy);
         }
         return OpWork{cost, {}};
       },
@@ -108,6 +109,7 @@ void SGD::step(const StepInputs& inputs) {
                                        p.numel(), lr, a.weight_decay, rule, first, rounding);
       });
     }
+    if (a.compute_copy.defined()) copy_(a.compute_copy, p);  // the cast the next forward reads
   }
 }
 

@@ -374,6 +374,7 @@ std::vector<Field> make_fields(TrainConfig& c) {
       number("optimizer.momentum", o.momentum, kProbability),
       boolean("optimizer.nesterov", o.nesterov),
       number("optimizer.grad_clip", o.grad_clip, kNonNegative),
+      boolean("optimizer.writes_weight_casts", o.writes_weight_casts),
 
       text("schedule.kind", s.kind, one_of(optim::LrSchedule::kinds())),
       integer("schedule.warmup_steps", s.warmup_steps, at_least(0)),

@@ -40,6 +40,9 @@ struct OptimizerConfig {
   double momentum = 0.9;   // sgd
   bool nesterov = false;   // sgd
   double grad_clip = 1.0;  // 0 disables clipping
+  // Autocast policies: the step also writes the f16/bf16 weight casts the next forward reads
+  // (optim::Optimizer::set_compute_copies), instead of a cast pass at each step's start.
+  bool writes_weight_casts = true;
 };
 
 struct ScheduleConfig {

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <sstream>
 
 #include "core/autograd.h"
@@ -204,9 +205,32 @@ void Trainer::setup_model() {
     optimizer_ = std::make_unique<optim::SGD>(
         groups, optim::SGDOptions{.lr = o.lr, .momentum = o.momentum, .dampening = 0.0, .nesterov = o.nesterov});
   }
+  if (policy_.autocasts() && o.writes_weight_casts && !zero_) setup_weight_casts();
   schedule_ = optim::LrSchedule{config_.schedule.kind,        o.lr,
                                 config_.schedule.min_lr,      config_.schedule.warmup_steps,
                                 config_.schedule.decay_steps, config_.schedule.decay_fraction};
+}
+
+void Trainer::setup_weight_casts() {
+  // Each parameter's copy is its view of its buffer's cast, at its offset, with its strides.
+  std::map<const void*, Tensor> copy_of;  // by the parameter's TensorImpl
+  for (const nn::FlatBuffer& b : flat_->buffers()) {
+    if (!is_floating(b.dtype)) {
+      weight_casts_.emplace_back();
+      continue;
+    }
+    const Tensor cast = empty({b.data.numel()}, policy_.compute_dtype, device_);
+    for (const nn::FlatSlot& s : b.slots)
+      copy_of[s.param.impl()] = cast.as_strided(s.param.shape(), s.param.strides(), s.param.offset() - b.data.offset());
+    weight_casts_.push_back(cast);
+  }
+  std::vector<Tensor> copies;
+  for (const optim::ParamGroup& group : optimizer_->param_groups())
+    for (const Tensor& p : group.params) {
+      const auto it = copy_of.find(p.impl());
+      copies.push_back(it == copy_of.end() ? Tensor() : it->second);
+    }
+  optimizer_->set_compute_copies(std::move(copies));
 }
 
 void Trainer::setup_step() {
@@ -349,12 +373,17 @@ void Trainer::run_step(const std::vector<Tensor>& inputs, const std::vector<Tens
   }
   ops::autocast::clear_cache();  // the weights changed in the last step
   if (policy_.autocasts()) {
-    // This step's weight casts, one kernel per flat buffer instead of one per weight.
-    for (const nn::FlatBuffer& b : flat_->buffers()) {
+    // This step's weight casts: one kernel per flat buffer instead of one per weight, or none
+    // where the last step's optimizer wrote them (optimizer.writes_weight_casts).
+    const std::vector<nn::FlatBuffer>& buffers = flat_->buffers();
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      const nn::FlatBuffer& b = buffers[i];
       if (!is_floating(b.dtype)) continue;
       std::vector<Tensor> leaves;
       for (const nn::FlatSlot& s : b.slots) leaves.push_back(s.param);
-      ops::autocast::precache(b.data, leaves, policy_.compute_dtype);
+      const Tensor cast = weight_casts_.empty() ? Tensor() : weight_casts_[i];
+      if (cast.defined() && !weight_casts_current_) copy_(cast, b.data);  // the first step, or after a resume
+      ops::autocast::precache(b.data, leaves, policy_.compute_dtype, cast);
     }
   }
   const int64_t accum = config_.batch.grad_accum;
@@ -439,6 +468,7 @@ void Trainer::finish_step(Profiler* profiler) {
     optimizer_->step({.grad_factor = grad_norm_.select(0, 1),
                       .skip_if = found_inf,
                       .round_scaled_grads_to_f32 = zero_ && zero_->grads_staged()});
+    weight_casts_current_ = true;  // written with the weights (a skipped step changed neither)
     // Every rank's updated shard into every rank's parameters, now or behind the next forward.
     if (gather_overlap())
       zero_->defer_gather();
@@ -566,6 +596,7 @@ bool Trainer::try_resume() {
     optimizer_->load_state_dict(zero_ ? zero_->shard_state(full) : full);
   };
   Json state = load_checkpoint_into(config_.checkpoint.dir, task_->checkpoint_model(), load_optimizer);
+  weight_casts_current_ = false;  // the weights are the checkpoint's now
   const std::string saved_task = state.contains("task") ? state.at("task").as_string() : "language_model";
   PRECIS_CHECK(saved_task == config_.task, "checkpoint in '", config_.checkpoint.dir, "' was written by a ", saved_task,
                " run; this run is ", config_.task, "; resume with the same task or another checkpoint.dir");

@@ -119,8 +119,9 @@ class Trainer {
   void setup();
   void setup_task();
   void setup_model();
-  void setup_step();  // the step's device tensors (loss sum, grad norm)
-  void train_step();  // one optimizer step; its loss goes to losses_, resolved at the next log
+  void setup_weight_casts();  // optimizer.writes_weight_casts (weight_casts_ below)
+  void setup_step();          // the step's device tensors (loss sum, grad norm)
+  void train_step();          // one optimizer step; its loss goes to losses_, resolved at the next log
   // The step on batches already where they are computed (accum of each): forward, backward
   // (the loss summed into loss_sum_), finish_step. Phases are timed unless `profiler` is null
   // (while capturing).
@@ -161,6 +162,12 @@ class Trainer {
   std::shared_ptr<nn::FlatParameters> flat_;
   int64_t registered_bytes_ = 0;  // of flat_'s buffers in the group's registered memory (ZeRO-1 on NCCL)
   std::unique_ptr<optim::Optimizer> optimizer_;
+  // optimizer.writes_weight_casts: each floating flat buffer's cast to the compute dtype, which
+  // the optimizer writes as it updates the weights (none when off, without autocast, or under
+  // ZeRO-1, whose optimizer updates one shard); current once a step has written them, until
+  // something else writes the weights (a resume).
+  std::vector<Tensor> weight_casts_;
+  bool weight_casts_current_ = false;
   amp::PrecisionPolicy policy_;
   std::unique_ptr<amp::GradScaler> scaler_;
   amp::NumericsReport numerics_;

@@ -48,8 +48,9 @@ struct AdamWSlot {
   float* master;  // f16/bf16 parameters with master weights, else null
   int64_t n;
   double weight_decay;
-  uint32_t index;   // the parameter's index in the optimizer
-  bool vectorized;  // every array aligned for kVec-element accesses
+  uint32_t index;    // the parameter's index in the optimizer
+  ComputeCopy copy;  // f32 parameters only
+  bool vectorized;   // every array aligned for kVec-element accesses
 };
 
 template <typename P, typename G, typename C>
@@ -142,6 +143,9 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__
         p.v[k] = store_param<P>(updated, stochastic, bits.x[k]);
       }
       *reinterpret_cast<Vec<P>*>(t.param + i) = p;
+      if constexpr (std::is_same_v<P, float>) {
+        if (t.copy.data != nullptr) store_copy(t.copy, i, p);
+      }
       *reinterpret_cast<Vec<C>*>(t.m + i) = m;
       *reinterpret_cast<Vec<C>*>(t.v + i) = v;
       if (t.master) *reinterpret_cast<Vec<float>*>(t.master + i) = master;
@@ -151,6 +155,9 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__
         const C updated = adamw_element(x, scaled_gradient<C>(t.grad[j], factor, in_f32), t.m[j], t.v[j], decay, c);
         if (t.master) t.master[j] = static_cast<float>(updated);
         t.param[j] = store_param<P>(updated, stochastic, bits.x[j % 4]);
+        if constexpr (std::is_same_v<P, float>) {
+          if (t.copy.data != nullptr) store_copy(t.copy, j, updated);
+        }
       }
     }
   }
@@ -184,8 +191,10 @@ void adamw_launch(const std::vector<const AdamWTensors*>& params, const AdamWHyp
       slot.n = a.param.numel();
       slot.weight_decay = a.weight_decay;
       slot.index = static_cast<uint32_t>(a.index);
+      slot.copy = compute_copy_of(a.compute_copy);
       slot.vectorized = vec_aligned<P>(slot.param) && vec_aligned<G>(slot.grad) && vec_aligned<C>(slot.m) &&
-                        vec_aligned<C>(slot.v) && (!slot.master || vec_aligned<float>(slot.master));
+                        vec_aligned<C>(slot.v) && (!slot.master || vec_aligned<float>(slot.master)) &&
+                        (!slot.copy.data || vec_aligned<__half>(slot.copy.data));
       batch.first_block[s + 1] = batch.first_block[s] + (slot.n + kChunk - 1) / kChunk;
     }
     const int64_t blocks = batch.first_block[batch.count];

@@ -21,9 +21,9 @@ inline constexpr int kAdamWBatch = 256;
 // One parameter: all dense, on one device. param f32/f64 with a gradient and moments
 // of its dtype; or param f32/f16/bf16 with an f32, f16 or bf16 gradient, f32 moments and
 // for f16/bf16 an optional f32 master copy (then the update runs on the master and the
-// parameter gets it rounded).
+// parameter gets it rounded); compute_copy as SGDTensors' (optim/cuda/sgd.h).
 struct AdamWTensors {
-  Tensor param, grad, exp_avg, exp_avg_sq, master;
+  Tensor param, grad, exp_avg, exp_avg_sq, master, compute_copy;
   double weight_decay = 0.0;
   uint64_t index = 0;  // the parameter's index in the optimizer (stochastic rounding's counter)
 };

@@ -44,8 +44,9 @@ struct SGDSlot {
   float* master;  // f16/bf16 parameters with master weights, else null
   int64_t n;
   double weight_decay;
-  uint32_t index;   // the parameter's index in the optimizer
-  bool vectorized;  // every array aligned for kVec-element accesses
+  uint32_t index;    // the parameter's index in the optimizer
+  ComputeCopy copy;  // f32 parameters only
+  bool vectorized;   // every array aligned for kVec-element accesses
 };
 
 template <typename P, typename G, typename C>
@@ -88,6 +89,9 @@ __global__ void __launch_bounds__(kThreads)
         p.v[k] = store_param<P>(updated, stochastic, bits.x[k]);
       }
       *reinterpret_cast<Vec<P>*>(t.param + i) = p;
+      if constexpr (std::is_same_v<P, float>) {
+        if (t.copy.data != nullptr) store_copy(t.copy, i, p);
+      }
       if (t.buf != nullptr) *reinterpret_cast<Vec<C>*>(t.buf + i) = buf;
       if (t.master != nullptr) *reinterpret_cast<Vec<float>*>(t.master + i) = master;
     } else {
@@ -97,6 +101,9 @@ __global__ void __launch_bounds__(kThreads)
                                          t.buf != nullptr ? t.buf + j : nullptr, lr, t.weight_decay, rule, first);
         if (t.master != nullptr) t.master[j] = static_cast<float>(updated);
         t.param[j] = store_param<P>(updated, stochastic, bits.x[j % 4]);
+        if constexpr (std::is_same_v<P, float>) {
+          if (t.copy.data != nullptr) store_copy(t.copy, j, updated);
+        }
       }
     }
   }
@@ -120,8 +127,10 @@ void sgd_launch(const std::vector<const SGDTensors*>& params, const SGDHyper& hy
       slot.n = t.param.numel();
       slot.weight_decay = t.weight_decay;
       slot.index = static_cast<uint32_t>(t.index);
+      slot.copy = compute_copy_of(t.compute_copy);
       slot.vectorized = vec_aligned<P>(slot.param) && vec_aligned<G>(slot.grad) &&
-                        (!slot.buf || vec_aligned<C>(slot.buf)) && (!slot.master || vec_aligned<float>(slot.master));
+                        (!slot.buf || vec_aligned<C>(slot.buf)) && (!slot.master || vec_aligned<float>(slot.master)) &&
+                        (!slot.copy.data || vec_aligned<__half>(slot.copy.data));
       batch.first_block[s + 1] = batch.first_block[s] + (t.param.numel() + kChunk - 1) / kChunk;
     }
     const int64_t blocks = batch.first_block[batch.count];

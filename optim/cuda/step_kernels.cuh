@@ -5,11 +5,13 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
 
 #include "core/cuda/convert.cuh"
 #include "core/philox.h"
+#include "core/tensor.h"
 #include "optim/cuda/step_inputs.h"
 
 namespace precis::optim::cuda {
@@ -87,6 +89,42 @@ __device__ __forceinline__ P store_param(C x, bool stochastic, uint32_t random_w
     if (stochastic) return bf16_stochastic(x, random_word >> 16);
   }
   return convert_to<P>(x);
+}
+
+// A compute copy (Optimizer::set_compute_copies): an f32 parameter's new value rounded to
+// nearest even into f16 or bf16, as a cast rounds it. Null data: none.
+struct ComputeCopy {
+  void* data = nullptr;
+  bool bf16 = true;  // else f16
+};
+
+// The kernels' view of a compute copy tensor (undefined: none).
+inline ComputeCopy compute_copy_of(const Tensor& copy) {
+  if (!copy.defined()) return {};
+  return {copy.raw_data(), copy.dtype() == DType::bf16};
+}
+
+// Element i of the copy.
+__device__ __forceinline__ void store_copy(const ComputeCopy& c, int64_t i, float x) {
+  if (c.bf16)
+    static_cast<__nv_bfloat16*>(c.data)[i] = convert_to<__nv_bfloat16>(x);
+  else
+    static_cast<__half*>(c.data)[i] = convert_to<__half>(x);
+}
+
+// Elements i .. i + kVec - 1 of the copy, in one access (the copy aligned for it).
+template <typename T>
+__device__ __forceinline__ void store_copy_vec(void* data, int64_t i, const Vec<float>& x) {
+  Vec<T> out;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) out.v[k] = convert_to<T>(x.v[k]);
+  *reinterpret_cast<Vec<T>*>(static_cast<T*>(data) + i) = out;
+}
+__device__ __forceinline__ void store_copy(const ComputeCopy& c, int64_t i, const Vec<float>& x) {
+  if (c.bf16)
+    store_copy_vec<__nv_bfloat16>(c.data, i, x);
+  else
+    store_copy_vec<__half>(c.data, i, x);
 }
 
 }  // namespace precis::optim::cuda

@@ -1,7 +1,8 @@
 // The optimizers' and clip_grad_norm's cases, parameterised over the device
 // (tests/support/devices.h): AdamW and SGD against a plain f64 reference of their
 // formulas written here (with the gradient factor and a skipped step), the saved state,
-// and clip_grad_norm against a direct f64 norm. Instantiated for the CPU by
+// clip_grad_norm against a direct f64 norm, and the compute copies (each step's weights cast
+// into f16/bf16 by the optimizer) against a cast. Instantiated for the CPU by
 // test_optimizers.cpp and for the GPU by test_optimizers_gpu.cpp.
 #pragma once
 
@@ -14,16 +15,19 @@
 #include <vector>
 
 #include "core/copy.h"
+#include "ops/memory_format.h"
 #include "optim/adamw.h"
 #include "optim/clip_grad.h"
 #include "optim/sgd.h"
 #include "support/devices.h"
+#include "support/errors.h"
 #include "support/gradcheck.h"
 
 namespace optimizer_cases {
 
 using namespace precis;
 using precis::testing::expect_close;
+using precis::testing::random_f64;
 
 class OptimizerOn : public precis::testing::OnDevice {
  protected:
@@ -266,6 +270,77 @@ TEST_P(OptimizerOn, A16BitGradientRoundedToF32StepsAsItsF32Widening) {
     EXPECT_EQ(run(c.grad, true), widened);
     EXPECT_NE(run(c.grad, false), widened) << "the option must matter for this test to mean anything";
   }
+}
+
+// Optimizer::set_compute_copies: after every step, each f32 parameter's copy holds the same bits
+// as a cast of the parameter to the copy's dtype (nearest even), and a skipped step leaves both
+// as they were. Sizes past one block and one vector access, a copy that starts 2 bytes off its
+// vector alignment (the GPU's element-wise path), a channels-last weight, a parameter without a
+// copy, and both copy dtypes.
+TEST_P(OptimizerOn, ComputeCopiesHoldTheUpdatedWeightsCast) {
+  for (const bool sgd : {true, false}) {
+    SCOPED_TRACE(sgd ? "SGD" : "AdamW");
+    const std::vector<Shape> shapes = {{1}, {7}, {513}, {20000}, {8, 5, 3, 3}, {33}, {6}};
+    std::vector<Tensor> params, copies;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      Tensor p = shapes[i].size() == 4
+                     ? ops::empty_in(shapes[i], ops::MemoryFormat::channels_last, DType::f32, device())
+                     : empty(shapes[i], DType::f32, device());
+      copy_(p, random_f64(shapes[i], 10 + i));
+      params.push_back(p.set_requires_grad());
+      const DType copy_dtype = i % 2 == 0 ? DType::bf16 : DType::f16;
+      if (i == 5) {  // one element into a larger tensor: misaligned
+        copies.push_back(empty({shapes[i][0] + 1}, copy_dtype, device()).narrow(0, 1, shapes[i][0]));
+      } else if (i == 6) {
+        copies.push_back(Tensor());  // this one has none
+      } else {
+        copies.push_back(empty_with_layout_of(p, copy_dtype));
+      }
+    }
+    std::unique_ptr<optim::Optimizer> opt;
+    if (sgd)
+      opt = std::make_unique<optim::SGD>(std::vector<optim::ParamGroup>{{params, 0.01}},
+                                         optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+    else
+      opt = std::make_unique<optim::AdamW>(std::vector<optim::ParamGroup>{{params, 0.01}},
+                                           optim::AdamWOptions{.lr = 0.01});
+    opt->set_compute_copies(copies);
+    for (int step = 0; step < 4; ++step) {
+      SCOPED_TRACE("step " + std::to_string(step));
+      const bool skipped = step == 2;
+      std::vector<std::vector<float>> before;
+      for (const Tensor& c : copies)
+        before.push_back(c.defined() ? c.to(DType::f32).to_vector<float>() : std::vector<float>());
+      for (size_t i = 0; i < params.size(); ++i) {
+        Tensor g = empty_with_layout_of(params[i], DType::f32);
+        copy_(g, random_f64(shapes[i], 100 * step + i));
+        params[i].set_grad(g);
+      }
+      opt->step({.skip_if = scalar(skipped ? 1.0 : 0.0)});
+      for (size_t i = 0; i < params.size(); ++i) {
+        if (!copies[i].defined()) continue;
+        const std::vector<float> copy = copies[i].to(DType::f32).to_vector<float>();
+        EXPECT_EQ(copy, params[i].to(copies[i].dtype()).to(DType::f32).to_vector<float>()) << "parameter " << i;
+        if (skipped) {
+          EXPECT_EQ(copy, before[i]) << "parameter " << i << ": a skipped step writes nothing";
+        }
+      }
+    }
+  }
+}
+
+TEST_P(OptimizerOn, ComputeCopiesMustMatchTheirParameters) {
+  Tensor f64_param = param({1.0, 2.0});
+  Tensor f32_param = f64_param.detach().to(DType::f32).set_requires_grad();
+  optim::SGD f64_sgd({{{f64_param}, 0.0}}, {.lr = 0.1});
+  precis::testing::expect_error([&] { f64_sgd.set_compute_copies({empty({2}, DType::bf16, device())}); },
+                                "copies are f16 or bf16, of f32 parameters");
+  optim::SGD sgd({{{f32_param}, 0.0}}, {.lr = 0.1});
+  precis::testing::expect_error([&] { sgd.set_compute_copies({empty({3}, DType::bf16, device())}); },
+                                "must have the shape, strides and device of the parameter");
+  precis::testing::expect_error([&] { sgd.set_compute_copies({empty({2}, DType::f32, device())}); },
+                                "copies are f16 or bf16");
+  precis::testing::expect_error([&] { sgd.set_compute_copies({Tensor(), Tensor()}); }, "2 copies for 1 parameters");
 }
 
 }  // namespace optimizer_cases

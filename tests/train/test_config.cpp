@@ -362,7 +362,7 @@ TEST(Config, LoadConfigRecordsThePathAndAppliesOverrides) {
 TEST(ConfigErrors, UnknownKeyNamesTheKeyItsPositionAndTheKnownKeys) {
   EXPECT_EQ(parse_error(kData + "optimizer:\n  lr: 1.0e-3\n  lrr: 2\n"),
             "config.yaml:5:3: unknown key 'optimizer.lrr' (known keys: name, lr, beta1, beta2, eps, weight_decay, "
-            "momentum, nesterov, grad_clip)");
+            "momentum, nesterov, grad_clip, writes_weight_casts)");
   EXPECT_EQ(
       parse_error(kData + "max_step: 5\n"),
       "config.yaml:3:1: unknown key 'max_step' (known keys: model, data, optimizer, schedule, batch, "
@@ -509,7 +509,7 @@ TEST(ConfigErrors, BadOverride) {
   EXPECT_EQ(parse_error(kData, {"optimizer.lr=0"}), "override 'optimizer.lr=0': 'optimizer.lr' must be > 0, got 0");
   EXPECT_EQ(parse_error(kData, {"optimizer.lrr=1"}),
             "override 'optimizer.lrr=1': unknown key 'optimizer.lrr' (known keys: name, lr, beta1, beta2, eps, "
-            "weight_decay, momentum, nesterov, grad_clip)");
+            "weight_decay, momentum, nesterov, grad_clip, writes_weight_casts)");
   EXPECT_EQ(parse_error(kData, {"optimiser.lr=1"}),
             "override 'optimiser.lr=1': unknown key 'optimiser' (known keys: model, data, optimizer, schedule, "
             "batch, precision, checkpoint, sample, profile, distributed, task, max_steps, eval_interval, eval_steps, "
