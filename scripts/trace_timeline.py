@@ -2,9 +2,12 @@
 """The timeline of one traced step (`profile.trace`, train/step_trace.h) as text.
 
 Prints the host's phases, then for each GPU stream its busy time and first/last
-kernel, and the kernels of the communication stream one by one with what the
-compute stream was doing meanwhile: how much of each collective overlapped the
-step's own kernels. docs/distributed.md shows one such timeline.
+kernel; the memsets still in the step, each with its size and the kernels on its
+stream just before and after it (a memset between two kernels keeps the second
+from starting early: core/cuda/graph_memsets.h); and the kernels of the
+communication stream one by one with what the compute stream was doing
+meanwhile: how much of each collective overlapped the step's own kernels.
+docs/distributed.md shows one such timeline.
 
     python3 scripts/trace_timeline.py TRACE.json
 """
@@ -22,6 +25,28 @@ def load(path):
         if e.get("ph") == "M" and e.get("name") == "thread_name":
             names[(e["pid"], e["tid"])] = e["args"]["name"]
     return events, names
+
+
+def print_memsets(by_track, names, ms):
+    """Each memset of the step: when, how many bytes, and its stream's neighbours."""
+    rows = []
+    for key, items in by_track.items():
+        work = sorted((e for e in items if e.get("cat") in ("kernel", "memset", "memcpy")), key=lambda e: e["ts"])
+        for i, e in enumerate(work):
+            if e.get("cat") != "memset":
+                continue
+            before = work[i - 1]["name"] if i > 0 else "-"
+            after = work[i + 1]["name"] if i + 1 < len(work) else "-"
+            rows.append((e["ts"], e, names.get(key, str(key)), before, after))
+    if not rows:
+        print("\nmemsets: none")
+        return
+    total = sum(e["dur"] for _, e, _, _, _ in rows)
+    print(f"\nmemsets: {len(rows)}, {total:.1f} us together")
+    print(f"{'start ms':>9} {'bytes':>10} {'us':>6}  stream / kernel before / kernel after")
+    for _, e, stream, before, after in sorted(rows, key=lambda r: r[0]):
+        print(f"{ms(e['ts']):9.3f} {e.get('args', {}).get('bytes', 0):10d} {e['dur']:6.1f}  "
+              f"{stream} / {before[:60]} / {after[:60]}")
 
 
 def main(path):
@@ -54,6 +79,7 @@ def main(path):
     if phases:
         print("\nhost phases: " + ", ".join(f"{e['name']} {ms(e['ts']):.2f}-{ms(e['ts'] + e['dur']):.2f}"
                                             for e in sorted(phases, key=lambda e: e["ts"])))
+    print_memsets(by_track, names, ms)
     if not comm:
         return
     print(f"\n{'collective':<4} {'start ms':>9} {'end ms':>9} {'ms':>7} {'overlapped':>11}")

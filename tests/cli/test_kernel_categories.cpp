@@ -18,6 +18,7 @@
 namespace {
 
 namespace fs = std::filesystem;
+using precis::testing::python_available;
 using precis::testing::run_command;
 
 struct Row {
@@ -61,8 +62,6 @@ std::map<std::string, std::vector<double>> table_rows(const std::string& output)
   }
   return rows;
 }
-
-bool python_available() { return std::system("python3 --version >/dev/null 2>&1") == 0; }
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -32,6 +33,9 @@ inline CliResult run_command(const std::string& command_line) {
 }
 
 inline CliResult run_cli(const std::string& args) { return run_command(std::string(PRECIS_CLI_PATH) + " " + args); }
+
+// Whether python3 runs here (the tests of scripts/*.py skip, saying so, where it does not).
+inline bool python_available() { return std::system("python3 --version >/dev/null 2>&1") == 0; }
 
 // The whole file as text (empty, and a failed expectation, when it cannot be opened).
 inline std::string read_text_file(const std::filesystem::path& path) {
