@@ -2,13 +2,16 @@
 // tinyshakespeare, on the CPU, a log line every step, no sample, no validation), with its
 // out_dir under the temporary folder; and that folder, made empty. Also a tiny ResNet run
 // (tiny_resnet_run), the gradient norms a run logged (logged_grad_norms), and a tiny ResNet
-// trained on the GPU with what a bit-for-bit comparison of two runs needs (train_tiny_resnet).
+// trained on the GPU with what a bit-for-bit comparison of two runs needs (train_tiny_resnet,
+// expect_trained_as).
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <string>
 #include <vector>
@@ -98,6 +101,36 @@ inline TrainedRun train_tiny_resnet(const std::filesystem::path& dir, const std:
   run.out = ::testing::internal::GetCapturedStdout();
   run.grad_norms = logged_grad_norms(dir);
   return run;
+}
+
+// Whether two runs of a reference setting agree bit for bit; says so when they do not (cuDNN
+// engines that are not deterministic), since expect_trained_as then compares to 1%.
+inline bool runs_agree(const TrainedRun& a, const TrainedRun& b) {
+  if (identical(a, b)) return true;
+  std::cout << "note: two runs of the reference differ (cuDNN engines that are not deterministic); the losses are "
+               "compared to 1%\n";
+  return false;
+}
+
+// `run` (of another setting that must not change the arithmetic) trained as `reference`: bit for
+// bit where the reference's runs agree (runs_agree), else its losses to 1%; and it learned the
+// fixed batch. `replayed`: the run said its step was captured into a CUDA graph.
+inline void expect_trained_as(const TrainedRun& run, const TrainedRun& reference, bool bit_for_bit, bool replayed) {
+  ASSERT_EQ(run.losses.size(), reference.losses.size());
+  ASSERT_EQ(run.grad_norms.size(), reference.grad_norms.size());
+  if (replayed) {
+    EXPECT_NE(run.out.find("cuda graphs: captured"), std::string::npos) << "the step was not replayed:\n" << run.out;
+  }
+  if (bit_for_bit) {
+    EXPECT_EQ(run.losses, reference.losses);
+    EXPECT_EQ(run.grad_norms, reference.grad_norms);
+    for (const auto& [name, values] : reference.state) EXPECT_EQ(run.state.at(name), values) << name;
+  } else {
+    for (size_t step = 0; step < reference.losses.size(); ++step)
+      EXPECT_NEAR(run.losses[step], reference.losses[step], 1e-2 * std::abs(reference.losses[step]))
+          << "step " << step + 1;
+  }
+  EXPECT_LT(run.losses.back(), run.losses.front()) << "it learns the fixed batch";
 }
 
 }  // namespace precis::testing
