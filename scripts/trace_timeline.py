@@ -4,7 +4,9 @@
 Prints the host's phases, then for each GPU stream its busy time and first/last
 kernel; the memsets still in the step, each with its size and the kernels on its
 stream just before and after it (a memset between two kernels keeps the second
-from starting early: core/cuda/graph_memsets.h); and the kernels of the
+from starting early: core/cuda/graph_memsets.h); the compute stream's longest
+idle gaps with the work either side (with `profile.trace_steps: 2` or more, the
+gap between two steps among them); and the kernels of the
 communication stream one by one with what the compute stream was doing
 meanwhile: how much of each collective overlapped the step's own kernels.
 docs/distributed.md shows one such timeline.
@@ -49,6 +51,26 @@ def print_memsets(by_track, names, ms):
               f"{stream} / {before[:60]} / {after[:60]}")
 
 
+def print_gaps(by_track, names, ms, top=8):
+    """The compute stream's longest idle gaps between two pieces of work, longest first."""
+    for key, items in sorted(by_track.items()):
+        name = names.get(key, str(key))
+        if not name.endswith("(compute)"):
+            continue
+        work = sorted((e for e in items if e.get("cat") in ("kernel", "memset", "memcpy")), key=lambda e: e["ts"])
+        gaps = []
+        reach = None  # the latest end so far: work may overlap on one track
+        for prev, nxt in zip(work, work[1:]):
+            reach = max(reach or 0, prev["ts"] + prev["dur"])
+            if nxt["ts"] > reach:
+                gaps.append((nxt["ts"] - reach, reach, prev["name"], nxt["name"]))
+        total = sum(g[0] for g in gaps)
+        print(f"\nidle gaps on {name}: {len(gaps)}, {total:.1f} us together; the longest:")
+        print(f"{'at ms':>9} {'us':>7}  between")
+        for gap, at, before, after in sorted(gaps, reverse=True)[:top]:
+            print(f"{ms(at):9.3f} {gap:7.1f}  {before[:60]} -> {after[:60]}")
+
+
 def main(path):
     events, names = load(path)
     spans = [e for e in events if e.get("ph") == "X"]
@@ -80,6 +102,7 @@ def main(path):
         print("\nhost phases: " + ", ".join(f"{e['name']} {ms(e['ts']):.2f}-{ms(e['ts'] + e['dur']):.2f}"
                                             for e in sorted(phases, key=lambda e: e["ts"])))
     print_memsets(by_track, names, ms)
+    print_gaps(by_track, names, ms)
     if not comm:
         return
     print(f"\n{'collective':<4} {'start ms':>9} {'end ms':>9} {'ms':>7} {'overlapped':>11}")

@@ -421,6 +421,7 @@ std::vector<Field> make_fields(TrainConfig& c) {
 
       text("profile.trace", c.profile.trace),
       integer("profile.trace_step", c.profile.trace_step, at_least(1)),
+      integer("profile.trace_steps", c.profile.trace_steps, at_least(1)),
 
       text("distributed.backend", c.distributed.backend, one_of({"auto", "nccl", "mpi"})),
       number("distributed.bucket_mb", c.distributed.bucket_mb, kPositive),
@@ -781,10 +782,16 @@ void ConfigReader::resolve_batch() {
 // A trace of a step the run never reaches would silently write nothing.
 void ConfigReader::check_profile() const {
   const ProfileConfig& profile = config_.profile;
-  if (profile.trace.empty() || profile.trace_step <= config_.max_steps) return;
-  fail(where_set({"profile.trace_step", "max_steps", "profile.trace"}),
-       "'profile.trace_step' (" + std::to_string(profile.trace_step) + ") must be <= 'max_steps' (" +
-           std::to_string(config_.max_steps) + ") so that the traced step runs");
+  const int64_t last = profile.trace_step + profile.trace_steps - 1;
+  if (profile.trace.empty() || last <= config_.max_steps) return;
+  if (profile.trace_steps == 1)
+    fail(where_set({"profile.trace_step", "max_steps", "profile.trace"}),
+         "'profile.trace_step' (" + std::to_string(profile.trace_step) + ") must be <= 'max_steps' (" +
+             std::to_string(config_.max_steps) + ") so that the traced step runs");
+  fail(where_set({"profile.trace_step", "profile.trace_steps", "max_steps", "profile.trace"}),
+       "the traced steps " + std::to_string(profile.trace_step) + " to " + std::to_string(last) +
+           " ('profile.trace_step' and 'profile.trace_steps') must end by 'max_steps' (" +
+           std::to_string(config_.max_steps) + ") so that they all run");
 }
 
 void ConfigReader::check_distributed() const {

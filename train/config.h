@@ -95,6 +95,9 @@ struct SampleConfig {
 struct ProfileConfig {
   std::string trace;       // a Chrome/Perfetto trace (JSON) of one step with every GPU kernel; empty: none
   int64_t trace_step = 3;  // the step traced (1-based, as in the log line; after warm-up)
+  // Consecutive steps traced from trace_step on: with 2 or more, what runs between two steps
+  // while the host runs ahead (the step's first and last steps still wait for the GPU).
+  int64_t trace_steps = 1;
 };
 
 // Data parallelism (docs/distributed.md); read only when the launch has more than one rank.

@@ -55,7 +55,9 @@ void StepTrace::begin(Profiler& profiler) {
   step_start_ = Profiler::Clock::now();
 }
 
-void StepTrace::end(Profiler& profiler, int64_t step, std::ostream& out) {
+void StepTrace::end(Profiler& profiler, int64_t first, int64_t last, std::ostream& out) {
+  const std::string label =
+      first == last ? "step " + std::to_string(first) : "steps " + std::to_string(first) + "-" + std::to_string(last);
   auto host_end = Profiler::Clock::now();
   std::vector<GpuActivity> activities = kernels_.stop();
   profiler.record_spans(false);
@@ -69,7 +71,7 @@ void StepTrace::end(Profiler& profiler, int64_t step, std::ostream& out) {
 
   std::vector<TraceTrack> tracks = {{kCpuPid, 0, "CPU", "phases (host)"}};
   std::vector<TraceEvent> events;
-  events.push_back({"step " + std::to_string(step), "step", kCpuPid, 0, 0.0, step_ms * 1e3});
+  events.push_back({label, "step", kCpuPid, 0, 0.0, step_ms * 1e3});
   for (const Profiler::Span& s : spans) {
     int64_t start = to_trace_clock(s.start);
     events.push_back(
@@ -109,11 +111,11 @@ void StepTrace::end(Profiler& profiler, int64_t step, std::ostream& out) {
     launches += k.calls;
   }
   char head[256];
-  std::snprintf(head, sizeof head, "trace of step %lld: %s (%zu GPU events; open in ui.perfetto.dev)\n",
-                static_cast<long long>(step), path_.c_str(), activities.size());
-  out << head;
-  std::snprintf(head, sizeof head, "step %.3f ms; %lld kernel launches, %.3f ms of kernels (%.1f%% of the step)\n",
-                step_ms, static_cast<long long>(launches), kernel_ms, step_ms > 0 ? 100.0 * kernel_ms / step_ms : 0.0);
+  out << "trace of " << label << ": " << path_ << " (" << activities.size()
+      << " GPU events; open in ui.perfetto.dev)\n";
+  std::snprintf(head, sizeof head, "%s %.3f ms; %lld kernel launches, %.3f ms of kernels (%.1f%% of the %s)\n",
+                label.c_str(), step_ms, static_cast<long long>(launches), kernel_ms,
+                step_ms > 0 ? 100.0 * kernel_ms / step_ms : 0.0, first == last ? "step" : "steps");
   out << head;
   if (!collectives.empty()) {
     double comm_ms = 0;

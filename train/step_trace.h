@@ -1,11 +1,16 @@
 // StepTrace: `profile.trace: path.json` — a Chrome/Perfetto trace of one
-// training step. The CPU track shows the profiler's phases (when the host
-// issued data, forward, backward, scaler, optimizer); one GPU track per stream
-// shows every kernel, memcpy and memset that ran (core/kernel_trace.h), on the
-// same clock. After writing it prints the step's kernels by total time.
+// training step (or of `profile.trace_steps` consecutive ones). The CPU track
+// shows the profiler's phases (when the host issued data, forward, backward,
+// scaler, optimizer); one GPU track per stream shows every kernel, memcpy and
+// memset that ran (core/kernel_trace.h), on the same clock. After writing it
+// prints the steps' kernels by total time.
 //
-// Tracing costs two device syncs and CUPTI's bookkeeping, in the traced step
-// only; the GPU is idle when the step starts, so the trace holds that step alone.
+// Tracing costs two device syncs and CUPTI's bookkeeping, before the first traced
+// step and after the last; the GPU is idle when the first starts, so the trace
+// holds the traced steps alone. Between two traced steps nothing waits (unless a
+// log line falls there, which waits for the GPU: log_interval): the trace
+// shows what runs between steps as the host runs ahead (a replayed graph's end,
+// the eager copies, the next replay's start).
 #pragma once
 
 #include <cstdint>
@@ -28,10 +33,11 @@ class StepTrace {
   // build has no CUPTI, or when `device` is not a GPU.
   StepTrace(std::string path, Device device);
 
-  // Right before the step: waits for the GPU, starts recording.
+  // Right before the first traced step: waits for the GPU, starts recording.
   void begin(Profiler& profiler);
-  // Right after it: waits for the GPU, writes the trace, prints the kernel table to `out`.
-  void end(Profiler& profiler, int64_t step, std::ostream& out);
+  // Right after the last: waits for the GPU, writes the trace of steps `first` to `last`,
+  // prints the kernel table to `out`.
+  void end(Profiler& profiler, int64_t first, int64_t last, std::ostream& out);
 
  private:
   int64_t to_trace_clock(Profiler::Clock::time_point t) const;

@@ -708,15 +708,18 @@ void Trainer::run() {
   allocator_for(device_).reset_peak();
   while (step_ < config_.max_steps) {
     reporting_ = report_due() && is_main();  // the report is printed and written by rank 0
-    bool tracing = step_trace_ && step_ + 1 == config_.profile.trace_step;
-    if (tracing) step_trace_->begin(profiler_);
+    const ProfileConfig& profile = config_.profile;
+    const bool trace_begins = step_trace_ && step_ + 1 == profile.trace_step;
+    const bool trace_ends = step_trace_ && step_ + 1 == profile.trace_step + profile.trace_steps - 1;
+    if (trace_begins) step_trace_->begin(profiler_);
     const bool profiling_ops = op_profile_ && step_ + 1 >= op_profile_from_;
     if (profiling_ops) op_profile_->begin_step();
     train_step();
     if (profiling_ops) op_profile_->end_step();
-    if (tracing) {
+    if (trace_ends) {
       std::ostringstream others;  // only rank 0 prints its kernel table
-      step_trace_->end(profiler_, step_ + 1, is_main() ? static_cast<std::ostream&>(std::cout) : others);
+      step_trace_->end(profiler_, profile.trace_step, step_ + 1,
+                       is_main() ? static_cast<std::ostream&>(std::cout) : others);
     }
     ++step_;
     ++interval_steps;

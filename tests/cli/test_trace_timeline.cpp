@@ -1,6 +1,7 @@
 // scripts/trace_timeline.py on a hand-written trace of one step (the format train/step_trace.cpp
-// writes): each stream's busy time, and the memsets still in the step, each with its bytes and
-// the kernels on its stream just before and after it. Needs python3 only.
+// writes): each stream's busy time, the memsets still in the step, each with its bytes and the
+// kernels on its stream just before and after it, and the compute stream's idle gaps, longest
+// first. Needs python3 only.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -55,11 +56,19 @@ TEST(TraceTimeline, ListsEachMemsetWithItsBytesAndItsNeighbours) {
   EXPECT_NE(first, std::string::npos) << out;
   EXPECT_NE(second, std::string::npos) << out;
   EXPECT_LT(first, second) << out;
+  // kernel_a ends at 30 us, the memset runs 32-33.5, kernel_b starts at 40: gaps of 2 and 6.5.
+  EXPECT_NE(out.find("idle gaps on stream 7 (compute): 4, 16.0 us together"), std::string::npos) << out;
+  const size_t longest = out.find("    0.034     6.5  Memset -> kernel_b");
+  const size_t next = out.find("    0.065     5.5  Memset -> kernel_c");
+  EXPECT_NE(longest, std::string::npos) << out;
+  EXPECT_NE(next, std::string::npos) << out;
+  EXPECT_LT(longest, next) << "longest first:\n" << out;
 }
 
 TEST(TraceTimeline, SaysWhenNoMemsetIsLeft) {
   if (!python_available()) GTEST_SKIP() << "no python3 here; scripts/trace_timeline.py needs it";
   const std::string out = timeline(write_trace("no_memsets.json", false));
   EXPECT_NE(out.find("memsets: none"), std::string::npos) << out;
+  EXPECT_NE(out.find("idle gaps on stream 7 (compute): 2, 20.0 us together"), std::string::npos) << out;
   EXPECT_NE(out.find("stream 7 (compute)"), std::string::npos) << out;
 }

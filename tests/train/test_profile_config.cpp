@@ -48,6 +48,7 @@ TEST(ProfileConfig, DefaultsTraceNothingSaveTheFinalCheckpointAndUseNoGraphs) {
   train::TrainConfig config = train::parse_config(kData);
   EXPECT_EQ(config.profile.trace, "");
   EXPECT_EQ(config.profile.trace_step, 3);
+  EXPECT_EQ(config.profile.trace_steps, 1);
   EXPECT_TRUE(config.checkpoint.save_final);
   EXPECT_FALSE(config.cuda_graphs);
 }
@@ -64,6 +65,8 @@ TEST(ProfileConfig, ParsesFromTheFileAndOverrides) {
   config = train::parse_config(kData, {"profile.trace=t.json", "profile.trace_step=2", "cuda_graphs=false"});
   EXPECT_EQ(config.profile.trace, "t.json");
   EXPECT_EQ(config.profile.trace_step, 2);
+  config = train::parse_config(kData, {"max_steps=10", "profile.trace=t.json", "profile.trace_steps=8"});
+  EXPECT_EQ(config.profile.trace_steps, 8);  // steps 3 to 10
 }
 
 TEST(ProfileConfig, MistakesAreClearErrors) {
@@ -71,12 +74,18 @@ TEST(ProfileConfig, MistakesAreClearErrors) {
                                 "'profile.trace_step' must be >= 1, got 0");
   precis::testing::expect_error(
       [] { train::parse_config(kData + "profile: {trace: t.json, tracestep: 2}\n", {}, "c.yaml"); },
-      "unknown key 'profile.tracestep' (known keys: trace, trace_step)");
+      "unknown key 'profile.tracestep' (known keys: trace, trace_step, trace_steps)");
   precis::testing::expect_error([] { train::parse_config(kData + "cuda_graphs: maybe\n", {}, "c.yaml"); },
                                 "'cuda_graphs' must be true or false, got 'maybe'");
   precis::testing::expect_error(
       [] { train::parse_config(kData + "max_steps: 5\nprofile: {trace: t.json, trace_step: 9}\n", {}, "c.yaml"); },
       "'profile.trace_step' (9) must be <= 'max_steps' (5) so that the traced step runs");
+  precis::testing::expect_error(
+      [] { train::parse_config(kData + "max_steps: 5\nprofile: {trace: t.json, trace_steps: 4}\n", {}, "c.yaml"); },
+      "the traced steps 3 to 6 ('profile.trace_step' and 'profile.trace_steps') must end by 'max_steps' (5) so that "
+      "they all run");
+  precis::testing::expect_error([] { train::parse_config(kData + "profile: {trace_steps: 0}\n", {}, "c.yaml"); },
+                                "'profile.trace_steps' must be >= 1, got 0");
 }
 
 TEST(ProfileConfig, UnwritableTracePathFailsBeforeTraining) {
