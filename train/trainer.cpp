@@ -706,20 +706,23 @@ void Trainer::run() {
   auto interval_start = Clock::now();
   int64_t interval_steps = 0;
   allocator_for(device_).reset_peak();
+  const ProfileConfig& profile = config_.profile;
+  bool tracing = false;  // from profile.trace_step on (a run resumed past it traces nothing)
   while (step_ < config_.max_steps) {
     reporting_ = report_due() && is_main();  // the report is printed and written by rank 0
-    const ProfileConfig& profile = config_.profile;
-    const bool trace_begins = step_trace_ && step_ + 1 == profile.trace_step;
-    const bool trace_ends = step_trace_ && step_ + 1 == profile.trace_step + profile.trace_steps - 1;
-    if (trace_begins) step_trace_->begin(profiler_);
+    if (step_trace_ && step_ + 1 == profile.trace_step) {
+      step_trace_->begin(profiler_);
+      tracing = true;
+    }
     const bool profiling_ops = op_profile_ && step_ + 1 >= op_profile_from_;
     if (profiling_ops) op_profile_->begin_step();
     train_step();
     if (profiling_ops) op_profile_->end_step();
-    if (trace_ends) {
+    if (tracing && step_ + 1 == profile.trace_step + profile.trace_steps - 1) {
       std::ostringstream others;  // only rank 0 prints its kernel table
       step_trace_->end(profiler_, profile.trace_step, step_ + 1,
                        is_main() ? static_cast<std::ostream&>(std::cout) : others);
+      tracing = false;
     }
     ++step_;
     ++interval_steps;
