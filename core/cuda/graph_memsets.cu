@@ -82,12 +82,14 @@ struct Target {
   size_t bytes;
   unsigned value;
 };
+size_t bytes_set(const cudaMemsetParams& m) {
+  const size_t rows = m.height > 0 ? m.height : 1;
+  return (rows - 1) * (rows > 1 ? m.pitch : 0) + m.width * m.elementSize;
+}
 Target target_of(cudaGraphNode_t node, const char* op) {
   cudaMemsetParams m{};
   PRECIS_CUDA_CHECK(cudaGraphMemsetNodeGetParams(node, &m), op);
-  const size_t rows = m.height > 0 ? m.height : 1;
-  const size_t bytes = (rows - 1) * (rows > 1 ? m.pitch : 0) + m.width * m.elementSize;
-  return {node, static_cast<char*>(m.dst), bytes, m.value};
+  return {node, static_cast<char*>(m.dst), bytes_set(m), m.value};
 }
 
 // The zeroing node at a graph's start: each of its blocks zeroes targets, a byte a thread at a
@@ -151,6 +153,10 @@ CaptureWorkspace::~CaptureWorkspace() {
       }
       const char* dst = static_cast<const char*>(m.dst);
       if (dst < begin_ || dst >= begin_ + bytes_) continue;  // another call's memset, or a tensor's
+      if (dst + bytes_set(m) > begin_ + bytes_) {
+        notes.memsets_per_slice[slice] = kUnknown;  // reaching past the slice: it stays where it is
+        continue;
+      }
       notes.slice_of[node] = slice;
       ++notes.memsets_per_slice[slice];
     }
