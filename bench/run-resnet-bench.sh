@@ -14,7 +14,8 @@
 # $OUT_DIR/<model>-<precision>-<layout>-<mode>.log (torch-... for PyTorch's).
 # RUNS="model:image:batch:precision:layout:eager|graphs ..." runs only those Precis rows;
 # TORCH_RUNS="model:image:batch:precision:layout:eager|compile ..." only those PyTorch rows
-# (TORCH_RUNS= , set and empty: none).
+# (TORCH_RUNS= , set and empty: none). Each Precis run is stopped after RUN_TIMEOUT_S (240) seconds,
+# and one whose steps went non-finite (skipped, norm inf) counts as failed, not as a row.
 # Usage: bash bench/run-resnet-bench.sh BUILD_DIR [more bench options]
 set -uo pipefail
 BUILD=${1:-build-gpu}
@@ -34,12 +35,19 @@ run() {  # model image batch precision layout mode
   [ "$5" = channels-last ] && flags+=(--channels-last)
   [ "$6" = graphs ] && flags+=(--cuda-graphs)
   local log="$OUT_DIR/$1-$4-$5-$6.log"
-  "$BUILD/precis" bench resnet --model "$1" --image "$2" --batch "$3" --precision "$4" --steps 20 --warmup 5 \
+  # A hung run (a replayed graph that never ends) costs its own RUN_TIMEOUT_S, not the call.
+  timeout "${RUN_TIMEOUT_S:-240}" "$BUILD/precis" bench resnet --model "$1" --image "$2" --batch "$3" --precision "$4" --steps 20 --warmup 5 \
     --device cuda --out "$OUT_DIR/$1-$4-$5-$6" "${flags[@]}" "${EXTRA[@]}" >"$log" 2>&1
   local result
   result=$(grep '^result: ' "$log" | tail -1)
   if [ -z "$result" ]; then
     echo "$1 $4 $5 $6 failed:"; tail -5 "$log"
+    failed=1
+    return
+  fi
+  # A step that went non-finite was skipped, and a skipped step is fast: such a row is void.
+  if grep -qE 'skipped [0-9]+ \(inf/NaN\)|norm +(inf|nan)' "$log"; then
+    echo "$1 $4 $5 $6 VOID: its steps went non-finite (skipped or norm inf/nan in $log): not a result"
     failed=1
     return
   fi

@@ -18,6 +18,8 @@
 #   TEST_REGEX="AddLayerNormGpu" TEST_VARIANTS="new:X=1 old:PRECIS_AB_OLD=1"
 #                                          then `ctest -R TEST_REGEX` under each variant's settings
 #   FULL_BUILD=1 CTEST=1                   build everything, then run `ctest -L gpu` last
+#   RUN_TIMEOUT_S=240                      each bench run's limit (a hung run costs only that); a run
+#                                          whose steps went non-finite is flagged VOID
 #   BASE_TREE=.base                        also build another tree (e.g. `git archive REV` unpacked into
 #                                          a git-ignored, carried folder) into build-base; a variant with
 #                                          the setting BIN=base runs its binary: "new:X=1 old:BIN=base"
@@ -65,11 +67,16 @@ run_variant() {
   shift 3
   if [[ " ${settings[*]} " == *" BIN=base "* ]]; then bin=./build-base/precis; fi
   log="$O/bench-$name-$precision-$ROUND.log"
-  env "${settings[@]}" "$bin" bench gpt2 --preset gpt2 --batch 16 --seq 1024 \
+  # A hung run (a replayed graph that never ends) costs its own RUN_TIMEOUT_S, not the call.
+  timeout "${RUN_TIMEOUT_S:-240}" env "${settings[@]}" "$bin" bench gpt2 --preset gpt2 --batch 16 --seq 1024 \
     --precision "$precision" --steps 20 --warmup 5 --device cuda --out "$O/run-$name" "$@" ${SETTINGS:-} >"$log" 2>&1
   echo "$ROUND $name $precision: $(grep '^result:' "$log" | tail -1 | tr ' ' '\n' |
     grep -E 'tokens_per_s|ms_per_step|graph_ms|forward_ms|backward_ms' | tr '\n' ' ')$(
     tail -1 "$O/run-$name/metrics.jsonl" 2>/dev/null | grep -oE '"loss":[0-9.e+-]+')"
+  # A step that went non-finite was skipped, and a skipped step is fast: such a figure is void.
+  if grep -qE 'skipped [0-9]+ \(inf/NaN\)|norm +(inf|nan)' "$log"; then
+    echo "  VOID: $name's steps went non-finite (skipped or norm inf/nan in $(basename "$log")): not a result"
+  fi
 }
 for ROUND in ${ROUNDS:-1 2}; do
   for precision in ${PRECS:-bf16-pure}; do
