@@ -185,7 +185,9 @@ void print_figures(const BenchOptions& b, train::Trainer& trainer, const train::
       " batch=" + std::to_string(b.batch) + " seq=" + std::to_string(b.seq) + " steps=" + std::to_string(s.steps) +
       " warmup=" + std::to_string(b.warmup) + " tokens_per_s=" + format("%.0f", tokens_per_s) +
       " ms_per_step=" + format("%.3f", s.ms_per_step) + " tflops=" + format("%.2f", tflops) +
-      " mfu=" + (peak > 0 ? format("%.4f", tflops / peak) : "n/a") + " peak_gib=" + format("%.3f", peak_gib);
+      " mfu=" + (peak > 0 ? format("%.4f", tflops / peak) : "n/a") + " peak_gib=" + format("%.3f", peak_gib) +
+      " peak_bytes=" + std::to_string(trainer.peak_memory_bytes()) +
+      " optimizer_state_bytes=" + std::to_string(trainer.optimizer().state_bytes());
   for (const auto& [name, ms] : s.phase_ms) record += " " + name + "_ms=" + format("%.3f", ms);
   std::cout << record << std::endl;
 }

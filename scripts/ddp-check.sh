@@ -108,11 +108,17 @@ precis_run() {
   local comm=$(sed -n 's/.* comm_ms=\([0-9.]*\).*/\1/p' <<<"$fields")
   local exposed=$(sed -n 's/.* comm_exposed_ms=\([0-9.]*\).*/\1/p' <<<"$fields")
   local peak=$(sed -n 's/.* peak_gib=\([0-9.]*\).*/\1/p' <<<"$fields")
+  # The peak and this rank's optimizer state in MiB to 2 decimals (ZeRO-1's memory bar: the drop
+  # against DDP on as many GPUs is at least the (N-1)/N share of the 1-GPU state).
+  local peak_bytes=$(sed -n 's/.* peak_bytes=\([0-9]*\).*/\1/p' <<<"$fields")
+  local state_bytes=$(sed -n 's/.* optimizer_state_bytes=\([0-9]*\).*/\1/p' <<<"$fields")
+  [[ -n $peak && -z $peak_bytes ]] && peak="$peak GiB"
+  [[ -n $peak_bytes ]] && peak="$peak GiB = $(awk "BEGIN{printf \"%.2f\", $peak_bytes/1048576}") MiB, state $(awk "BEGIN{printf \"%.2f\", $state_bytes/1048576}") MiB;"
   # The captured step's shape: "one stream", or the forks that slow every kernel of it.
   local shape=$(sed -n 's/^cuda graphs: captured the training step ([0-9]* nodes, \([^)]*\)).*/\1/p' "$log" | head -1)
   [[ -n $tps ]] && tps_of["$name:$gpus"]=$tps
   row "$(printf "%-28s %6s GPU  %12s tok/s  %s%s%s" "$name" "$gpus" "${tps:-FAILED}" \
-    "${peak:+peak $peak GiB  }" "${comm:+comm $comm ms, exposed $exposed ms  }" "${shape:+graph: $shape}")"
+    "${peak:+peak $peak  }" "${comm:+comm $comm ms, exposed $exposed ms  }" "${shape:+graph: $shape}")"
   [[ -z $tps ]] && tail -5 "$log"
 }
 # llmc NAME GPUS ARGS...: one llm.c run; tokens/s from the mean step time of the steps after the warm-up.

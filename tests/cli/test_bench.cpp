@@ -63,6 +63,14 @@ TEST(Bench, TinyPresetOnTheCpuPrintsTheFigures) {
   EXPECT_GT(phases, 0);
   EXPECT_LE(phases, ms * 1.01);
   EXPECT_GT(std::stod(f["peak_gib"]), 0);
+  // The exact peak (ZeRO-1's memory bar is read to the MiB) agrees with the GiB figure and holds
+  // the optimizer's state: AdamW's two f32 moments of the tiny model's ~6.6M parameters (50257 x
+  // 128 token embeddings and two 128-wide layers).
+  const double peak_bytes = std::stod(f["peak_bytes"]), state_bytes = std::stod(f["optimizer_state_bytes"]);
+  EXPECT_NEAR(peak_bytes / (1 << 30), std::stod(f["peak_gib"]), 0.0006);
+  EXPECT_GE(state_bytes, 2 * 4 * 6.4e6);
+  EXPECT_LE(state_bytes, 2 * 4 * 7.0e6);
+  EXPECT_GE(peak_bytes, state_bytes);
 
   EXPECT_TRUE(fs::exists(dir / "metrics.jsonl"));
   EXPECT_FALSE(fs::exists(dir / "checkpoints")) << "the benchmark writes no checkpoint";

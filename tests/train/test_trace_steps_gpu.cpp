@@ -32,7 +32,8 @@ Traced trace(const std::string& name, int64_t first, int64_t steps) {
   ::testing::internal::CaptureStdout();
   trainer.run();
   t.out = ::testing::internal::GetCapturedStdout();
-  for (const Json& e : read_json_file(path.string()).at("traceEvents").as_array()) {
+  const Json trace = read_json_file(path.string());  // held: a range-for over a temporary's member dangles
+  for (const Json& e : trace.at("traceEvents").as_array()) {
     if (e.at("ph").as_string() != "X") continue;
     if (e.at("cat").as_string() == "step") t.step_name = e.at("name").as_string();
     if (e.at("cat").as_string() == "kernel") ++t.kernels;
