@@ -59,7 +59,6 @@ constexpr const char* kOp = "conv2d";
 std::atomic<bool> g_cudnn_benchmark{true};
 std::atomic<int> g_cudnn_conv_api{-1};     // a CudnnConvApi, -1 until set or read from the environment
 std::atomic<int> g_conv_wgrad_stream{-1};  // 0 or 1, -1 until set or read from the environment
-std::atomic<int> g_conv_f32_wgrad{-1};     // 0 or 1, -1 until set or read from the environment
 
 struct Geometry {
   int64_t N, Cin, H, W, Cout, kH, kW, OH, OW, groups;
@@ -312,14 +311,7 @@ std::vector<Tensor> conv_backward_cuda(const Tensor& x_saved, const Tensor& weig
     cuda::conv2d_backward_data(gy, dense_in(weight, format, x.dtype()), dx, shapes_of(g), format, to.accumulate);
     if (to) dx = Tensor();
   }
-  // A 16-bit convolution of an f32 leaf's cast (autocast's weights): cuDNN's graph API writes
-  // the f32 dW into the leaf's .grad itself where it can, as on the side stream.
-  const GradDestination dw_f32 = args.needs(1) && !dw_to && x.dtype() != DType::f32 &&
-                                         cudnn_conv_api() == CudnnConvApi::graph && conv_f32_weight_grads()
-                                     ? args.take_grad_destination(1, DType::f32, weight)
-                                     : GradDestination{};
-  if (dw_f32) cuda::conv2d_backward_filter_into(x, gy, dw_f32.grad, dw_f32.accumulate, shapes_of(g), format);
-  if (args.needs(1) && !dw_to && !dw_f32) {
+  if (args.needs(1) && !dw_to) {
     // Left in the format cuDNN writes (KRSC for channels-last): the weight's gradient is
     // converted into the parameter's dense .grad by the one copy or add that takes it there, a
     // flat one where the .grad is KRSC too (a channels-last parameter's).
@@ -369,19 +361,6 @@ bool conv_wgrad_stream() {
     int unset = -1;
     g_conv_wgrad_stream.compare_exchange_strong(unset, value == "1" ? 1 : 0);
     on = g_conv_wgrad_stream.load();
-  }
-  return on == 1;
-}
-
-void set_conv_f32_weight_grads(bool on) { g_conv_f32_wgrad = on ? 1 : 0; }
-
-bool conv_f32_weight_grads() {
-  int on = g_conv_f32_wgrad.load(std::memory_order_relaxed);
-  if (on < 0) {
-    const char* setting = std::getenv("PRECIS_EXP_CONV_F32_WGRAD");
-    int unset = -1;
-    g_conv_f32_wgrad.compare_exchange_strong(unset, setting != nullptr && std::string(setting) == "1" ? 1 : 0);
-    on = g_conv_f32_wgrad.load();
   }
   return on == 1;
 }

@@ -60,13 +60,4 @@ CudnnConvApi cudnn_conv_api();
 void set_conv_wgrad_stream(bool on);
 bool conv_wgrad_stream();
 
-// Experimental, off by default until measured on a GPU (bench/NOTES.md, sixteenth session):
-// whether a 16-bit convolution of an f32 leaf's cast (an autocast weight) has cuDNN's graph API
-// write the f32 weight gradient into the leaf's .grad itself (ops/cuda/conv.h,
-// conv2d_backward_filter_into: no 16-bit dW and no widening pass after it), where one of its
-// engines runs that problem. Until set, the environment's PRECIS_EXP_CONV_F32_WGRAD=1 turns it
-// on (read once).
-void set_conv_f32_weight_grads(bool on);
-bool conv_f32_weight_grads();
-
 }  // namespace precis::ops

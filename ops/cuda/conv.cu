@@ -251,7 +251,7 @@ __global__ void add_bias_kernel(T* y, const T* bias, int64_t C, int64_t HW, bool
 template <typename Call>
 void run(Direction direction, const Conv2dShapes& s, MemoryFormat format, DType dtype, const Buffers& io, Device device,
          Call call) {
-  if (cudnn_conv_api() == CudnnConvApi::graph && conv2d_graph(direction, s, format, dtype, dtype, io, device)) return;
+  if (cudnn_conv_api() == CudnnConvApi::graph && conv2d_graph(direction, s, format, dtype, io, device)) return;
   cudnnHandle_t h = cudnn::handle(device);
   Descriptors d(s, format, dtype);
   const Choice c = choose(h, d, s, format, direction, io, device);
@@ -313,23 +313,6 @@ void conv2d_backward_filter(const Tensor& x, const Tensor& gy, const Tensor& dw,
       });
 }
 
-void conv2d_backward_filter_into(const Tensor& x, const Tensor& gy, const Tensor& grad, bool accumulate,
-                                 const Conv2dShapes& s, MemoryFormat format) {
-  // An f32 .grad of a 16-bit convolution: cuDNN's graph API writes (or adds, beta = 1) the f32
-  // dw there itself where one of its engines runs that problem.
-  if (grad.dtype() != x.dtype() && grad.dtype() == DType::f32 && cudnn_conv_api() == CudnnConvApi::graph &&
-      conv_f32_weight_grads() && is_dense_in(grad, format) &&
-      conv2d_graph(Direction::backward_filter, s, format, x.dtype(), DType::f32,
-                   {x.raw_data(), gy.raw_data(), grad.raw_data(), accumulate ? grad.nbytes() : 0}, x.device()))
-    return;
-  const Tensor dw = empty_in(grad.shape(), format, x.dtype(), x.device());
-  conv2d_backward_filter(x, gy, dw, s, format);
-  if (accumulate)
-    accumulate_(grad, dw);
-  else
-    copy_(grad, dw);
-}
-
 void conv2d_backward_filter_on_side_stream(const Tensor& x, const Tensor& gy, const Tensor& grad, bool accumulate,
                                            const Conv2dShapes& s, MemoryFormat format) {
   const Device device = x.device();
@@ -338,7 +321,12 @@ void conv2d_backward_filter_on_side_stream(const Tensor& x, const Tensor& gy, co
   if (x.numel() > 0) allocator.record_stream(x.raw_data(), side);
   if (gy.numel() > 0) allocator.record_stream(gy.raw_data(), side);
   SideStreamScope on_side(device);
-  conv2d_backward_filter_into(x, gy, grad, accumulate, s, format);
+  const Tensor dw = empty_in(grad.shape(), format, x.dtype(), device);
+  conv2d_backward_filter(x, gy, dw, s, format);
+  if (accumulate)
+    accumulate_(grad, dw);
+  else
+    copy_(grad, dw);
 }
 
 }  // namespace precis::ops::cuda

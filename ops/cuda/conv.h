@@ -24,16 +24,12 @@ void conv2d_backward_data(const Tensor& gy, const Tensor& w, const Tensor& dx, c
 // dw = the gradient of conv(x, w) with respect to w, from gy
 void conv2d_backward_filter(const Tensor& x, const Tensor& gy, const Tensor& dw, const Conv2dShapes& s,
                             MemoryFormat format);
-// The same written over `grad` (a leaf's .grad: dense, of dw's shape, in any dtype and layout)
-// or, with `accumulate`, added to it. With ops::conv_f32_weight_grads(), an f32 `grad` dense in
-// `format` of a 16-bit x takes the f32 dw from cuDNN's graph API itself (beta = 1 to add: no 16-bit dw, no conversion
-// pass) where one of its engines runs that problem; otherwise cuDNN writes dw dense in `format` and x's dtype, which is
-// then copied or added into `grad` as autograd's AccumulateGrad would.
-void conv2d_backward_filter_into(const Tensor& x, const Tensor& gy, const Tensor& grad, bool accumulate,
-                                 const Conv2dShapes& s, MemoryFormat format);
-// conv2d_backward_filter_into on the side stream of x's device (core/cuda/side_stream.h): the
-// same calls, so the same bits. x and gy are record_stream'ed to the side stream, so that the
-// caller may drop them at once.
+// The same on the side stream of x's device (core/cuda/side_stream.h), written over `grad` (a
+// leaf's .grad: dense, of dw's shape, in any dtype and layout) or, with `accumulate`, added to
+// it: cuDNN writes dw dense in `format` and x's dtype, which is then copied or added into `grad`
+// as autograd's AccumulateGrad would (the same calls, so the same bits; cuDNN's plan may depend
+// on the output's alignment, so it does not write into `grad` itself). x and gy are
+// record_stream'ed to the side stream, so that the caller may drop them at once.
 void conv2d_backward_filter_on_side_stream(const Tensor& x, const Tensor& gy, const Tensor& grad, bool accumulate,
                                            const Conv2dShapes& s, MemoryFormat format);
 
@@ -41,7 +37,6 @@ void conv2d_backward_filter_on_side_stream(const Tensor& x, const Tensor& gy, co
 // this process, for tests and benchmarks.
 struct ConvGraphStats {
   int64_t runs = 0;       // convolutions it ran
-  int64_t wider_out = 0;  // of which wrote an output wider than their inputs (f32 dW of bf16 or f16)
   int64_t planned = 0;    // problems it chose a plan for (once each)
   int64_t timed = 0;      // of which by timing plans (cudnn_benchmark(), outside CUDA-graph captures)
   int64_t fell_back = 0;  // problems it has no plan for, left to the legacy API

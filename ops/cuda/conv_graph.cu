@@ -9,18 +9,14 @@
 //               NCHW order, strides saying the layout (channels-last: NHWC memory, the weight
 //               KRSC), a unique id by which the variant pack later gives its address, and the
 //               byte alignment the kernels may assume (that of the address, at most 16). The
-//               groups G are implied: x has Cin channels, w's second dim Cin/G. The direction's
-//               output may be of another dtype than its inputs (a bf16 backward-filter writing
-//               f32 dw into an f32 .grad, with no bf16 dw and no conversion pass after it).
+//               groups G are implied: x has Cin channels, w's second dim Cin/G.
 //   convolution the geometry: 2 spatial dims, cross-correlation, pre- and post-paddings (both
 //               the padding: PyTorch's symmetric one), strides, dilations; compute type f32
 //               (f16/bf16 data accumulate in f32).
 //   operation   forward y = alpha conv(x, w) + beta y; backward-data dx = alpha conv^T(dy, w)
 //               + beta dx; backward-filter dw = alpha (dy correlated with x) + beta dw. alpha = 1,
 //               beta = 0, or beta = 1 for backward-data's accumulate (conv2d_backward_data adds
-//               into the gradient x has already gathered) and for a weight gradient added into
-//               a .grad that holds one (conv2d_backward_filter_into), so beta is part of the
-//               problem.
+//               into the gradient x has already gathered), so beta is part of the problem.
 //   graph       the one operation.
 //   engine      one of cuDNN's implementations of the graph (a kernel family, with notes on its
 //               numerics: tensor cores, inputs converted down, FFT, Winograd, runtime-compiled).
@@ -148,11 +144,9 @@ int64_t alignment_of(const void* p) {
   return alignment;
 }
 
-// The key of a problem: conv.cu's, plus the output's dtype, beta and the alignments the graph
-// was built for.
+// The key of a problem: conv.cu's, plus beta and the alignments the graph was built for.
 struct GraphKey {
   AlgoKey problem;
-  int out_dtype;
   bool accumulate;
   int64_t align_a, align_b, align_out;
   auto operator<=>(const GraphKey&) const = default;
@@ -226,15 +220,13 @@ Operation operation_of(Direction direction) {
 }
 
 // The problem in words, for errors and notes.
-std::string describe_problem(Direction direction, const Conv2dShapes& s, MemoryFormat format, DType dtype,
-                             DType out_dtype) {
+std::string describe_problem(Direction direction, const Conv2dShapes& s, MemoryFormat format, DType dtype) {
   const Conv2dOptions& o = s.options;
   std::ostringstream out;
   out << operation_of(direction).name << " of x " << Shape{s.N, s.Cin, s.H, s.W} << " with weight "
       << Shape{s.Cout, s.Cin / o.groups, s.kH, s.kW} << " (stride " << o.stride[0] << "x" << o.stride[1] << ", padding "
       << o.padding[0] << "x" << o.padding[1] << ", dilation " << o.dilation[0] << "x" << o.dilation[1] << ", groups "
       << o.groups << "), " << dtype_name(dtype) << (format == MemoryFormat::channels_last ? " channels-last" : " NCHW");
-  if (out_dtype != dtype) out << " into a " << dtype_name(out_dtype) << " output";
   return out.str();
 }
 
@@ -278,15 +270,14 @@ void set_handle(const Desc& d, cudnnBackendAttributeName_t name, cudnnHandle_t h
 
 // The graph of one direction of the problem, or the reason cuDNN's graph API rejects it.
 std::shared_ptr<const Graph> build_graph(Direction direction, const Conv2dShapes& s, MemoryFormat format, DType dtype,
-                                         DType out_dtype, const GraphKey& key, cudnnHandle_t h, std::string& rejected) {
+                                         const GraphKey& key, cudnnHandle_t h, std::string& rejected) {
   const Operation op = operation_of(direction);
   auto alignment = [&](int64_t uid) { return uid == kUidA ? key.align_a : uid == kUidB ? key.align_b : key.align_out; };
-  auto type = [&](int64_t uid) { return uid == kUidOut ? out_dtype : dtype; };
   auto g = std::make_shared<Graph>();
-  g->parts.push_back(tensor(op.x_uid, {s.N, s.Cin, s.H, s.W}, format, type(op.x_uid), alignment(op.x_uid)));
+  g->parts.push_back(tensor(op.x_uid, {s.N, s.Cin, s.H, s.W}, format, dtype, alignment(op.x_uid)));
   g->parts.push_back(
-      tensor(op.w_uid, {s.Cout, s.Cin / s.options.groups, s.kH, s.kW}, format, type(op.w_uid), alignment(op.w_uid)));
-  g->parts.push_back(tensor(op.y_uid, {s.N, s.Cout, s.OH, s.OW}, format, type(op.y_uid), alignment(op.y_uid)));
+      tensor(op.w_uid, {s.Cout, s.Cin / s.options.groups, s.kH, s.kW}, format, dtype, alignment(op.w_uid)));
+  g->parts.push_back(tensor(op.y_uid, {s.N, s.Cout, s.OH, s.OW}, format, dtype, alignment(op.y_uid)));
   g->parts.push_back(convolution(s.options));
   const Desc& x = g->parts[0];
   const Desc& w = g->parts[1];
@@ -590,19 +581,15 @@ int64_t output_elements(Direction direction, const Conv2dShapes& s) {
 
 // The cached plan of the problem (chosen on first meeting), or null for the legacy path.
 std::shared_ptr<const Plan> choose(Direction direction, const Conv2dShapes& s, MemoryFormat format, DType dtype,
-                                   DType out_dtype, const Buffers& io, Device device, cudnnHandle_t h) {
+                                   const Buffers& io, Device device, cudnnHandle_t h) {
   const bool benchmark = cudnn_benchmark();
-  const GraphKey key{key_of(s, format, dtype, direction, benchmark, device),
-                     static_cast<int>(out_dtype),
-                     io.out_bytes_to_keep > 0,
-                     alignment_of(io.a),
-                     alignment_of(io.b),
-                     alignment_of(io.out)};
+  const GraphKey key{key_of(s, format, dtype, direction, benchmark, device), io.out_bytes_to_keep > 0,
+                     alignment_of(io.a), alignment_of(io.b), alignment_of(io.out)};
   std::lock_guard<std::mutex> lock(g_mutex);
   if (auto it = g_plans.find(key); it != g_plans.end()) return it->second;
   std::string rejected;
   std::shared_ptr<const Plan> chosen;
-  if (std::shared_ptr<const Graph> g = build_graph(direction, s, format, dtype, out_dtype, key, h, rejected)) {
+  if (std::shared_ptr<const Graph> g = build_graph(direction, s, format, dtype, key, h, rejected)) {
     const bool timed = may_time(benchmark);
     Tally tally;
     std::vector<Plan> plans = usable_plans(g, dtype, timed, h, tally);
@@ -619,11 +606,8 @@ std::shared_ptr<const Plan> choose(Direction direction, const Conv2dShapes& s, M
   }
   if (!chosen) {
     ++g_stats.fell_back;
-    std::cerr << "note: " << kConvOp << ": cuDNN's graph API runs no "
-              << describe_problem(direction, s, format, dtype, out_dtype) << " (" << rejected << "); "
-              << (out_dtype == dtype ? "the legacy API runs it"
-                                     : std::string("its output is written in ") + dtype_name(dtype) + " and converted")
-              << " (said once)\n";
+    std::cerr << "note: " << kConvOp << ": cuDNN's graph API runs no " << describe_problem(direction, s, format, dtype)
+              << " (" << rejected << "); the legacy API runs it (said once)\n";
   }
   g_plans.emplace(key, chosen);
   return chosen;
@@ -631,10 +615,10 @@ std::shared_ptr<const Plan> choose(Direction direction, const Conv2dShapes& s, M
 
 }  // namespace
 
-bool conv2d_graph(Direction direction, const Conv2dShapes& s, MemoryFormat format, DType dtype, DType out_dtype,
-                  const Buffers& io, Device device) {
+bool conv2d_graph(Direction direction, const Conv2dShapes& s, MemoryFormat format, DType dtype, const Buffers& io,
+                  Device device) {
   cudnnHandle_t h = cudnn::handle(device);
-  const std::shared_ptr<const Plan> plan = choose(direction, s, format, dtype, out_dtype, io, device, h);
+  const std::shared_ptr<const Plan> plan = choose(direction, s, format, dtype, io, device, h);
   if (!plan) return false;
   // In a capture, a workspace slice of its own (core/cuda/graph_memsets.h).
   const precis::cuda::CaptureWorkspace slice(device, precis::cuda::compute_stream(device),
@@ -644,11 +628,9 @@ bool conv2d_graph(Direction direction, const Conv2dShapes& s, MemoryFormat forma
                              slice.data()   ? slice.data()
                              : ws.defined() ? ws.raw_data()
                                             : nullptr),
-                     kConvOp, ": running the ", describe_problem(direction, s, format, dtype, out_dtype),
-                     " on cuDNN's graph API");
+                     kConvOp, ": running the ", describe_problem(direction, s, format, dtype), " on cuDNN's graph API");
   std::lock_guard<std::mutex> lock(g_mutex);
   ++g_stats.runs;
-  if (out_dtype != dtype) ++g_stats.wider_out;
   return true;
 }
 

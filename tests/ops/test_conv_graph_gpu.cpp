@@ -13,7 +13,6 @@
 
 #include "core/autograd.h"
 #include "core/cuda_graph.h"
-#include "ops/autocast.h"
 #include "ops/conv.h"
 #include "ops/elementwise.h"
 #include "ops/matmul.h"
@@ -135,70 +134,6 @@ TEST(ConvGraphGpu, BackwardDataAccumulateAddsToTheGradient) {
   const ops::cuda::ConvGraphStats after = ops::cuda::conv_graph_stats();
   EXPECT_EQ(after.fell_back, before.fell_back);
   EXPECT_EQ(after.runs, before.runs + 2 * 3 * 2);
-}
-
-// With ops::conv_f32_weight_grads(), a bf16 or f16 convolution of an f32 weight under autocast
-// has cuDNN's graph API write the f32 weight gradient into the weight's .grad itself: against the
-// CPU's f64 gradient of the same rounded inputs to f32 accumulation's error, in values that are
-// not 16-bit ones (no 16-bit dW was widened), NCHW and channels-last, on the compute stream and on
-// the side stream, written over a stale .grad (beta = 0) and then added to it (beta = 1).
-TEST(ConvGraphGpu, SixteenBitConvolutionWritesItsF32WeightGradientIntoTheF32Grad) {
-  PRECIS_SKIP_WITHOUT_GPU();
-  GraphApi api;
-  struct Restore {
-    bool side = ops::conv_wgrad_stream();
-    ~Restore() {
-      ops::set_conv_f32_weight_grads(false);
-      ops::set_conv_wgrad_stream(side);
-    }
-  } restore;
-  ops::set_conv_f32_weight_grads(true);
-  const Shape xs{8, 16, 12, 12}, ws{32, 16, 3, 3}, ys{8, 32, 12, 12};
-  const ops::Conv2dOptions options{{1, 1}, {1, 1}, {1, 1}, 1};
-  const Tensor x64 = random_f64(xs, 70), w64 = random_f64(ws, 71, -0.5, 0.5), gy64 = random_f64(ys, 72);
-  const ops::cuda::ConvGraphStats before = ops::cuda::conv_graph_stats();
-  int64_t wgrads = 0;
-  for (DType dtype : {DType::bf16, DType::f16}) {
-    // The reference: f64 on the CPU, of the inputs rounded as the GPU's kernels read them.
-    Tensor w_ref = w64.to(dtype).to(DType::f64);
-    w_ref.set_requires_grad();
-    ops::conv2d(x64.to(dtype).to(DType::f64), w_ref, Tensor(), options).backward(gy64.to(dtype).to(DType::f64));
-    const Tensor expected = w_ref.grad();
-    for (auto format : kCnnFormats) {
-      for (bool side : {false, true}) {
-        ops::set_conv_wgrad_stream(side);
-        const std::string what =
-            std::string(side ? "side stream, " : "compute stream, ") + cnn_case_name(dtype, format);
-        // An f32 weight holding 16-bit values (its cast is exact), with a stale .grad of NaN.
-        Tensor w = ops::to_memory_format(w64.to(dtype).to(DType::f32).to(kGpu), format);
-        w.set_requires_grad();
-        w.set_grad(ops::to_memory_format(full(ws, precis::testing::kNaN, DType::f32, kGpu), format));
-        w.impl()->grad_is_stale = true;
-        const Tensor x = ops::to_memory_format(x64.to(dtype).to(kGpu), format);
-        const Tensor gy = ops::to_memory_format(gy64.to(dtype).to(kGpu), format);
-        auto step = [&] {
-          ops::autocast::Scope scope(dtype);
-          ops::conv2d(x, w, Tensor(), options).backward(gy);
-          ops::autocast::clear_cache();
-        };
-        step();
-        ASSERT_EQ(w.grad().dtype(), DType::f32) << what;
-        expect_near_magnitude(w.grad(), expected, 1e-4, what + ", written over a stale .grad");
-        const std::vector<double> got = w.grad().to_vector<double>();
-        const std::vector<double> as_16bit = w.grad().to(dtype).to_vector<double>();
-        int64_t wider = 0;
-        for (size_t i = 0; i < got.size(); ++i) wider += got[i] != as_16bit[i];
-        EXPECT_GT(wider, static_cast<int64_t>(got.size()) * 9 / 10) << what << ": the values are 16-bit ones";
-        step();
-        expect_near_magnitude(w.grad(), ops::mul(expected, 2.0), 1e-4, what + ", added to the .grad it holds");
-        wgrads += 2;
-      }
-    }
-  }
-  const ops::cuda::ConvGraphStats after = ops::cuda::conv_graph_stats();
-  EXPECT_EQ(after.wider_out - before.wider_out, wgrads)
-      << "weight gradients not written in f32 by cuDNN (the notes on stderr say why)";
-  EXPECT_EQ(after.fell_back, before.fell_back);
 }
 
 // f32 with TF32 off: within f32 rounding of the CPU, far tighter than TF32's 10-bit mantissa
