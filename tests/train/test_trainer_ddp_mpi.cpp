@@ -3,7 +3,8 @@
 // same validation loss and the same parameters on every rank, to f32 round-off),
 // also with gradient accumulation (no_sync micro-steps) against one big batch;
 // rank 0 alone writes metrics, checkpoints and numerics; ranks that disagree on
-// the batch or the model stop at the start with an error on every rank.
+// the batch or the model stop at the start with an error on every rank; a checkpoint moves
+// between N ranks and one process both ways.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -93,6 +94,40 @@ TEST(TrainerDdp, CheckpointOfNRanksResumesInOneProcessOnTheGlobalBatch) {
   for (size_t i = 0; i < 2; ++i)
     EXPECT_NEAR(resumed.losses()[i], straight.losses()[i + 2], 2e-5 * straight.losses()[i + 2]) << "step " << i + 3;
   EXPECT_LT(max_abs_difference(parameters_of(resumed), parameters_of(straight)), 2e-5);
+  mpi_world().barrier();
+}
+
+TEST(TrainerDdp, CheckpointOfOneProcessResumesOnNRanksUnderDdpAndZero1) {
+  // The other way: one process on N*B rows for 4 steps, against one process for 2 steps whose
+  // checkpoint N ranks of B rows resume for the last 2, with plain DDP and with ZeRO-1 (which
+  // cuts its shard of the unsharded optimizer state out of the checkpoint).
+  train::TrainConfig straight_config =
+      tiny_config(fresh_dir("grow_straight", /*per_rank=*/true), 2 * world_size(), 1, 4);
+  straight_config.schedule.decay_steps = 4;
+  train::Trainer straight(straight_config, nullptr);
+  straight.run();
+
+  train::TrainConfig first_config = tiny_config(fresh_dir("grow_first"), 2 * world_size(), 1, 2);
+  first_config.schedule.decay_steps = 4;  // the schedule of the 4-step run
+  if (rank() == 0) train::Trainer(first_config, nullptr).run();
+  mpi_world().barrier();  // rank 0's checkpoint is written
+
+  for (int64_t zero : {0, 1}) {
+    SCOPED_TRACE("resumed on " + std::to_string(world_size()) + " ranks under zero " + std::to_string(zero));
+    train::TrainConfig resumed_config = tiny_config(fresh_dir("grow_resumed_zero" + std::to_string(zero)), 2, 1, 4);
+    resumed_config.schedule.decay_steps = 4;
+    resumed_config.distributed.zero = zero;
+    resumed_config.checkpoint.dir = (fs::path(first_config.out_dir) / "checkpoints").string();  // rank 0's run wrote it
+    resumed_config.checkpoint.resume = true;
+    resumed_config.checkpoint.save_final = false;  // the checkpoint stays the one of step 2
+    train::Trainer resumed(resumed_config, mpi_world_group());
+    resumed.run();
+    ASSERT_EQ(resumed.losses().size(), 2u) << "steps 3 and 4";
+    for (size_t i = 0; i < 2; ++i)
+      EXPECT_NEAR(resumed.losses()[i], straight.losses()[i + 2], 2e-5 * straight.losses()[i + 2]) << "step " << i + 3;
+    EXPECT_LT(max_abs_difference(parameters_of(resumed), parameters_of(straight)), 2e-5);
+    EXPECT_TRUE(same_on_every_rank(parameters_of(resumed))) << "rank " << rank();
+  }
   mpi_world().barrier();
 }
 
