@@ -59,6 +59,7 @@ constexpr const char* kOp = "conv2d";
 std::atomic<bool> g_cudnn_benchmark{true};
 std::atomic<int> g_cudnn_conv_api{-1};     // a CudnnConvApi, -1 until set or read from the environment
 std::atomic<int> g_conv_wgrad_stream{-1};  // 0 or 1, -1 until set or read from the environment
+std::atomic<int> g_small_cin_conv{-1};     // 0 or 1, -1 until set or read from the environment
 
 struct Geometry {
   int64_t N, Cin, H, W, Cout, kH, kW, OH, OW, groups;
@@ -361,6 +362,19 @@ bool conv_wgrad_stream() {
     int unset = -1;
     g_conv_wgrad_stream.compare_exchange_strong(unset, value == "1" ? 1 : 0);
     on = g_conv_wgrad_stream.load();
+  }
+  return on == 1;
+}
+
+void set_small_cin_conv(bool on) { g_small_cin_conv = on ? 1 : 0; }
+
+bool small_cin_conv() {
+  int on = g_small_cin_conv.load(std::memory_order_relaxed);
+  if (on < 0) {
+    const char* setting = std::getenv("PRECIS_EXP_SMALL_CIN_CONV");
+    int unset = -1;
+    g_small_cin_conv.compare_exchange_strong(unset, setting != nullptr && std::string(setting) == "1" ? 1 : 0);
+    on = g_small_cin_conv.load();
   }
   return on == 1;
 }

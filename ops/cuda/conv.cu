@@ -38,6 +38,7 @@
 #include "ops/cuda/conv.h"
 #include "ops/cuda/conv_graph.h"
 #include "ops/cuda/conv_problem.h"
+#include "ops/cuda/conv_small_cin.h"
 #include "ops/cuda/cudnn.h"
 #include "ops/memory_format.h"
 
@@ -264,6 +265,7 @@ void run(Direction direction, const Conv2dShapes& s, MemoryFormat format, DType 
 }  // namespace
 
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dShapes& s, MemoryFormat format) {
+  if (small_cin_conv_applies(s, format, x.dtype(), {&x, &w, &y})) return small_cin_conv_forward(x, w, y, s);
   run(Direction::forward, s, format, x.dtype(), {x.raw_data(), w.raw_data(), y.raw_data()}, x.device(),
       [&](cudnnHandle_t h, const Descriptors& d, const Choice& c, void* ws) {
         PRECIS_CUDNN_CHECK(
@@ -303,6 +305,7 @@ void conv2d_backward_data(const Tensor& gy, const Tensor& w, const Tensor& dx, c
 
 void conv2d_backward_filter(const Tensor& x, const Tensor& gy, const Tensor& dw, const Conv2dShapes& s,
                             MemoryFormat format) {
+  if (small_cin_conv_applies(s, format, x.dtype(), {&x, &gy, &dw})) return small_cin_conv_backward_filter(x, gy, dw, s);
   run(Direction::backward_filter, s, format, x.dtype(), {x.raw_data(), gy.raw_data(), dw.raw_data()}, x.device(),
       [&](cudnnHandle_t h, const Descriptors& d, const Choice& c, void* ws) {
         PRECIS_CUDNN_CHECK(

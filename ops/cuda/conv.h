@@ -44,6 +44,10 @@ struct ConvGraphStats {
 };
 ConvGraphStats conv_graph_stats();
 
+// The forwards and weight gradients the small-channel kernels (ops::small_cin_conv(),
+// ops/cuda/conv_small_cin.cu) have run in this process, for tests and benchmarks.
+int64_t small_cin_conv_runs();
+
 // For tests: where `position` >= 0, a timed problem keeps the plan at that position among its
 // timed plans that ran and agree (the last where fewer), not the fastest; -1 restores the
 // fastest. Either way the plans chosen so far are forgotten, so problems are planned again.
