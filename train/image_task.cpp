@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/autograd.h"
+#include "core/copy.h"
 #include "core/error.h"
 #include "core/pinned.h"
 #include "core/source_dir.h"
@@ -10,6 +11,7 @@
 #include "ops/autocast.h"
 #include "ops/conv.h"
 #include "ops/elementwise.h"
+#include "ops/memory_format.h"
 #include "ops/nn_functional.h"
 
 namespace precis::train {
@@ -119,11 +121,14 @@ TaskBatch ImageTask::next_batch() {
   return {batch.images, batch.labels};
 }
 
-// The images in the compute dtype, cast before they are laid out channels-last (autocast's cast
-// inside the first convolution would make a dense NCHW copy).
+// The images in the compute dtype (autocast's cast inside the first convolution would make a
+// dense NCHW copy), laid out channels-last where the network is: both in one strided copy (the
+// images need no gradient).
 Tensor ImageTask::model_input(const Tensor& images) const {
-  Tensor x = input_dtype_ == images.dtype() ? images : ops::cast(images, input_dtype_);
-  return channels_last_ ? ops::to_memory_format(x, ops::MemoryFormat::channels_last) : x;
+  if (!channels_last_) return input_dtype_ == images.dtype() ? images : ops::cast(images, input_dtype_);
+  const Tensor x = ops::empty_in(images.shape(), ops::MemoryFormat::channels_last, input_dtype_, images.device());
+  copy_(x, images);
+  return x;
 }
 
 TaskLoss ImageTask::forward(const Tensor& inputs, const Tensor& targets, const Tensor&) {
