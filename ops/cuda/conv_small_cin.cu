@@ -113,7 +113,8 @@ __global__ void __launch_bounds__(kBlockSize)
   allow_next_grid_to_start();
   constexpr int kTaps = 9 * CIN, kRow = padded_taps<CIN>();
   __shared__ float4 taps4[kTile * kRow / 4];  // [kTile][kRow]: the tile's pixels' taps
-  extern __shared__ float2 dynamic2[];       // [kTile][K] the tile's gy rows; after the last tile [K][kTaps] the block's sums
+  extern __shared__ float2
+      dynamic2[];  // [kTile][K] the tile's gy rows; after the last tile [K][kTaps] the block's sums
   float* taps = reinterpret_cast<float*>(taps4);
   float* g_tile = reinterpret_cast<float*>(dynamic2);
   float* sums = g_tile;
@@ -266,9 +267,9 @@ void small_cin_conv_backward_filter(const Tensor& x, const Tensor& gy, const Ten
         dispatch_cin(s.Cin, [&](auto cin) {
           const auto kernel = small_cin_wgrad_partial_kernel<T, decltype(cin)::value>;
           // As many blocks as the GPU holds at once, each a run of whole tiles (at least one).
-          const int64_t target = static_cast<int64_t>(resident_blocks_per_sm(reinterpret_cast<const void*>(kernel),
-                                                                              kBlockSize)) *
-                                 multiprocessor_count(device);
+          const int64_t target =
+              static_cast<int64_t>(resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), kBlockSize)) *
+              multiprocessor_count(device);
           const int64_t per_block = (std::max<int64_t>(1, (pixels + target - 1) / target) + kTile - 1) / kTile * kTile;
           const int64_t blocks = (pixels + per_block - 1) / per_block;
           const Tensor partial = empty({blocks, outputs}, DType::f32, device);

@@ -43,8 +43,8 @@ void expect_matches_cpu(const Shape& x, int64_t cout, DType dtype, uint64_t seed
       [options](const std::vector<Tensor>& in) {
         return ops::conv2d(ops::to_memory_format(in[0], ops::MemoryFormat::channels_last), in[1], Tensor(), options);
       },
-      {random_f64(x, seed), random_f64({cout, x[1], options.padding[0] == 2 ? 5 : 3, options.padding[0] == 2 ? 5 : 3},
-                                       seed + 1, -0.5, 0.5)},
+      {random_f64(x, seed),
+       random_f64({cout, x[1], options.padding[0] == 2 ? 5 : 3, options.padding[0] == 2 ? 5 : 3}, seed + 1, -0.5, 0.5)},
       dtype, what + ", " + cnn_case_name(dtype, ops::MemoryFormat::channels_last));
 }
 
@@ -77,9 +77,8 @@ TEST(SmallCinConvGpu, OtherProblemsAreLeftToCudnn) {
   SmallCinConv on;
   const int64_t before = ops::cuda::small_cin_conv_runs();
   // NCHW.
-  expect_gpu_matches_cpu(
-      [](const std::vector<Tensor>& in) { return ops::conv2d(in[0], in[1], Tensor(), kStem); },
-      {random_f64({2, 3, 8, 8}, 90), random_f64({16, 3, 3, 3}, 91, -0.5, 0.5)}, DType::bf16, "NCHW");
+  expect_gpu_matches_cpu([](const std::vector<Tensor>& in) { return ops::conv2d(in[0], in[1], Tensor(), kStem); },
+                         {random_f64({2, 3, 8, 8}, 90), random_f64({16, 3, 3, 3}, 91, -0.5, 0.5)}, DType::bf16, "NCHW");
   // A 1-channel image (NCHW and NHWC at once: it counts as NCHW), a 5x5 filter, a stride of 2,
   // 8 input channels.
   expect_matches_cpu({2, 1, 8, 8}, 16, DType::bf16, 98, kStem, "1 input channel");

@@ -25,10 +25,10 @@ namespace {
 
 TrainedRun run_tiny_resnet(const std::string& precision, bool graphs, bool small_cin, const std::string& name) {
   ops::set_small_cin_conv(small_cin);
-  TrainedRun run = precis::testing::train_tiny_resnet(
-      fs::temp_directory_path() / ("precis_small_cin_conv_gpu_" + name),
-      {"device=cuda", "precision=" + precision, "channels_last=true",
-       std::string("cuda_graphs=") + (graphs ? "true" : "false"), "max_steps=6"});
+  TrainedRun run =
+      precis::testing::train_tiny_resnet(fs::temp_directory_path() / ("precis_small_cin_conv_gpu_" + name),
+                                         {"device=cuda", "precision=" + precision, "channels_last=true",
+                                          std::string("cuda_graphs=") + (graphs ? "true" : "false"), "max_steps=6"});
   ops::set_small_cin_conv(false);
   return run;
 }
