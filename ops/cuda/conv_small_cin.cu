@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(kBlockSize)
   float* sums = g_tile;
   const int pairs = K / 2;
   const int k = 2 * (static_cast<int>(threadIdx.x) % pairs), group = static_cast<int>(threadIdx.x) / pairs;
-  const int groups = static_cast<int>(blockDim.x) / pairs;
+  const int groups = kBlockSize / pairs;  // launched with kBlockSize threads
   float acc0[kTaps] = {}, acc1[kTaps] = {};
   const int64_t pixels = static_cast<int64_t>(N) * H * W;
   const int64_t begin = static_cast<int64_t>(blockIdx.x) * pixels_per_block;
@@ -128,7 +128,10 @@ __global__ void __launch_bounds__(kBlockSize)
   for (int64_t t0 = begin; t0 < end; t0 += kTile) {
     const int tile = static_cast<int>(std::min<int64_t>(kTile, end - t0));
     __syncthreads();  // the previous tile is used up
-    for (int e = threadIdx.x; e < kTile * kRow; e += blockDim.x) {
+                      // Both loops have a trip count known at compile time or unrolled by 4, so each thread has
+                      // several loads in flight before it waits (the tile's only latency to hide).
+#pragma unroll
+    for (int e = threadIdx.x; e < kTile * kRow; e += kBlockSize) {
       const int j = e / kRow, i = e % kRow;
       float v = 0.f;
       if (j < tile && i < kTaps) {
@@ -140,7 +143,8 @@ __global__ void __launch_bounds__(kBlockSize)
       }
       taps[e] = v;
     }
-    for (int e = threadIdx.x; e < kTile * K; e += blockDim.x)
+#pragma unroll 4
+    for (int e = threadIdx.x; e < kTile * K; e += kBlockSize)
       g_tile[e] = e < tile * K ? convert_to<float>(gy[t0 * K + e]) : 0.f;
     __syncthreads();
     for (int j = group; j < tile; j += groups) {
