@@ -39,6 +39,7 @@
 
 #include "core/autograd.h"
 #include "core/copy.h"
+#include "core/env_switch.h"
 #include "ops/autocast.h"
 #include "ops/checks.h"
 #include "ops/cpu/loops.h"
@@ -59,7 +60,7 @@ constexpr const char* kOp = "conv2d";
 std::atomic<bool> g_cudnn_benchmark{true};
 std::atomic<int> g_cudnn_conv_api{-1};     // a CudnnConvApi, -1 until set or read from the environment
 std::atomic<int> g_conv_wgrad_stream{-1};  // 0 or 1, -1 until set or read from the environment
-std::atomic<int> g_small_cin_conv{-1};     // 0 or 1, -1 until set or read from the environment
+EnvSwitch g_small_cin_conv("PRECIS_EXP_SMALL_CIN_CONV");
 
 struct Geometry {
   int64_t N, Cin, H, W, Cout, kH, kW, OH, OW, groups;
@@ -366,18 +367,8 @@ bool conv_wgrad_stream() {
   return on == 1;
 }
 
-void set_small_cin_conv(bool on) { g_small_cin_conv = on ? 1 : 0; }
-
-bool small_cin_conv() {
-  int on = g_small_cin_conv.load(std::memory_order_relaxed);
-  if (on < 0) {
-    const char* setting = std::getenv("PRECIS_EXP_SMALL_CIN_CONV");
-    int unset = -1;
-    g_small_cin_conv.compare_exchange_strong(unset, setting != nullptr && std::string(setting) == "1" ? 1 : 0);
-    on = g_small_cin_conv.load();
-  }
-  return on == 1;
-}
+void set_small_cin_conv(bool on) { g_small_cin_conv.set(on); }
+bool small_cin_conv() { return g_small_cin_conv.on(); }
 
 Tensor conv2d(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_arg, const Conv2dOptions& options) {
   // autocast: conv2d runs in the compute dtype, like matmul, and in the caller's layout (a

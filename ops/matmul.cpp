@@ -20,6 +20,7 @@
 #include <string>
 
 #include "core/autograd.h"
+#include "core/env_switch.h"
 #include "ops/autocast.h"
 #include "ops/checks.h"
 #include "ops/cpu/linear.h"
@@ -39,7 +40,7 @@ namespace {
 
 std::atomic<bool> g_allow_tf32{false};
 std::atomic<bool> g_matmul_autotune{true};
-std::atomic<int> g_gemm_gelu_sm90{-1};  // 0 or 1, -1 until set or read from the environment
+EnvSwitch g_gemm_gelu_sm90("PRECIS_EXP_GEMM_GELU");
 
 using Eigen::Dynamic;
 template <typename T, int Order>
@@ -377,18 +378,8 @@ bool allow_tf32() { return g_allow_tf32.load(); }
 void set_matmul_autotune(bool autotune) { g_matmul_autotune.store(autotune); }
 bool matmul_autotune() { return g_matmul_autotune.load(); }
 
-void set_gemm_gelu_sm90(bool on) { g_gemm_gelu_sm90 = on ? 1 : 0; }
-
-bool gemm_gelu_sm90() {
-  int on = g_gemm_gelu_sm90.load(std::memory_order_relaxed);
-  if (on < 0) {
-    const char* setting = std::getenv("PRECIS_EXP_GEMM_GELU");
-    int unset = -1;
-    g_gemm_gelu_sm90.compare_exchange_strong(unset, setting != nullptr && std::string(setting) == "1" ? 1 : 0);
-    on = g_gemm_gelu_sm90.load();
-  }
-  return on == 1;
-}
+void set_gemm_gelu_sm90(bool on) { g_gemm_gelu_sm90.set(on); }
+bool gemm_gelu_sm90() { return g_gemm_gelu_sm90.on(); }
 
 Tensor matmul(const Tensor& a_arg, const Tensor& b_arg) {
   // autocast: products run in the compute dtype.
