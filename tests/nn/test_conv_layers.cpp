@@ -12,6 +12,7 @@
 #include "nn/layers.h"
 #include "nn/pool.h"
 #include "ops/conv.h"
+#include "support/gradcheck.h"
 
 using namespace precis;
 
@@ -78,4 +79,16 @@ TEST(PoolAndFlattenModules, ShapesAndLogicalOrder) {
   EXPECT_EQ(nn::Flatten().forward(x).shape(), (Shape{2, 48}));
   std::vector<float> r = nn::ReLU().forward(from_vector<float>({-1.0f, 2.0f}, {2})).to_vector<float>();
   EXPECT_EQ(r, (std::vector<float>{0.0f, 2.0f}));
+}
+
+// Flatten's gradient against central differences, from an NCHW input and from a channels-last
+// one (whose gradient must come back in NCHW order through the layout change).
+TEST(PoolAndFlattenModules, FlattenGradientMatchesFiniteDifferences) {
+  for (const auto format : {ops::MemoryFormat::contiguous, ops::MemoryFormat::channels_last}) {
+    precis::testing::expect_gradients_match(
+        [format](const std::vector<Tensor>& in) {
+          return nn::Flatten().forward(ops::to_memory_format(in[0], format));
+        },
+        {precis::testing::random_f64({2, 3, 4, 5}, 17)});
+  }
 }

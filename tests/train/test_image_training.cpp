@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/autograd.h"
+#include "core/json.h"
 #include "core/source_dir.h"
 #include "ops/nn_functional.h"
 #include "support/errors.h"
@@ -229,6 +230,49 @@ TEST(ImageTraining, EveryPrecisionPolicyTrainsAndEvaluates) {
     EXPECT_TRUE(std::isfinite(trainer.final_val_loss())) << precision;
     ASSERT_TRUE(trainer.last_val_accuracy().has_value()) << precision;
   }
+}
+
+// The numerics report (precision.report) on a CNN under fp16: each stage's activations and
+// their gradients, and a gradient row for every module with parameters, whose counts add up to
+// the model's parameters; an inf it reports in a gradient is the overflow for which the loss
+// scaler skipped that step (metrics.jsonl).
+TEST(ImageTraining, TheNumericsReportCoversAConvolutionalNetwork) {
+  const fs::path dir = fresh_dir("numerics");
+  train::Trainer trainer(train::parse_config(kTinyResNet, {"out_dir=" + dir.string(), "max_steps=2", "log_interval=1",
+                                                           "precision=fp16", "precision.report=true",
+                                                           "precision.report_interval=1"}));
+  trainer.run();
+  std::map<std::string, int64_t> activations, act_grads;
+  int64_t gradient_rows = 0, gradient_count = 0;
+  bool inf_in_a_gradient = false;
+  std::ifstream in(dir / "numerics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const Json r = Json::parse(line);
+    if (r.at("step").as_int() != 1) continue;
+    const std::string kind = r.at("kind").as_string(), name = r.at("name").as_string();
+    const int64_t count = r.at("count").as_int();
+    if (kind == "activation") activations[name] = count;
+    if (kind == "act grad") act_grads[name] = count;
+    if (kind == "gradient") {
+      ++gradient_rows;
+      gradient_count += count;
+      inf_in_a_gradient = inf_in_a_gradient || r.at("inf").as_double() > 0;
+    }
+  }
+  // 8 images of 8x8: the stem and layer1 64 channels at 8x8, then half the cells, twice the channels.
+  const std::map<std::string, int64_t> expected = {
+      {"stem", 8 * 64 * 64}, {"layer1", 8 * 64 * 64}, {"layer2", 8 * 128 * 16}, {"layer3", 8 * 256 * 4},
+      {"layer4", 8 * 512 * 1}};
+  EXPECT_EQ(activations, expected);
+  EXPECT_EQ(act_grads, expected);
+  int64_t parameters = 0;
+  for (const Tensor& p : trainer.model().parameters()) parameters += p.numel();
+  EXPECT_EQ(gradient_count, parameters);
+  EXPECT_EQ(gradient_rows, 41) << "the stem's conv and norm, 8 blocks of two of each, 3 downsamples of two, fc";
+  std::ifstream metrics(dir / "metrics.jsonl");
+  std::string first;
+  std::getline(metrics, first);
+  EXPECT_EQ(Json::parse(first).at("skipped_steps").as_int() > 0, inf_in_a_gradient) << first;
 }
 
 TEST(ImageTraining, AccuracyCountsTheFirstLargestLogit) {
