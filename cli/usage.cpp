@@ -15,9 +15,10 @@ struct CommandUsage {
 // In the order `precis help` lists them.
 const std::vector<CommandUsage>& usages() {
   static const std::vector<CommandUsage> table = {
-      {"train", "CONFIG.yaml [key=value ...]",
+      {"train", "CONFIG.yaml [--synthetic] [key=value ...]",
        "train a GPT-2 or an image classifier (LeNet-5, ResNet) from a YAML config (docs/config.md);\n"
-       "key=value overrides a setting, e.g. optimizer.lr=1e-3"},
+       "key=value overrides a setting, e.g. optimizer.lr=1e-3; --synthetic trains an image classifier\n"
+       "on synthetic images (data.dataset=synthetic): its model and step without the dataset's files"},
       {"eval",
        "CHECKPOINT_OR_RUN_DIR [--data SHARD_OR_TEXT] [--steps N] [--batch B] [--seq T] [--precision P]\n"
        "     [--device auto|cpu|cuda]",

@@ -89,6 +89,25 @@ TEST(Cli, MistakesGiveOneClearLineAndTheirExitCode) {
   EXPECT_NE(bad_override.output.find("'optimizer.lr' must be a number"), std::string::npos) << bad_override.output;
 }
 
+// --synthetic trains an image config's model on synthetic images: the CIFAR-10 config runs
+// without the CIFAR-10 files, which without it are a clear error naming them.
+TEST(Cli, TrainSyntheticRunsAnImageConfigWithoutItsDataset) {
+  const fs::path dir = fs::temp_directory_path() / "precis_cli_synthetic";
+  fs::remove_all(dir);
+  const std::string config = "examples/configs/cifar10-resnet18.yaml";
+  const std::string small =
+      " device=cpu max_steps=1 batch.micro_batch=2 data.image_size=8 eval_interval=0 "
+      "log_interval=1 data.dir=" +
+      (dir / "no-cifar").string() + " out_dir=";
+  Result synthetic = run("train " + config + " --synthetic" + small + (dir / "synthetic").string());
+  ASSERT_EQ(synthetic.exit_code, 0) << synthetic.output;
+  EXPECT_NE(synthetic.output.find("(synthetic)"), std::string::npos) << synthetic.output;
+  EXPECT_NE(synthetic.output.find("step 1/1"), std::string::npos) << synthetic.output;
+  Result without = run("train " + config + small + (dir / "cifar").string());
+  EXPECT_EQ(without.exit_code, 1) << without.output;
+  EXPECT_NE(without.output.find("data_batch_1.bin"), std::string::npos) << without.output;
+}
+
 TEST(Cli, SweepRunsCustomPolicyStringsAndSaysWhatWasNotEvaluated) {
   fs::path dir = write_tiny_config("sweep_custom");
   Result r = run("sweep " + (dir / "tiny.yaml").string() +
