@@ -51,7 +51,11 @@ run() {  # model image batch precision layout mode
     failed=1
     return
   fi
-  table+=$'\n'"| $1 | $2 | $3 | $4 | $5 | $6 | $(field images_per_s "$result") | $(printf %.2f "$(field ms_per_step "$result")") | $(printf %.2f "$(field peak_gib "$result")") |"
+  # The peak over the measured steps, as PyTorch's script reads its own (max_memory_allocated
+  # after a reset at the end of the warm-up); the run's peak from its start is in the log.
+  local peak
+  peak=$(field measured_peak_gib "$result")
+  table+=$'\n'"| $1 | $2 | $3 | $4 | $5 | $6 | $(field images_per_s "$result") | $(printf %.2f "$(field ms_per_step "$result")") | $(printf %.3f "${peak:-$(field peak_gib "$result")}") |"
   echo "${table##*$'\n'}" >>"$OUT_DIR/rows.md"  # each row as it comes (a run cut short keeps them)
 }
 # PyTorch with the same settings: model image batch precision layout and eager, compile (the
@@ -73,7 +77,7 @@ torch_run() {
     echo "torch $1 $4 $5 $6 failed:"; tail -5 "$log"
     return
   fi
-  table+=$'\n'"| torch $1 | $2 | $3 | $4 | $5 | $6 | $(field images_per_s "$result") | $(printf %.2f "$(field ms_per_step "$result")") | $(printf %.2f "$(field peak_gib "$result")") |"
+  table+=$'\n'"| torch $1 | $2 | $3 | $4 | $5 | $6 | $(field images_per_s "$result") | $(printf %.2f "$(field ms_per_step "$result")") | $(printf %.3f "$(field peak_gib "$result")") |"
   echo "${table##*$'\n'}" >>"$OUT_DIR/rows.md"
 }
 EXTRA=("$@")
@@ -97,9 +101,19 @@ images_per_s() {  # row prefix ("| resnet18 |" or "| torch resnet18 |"), mode (a
   awk -F'|' -v who="$1" -v mode="$2" '$2 == " " who " " && $5 == " bf16 " && $6 == " channels-last " &&
     $7 ~ "^ " mode " $" && $8 + 0 > best { best = $8 + 0 } END { if (best) print best }' <<<"$table"
 }
+# The memory bar: the peak of Precis bf16 channels-last with graphs against PyTorch eager's, per
+# model (torch.compile reduce-overhead's leaves its graph pool out of max_memory_allocated).
+peak_gib() {  # row prefix, mode: that row's peak column
+  awk -F'|' -v who="$1" -v mode="$2" '$2 == " " who " " && $5 == " bf16 " && $6 == " channels-last " &&
+    $7 == " " mode " " { print $10 + 0; exit }' <<<"$table"
+}
 for model in resnet18 resnet50; do
   ours=$(images_per_s "$model" graphs) theirs=$(images_per_s "torch $model" "compile(-[a-z-]+)?")
   if [ -n "$ours" ] && [ -n "$theirs" ]; then
     echo "$model bf16 channels-last: Precis graphs / torch.compile (its best mode) = $(awk -v a="$ours" -v b="$theirs" 'BEGIN { printf "%.3f", a / b }')x"
+  fi
+  ours=$(peak_gib "$model" graphs) theirs=$(peak_gib "torch $model" eager)
+  if [ -n "$ours" ] && [ -n "$theirs" ]; then
+    echo "$model bf16 channels-last: peak over the measured steps, Precis graphs $ours GiB, PyTorch eager $theirs GiB ($(awk -v a="$ours" -v b="$theirs" 'BEGIN { print (a <= b) ? "at most PyTorch'"'"'s" : "over PyTorch'"'"'s" }'))"
   fi
 done

@@ -175,7 +175,9 @@ void print_figures(const BenchOptions& b, train::Trainer& trainer, const train::
                                " TFLOP/s peak for " + dtype_name(trainer.policy().compute_dtype)
                          : std::string("n/a (no peak figure for the CPU)"))
             << "\n"
-            << "peak memory  " << format("%.2f", peak_gib) << " GiB\n"
+            << "peak memory  " << format("%.2f", peak_gib) << " GiB; "
+            << format("%.2f", static_cast<double>(s.peak_memory_bytes) / (1ull << 30))
+            << " GiB over the measured steps\n"
             << "metrics      " << trainer.config().out_dir << "/metrics.jsonl\n";
 
   std::string record =
@@ -187,6 +189,7 @@ void print_figures(const BenchOptions& b, train::Trainer& trainer, const train::
       " ms_per_step=" + format("%.3f", s.ms_per_step) + " tflops=" + format("%.2f", tflops) +
       " mfu=" + (peak > 0 ? format("%.4f", tflops / peak) : "n/a") + " peak_gib=" + format("%.3f", peak_gib) +
       " peak_bytes=" + std::to_string(trainer.peak_memory_bytes()) +
+      " measured_peak_bytes=" + std::to_string(s.peak_memory_bytes) +
       " optimizer_state_bytes=" + std::to_string(trainer.optimizer().state_bytes());
   for (const auto& [name, ms] : s.phase_ms) record += " " + name + "_ms=" + format("%.3f", ms);
   std::cout << record << std::endl;

@@ -125,15 +125,17 @@ void print_resnet_figures(const ResnetBenchOptions& b, train::Trainer& trainer, 
             << "images/s     " << format("%.0f", images_per_s) << "\n"
             << "ms/step      " << format("%.2f", s.ms_per_step) << "\n";
   print_phases(s);
-  std::cout << "peak memory  " << format("%.2f", peak_gib) << " GiB\n"
+  const double measured_gib = static_cast<double>(s.peak_memory_bytes) / (1ull << 30);
+  std::cout << "peak memory  " << format("%.3f", peak_gib) << " GiB; " << format("%.3f", measured_gib)
+            << " GiB over the measured steps (as PyTorch's max_memory_allocated after a reset)\n"
             << "metrics      " << trainer.config().out_dir << "/metrics.jsonl\n";
-  std::string record = "result: bench=resnet model=" + b.model + " device=" + device.str() +
-                       " precision=" + b.precision + " channels_last=" + (channels_last ? "true" : "false") +
-                       " cuda_graphs=" + (b.cuda_graphs ? "true" : "false") + " ranks=" + std::to_string(ranks) +
-                       " batch=" + std::to_string(b.batch) + " image=" + std::to_string(b.image) +
-                       " steps=" + std::to_string(s.steps) + " warmup=" + std::to_string(b.warmup) +
-                       " images_per_s=" + format("%.0f", images_per_s) +
-                       " ms_per_step=" + format("%.3f", s.ms_per_step) + " peak_gib=" + format("%.3f", peak_gib);
+  std::string record =
+      "result: bench=resnet model=" + b.model + " device=" + device.str() + " precision=" + b.precision +
+      " channels_last=" + (channels_last ? "true" : "false") + " cuda_graphs=" + (b.cuda_graphs ? "true" : "false") +
+      " ranks=" + std::to_string(ranks) + " batch=" + std::to_string(b.batch) + " image=" + std::to_string(b.image) +
+      " steps=" + std::to_string(s.steps) + " warmup=" + std::to_string(b.warmup) +
+      " images_per_s=" + format("%.0f", images_per_s) + " ms_per_step=" + format("%.3f", s.ms_per_step) +
+      " peak_gib=" + format("%.3f", peak_gib) + " measured_peak_gib=" + format("%.3f", measured_gib);
   if (device.is_cuda())  // which cuDNN API ran the convolutions (PRECIS_CUDNN_CONV)
     record += std::string(" cudnn_conv=") + (ops::cudnn_conv_api() == ops::CudnnConvApi::graph ? "graph" : "legacy");
   for (const auto& [name, ms] : s.phase_ms) record += " " + name + "_ms=" + format("%.3f", ms);

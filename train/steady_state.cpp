@@ -15,6 +15,7 @@ SteadyState steady_state(const std::vector<StepReport>& reports, int64_t from_st
     if (!measured || steps <= 0) continue;
     out.steps += steps;
     total_ms += r.ms * static_cast<double>(steps);
+    out.peak_memory_bytes = std::max(out.peak_memory_bytes, r.interval_peak_memory_bytes);
     for (const auto& [name, ms] : r.phase_ms) {
       auto slot =
           std::find_if(out.phase_ms.begin(), out.phase_ms.end(), [&](const auto& p) { return p.first == name; });

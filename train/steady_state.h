@@ -16,6 +16,7 @@ struct SteadyState {
   int64_t steps = 0;                                     // steps measured
   double ms_per_step = 0;                                // mean wall time per step
   std::vector<std::pair<std::string, double>> phase_ms;  // mean per step, in first-seen order
+  int64_t peak_memory_bytes = 0;  // the most allocated during the measured intervals (their own peaks)
 };
 
 // Merges the intervals of `reports` (in step order) that begin at or after

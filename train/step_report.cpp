@@ -93,6 +93,7 @@ Json StepReport::json() const {
   if (tflops) j["tflops"] = *tflops;
   if (mfu) j["mfu"] = *mfu;
   if (peak_memory_bytes > 0) j["peak_memory_bytes"] = peak_memory_bytes;
+  if (interval_peak_memory_bytes > 0) j["interval_peak_memory_bytes"] = interval_peak_memory_bytes;
   if (reserved_memory_bytes > 0) {
     j["reserved_memory_bytes"] = reserved_memory_bytes;
     j["allocator_system_allocs"] = system_allocs;

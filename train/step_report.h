@@ -24,11 +24,12 @@ struct StepReport {
   std::string item_unit = "tok";                         // "tok" (metrics key tokens_per_s) or "img" (images_per_s)
   std::vector<std::pair<std::string, double>> phase_ms;  // mean per step
   std::optional<double> val_loss;
-  std::optional<double> accuracy;      // classification: of the step's last micro-batch
-  std::optional<double> val_accuracy;  // classification: on the validation batches
-  std::optional<double> tflops;        // achieved, from the model's FLOP count
-  std::optional<double> mfu;           // fraction of the device's peak
-  int64_t peak_memory_bytes = 0;
+  std::optional<double> accuracy;          // classification: of the step's last micro-batch
+  std::optional<double> val_accuracy;      // classification: on the validation batches
+  std::optional<double> tflops;            // achieved, from the model's FLOP count
+  std::optional<double> mfu;               // fraction of the device's peak
+  int64_t peak_memory_bytes = 0;           // the most memory allocated since training began
+  int64_t interval_peak_memory_bytes = 0;  // the most allocated during this interval's steps
   // The device allocator's statistics (the log's, metrics.jsonl): bytes held from the system
   // now (reserved - allocated is its cache), and allocations from / returns to the system so far.
   int64_t reserved_memory_bytes = 0;

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -522,8 +523,10 @@ void Trainer::finish_numerics(const std::vector<Tensor>& params_before) {
 }
 
 int64_t Trainer::peak_memory_bytes() const {
-  // The registered buffers live from setup to the end, so they add to every peak.
-  return static_cast<int64_t>(allocator_for(device_).stats().peak_bytes) + registered_bytes_;
+  // The registered buffers live from setup to the end, so they add to every peak. The
+  // allocator's own peak restarts at each log line (the interval's peak, in the report).
+  return std::max(peak_before_interval_,
+                  static_cast<int64_t>(allocator_for(device_).stats().peak_bytes) + registered_bytes_);
 }
 
 double Trainer::evaluate() {
@@ -641,6 +644,11 @@ void Trainer::log_interval(double loss, double grad_norm, double lr, double inte
   r.skipped_steps = scaler_->skipped_steps();
   r.peak_memory_bytes = peak_memory_bytes();
   const AllocatorStats allocator = allocator_for(device_).stats();
+  // The interval's own peak (what PyTorch's max_memory_allocated gives after a reset at the
+  // interval's start); the next interval's starts from what is live now.
+  r.interval_peak_memory_bytes = static_cast<int64_t>(allocator.peak_bytes) + registered_bytes_;
+  peak_before_interval_ = r.peak_memory_bytes;
+  allocator_for(device_).reset_peak();
   r.reserved_memory_bytes = static_cast<int64_t>(allocator.reserved_bytes) + registered_bytes_;
   r.system_allocs = static_cast<int64_t>(allocator.num_system_allocs);
   r.system_frees = static_cast<int64_t>(allocator.num_system_frees);

@@ -160,7 +160,8 @@ class Trainer {
   int rank_ = 0, world_size_ = 1;
   std::unique_ptr<Task> task_;
   std::shared_ptr<nn::FlatParameters> flat_;
-  int64_t registered_bytes_ = 0;  // of flat_'s buffers in the group's registered memory (ZeRO-1 on NCCL)
+  int64_t registered_bytes_ = 0;      // of flat_'s buffers in the group's registered memory (ZeRO-1 on NCCL)
+  int64_t peak_before_interval_ = 0;  // the most memory any earlier log interval held (with registered_bytes_)
   std::unique_ptr<optim::Optimizer> optimizer_;
   // optimizer.writes_weight_casts: each floating flat buffer's cast to the compute dtype, which
   // the optimizer writes as it updates the weights (none when off, without autocast, or under

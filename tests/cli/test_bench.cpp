@@ -4,12 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <sstream>
 
+#include "core/json.h"
 #include "support/cli.h"
 
 namespace fs = std::filesystem;
+using precis::Json;
 using precis::testing::run_cli;
 
 namespace {
@@ -98,6 +101,15 @@ TEST(Bench, ResnetOnTheCpuPrintsImagesPerSecond) {
   const double ms = std::stod(f["ms_per_step"]), images_per_s = std::stod(f["images_per_s"]);
   EXPECT_NEAR(images_per_s, 2 * 1000.0 / ms, 1.0 + 1e-3 * images_per_s);
   EXPECT_GT(std::stod(f["forward_ms"]) + std::stod(f["backward_ms"]), 0);
+  // The measured steps' own peak (PyTorch's reading) is at most the run's; the metrics' rows
+  // carry each interval's.
+  EXPECT_GT(std::stod(f["measured_peak_gib"]), 0);
+  EXPECT_LE(std::stod(f["measured_peak_gib"]), std::stod(f["peak_gib"]));
+  std::ifstream metrics(dir / "metrics.jsonl");
+  std::string row;
+  for (std::string line; std::getline(metrics, line);) row = line;
+  const Json last = Json::parse(row);
+  EXPECT_LE(last.at("interval_peak_memory_bytes").as_int(), last.at("peak_memory_bytes").as_int());
   EXPECT_FALSE(fs::exists(dir / "checkpoints")) << "the benchmark writes no checkpoint";
   auto bad = run_cli("bench resnet --model vgg16");
   EXPECT_EQ(bad.exit_code, 1);

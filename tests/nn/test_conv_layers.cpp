@@ -86,9 +86,7 @@ TEST(PoolAndFlattenModules, ShapesAndLogicalOrder) {
 TEST(PoolAndFlattenModules, FlattenGradientMatchesFiniteDifferences) {
   for (const auto format : {ops::MemoryFormat::contiguous, ops::MemoryFormat::channels_last}) {
     precis::testing::expect_gradients_match(
-        [format](const std::vector<Tensor>& in) {
-          return nn::Flatten().forward(ops::to_memory_format(in[0], format));
-        },
+        [format](const std::vector<Tensor>& in) { return nn::Flatten().forward(ops::to_memory_format(in[0], format)); },
         {precis::testing::random_f64({2, 3, 4, 5}, 17)});
   }
 }

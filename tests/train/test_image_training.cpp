@@ -238,9 +238,9 @@ TEST(ImageTraining, EveryPrecisionPolicyTrainsAndEvaluates) {
 // scaler skipped that step (metrics.jsonl).
 TEST(ImageTraining, TheNumericsReportCoversAConvolutionalNetwork) {
   const fs::path dir = fresh_dir("numerics");
-  train::Trainer trainer(train::parse_config(kTinyResNet, {"out_dir=" + dir.string(), "max_steps=2", "log_interval=1",
-                                                           "precision=fp16", "precision.report=true",
-                                                           "precision.report_interval=1"}));
+  train::Trainer trainer(
+      train::parse_config(kTinyResNet, {"out_dir=" + dir.string(), "max_steps=2", "log_interval=1", "precision=fp16",
+                                        "precision.report=true", "precision.report_interval=1"}));
   trainer.run();
   std::map<std::string, int64_t> activations, act_grads;
   int64_t gradient_rows = 0, gradient_count = 0;
@@ -260,9 +260,11 @@ TEST(ImageTraining, TheNumericsReportCoversAConvolutionalNetwork) {
     }
   }
   // 8 images of 8x8: the stem and layer1 64 channels at 8x8, then half the cells, twice the channels.
-  const std::map<std::string, int64_t> expected = {
-      {"stem", 8 * 64 * 64}, {"layer1", 8 * 64 * 64}, {"layer2", 8 * 128 * 16}, {"layer3", 8 * 256 * 4},
-      {"layer4", 8 * 512 * 1}};
+  const std::map<std::string, int64_t> expected = {{"stem", 8 * 64 * 64},
+                                                   {"layer1", 8 * 64 * 64},
+                                                   {"layer2", 8 * 128 * 16},
+                                                   {"layer3", 8 * 256 * 4},
+                                                   {"layer4", 8 * 512 * 1}};
   EXPECT_EQ(activations, expected);
   EXPECT_EQ(act_grads, expected);
   int64_t parameters = 0;

@@ -29,6 +29,16 @@ TEST(SteadyState, WeightsIntervalsByStepsAndSkipsWarmup) {
   EXPECT_DOUBLE_EQ(s.phase_ms[1].second, (5 * 2.0 + 2 * 4.0) / 7);
 }
 
+TEST(SteadyState, ThePeakIsTheMeasuredIntervalsOwn) {
+  // The warm-up's peak (the algorithm searches' workspaces, say) is not the measured steps'.
+  std::vector<train::StepReport> reports = {interval(5, 500, 400, 50), interval(10, 10, 6, 2), interval(12, 20, 12, 4)};
+  reports[0].interval_peak_memory_bytes = 900;
+  reports[1].interval_peak_memory_bytes = 300;
+  reports[2].interval_peak_memory_bytes = 320;
+  EXPECT_EQ(train::steady_state(reports, 5).peak_memory_bytes, 320);
+  EXPECT_EQ(train::steady_state(reports, 0).peak_memory_bytes, 900);
+}
+
 TEST(SteadyState, WithoutWarmupEverythingCountsAndNothingMeasuredIsEmpty) {
   std::vector<train::StepReport> reports = {interval(3, 30, 1, 1)};
   EXPECT_EQ(train::steady_state(reports, 0).steps, 3);
