@@ -61,7 +61,8 @@ __global__ void __launch_bounds__(kBlockSize)
   constexpr int kTaps = 9 * CIN;
   extern __shared__ float4 filter4[];  // [kTaps][K / 4]
   float* filter = reinterpret_cast<float*>(filter4);
-  for (int e = threadIdx.x; e < kTaps * K; e += blockDim.x) filter[e % kTaps * K + e / kTaps] = convert_to<float>(w[e]);
+  // In the order of shared memory (consecutive threads, consecutive banks); w is KRSC, [k][tap].
+  for (int d = threadIdx.x; d < kTaps * K; d += blockDim.x) filter[d] = convert_to<float>(w[d % K * kTaps + d / K]);
   __syncthreads();
   const int64_t pixels = static_cast<int64_t>(N) * H * W;
   const int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
