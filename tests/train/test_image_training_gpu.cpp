@@ -102,22 +102,10 @@ TEST(ImageCpuGpuTraining, Fp32LossesAgreeOver20StepsOfFreshBatches) {
   for (const std::string device : {"cpu", "cuda"}) {
     const fs::path dir = fs::temp_directory_path() / ("precis_image_cpu_gpu_mnist_" + device);
     fs::remove_all(dir);
-    train::Trainer trainer(train::parse_config(R"(
-task: image_classification
-model: {name: resnet18, cifar_stem: true}
-data: {dataset: mnist, order: random}
-optimizer: {name: sgd, lr: 0.01, momentum: 0.9, weight_decay: 5.0e-4, grad_clip: 0.0}
-schedule: {kind: constant}
-batch: {micro_batch: 16, grad_accum: 2}
-max_steps: 20
-eval_interval: 0
-log_interval: 5
-checkpoint: {save_final: false}
-precision: fp32
-channels_last: false
-threads: 8
-)",
-                                               {"out_dir=" + dir.string(), "device=" + device}));
+    // tiny_resnet_run's model and optimizer, on MNIST.
+    train::Trainer trainer(precis::testing::tiny_resnet_run(
+        dir, {"device=" + device, "data.dataset=mnist", "data.order=random", "optimizer.lr=0.01", "max_steps=20",
+              "log_interval=5", "precision=fp32", "channels_last=false", "threads=8"}));
     trainer.run();
     losses.push_back(trainer.losses());
   }
