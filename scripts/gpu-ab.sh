@@ -11,6 +11,8 @@
 #   VARIANTS="new:X=1 old:PRECIS_PDL=0"   name:VAR=value[,VAR=value] each (X=1: no setting)
 #   PRECS="bf16-pure bf16"                 precisions benched with --cuda-graphs (default bf16-pure)
 #   SETTINGS="precision.grad_dtype=bfloat16"  config settings added to every bench run
+#   SETTINGS_bf16_pure="..."               settings added to one precision's runs only (its name with
+#                                          '-' as '_'): bf16 gradients are refused for bf16's f32 parameters
 #   ROUNDS="1 2"                           rounds of all variants (default "1 2")
 #   EAGER_VARIANTS="new:X=1"               variants also benched eagerly (bf16-pure)
 #   TRACE_VARIANTS="new:X=1"               variants of which one bf16-pure step is traced
@@ -60,6 +62,12 @@ if [ -n "${FULL_BUILD:-}" ]; then
   echo "full build rc=$? at $((SECONDS - T0))s"
 fi
 
+# The settings of one precision (SETTINGS_<precision, '-' as '_'>), or nothing.
+precision_settings() {
+  local variable="SETTINGS_${1//-/_}"
+  echo "${!variable:-}"
+}
+
 # One bench run: name, settings, precision, extra options; prints the result's key figures.
 run_variant() {
   local name=$1 precision=$3 log settings bin=./build-ab/precis
@@ -69,7 +77,8 @@ run_variant() {
   log="$O/bench-$name-$precision-$ROUND.log"
   # A hung run (a replayed graph that never ends) costs its own RUN_TIMEOUT_S, not the call.
   timeout "${RUN_TIMEOUT_S:-240}" env "${settings[@]}" "$bin" bench gpt2 --preset gpt2 --batch 16 --seq 1024 \
-    --precision "$precision" --steps 20 --warmup 5 --device cuda --out "$O/run-$name" "$@" ${SETTINGS:-} >"$log" 2>&1
+    --precision "$precision" --steps 20 --warmup 5 --device cuda --out "$O/run-$name" "$@" ${SETTINGS:-} \
+    $(precision_settings "$precision") >"$log" 2>&1
   echo "$ROUND $name $precision: $(grep '^result:' "$log" | tail -1 | tr ' ' '\n' |
     grep -E 'tokens_per_s|ms_per_step|graph_ms|forward_ms|backward_ms' | tr '\n' ' ')$(
     tail -1 "$O/run-$name/metrics.jsonl" 2>/dev/null | grep -oE '"loss":[0-9.e+-]+')"
@@ -88,7 +97,8 @@ for v in ${TRACE_VARIANTS:-}; do
   name=${v%%:*}
   IFS=',' read -ra settings <<<"${v#*:}"
   env "${settings[@]}" ./build-ab/precis bench gpt2 --precision bf16-pure --steps 3 --warmup 3 \
-    --device cuda --trace "$O/trace-$name.json" --out "$O/trace-run-$name" ${SETTINGS:-} >"$O/trace-$name.log" 2>&1
+    --device cuda --trace "$O/trace-$name.json" --out "$O/trace-run-$name" ${SETTINGS:-} \
+    $(precision_settings bf16-pure) >"$O/trace-$name.log" 2>&1
   echo "trace $name: $(grep -E 'kernel launches' "$O/trace-$name.log")"
 done
 if [ -n "${CTEST:-}" ]; then
