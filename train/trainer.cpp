@@ -7,6 +7,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <limits>
@@ -322,6 +323,21 @@ std::string Trainer::graph_fallback_reason() const {
 }
 
 namespace {
+
+// Fault injection for the tests of the fault watchdog (docs/distributed.md, "Faults"):
+// PRECIS_FAULT_STOP=RANK:STEP makes that rank stop itself (SIGSTOP, as a hung process
+// would: alive, holding its connections, answering nothing) as it begins that step, so the
+// others' collectives wait on it mid-training. Unset in any real run.
+void stop_if_asked(int rank, int64_t step) {
+  static const char* setting = std::getenv("PRECIS_FAULT_STOP");
+  if (setting == nullptr) return;
+  int asked_rank = -1;
+  long long asked_step = -1;
+  if (std::sscanf(setting, "%d:%lld", &asked_rank, &asked_step) == 2 && asked_rank == rank && asked_step == step) {
+    std::cerr << "PRECIS_FAULT_STOP: rank " << rank << " stops itself at step " << step << std::endl;
+    std::raise(SIGSTOP);
+  }
+}
 
 // A profiler phase, or nothing without a profiler (work recorded into a CUDA graph cannot be timed).
 class MaybePhase {
@@ -717,6 +733,7 @@ void Trainer::run() {
   const ProfileConfig& profile = config_.profile;
   bool tracing = false;  // from profile.trace_step on (a run resumed past it traces nothing)
   while (step_ < config_.max_steps) {
+    stop_if_asked(rank_, step_ + 1);
     reporting_ = report_due() && is_main();  // the report is printed and written by rank 0
     if (step_trace_ && step_ + 1 == profile.trace_step) {
       step_trace_->begin(profiler_);

@@ -1,6 +1,7 @@
 // `mpirun -np 2 precis train CONFIG` end to end on the CPU (MPI backend): it trains,
 // rank 0 alone prints the log, and the data-parallel header says so; a rank that
-// fails alone makes the other exit with an error within distributed.timeout_s. A torchrun-style
+// fails alone at the start, or hangs mid-training, makes the other exit with an error naming
+// it within distributed.timeout_s. A torchrun-style
 // launch of a CPU run is a clear error (the MPI backend needs an MPI launcher).
 #include <gtest/gtest.h>
 
@@ -61,6 +62,29 @@ TEST(TrainMpirun, ARankThatDiesMakesTheOtherExitWithinTheTimeout) {
   EXPECT_NE(r.output.find("mpi: rank 0 of 2: all_gather #1 did not complete within 2 s"), std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("Rank 1 did not answer within 5 s: it died"), std::string::npos) << r.output;
+#endif
+}
+
+TEST(TrainMpirun, ARankThatHangsMidTrainingMakesTheOtherExitNamingIt) {
+#ifndef PRECIS_MPIEXEC
+  GTEST_SKIP() << "this build has no MPI (cmake found none), so there is no mpirun to launch with";
+#else
+  fs::path dir = write_tiny_config("mpirun_hang");
+  // Rank 1 stops itself (SIGSTOP: alive, answering nothing) as it begins step 3 of 20
+  // (PRECIS_FAULT_STOP), after two steps of collectives with rank 0.
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run_command(
+      "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 "
+      "PRECIS_FAULT_STOP=1:3 " +
+      std::string(PRECIS_MPIEXEC) + " --oversubscribe -np 2 " + PRECIS_CLI_PATH + " train " +
+      (dir / "tiny.yaml").string() + " distributed.timeout_s=2 max_steps=20");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_LT(seconds, 25.0) << "2 s of timeout, 5 s for the other ranks' answers, 5 s before the job is ended";
+  EXPECT_NE(r.output.find("step  2/20"), std::string::npos) << "the ranks trained together first:\n" << r.output;
+  EXPECT_NE(r.output.find("PRECIS_FAULT_STOP: rank 1 stops itself at step 3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("did not complete within 2 s"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Rank 1 did not answer within 5 s"), std::string::npos) << r.output;
 #endif
 }
 
