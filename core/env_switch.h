@@ -1,6 +1,7 @@
-// An experimental on/off switch of the process (a kernel kept off by default until it is
-// measured): set() fixes it; until then the environment variable it names is read once, "1"
-// turning it on and anything else, or nothing, leaving it off. Safe to read from any thread.
+// An on/off switch of the process (a kernel kept off by default until it is measured, or one
+// measured and on by default): set() fixes it; until then the environment variable it names is
+// read once, "1" turning it on and anything else off, and an unset variable leaving the default.
+// Safe to read from any thread.
 #pragma once
 
 #include <atomic>
@@ -11,7 +12,8 @@ namespace precis {
 
 class EnvSwitch {
  public:
-  explicit constexpr EnvSwitch(const char* variable) : variable_(variable) {}
+  explicit constexpr EnvSwitch(const char* variable, bool default_on = false)
+      : variable_(variable), default_on_(default_on) {}
 
   void set(bool on) { state_.store(on ? 1 : 0); }
 
@@ -20,7 +22,8 @@ class EnvSwitch {
     if (state < 0) {
       const char* setting = std::getenv(variable_);
       int unset = -1;
-      state_.compare_exchange_strong(unset, setting != nullptr && std::strcmp(setting, "1") == 0 ? 1 : 0);
+      const bool on_now = setting == nullptr ? default_on_ : std::strcmp(setting, "1") == 0;
+      state_.compare_exchange_strong(unset, on_now ? 1 : 0);
       state = state_.load();
     }
     return state == 1;
@@ -28,6 +31,7 @@ class EnvSwitch {
 
  private:
   const char* variable_;
+  bool default_on_;
   std::atomic<int> state_{-1};  // 0 or 1, -1 until set or read from the environment
 };
 

@@ -60,7 +60,7 @@ constexpr const char* kOp = "conv2d";
 std::atomic<bool> g_cudnn_benchmark{true};
 std::atomic<int> g_cudnn_conv_api{-1};     // a CudnnConvApi, -1 until set or read from the environment
 std::atomic<int> g_conv_wgrad_stream{-1};  // 0 or 1, -1 until set or read from the environment
-EnvSwitch g_small_cin_conv("PRECIS_EXP_SMALL_CIN_CONV");
+EnvSwitch g_small_cin_conv("PRECIS_SMALL_CIN_CONV", /*default_on=*/true);
 
 struct Geometry {
   int64_t N, Cin, H, W, Cout, kH, kW, OH, OW, groups;

@@ -61,10 +61,10 @@ void set_conv_wgrad_stream(bool on);
 bool conv_wgrad_stream();
 
 // Whether a channels-last 3x3 convolution (stride 1, padding 1) of an image of 2 to 4 channels,
-// a network's first (ResNet's CIFAR stem), runs its forward and weight gradient in kernels of
-// ours (ops/cuda/conv_small_cin.cu) instead of cuDNN's, which pads the image to 8 channels
-// first. Experimental: off until measured on a GPU; until set, the environment's
-// PRECIS_EXP_SMALL_CIN_CONV=1 turns it on (read once).
+// a network's first (ResNet's CIFAR stem), runs its forward and weight gradient as an im2col
+// and cuBLASLt products (ops/cuda/conv_small_cin.cu) instead of cuDNN's call, which pads the
+// image to 8 channels first (measured in bench/NOTES.md). On by default; until set,
+// the environment's PRECIS_SMALL_CIN_CONV=0 turns it off (read once).
 void set_small_cin_conv(bool on);
 bool small_cin_conv();
 

@@ -1,6 +1,6 @@
 // A network's first convolution on the GPU: 3x3, stride 1, padding 1, over an image of 2 to 4
-// channels (RGB: ResNet's CIFAR stem), channels-last, by kernels of ours instead of cuDNN's
-// (ops/cuda/conv_small_cin.cu says why and how). Include only from ops/cuda/*.cu files.
+// channels (RGB: ResNet's CIFAR stem), channels-last, as an im2col of ours and cuBLASLt products
+// instead of cuDNN's call (ops/cuda/conv_small_cin.cu says why and how). Include only from ops/cuda/*.cu files.
 #pragma once
 
 #include <initializer_list>
@@ -11,7 +11,7 @@
 namespace precis::ops::cuda {
 
 // Whether the kernels here take the problem: ops::small_cin_conv() on; channels-last; f32,
-// f16 or bf16; 2 to 4 input channels, 8 to 128 output channels (a power of two), one group, a
+// f16 or bf16; 2 to 4 input channels, output channels a multiple of 8, one group, a
 // 3x3 filter with stride 1, padding 1 and dilation 1; every buffer 16-byte aligned.
 bool small_cin_conv_applies(const Conv2dShapes& s, MemoryFormat format, DType dtype,
                             std::initializer_list<const Tensor*> buffers);

@@ -1,8 +1,9 @@
-// The small-channel convolution kernels (ops::set_small_cin_conv, ops/cuda/conv_small_cin.cu:
-// a 3x3, stride 1, padding 1 convolution of a 1- to 4-channel channels-last image) against the
-// CPU: the output and the weight's gradient for f32, f16 and bf16, 2, 3 and 4 input
-// channels, 8, 64 and 128 output channels, odd image sizes (the padding's edges) and a batch
-// whose weight gradient spans many blocks with a partial last tile; the input's gradient comes
+// The small-channel convolution path (ops::set_small_cin_conv, ops/cuda/conv_small_cin.cu: a
+// 3x3, stride 1, padding 1 convolution of a 2- to 4-channel channels-last image as an im2col and
+// cuBLASLt products) against the CPU: the output and the weight's gradient for f32, f16 and
+// bf16, 2, 3 and 4 input channels, 8, 24, 64 and 128 output channels, odd image sizes (the
+// padding's edges) and a batch whose weight gradient spans many chunks with a partial last one
+// (one batched product and one more); the input's gradient comes
 // from cuDNN as before. ops::cuda::small_cin_conv_runs() shows the kernels ran (no silent
 // cuDNN), and NCHW, 1-channel images (NCHW too), 5x5 filters, strides and 8 input channels
 // are left to cuDNN. Skipped, with
@@ -30,10 +31,11 @@ using precis::testing::random_f64;
 #if PRECIS_WITH_CUDA
 namespace {
 
-// The kernels on for the scope, off (the default) after it.
+// The path on for the scope (it is by default, unless PRECIS_SMALL_CIN_CONV=0), as before after it.
 struct SmallCinConv {
+  bool before = ops::small_cin_conv();
   SmallCinConv() { ops::set_small_cin_conv(true); }
-  ~SmallCinConv() { ops::set_small_cin_conv(false); }
+  ~SmallCinConv() { ops::set_small_cin_conv(before); }
 };
 
 // conv2d of a channels-last x with w, as ResNet's CIFAR stem calls it.
@@ -67,7 +69,8 @@ TEST(SmallCinConvGpu, ForwardAndWeightGradientMatchTheCpu) {
     // ResNet's stem at a batch whose weight gradient spans many blocks, the last tile partial.
     expect_matches_cpu({37, 3, 16, 16}, 64, dtype, seed += 2, kStem, "the CIFAR stem, 37 x 16 x 16");
     expect_matches_cpu({4, 3, 6, 6}, 128, dtype, seed += 2, kStem, "3 -> 128");
-    expected += 4;
+    expect_matches_cpu({2, 3, 5, 5}, 24, dtype, seed += 2, kStem, "3 -> 24");
+    expected += 6;
   }
   EXPECT_EQ(ops::cuda::small_cin_conv_runs() - before, expected) << "convolutions left to cuDNN";
 }
