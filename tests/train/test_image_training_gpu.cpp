@@ -93,29 +93,38 @@ TEST(ImageCpuGpuTraining, Fp32LossesAndStateAgree) {
 }
 
 // The same model on fresh batches, where nothing is memorised: ResNet-18 (CIFAR stem) on
-// shuffled MNIST, 20 steps of 2 x 16 images, SGD with momentum at a rate that keeps the steps
-// stable (0.05 threw the loss from 2.4 to 5.7 and back on the CPU; at 0.01 the two devices
-// drifted apart from step 11 on, 3% by step 20; at 0.003 the CPU's mean loss still falls 10%
-// from the first five steps to the last five). Every step's loss
-// agrees to 1e-2 (relative) between the CPU and the GPU in fp32, and the run learns.
+// shuffled MNIST, 20 steps of 2 x 16 images, SGD with momentum at 0.003 (0.05 threw the loss
+// from 2.4 to 5.7 and back on the CPU). Such training is chaotic: a change of summation order
+// alone grows step by step. Measured on the CPU (bench/NOTES.md, seventeenth session), 1 and 2
+// threads agree bit for bit for 3 steps, then differ by 4e-5 at step 4, 6e-3 at step 9, 1.3e-2
+// at 14 and 2.7e-2 at 20; the GPU (other kernels, other orders) differed from the CPU by 1-2%
+// from step 10 on, at 0.01 as at 0.003. So a fixed tolerance is either loose early or fails
+// late. The bound here is the CPU's own spread: each step's GPU loss is within
+// max(1e-3, 4 x the largest relative 1- vs 2-thread difference up to that step) of the
+// 2-thread CPU's. A wrong GPU kernel shows in the first steps, where both CPU runs agree bit
+// for bit and the bound is 1e-3; and the run learns.
 TEST(ImageCpuGpuTraining, Fp32LossesAgreeOver20StepsOfFreshBatches) {
   PRECIS_SKIP_WITHOUT_GPU();
-  std::vector<std::vector<double>> losses;
-  for (const std::string device : {"cpu", "cuda"}) {
-    const fs::path dir = fs::temp_directory_path() / ("precis_image_cpu_gpu_mnist_" + device);
+  auto losses_of = [](const std::string& device, const std::string& threads) {
+    const fs::path dir = fs::temp_directory_path() / ("precis_image_cpu_gpu_mnist_" + device + threads);
     fs::remove_all(dir);
     // tiny_resnet_run's model and optimizer, on MNIST.
     train::Trainer trainer(precis::testing::tiny_resnet_run(
         dir, {"device=" + device, "data.dataset=mnist", "data.order=random", "optimizer.lr=0.003", "max_steps=20",
-              "log_interval=5", "precision=fp32", "channels_last=false", "threads=8"}));
+              "log_interval=5", "precision=fp32", "channels_last=false", "threads=" + threads}));
     trainer.run();
-    losses.push_back(trainer.losses());
-  }
-  const std::vector<double>&cpu = losses[0], &gpu = losses[1];
+    return trainer.losses();
+  };
+  const std::vector<double> cpu1 = losses_of("cpu", "1"), cpu = losses_of("cpu", "2"), gpu = losses_of("cuda", "2");
+  ASSERT_EQ(cpu1.size(), 20u);
   ASSERT_EQ(cpu.size(), 20u);
   ASSERT_EQ(gpu.size(), 20u);
-  for (size_t step = 0; step < cpu.size(); ++step)
-    EXPECT_NEAR(gpu[step], cpu[step], 1e-2 * cpu[step]) << "step " << step + 1;
+  double spread = 0;  // the largest relative difference of the two CPU runs so far
+  for (size_t step = 0; step < cpu.size(); ++step) {
+    spread = std::max(spread, std::abs(cpu1[step] - cpu[step]) / cpu[step]);
+    EXPECT_NEAR(gpu[step], cpu[step], std::max(1e-3, 4 * spread) * cpu[step])
+        << "step " << step + 1 << " (the CPU runs' spread so far " << spread << ")";
+  }
   double first = 0, last = 0;
   for (size_t i = 0; i < 5; ++i) first += cpu[i], last += cpu[15 + i];
   EXPECT_LT(last, 0.95 * first) << "the mean loss of the last 5 steps is under that of the first 5";
