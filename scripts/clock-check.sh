@@ -19,21 +19,18 @@ bash scripts/gpu-configure.sh build-gpu >"$OUT/configure.log" 2>&1 || { tail -20
 cmake --build build-gpu -j"$(nproc)" --target precis_cli >"$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -20; exit 1; }
 wait "$llmc_pid" || { tail -5 "$OUT/llmc-build.log"; exit 1; }
 build-gpu/precis tokenize --tokenizer gpt2 assets/tinyshakespeare.txt "$OUT/tinyshakespeare" >/dev/null 2>&1
-fields=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active
-nvidia-smi -i 0 --query-gpu=$fields --format=csv >/dev/null 2>&1 ||
-  fields=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active  # an older driver's name
+source scripts/clock-sampler.sh
 nvidia-smi -i 0 --query-gpu=name,power.limit,clocks.max.sm --format=csv,noheader
 
-# logged NAME COMMAND...: the command on GPU 0 with the card's readings sampled beside it.
+# logged NAME COMMAND...: the command on GPU 0 with the cards' readings sampled beside it.
 logged() {
   local name=$1
   shift
-  nvidia-smi -i 0 --query-gpu=$fields --format=csv,noheader,nounits -lms 100 >"$OUT/$name.csv" &
-  local sampler=$!
+  start_clock_sampler "$OUT/$name.csv"
   sleep 0.5
   CUDA_VISIBLE_DEVICES=0 "$@" >"$OUT/$name.log" 2>&1
   sleep 0.3
-  kill "$sampler"
+  stop_clock_sampler
 }
 names=()
 for ((round = 1; round <= ROUNDS; round++)); do
@@ -44,10 +41,11 @@ for ((round = 1; round <= ROUNDS; round++)); do
   names+=("precis-$round" "llmc-$round")
 done
 OUT=$OUT python3 - "${names[@]}" <<'PY'
-import csv, os, re, statistics, sys
+import os, re, sys
+sys.path.insert(0, "scripts")
+from clock_samples import busy_samples, summary
 out = os.environ["OUT"]
 for name in sys.argv[1:]:
-    busy = [r for r in csv.reader(open(f"{out}/{name}.csv")) if len(r) >= 5 and float(r[2]) > 250]
     log = open(f"{out}/{name}.log").read()
     found = re.search(r"tokens_per_s=(\d+)", log)  # Precis's result line
     if found:
@@ -55,15 +53,5 @@ for name in sys.argv[1:]:
     else:  # llm.c: the mean step time of the steps after the 10 warm-up steps
         steps = [float(ms) for step, ms in re.findall(r"^step\s+(\d+)/\d+ \|.*?\|\s*([\d.]+) ms", log, re.M) if int(step) > 10]
         tps = round(16384 * 1000 * len(steps) / sum(steps)) if steps else 0
-    if not busy:
-        print(f"{name:9s} tok/s {tps:7d}  no busy samples")
-        continue
-    n = len(busy)
-    thirds = [busy[:n // 3], busy[n // 3:2 * n // 3], busy[2 * n // 3:]]
-    mean = lambda rows, i: statistics.mean(float(r[i]) for r in rows) if rows else float("nan")
-    reasons = sorted({r[4].strip() for r in busy})
-    print(f"{name:9s} tok/s {tps:7d}  {n:3d} busy samples  SM {mean(busy, 1):5.0f} MHz (thirds "
-          f"{' '.join(f'{mean(t, 1):.0f}' for t in thirds)})  {mean(busy, 2):4.0f} W (thirds "
-          f"{' '.join(f'{mean(t, 2):.0f}' for t in thirds)})  {float(busy[0][3]):.0f}->{float(busy[-1][3]):.0f} C  "
-          f"reasons {' '.join(reasons)}")
+    print(f"{name:9s} tok/s {tps:7d}  {summary(busy_samples(f'{out}/{name}.csv').get(0, []))}")
 PY

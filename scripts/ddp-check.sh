@@ -3,7 +3,9 @@
 # into build-gpu) and llm.c (scripts/llmc-build.sh, into build-llmc) side by side, runs the
 # distributed GPU tests, then times GPT-2 124M (bf16-pure, B=16, T=1024 per GPU) on 1 and
 # N GPUs for Precis and llm.c in rounds (odd rounds run Precis first, even ones llm.c), and
-# prints a table last, then each round's bars (Precis / llm.c, and Precis's scaling).
+# prints a table last, then each round's bars (Precis / llm.c, and Precis's scaling). Each row
+# says the mean SM clock its cards ran at (scripts/clock-sampler.sh; the samples stay beside the
+# run's log as NAME-Ngpu.clocks.csv): a step slows as the clocks fall.
 #   bash scripts/ddp-check.sh
 # Environment:
 #   NGPUS     GPUs to use (default: all)            ROUNDS   rounds of the main runs (default 2)
@@ -45,6 +47,7 @@ SIZES=${SIZES:-$default_sizes}
 MAIN=${MAIN:-"precision.grad_dtype=bfloat16 cuda_graphs=true"}
 MAIN_MULTI=${MAIN_MULTI:-"precision.grad_dtype=bfloat16 distributed.zero=1 distributed.bucket_mb=1000 distributed.first_bucket_mb=1000 cuda_graphs=true"}
 MPI="mpirun --allow-run-as-root --bind-to none"
+source scripts/clock-sampler.sh
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 nvidia-smi topo -m >"$OUT/topo.txt" 2>&1
@@ -80,6 +83,18 @@ row() {
   rows+=("$1")
   echo "$1" >>"$OUT/rows.txt"
 }
+# The mean SM clock of GPUs $2... over the busy samples of CSV $1 ("1755/1742"): the step slows
+# as the clocks fall, so each row says what its cards ran at (bench/NOTES.md, seventeenth session).
+clocks_of() {
+  python3 scripts/clock_samples.py "$@" | sed -nE 's/.* SM ([0-9]+) MHz.*/\1/p' | paste -sd/ -
+}
+# The GPUs a run takes: CUDA_VISIBLE_DEVICES among its settings $2..., else 0 to $1 - 1.
+gpus_of() {
+  local count=$1 e
+  shift
+  for e in "$@"; do [[ $e == CUDA_VISIBLE_DEVICES=* ]] && { echo "${e#*=}" | tr ',' ' '; return; }; done
+  seq 0 $((count - 1)) | tr '\n' ' '
+}
 # Whether the time is up: the runs come in order of importance, the late ones are left out.
 out_of_time() {
   if (($(date +%s) - start > ${BUDGET_S:-540})); then
@@ -101,7 +116,10 @@ precis_run() {
   local launcher=""
   ((gpus > 1)) && launcher="$MPI -np $gpus"
   local log="$LOGS/$name-${gpus}gpu.log"
+  start_clock_sampler "${log%.log}.clocks.csv"
   env "${envs[@]}" $launcher $BENCH "${settings[@]}" >"$log" 2>&1
+  stop_clock_sampler
+  local clocks=$(clocks_of "${log%.log}.clocks.csv" $(gpus_of "$gpus" "${envs[@]}"))
   local fields
   fields=$(grep -E "^result: " "$log" | tail -1)
   local tps=$(sed -n 's/.* tokens_per_s=\([0-9.]*\).*/\1/p' <<<"$fields")
@@ -117,7 +135,7 @@ precis_run() {
   # The captured step's shape: "one stream", or the forks that slow every kernel of it.
   local shape=$(sed -n 's/^cuda graphs: captured the training step ([0-9]* nodes, \([^)]*\)).*/\1/p' "$log" | head -1)
   [[ -n $tps ]] && tps_of["$name:$gpus"]=$tps
-  row "$(printf "%-28s %6s GPU  %12s tok/s  %s%s%s" "$name" "$gpus" "${tps:-FAILED}" \
+  row "$(printf "%-28s %6s GPU  %12s tok/s  %s%s%s%s" "$name" "$gpus" "${tps:-FAILED}" "${clocks:+SM $clocks MHz  }" \
     "${peak:+peak $peak  }" "${comm:+comm $comm ms, exposed $exposed ms  }" "${shape:+graph: $shape}")"
   [[ -z $tps ]] && tail -5 "$log"
 }
@@ -132,14 +150,17 @@ llmc_run() {
   local log="$LOGS/$name-${gpus}gpu.log"
   # Its validation loader is opened though never run (-v 100000), and it asserts that the shard
   # holds a step's tokens of every rank: the val shard (~33K tokens) is too small for 4 ranks.
+  start_clock_sampler "${log%.log}.clocks.csv"
   $launcher "$llmc" -i "$OUT/tinyshakespeare_train.bin" -j "$OUT/tinyshakespeare_train.bin" -e d12 -o none \
     -b 16 -t 1024 -d $((16 * 1024 * gpus)) -x $((WARMUP + STEPS)) -v 100000 -s 100000 -pn "$gpus" "$@" >"$log" 2>&1
+  stop_clock_sampler
+  local clocks=$(clocks_of "${log%.log}.clocks.csv" $(gpus_of "$gpus"))
   local tps
   tps=$(awk -v w="$WARMUP" -v tok=$((16 * 1024 * gpus)) '
     /^step +[0-9]+\/[0-9]+ \|/ { split($2, s, "/"); if (s[1] + 0 > w) { for (i = 1; i < NF; i++) if ($(i + 1) == "ms") { sum += $i; n++ } } }
     END { if (n) printf "%.0f", tok * 1000.0 * n / sum }' "$log")
   [[ -n $tps ]] && tps_of["$name:$gpus"]=$tps
-  row "$(printf "%-28s %6s GPU  %12s tok/s  (%s)" "$name" "$gpus" "${tps:-FAILED}" "$*")"
+  row "$(printf "%-28s %6s GPU  %12s tok/s  %s(%s)" "$name" "$gpus" "${tps:-FAILED}" "${clocks:+SM $clocks MHz  }" "$*")"
   [[ -z $tps ]] && tail -5 "$log"
 }
 
