@@ -20,8 +20,8 @@ using precis::testing::run_command;
 std::string summed(const std::string& csv_text, const std::string& args = "") {
   const fs::path path = fs::temp_directory_path() / "precis_clock_samples.csv";
   std::ofstream(path) << csv_text;
-  const auto r = run_command("python3 " + std::string(PRECIS_SOURCE_DIR) + "/scripts/clock_samples.py " +
-                             path.string() + args);
+  const auto r =
+      run_command("python3 " + std::string(PRECIS_SOURCE_DIR) + "/scripts/clock_samples.py " + path.string() + args);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return r.output;
 }
@@ -48,8 +48,9 @@ TEST(ClockSamples, AveragesEachGpusBusySamplesWholeAndByThirds) {
 TEST(ClockSamples, NamesOnlyTheGpusAskedForAndReadsAMissingFileAsNoSamples) {
   if (!python_available()) GTEST_SKIP() << "no python3 here; scripts/clock_samples.py needs it";
   const std::string out = summed("0, 1980, 600.0, 40, 0x0\n1, 1900, 650.0, 38, 0x0\n", " 1");
-  EXPECT_EQ(out, "GPU 1: 1 busy samples, SM 1900 MHz (thirds nan nan 1900), 650 W (thirds nan nan 650), 38->38 C, "
-                 "reasons 0x0\n");
+  EXPECT_EQ(out,
+            "GPU 1: 1 busy samples, SM 1900 MHz (thirds nan nan 1900), 650 W (thirds nan nan 650), 38->38 C, "
+            "reasons 0x0\n");
   const auto missing = run_command("python3 " + std::string(PRECIS_SOURCE_DIR) +
                                    "/scripts/clock_samples.py /nonexistent/precis_clocks.csv 0");
   EXPECT_EQ(missing.exit_code, 0) << missing.output;
