@@ -16,6 +16,8 @@
 # TORCH_RUNS="model:image:batch:precision:layout:eager|compile ..." only those PyTorch rows
 # (TORCH_RUNS= , set and empty: none). Each Precis run is stopped after RUN_TIMEOUT_S (240) seconds,
 # and one whose steps went non-finite (skipped, norm inf) counts as failed, not as a row.
+# Each row says the mean SM clock of GPU 0 over the run's busy samples (scripts/clock-sampler.sh;
+# the samples stay beside its log as .clocks.csv): a step slows as the clocks fall.
 # Usage: bash bench/run-resnet-bench.sh BUILD_DIR [more bench options]
 set -uo pipefail
 BUILD=${1:-build-gpu}
@@ -24,20 +26,26 @@ OUT_DIR=${OUT_DIR:-/tmp/precis-bench-resnet}
 mkdir -p "$OUT_DIR"
 : >"$OUT_DIR/rows.md"
 
+source "$(dirname "$0")/../scripts/clock-sampler.sh"
+# The mean SM clock of GPU 0 over the busy samples of CSV $1, or nothing.
+sm_clock() { python3 "$(dirname "$0")/../scripts/clock_samples.py" "$1" 0 | sed -nE 's/.* SM ([0-9]+) MHz.*/\1/p'; }
+
 # The value of key $1 in the bench's last line ("result: key=value ...").
 field() { tr ' ' '\n' <<<"$2" | sed -n "s/^$1=//p"; }
 
-table="| model | image | batch | precision | layout | step | images/s | ms/step | peak GiB |
-|---|---|---|---|---|---|---|---|---|"
+table="| model | image | batch | precision | layout | step | images/s | ms/step | peak GiB | SM MHz |
+|---|---|---|---|---|---|---|---|---|---|"
 failed=0
 run() {  # model image batch precision layout mode
   local flags=()
   [ "$5" = channels-last ] && flags+=(--channels-last)
   [ "$6" = graphs ] && flags+=(--cuda-graphs)
   local log="$OUT_DIR/$1-$4-$5-$6.log"
+  start_clock_sampler "${log%.log}.clocks.csv"
   # A hung run (a replayed graph that never ends) costs its own RUN_TIMEOUT_S, not the call.
   timeout "${RUN_TIMEOUT_S:-240}" "$BUILD/precis" bench resnet --model "$1" --image "$2" --batch "$3" --precision "$4" --steps 20 --warmup 5 \
     --device cuda --out "$OUT_DIR/$1-$4-$5-$6" "${flags[@]}" "${EXTRA[@]}" >"$log" 2>&1
+  stop_clock_sampler
   local result
   result=$(grep '^result: ' "$log" | tail -1)
   if [ -z "$result" ]; then
@@ -55,7 +63,7 @@ run() {  # model image batch precision layout mode
   # after a reset at the end of the warm-up); the run's peak from its start is in the log.
   local peak
   peak=$(field measured_peak_gib "$result")
-  table+=$'\n'"| $1 | $2 | $3 | $4 | $5 | $6 | $(field images_per_s "$result") | $(printf %.2f "$(field ms_per_step "$result")") | $(printf %.3f "${peak:-$(field peak_gib "$result")}") |"
+  table+=$'\n'"| $1 | $2 | $3 | $4 | $5 | $6 | $(field images_per_s "$result") | $(printf %.2f "$(field ms_per_step "$result")") | $(printf %.3f "${peak:-$(field peak_gib "$result")}") | $(sm_clock "${log%.log}.clocks.csv") |"
   echo "${table##*$'\n'}" >>"$OUT_DIR/rows.md"  # each row as it comes (a run cut short keeps them)
 }
 # PyTorch with the same settings: model image batch precision layout and eager, compile (the
@@ -69,15 +77,17 @@ torch_run() {
     compile-*) flags+=(--compile --compile-mode "${6#compile-}" --steps 50 --warmup 10) ;;
   esac
   local log="$OUT_DIR/torch-$1-$4-$5-$6.log"
+  start_clock_sampler "${log%.log}.clocks.csv"
   python3 "$(dirname "$0")/../scripts/torch_resnet_reference.py" --model "$1" --image "$2" --batch "$3" \
     --precision "$4" "${flags[@]}" >"$log" 2>&1
+  stop_clock_sampler
   local result
   result=$(grep '^result: ' "$log" | tail -1)
   if [ -z "$result" ]; then
     echo "torch $1 $4 $5 $6 failed:"; tail -5 "$log"
     return
   fi
-  table+=$'\n'"| torch $1 | $2 | $3 | $4 | $5 | $6 | $(field images_per_s "$result") | $(printf %.2f "$(field ms_per_step "$result")") | $(printf %.3f "$(field peak_gib "$result")") |"
+  table+=$'\n'"| torch $1 | $2 | $3 | $4 | $5 | $6 | $(field images_per_s "$result") | $(printf %.2f "$(field ms_per_step "$result")") | $(printf %.3f "$(field peak_gib "$result")") | $(sm_clock "${log%.log}.clocks.csv") |"
   echo "${table##*$'\n'}" >>"$OUT_DIR/rows.md"
 }
 EXTRA=("$@")
