@@ -6,11 +6,10 @@
 // Why not cuDNN: its tensor-core kernels want channels in multiples of 8, so for ResNet's CIFAR
 // stem (3 channels) it first pads x and w to 8 channels (a memset and a padding kernel each),
 // before the forward and again before the weight gradient, then runs a product whose reduction
-// is 72 long where 27 would do; the weight gradient's 262144-long reduction takes two more
-// kernels. At B=256, 32x32 on an H100 that is ~63 us forward and ~50 us weight gradient on
-// the step's critical path (bench/NOTES.md, seventeenth session). A first version of ours, a
-// thread per pixel on the f32 FMA units, was slower still (same notes): the products belong on
-// the tensor cores, and cuBLASLt's kernels for skinny products are good.
+// is 72 long where 27 would do; the weight gradient's long reduction takes two more kernels,
+// all of it on the step's critical path. A first version of ours, a thread per pixel on the f32
+// FMA units, was slower still: the products belong on the tensor cores, and cuBLASLt's kernels
+// for skinny products are good (the timings: bench/NOTES.md, seventeenth session).
 //
 // The math, with the 9 CIN taps i = (3 r + s) CIN + c (the order of a KRSC filter's row) and
 // KC = 9 CIN rounded up to a multiple of 8 (16-byte rows; the extra taps are zeros):
