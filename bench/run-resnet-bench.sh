@@ -112,7 +112,9 @@ images_per_s() {  # row prefix ("| resnet18 |" or "| torch resnet18 |"), mode (a
     $7 ~ "^ " mode " $" && $8 + 0 > best { best = $8 + 0 } END { if (best) print best }' <<<"$table"
 }
 # The memory bar: the peak of Precis bf16 channels-last with graphs against PyTorch eager's, per
-# model (torch.compile reduce-overhead's leaves its graph pool out of max_memory_allocated).
+# model. Precis's peak counts the memory its captured graph keeps (every replay writes it);
+# torch.compile reduce-overhead's max_memory_allocated leaves its graph pool out, so eager's
+# is PyTorch's reading to compare with.
 peak_gib() {  # row prefix, mode: that row's peak column
   awk -F'|' -v who="$1" -v mode="$2" '$2 == " " who " " && $5 == " bf16 " && $6 == " channels-last " &&
     $7 == " " mode " " { print $10 + 0; exit }' <<<"$table"

@@ -127,7 +127,8 @@ void print_resnet_figures(const ResnetBenchOptions& b, train::Trainer& trainer, 
   print_phases(s);
   const double measured_gib = static_cast<double>(s.peak_memory_bytes) / (1ull << 30);
   std::cout << "peak memory  " << format("%.3f", peak_gib) << " GiB; " << format("%.3f", measured_gib)
-            << " GiB over the measured steps (as PyTorch's max_memory_allocated after a reset)\n"
+            << " GiB over the measured steps (as PyTorch's max_memory_allocated after a reset, with what a captured "
+               "graph keeps)\n"
             << "metrics      " << trainer.config().out_dir << "/metrics.jsonl\n";
   std::string record =
       "result: bench=resnet model=" + b.model + " device=" + device.str() + " precision=" + b.precision +

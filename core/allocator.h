@@ -11,7 +11,8 @@ namespace precis {
 
 struct AllocatorStats {
   size_t allocated_bytes = 0;    // in live allocations now
-  size_t peak_bytes = 0;         // most ever live at once (since reset_peak)
+  size_t graph_pool_bytes = 0;   // free, but kept for captured CUDA graphs: each replay writes them
+  size_t peak_bytes = 0;         // most ever live or kept for graphs at once (since reset_peak)
   size_t reserved_bytes = 0;     // held from the system (caching allocators hold more than is live)
   size_t num_allocs = 0;         // allocate() calls
   size_t num_system_allocs = 0;  // allocations from the system (cudaMalloc, cudaHostAlloc, aligned_alloc)

@@ -62,6 +62,7 @@ Block* BlockPool::take_free(bool small, size_t size, StreamId stream, uint64_t g
   Block* block = *it;
   list.erase(it);
   block->cached = false;
+  if (graph != 0) stats_.graph_pool_bytes -= block->size;
   return block;
 }
 
@@ -115,7 +116,7 @@ Block* BlockPool::allocate(size_t nbytes, StreamId stream, uint64_t graph, bool 
   block->allocated = true;
   allocated_[block->ptr] = block;
   stats_.allocated_bytes += block->size;
-  stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.allocated_bytes);
+  stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.allocated_bytes + stats_.graph_pool_bytes);
   ++stats_.num_allocs;
   return block;
 }
@@ -133,6 +134,8 @@ void BlockPool::event_done(Block* block) {
 
 void BlockPool::insert_free(Block* block) {
   block->stream_uses.clear();
+  // A graph's free neighbours, merged below, are counted already: only this block's bytes join.
+  if (block->graph != 0) stats_.graph_pool_bytes += block->size;
   auto mergeable = [&](const Block* other) {
     return other != nullptr && other->cached && other->graph == block->graph;
   };
@@ -189,6 +192,7 @@ void BlockPool::release_graph(uint64_t graph) {
       if (block->cached) {
         free_list(block).erase(block);
         block->cached = false;
+        stats_.graph_pool_bytes -= block->size;
         freed.push_back(block);
       }
       block->graph = 0;

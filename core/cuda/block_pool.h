@@ -110,7 +110,10 @@ class BlockPool {
   void release_graph(uint64_t graph);
 
   const AllocatorStats& stats() const { return stats_; }
-  void reset_peak() { stats_.peak_bytes = stats_.allocated_bytes; }
+  // The peak counts the blocks kept for captured graphs (stats().graph_pool_bytes) as live:
+  // a replay writes them, so a step replayed from a graph needs them as an eager step needs
+  // its activations.
+  void reset_peak() { stats_.peak_bytes = stats_.allocated_bytes + stats_.graph_pool_bytes; }
 
  private:
   struct BySizeOrder {

@@ -260,6 +260,45 @@ TEST(BlockPool, CaptureKeepsItsBlocksUntilReleased) {
   EXPECT_EQ(system.allocs, 1);
 }
 
+// A replayed graph writes the blocks its capture freed, so they count in the peak as live
+// memory does (a step replayed from a graph needs them as an eager step needs its
+// activations), until the graph is released.
+TEST(BlockPool, GraphPoolBytesCountInThePeakUntilReleased) {
+  FakeSystem system;
+  BlockPool pool = system.pool();
+  const uint64_t graph = 7;
+  Block* persistent = pool.allocate(4 * MiB, stream_a, 0, true);  // lives outside the capture
+  // The capture takes three neighbours of one segment and frees them in an order that merges
+  // them within its pool.
+  Block* a = pool.allocate(2 * MiB, stream_a, graph, true, false);
+  Block* b = pool.allocate(3 * MiB, stream_a, graph, true, false);
+  Block* c = pool.allocate(1536 * 1024, stream_a, graph, true, false);
+  ASSERT_TRUE(a && b && c);
+  const size_t captured = a->size + b->size + c->size;
+  EXPECT_EQ(pool.stats().peak_bytes, persistent->size + captured);
+  for (Block* block : {a, c, b}) pool.free(block);
+  EXPECT_EQ(pool.stats().allocated_bytes, persistent->size);
+  EXPECT_EQ(pool.stats().graph_pool_bytes, captured);
+  pool.reset_peak();
+  EXPECT_EQ(pool.stats().peak_bytes, persistent->size + captured) << "a reset keeps what the graph holds";
+  // A replay's own request comes from the graph's pool: split, the rest stays the graph's.
+  Block* again = pool.allocate(2 * MiB, stream_a, graph, false, false);
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(pool.stats().graph_pool_bytes, captured - again->size);
+  EXPECT_EQ(pool.stats().peak_bytes, persistent->size + captured) << "taking from the graph's pool adds nothing";
+  pool.free(again);
+  EXPECT_EQ(pool.stats().graph_pool_bytes, captured);
+  // A block of the general pool allocated beside the graph's bytes raises the peak on top of them.
+  Block* general = pool.allocate(5 * MiB, stream_a, 0, true);
+  EXPECT_EQ(pool.stats().peak_bytes, persistent->size + captured + general->size);
+  pool.free(general);
+  pool.release_graph(graph);
+  EXPECT_EQ(pool.stats().graph_pool_bytes, 0u);
+  pool.reset_peak();
+  EXPECT_EQ(pool.stats().peak_bytes, persistent->size);
+  pool.free(persistent);
+}
+
 TEST(BlockPool, CaptureTakesOnlyWhatItUses) {
   FakeSystem system;
   BlockPool pool = system.pool();
