@@ -9,8 +9,11 @@ figure reads best with the clocks it ran at (bench/NOTES.md, seventeenth session
     ... the run ...; kill %1
     python3 scripts/clock_samples.py RUN.csv [GPU ...]
 
-(scripts/clock-sampler.sh wraps the first and last lines.) A sample counts when its card draws
-over 250 W: the run's steps, not its start-up or its end. Prints one line for each GPU named
+(scripts/clock-sampler.sh wraps the first and last lines.) A sample counts when kernels ran on
+its card for at least half of the sample's period (utilization.gpu >= 50%): the run's steps, not
+its start-up or its end. (A power threshold missed launch-bound runs: PyTorch's eager ResNet-18
+keeps an H200 busy at under 180 W.) Files without the utilization column count the samples over
+250 W. Prints one line for each GPU named
 (default: every GPU in the file): the busy samples, the mean SM clock in MHz over them and over
 each third of them, the mean power in W likewise, the temperature at the first and the last, and
 the clock-event reasons seen (nvidia-smi's bit masks).
@@ -19,8 +22,9 @@ import os
 import statistics
 import sys
 
-FIELDS = "index,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active"
-BUSY_WATTS = 250.0
+FIELDS = "index,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active,utilization.gpu"
+BUSY_UTILIZATION = 50.0  # percent
+BUSY_WATTS = 250.0  # files written without the utilization column
 
 
 def busy_samples(path):
@@ -38,8 +42,12 @@ def busy_samples(path):
                 gpu, mhz, watts, temp = int(cells[0]), float(cells[1]), float(cells[2]), float(cells[3])
             except ValueError:  # a header, or "[N/A]"
                 continue
+            try:
+                busy = float(cells[5]) >= BUSY_UTILIZATION
+            except (IndexError, ValueError):  # no utilization column, or "[N/A]"
+                busy = watts > BUSY_WATTS
             by_gpu.setdefault(gpu, [])
-            if watts > BUSY_WATTS:
+            if busy:
                 by_gpu[gpu].append((mhz, watts, temp, cells[4]))
     return by_gpu
 

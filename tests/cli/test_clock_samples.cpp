@@ -1,5 +1,6 @@
 // scripts/clock_samples.py on hand-written nvidia-smi samples (the CSV scripts/clock-sampler.sh
-// writes): only the samples over 250 W count, each GPU on its own line, the mean SM clock and
+// writes): only the samples where kernels ran at least half the time count (over 250 W in files
+// without the utilization column), each GPU on its own line, the mean SM clock and
 // power over them and over each third, the first and last temperature and the reasons seen;
 // headers and "[N/A]" cells are skipped, and a missing file reads as no samples. Needs python3.
 #include <gtest/gtest.h>
@@ -43,6 +44,20 @@ TEST(ClockSamples, AveragesEachGpusBusySamplesWholeAndByThirds) {
             std::string::npos)
       << out;
   EXPECT_NE(out.find("GPU 1: 1 busy samples, SM 1900 MHz (thirds nan nan 1900), 650 W"), std::string::npos) << out;
+}
+
+// A launch-bound run keeps the card busy at low power: the utilization decides, not the watts.
+TEST(ClockSamples, CountsTheSamplesWhereKernelsRanHalfTheTime) {
+  if (!python_available()) GTEST_SKIP() << "no python3 here; scripts/clock_samples.py needs it";
+  const std::string out = summed(
+      "index, clocks.current.sm [MHz], power.draw [W], temperature.gpu, clocks_event_reasons.active, "
+      "utilization.gpu [%]\n"
+      "0, 1980, 80.0, 35, 0x0, 0\n"  // idle
+      "0, 1980, 170.0, 40, 0x0, 98\n"
+      "0, 1950, 175.0, 41, 0x0, 50\n"
+      "0, 1900, 690.0, 42, 0x0, 49\n"       // the end of the run: under half, left out
+      "0, 1800, 700.0, 43, 0x0, [N/A]\n");  // no utilization read: the watts decide
+  EXPECT_NE(out.find("GPU 0: 3 busy samples, SM 1910 MHz (thirds 1980 1950 1800), 348 W"), std::string::npos) << out;
 }
 
 TEST(ClockSamples, NamesOnlyTheGpusAskedForAndReadsAMissingFileAsNoSamples) {
