@@ -33,8 +33,8 @@ sm_clock() { python3 "$(dirname "$0")/../scripts/clock_samples.py" "$1" 0 | sed 
 # The value of key $1 in the bench's last line ("result: key=value ...").
 field() { tr ' ' '\n' <<<"$2" | sed -n "s/^$1=//p"; }
 
-table="| model | image | batch | precision | layout | step | images/s | ms/step | peak GiB | SM MHz |
-|---|---|---|---|---|---|---|---|---|---|"
+table="| model | image | batch | precision | layout | step | images/s | ms/step | peak GiB | peak from start GiB | SM MHz |
+|---|---|---|---|---|---|---|---|---|---|---|"
 failed=0
 run() {  # model image batch precision layout mode
   local flags=()
@@ -60,10 +60,10 @@ run() {  # model image batch precision layout mode
     return
   fi
   # The peak over the measured steps, as PyTorch's script reads its own (max_memory_allocated
-  # after a reset at the end of the warm-up); the run's peak from its start is in the log.
+  # after a reset at the end of the warm-up), and the run's peak from its start.
   local peak
   peak=$(field measured_peak_gib "$result")
-  table+=$'\n'"| $1 | $2 | $3 | $4 | $5 | $6 | $(field images_per_s "$result") | $(printf %.2f "$(field ms_per_step "$result")") | $(printf %.3f "${peak:-$(field peak_gib "$result")}") | $(sm_clock "${log%.log}.clocks.csv") |"
+  table+=$'\n'"| $1 | $2 | $3 | $4 | $5 | $6 | $(field images_per_s "$result") | $(printf %.2f "$(field ms_per_step "$result")") | $(printf %.3f "${peak:-$(field peak_gib "$result")}") | $(printf %.3f "$(field peak_gib "$result")") | $(sm_clock "${log%.log}.clocks.csv") |"
   echo "${table##*$'\n'}" >>"$OUT_DIR/rows.md"  # each row as it comes (a run cut short keeps them)
 }
 # PyTorch with the same settings: model image batch precision layout and eager, compile (the
@@ -87,7 +87,9 @@ torch_run() {
     echo "torch $1 $4 $5 $6 failed:"; tail -5 "$log"
     return
   fi
-  table+=$'\n'"| torch $1 | $2 | $3 | $4 | $5 | $6 | $(field images_per_s "$result") | $(printf %.2f "$(field ms_per_step "$result")") | $(printf %.3f "$(field peak_gib "$result")") | $(sm_clock "${log%.log}.clocks.csv") |"
+  local start_peak
+  start_peak=$(field start_peak_gib "$result")
+  table+=$'\n'"| torch $1 | $2 | $3 | $4 | $5 | $6 | $(field images_per_s "$result") | $(printf %.2f "$(field ms_per_step "$result")") | $(printf %.3f "$(field peak_gib "$result")") | ${start_peak:-} | $(sm_clock "${log%.log}.clocks.csv") |"
   echo "${table##*$'\n'}" >>"$OUT_DIR/rows.md"
 }
 EXTRA=("$@")
@@ -112,20 +114,23 @@ images_per_s() {  # row prefix ("| resnet18 |" or "| torch resnet18 |"), mode (a
     $7 ~ "^ " mode " $" && $8 + 0 > best { best = $8 + 0 } END { if (best) print best }' <<<"$table"
 }
 # The memory bar: the peak of Precis bf16 channels-last with graphs against PyTorch eager's, per
-# model. Precis's peak counts the memory its captured graph keeps (every replay writes it);
-# torch.compile reduce-overhead's max_memory_allocated leaves its graph pool out, so eager's
-# is PyTorch's reading to compare with.
-peak_gib() {  # row prefix, mode: that row's peak column
-  awk -F'|' -v who="$1" -v mode="$2" '$2 == " " who " " && $5 == " bf16 " && $6 == " channels-last " &&
-    $7 == " " mode " " { print $10 + 0; exit }' <<<"$table"
+# model, over the measured steps and from the runs' start. Precis's peaks count the memory its
+# captured graph keeps (every replay writes it); torch.compile reduce-overhead's
+# max_memory_allocated leaves its graph pool out, so eager's is PyTorch's reading to compare with.
+peak_gib() {  # row prefix, mode, column (10: over the measured steps, 11: from the start)
+  awk -F'|' -v who="$1" -v mode="$2" -v column="$3" '$2 == " " who " " && $5 == " bf16 " &&
+    $6 == " channels-last " && $7 == " " mode " " { if ($column ~ /[0-9]/) print $column + 0; exit }' <<<"$table"
 }
+at_most() { awk -v a="$1" -v b="$2" 'BEGIN { print (a <= b) ? "at most PyTorch'"'"'s" : "over PyTorch'"'"'s" }'; }
 for model in resnet18 resnet50; do
   ours=$(images_per_s "$model" graphs) theirs=$(images_per_s "torch $model" "compile(-[a-z-]+)?")
   if [ -n "$ours" ] && [ -n "$theirs" ]; then
     echo "$model bf16 channels-last: Precis graphs / torch.compile (its best mode) = $(awk -v a="$ours" -v b="$theirs" 'BEGIN { printf "%.3f", a / b }')x"
   fi
-  ours=$(peak_gib "$model" graphs) theirs=$(peak_gib "torch $model" eager)
-  if [ -n "$ours" ] && [ -n "$theirs" ]; then
-    echo "$model bf16 channels-last: peak over the measured steps, Precis graphs $ours GiB, PyTorch eager $theirs GiB ($(awk -v a="$ours" -v b="$theirs" 'BEGIN { print (a <= b) ? "at most PyTorch'"'"'s" : "over PyTorch'"'"'s" }'))"
-  fi
+  for reading in "10:over the measured steps" "11:from the start"; do
+    ours=$(peak_gib "$model" graphs "${reading%%:*}") theirs=$(peak_gib "torch $model" eager "${reading%%:*}")
+    if [ -n "$ours" ] && [ -n "$theirs" ]; then
+      echo "$model bf16 channels-last: peak ${reading#*:}, Precis graphs $ours GiB, PyTorch eager $theirs GiB ($(at_most "$ours" "$theirs"))"
+    fi
+  done
 done

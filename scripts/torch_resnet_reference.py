@@ -6,7 +6,10 @@ classes, for --image 32; the ImageNet stem and 1000 classes for 224) trained on 
 synthetic batch with SGD (lr 0.1, momentum 0.9, weight decay 5e-4, as the bench), under
 autocast for bf16/fp16 (fp16 with a GradScaler), TF32 for tf32, cudnn.benchmark on,
 optionally channels-last and torch.compile. Prints one line as the bench's last line:
-    result: bench=torch-resnet model=... images_per_s=... ms_per_step=... peak_gib=...
+    result: bench=torch-resnet model=... images_per_s=... ms_per_step=... peak_gib=... start_peak_gib=...
+peak_gib is max_memory_allocated over the measured steps (reset after the warm-up);
+start_peak_gib is the most allocated from the process's start to the end of the warm-up
+(cudnn.benchmark's trials, torch.compile's graph recording), as `precis bench resnet`'s peak_gib.
 
     python3 scripts/torch_resnet_reference.py --model resnet18 --image 32 --batch 256 \\
         --precision bf16 [--channels-last] [--compile [--compile-mode reduce-overhead]] [--steps 20] [--warmup 5]
@@ -101,10 +104,12 @@ def main():
     add_arguments(p)
     a = p.parse_args()
     step = make_step(a)
+    start_peak = 0.0
     if a.device == "cuda":
         for _ in range(a.warmup):  # the peak is the measured steps'
             step()
         torch.cuda.synchronize()
+        start_peak = torch.cuda.max_memory_allocated() / 2**30
         torch.cuda.reset_peak_memory_stats()
         a.warmup = 0
     ms = time_steps(a, step)
@@ -112,7 +117,8 @@ def main():
     layout = "channels-last" if a.channels_last else "nchw"
     print(f"result: bench=torch-resnet model={a.model} image={a.image} batch={a.batch} precision={a.precision} "
           f"layout={layout} compile={a.compile_mode if a.compile else 'false'} torch={torch.__version__} "
-          f"images_per_s={a.batch * 1000 / ms:.0f} ms_per_step={ms:.3f} peak_gib={peak:.3f}")
+          f"images_per_s={a.batch * 1000 / ms:.0f} ms_per_step={ms:.3f} peak_gib={peak:.3f} "
+          f"start_peak_gib={max(start_peak, peak):.3f}")
 
 
 if __name__ == "__main__":
