@@ -1,5 +1,9 @@
-// cuBLASLt products (ops/cuda/cublaslt.h): per-device handle and workspace, the
-// descriptors of a Gemm, and the per-problem cache of the algorithm to run.
+// cuBLASLt products (ops/cuda/cublaslt.h): per-device handle, the descriptors of a Gemm, the
+// per-problem cache of the algorithm to run, and each call's workspace: what its algorithm
+// needs, from the caching allocator for the call (stream-ordered, as the convolutions' in
+// conv.cu), not a fixed block of kWorkspaceBytes held for the process, which sat in every peak
+// whether an algorithm needed it or not.
+#include <algorithm>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -20,12 +24,10 @@ namespace precis::ops::cuda::cublaslt {
 namespace {
 
 // Per-device cuBLASLt state, made on first use (never at program start: a
-// machine without a driver must not touch CUDA). Every product of a device runs
-// on its compute stream, in order, so one workspace per device suffices.
+// machine without a driver must not touch CUDA).
 
 struct DeviceState {
   cublasLtHandle_t handle = nullptr;
-  void* workspace = nullptr;  // kWorkspaceBytes from the device's allocator
 };
 
 DeviceState& device_state(Device device) {
@@ -35,10 +37,16 @@ DeviceState& device_state(Device device) {
   DeviceState& state = states[device.index];
   if (!state.handle) {
     precis::cuda::set_device(device);
-    if (!state.workspace) state.workspace = allocator_for(device).allocate(kWorkspaceBytes);
     PRECIS_CUBLAS_CHECK(cublasLtCreate(&state.handle), "matmul: creating the cuBLASLt handle of ", device);
   }
   return state;
+}
+
+// A call's workspace of `bytes` from the device's caching allocator (none for 0 bytes), freed
+// when the call has been queued: later work on the compute stream, which may reuse it, runs
+// after the product.
+Tensor workspace_for(Device device, size_t bytes) {
+  return bytes == 0 ? Tensor() : empty({static_cast<int64_t>(bytes)}, DType::u8, device);
 }
 
 // Owns a cuBLASLt descriptor, so an error thrown half-way leaks none.
@@ -215,7 +223,7 @@ bool try_run(const Gemm& g) {
                         layout_a.get(),
                         layout_b.get(),
                         layout_d.get(),
-                        state.workspace,
+                        nullptr,
                         precis::cuda::compute_stream(g.device)};
   CachedAlgo cached;
   {
@@ -255,7 +263,16 @@ bool try_run(const Gemm& g) {
       }
       cached.found = status == CUBLAS_STATUS_SUCCESS && found > 0;
       if (cached.found) {
-        const int chosen = found > 1 ? fastest(g, problem, results, found) : 0;
+        int chosen = 0;
+        if (found > 1) {  // timed, each candidate with the workspace it asks for
+          size_t most = 0;
+          for (int c = 0; c < found; ++c) most = std::max(most, results[c].workspaceSize);
+          const Tensor workspace = workspace_for(g.device, most);
+          Problem timed = problem;
+          timed.workspace = workspace.defined() ? workspace.raw_data() : nullptr;
+          timed.workspace_bytes = most;
+          chosen = fastest(g, timed, results, found);
+        }
         cached.algo = results[chosen].algo;
         cached.workspace_bytes = results[chosen].workspaceSize;
         if (found > 1) ++g_stats.autotuned;
@@ -266,10 +283,9 @@ bool try_run(const Gemm& g) {
   if (!cached.found) return false;
   Problem run = problem;
   const precis::cuda::CaptureWorkspace slice(g.device, problem.stream, cached.workspace_bytes);
-  if (slice.data() != nullptr) {
-    run.workspace = slice.data();
-    run.workspace_bytes = cached.workspace_bytes;
-  }
+  const Tensor workspace = slice.data() ? Tensor() : workspace_for(g.device, cached.workspace_bytes);
+  run.workspace = slice.data() ? slice.data() : workspace.defined() ? workspace.raw_data() : nullptr;
+  run.workspace_bytes = cached.workspace_bytes;
   run_algo(g, run, cached.algo);
   return true;
 }

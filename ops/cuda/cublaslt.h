@@ -32,6 +32,8 @@
 
 namespace precis::ops::cuda::cublaslt {
 
+// The most workspace a product's algorithm may ask for (the heuristic's bound); each call takes
+// what its algorithm needs (cublaslt.cu).
 inline constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 
 const char* epilogue_name(cublasLtEpilogue_t epilogue);
@@ -74,9 +76,9 @@ struct Problem {
   cublasLtHandle_t handle;
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t a, b, d;
-  void* workspace;
+  void* workspace;  // the call's own (cublaslt.cu), or null where its algorithm needs none
   cudaStream_t stream;
-  size_t workspace_bytes = kWorkspaceBytes;  // less for a captured product's own slice (cublaslt.cu)
+  size_t workspace_bytes = 0;
 };
 
 // One run of the product with `algo`.
