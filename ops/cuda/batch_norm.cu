@@ -34,6 +34,7 @@
 // (the shift or mean, scale, bias, dx's coefficients) in registers across the cells it visits;
 // a block is tx threads across channel packs by ty cells, summed over ty by a fixed tree.
 #include <algorithm>
+#include <atomic>
 #include <initializer_list>
 #include <tuple>
 
@@ -43,7 +44,9 @@
 #include "core/cuda/dispatch.cuh"
 #include "core/cuda/launch.cuh"
 #include "core/cuda/pack.cuh"
+#include "core/env_switch.h"
 #include "ops/cuda/batch_norm.h"
+#include "ops/cuda/bulk_copy.cuh"  // cp_async_16
 
 namespace precis::ops::cuda {
 
@@ -396,6 +399,147 @@ __global__ void __launch_bounds__(kThreads, kBlocks) packed_sums_kernel(PackedSu
   }
 }
 
+// packed_sums_kernel with its loads staged through shared memory (PRECIS_EXP_BN_STAGED_STATS,
+// an experiment): each thread copies its own cells' packs into a ring of kStages stages of
+// shared memory (cp.async, no registers held), kStages - 1 stages ahead of the cells it sums,
+// so the copies stay in flight while it sums (packed_sums_kernel issues kBatch cells' loads
+// into registers, waits, sums, and only then issues more). One block an SM, the cells of each
+// thread and their order as packed_sums_kernel<..., 1>'s: the same sums, bit for bit.
+// kStagedCells cells of every operand a stage: 512-576 bytes a thread in all, so a block's
+// ring (and the tree's rows) fits an A100's shared memory too.
+constexpr int kStages = 4;
+template <bool kBackward, Mask kMask>
+constexpr int staged_operands() {
+  return kBackward ? (kMask == Mask::from_y ? 3 : 2) : 1;
+}
+template <bool kBackward, Mask kMask>
+constexpr int staged_cells() {
+  return staged_operands<kBackward, kMask>() == 1 ? 8 : staged_operands<kBackward, kMask>() == 2 ? 4 : 3;
+}
+template <bool kBackward, Mask kMask>
+constexpr int staged_bytes_per_thread() {
+  return kStages * staged_cells<kBackward, kMask>() * staged_operands<kBackward, kMask>() * 16;
+}
+template <typename T, bool kBackward, Mask kMask>
+__global__ void __launch_bounds__(kThreads, 1) staged_sums_kernel(PackedSums<T> a, Layout l, float* partial) {
+  constexpr int kCells = staged_cells<kBackward, kMask>(), kOps = staged_operands<kBackward, kMask>();
+  constexpr int V = Packed128<T>::size;
+  wait_for_previous_grid();
+  allow_next_grid_to_start();
+  extern __shared__ uint4 ring_bytes[];  // [kStages][kCells][kOps][threads]: a thread's 16 bytes side by side
+  Packed128<T>* ring = reinterpret_cast<Packed128<T>*>(ring_bytes);
+  __shared__ float rows[kThreads * 2 * V];
+  const int tx = threadIdx.x, ty = threadIdx.y, threads = blockDim.x * blockDim.y, me = ty * blockDim.x + tx;
+  const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + tx) * V;
+  auto slot = [&](int stage, int u, int op) -> Packed128<T>& {
+    return ring[((stage * kCells + u) * kOps + op) * threads + me];
+  };
+  float s1[V], s2[V], ref[V], scale[V], bias[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) s1[k] = s2[k] = 0.f;
+  if (c0 < l.C) {
+    if constexpr (kBackward) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) ref[k] = a.mean[c0 + k];
+      if constexpr (kMask == Mask::from_x) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          scale[k] = a.weight[c0 + k] * a.invstd[c0 + k];
+          bias[k] = a.relu_bias[c0 + k];
+        }
+      }
+    } else {
+      const Packed128<T> p = load_pack<V>(a.x + c0);  // cell 0
+#pragma unroll
+      for (int k = 0; k < V; ++k) ref[k] = convert_to<float>(p.v[k]);
+    }
+    const int64_t stride = static_cast<int64_t>(gridDim.y) * blockDim.y, round = kCells * stride;
+    const int64_t first = static_cast<int64_t>(blockIdx.y) * blockDim.y + ty;
+    // Copies the cells of round r (from first + r round on) into stage r % kStages, as one group
+    // (empty past the end, so that every round has its group and the waits count alike).
+    auto issue = [&](int64_t r) {
+      const int stage = static_cast<int>(r % kStages);
+#pragma unroll
+      for (int u = 0; u < kCells; ++u) {
+        const int64_t j = first + r * round + u * stride;
+        if (j < l.M) {
+          cp_async_16(&slot(stage, u, 0), a.x + j * l.C + c0, true);
+          if constexpr (kBackward) {
+            cp_async_16(&slot(stage, u, 1), a.gy + j * l.C + c0, true);
+            if constexpr (kMask == Mask::from_y) cp_async_16(&slot(stage, u, 2), a.y + j * l.C + c0, true);
+          }
+        }
+      }
+      cp_async_commit();
+    };
+#pragma unroll
+    for (int r = 0; r < kStages - 1; ++r) issue(r);
+    for (int64_t r = 0; first + r * round < l.M; ++r) {
+      issue(r + kStages - 1);
+      cp_async_wait<kStages - 1>();  // round r's group has landed
+      const int stage = static_cast<int>(r % kStages);
+#pragma unroll
+      for (int u = 0; u < kCells; ++u) {
+        const int64_t j = first + r * round + u * stride;
+        if (j >= l.M) continue;
+        const Packed128<T> x = slot(stage, u, 0);
+        if constexpr (kBackward) {
+          Packed128<T> g = slot(stage, u, 1);
+          if constexpr (kMask == Mask::from_x) {
+#pragma unroll
+            for (int k = 0; k < V; ++k)
+              if (!relu_passes<T>(normalized(convert_to<float>(x.v[k]), ref[k], scale[k], bias[k])))
+                g.v[k] = convert_to<T>(0.f);
+          } else if constexpr (kMask == Mask::from_y) {
+            const Packed128<T> y = slot(stage, u, 2);
+#pragma unroll
+            for (int k = 0; k < V; ++k)
+              if (!(convert_to<float>(y.v[k]) > 0.f)) g.v[k] = convert_to<T>(0.f);
+          }
+          if (a.gprime) store_pack(a.gprime + j * l.C + c0, g);
+#pragma unroll
+          for (int k = 0; k < V; ++k) {
+            const float gk = convert_to<float>(g.v[k]);
+            s1[k] += gk;
+            s2[k] += gk * (convert_to<float>(x.v[k]) - ref[k]);
+          }
+        } else {
+#pragma unroll
+          for (int k = 0; k < V; ++k) {
+            const float d = convert_to<float>(x.v[k]) - ref[k];
+            s1[k] += d;
+            s2[k] += d * d;
+          }
+        }
+      }
+    }
+    cp_async_wait<0>();  // the empty groups past the end, before the block exits
+  }
+  // The block's tree over ty, as packed_sums_kernel's.
+  float* mine = rows + (ty * blockDim.x + tx) * 2 * V;
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    mine[k] = s1[k];
+    mine[V + k] = s2[k];
+  }
+  for (int stride = blockDim.y / 2; stride > 0; stride /= 2) {
+    __syncthreads();
+    if (ty < stride) {
+      const float* other = rows + ((ty + stride) * blockDim.x + tx) * 2 * V;
+#pragma unroll
+      for (int k = 0; k < 2 * V; ++k) mine[k] += other[k];
+    }
+  }
+  if (ty == 0 && c0 < l.C) {
+    const int64_t g = blockIdx.y;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      partial[(g * 2) * l.C + c0 + k] = mine[k];
+      partial[(g * 2 + 1) * l.C + c0 + k] = mine[V + k];
+    }
+  }
+}
+
 // forward_apply_kernel, V channels a thread, their mean, scale and bias held across its cells.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
@@ -517,16 +661,22 @@ bool packed(const Layout& l, std::initializer_list<const void*> buffers) {
   return true;
 }
 
+// The statistics grid's rows G (its partials a channel): kBlocks blocks per SM over the tiles,
+// each thread with kBatch loads of each operand in flight, keep the memory busy; more blocks
+// would only lengthen the finalize kernel's walk over the G partials. Each thread takes at least
+// one batch.
+template <Mask kMask, int kBlocks>
+int64_t stats_rows(const Layout& l, const PackedShape& s, Device device) {
+  constexpr int kBatch = stats_batch<kMask, kBlocks>();
+  const int64_t wanted = std::max<int64_t>(1, kBlocks * multiprocessor_count(device) / s.tiles);
+  return std::min<int64_t>({wanted, std::max<int64_t>(1, l.M / (kBatch * s.ty)), 65535});
+}
+
 // channel_sums by packed_sums_kernel: its [G, 2, C] partial and G.
 template <typename T, bool kBackward, Mask kMask, int kBlocks>
 std::pair<Tensor, int64_t> packed_channel_sums_as(const PackedSums<T>& a, const Layout& l, Device device) {
-  constexpr int kBatch = stats_batch<kMask, kBlocks>();
   const PackedShape s = packed_shape(l.C / Packed128<T>::size);
-  // kBlocks blocks per SM, each thread with kBatch loads of each operand in flight, keep the
-  // memory busy; more blocks would only lengthen the finalize kernel's walk over the G partials.
-  // Each thread takes at least one batch.
-  const int64_t wanted = std::max<int64_t>(1, kBlocks * multiprocessor_count(device) / s.tiles);
-  const int64_t G = std::min<int64_t>({wanted, std::max<int64_t>(1, l.M / (kBatch * s.ty)), 65535});
+  const int64_t G = stats_rows<kMask, kBlocks>(l, s, device);
   Tensor partial = empty({G * 2 * l.C}, DType::f32, device);
   launch(packed_sums_kernel<T, kBackward, kMask, kBlocks>,
          dim3(static_cast<unsigned>(s.tiles), static_cast<unsigned>(G)), dim3(s.tx, s.ty), 0, stream_for(partial), a, l,
@@ -542,8 +692,28 @@ std::pair<Tensor, int64_t> packed_channel_sums_as(const PackedSums<T>& a, const 
 // bench/NOTES.md).
 constexpr int64_t kSmallStatsBytes = int64_t{40} << 20;
 
+EnvSwitch g_staged_statistics("PRECIS_EXP_BN_STAGED_STATS");
+std::atomic<int64_t> g_staged_launches{0};
+
+// channel_sums by staged_sums_kernel, on packed_channel_sums_as<..., 1>'s grid (the same
+// partials, bit for bit).
+template <typename T, bool kBackward, Mask kMask>
+std::pair<Tensor, int64_t> staged_channel_sums(const PackedSums<T>& a, const Layout& l, Device device) {
+  const PackedShape s = packed_shape(l.C / Packed128<T>::size);
+  const int64_t G = stats_rows<kMask, 1>(l, s, device);
+  Tensor partial = empty({G * 2 * l.C}, DType::f32, device);
+  launch_with_shared_memory(staged_sums_kernel<T, kBackward, kMask>,
+                            dim3(static_cast<unsigned>(s.tiles), static_cast<unsigned>(G)), dim3(s.tx, s.ty),
+                            staged_bytes_per_thread<kBackward, kMask>() * s.tx * s.ty, stream_for(partial),
+                            "batch_norm statistics", a, l, data_of<float>(partial));
+  PRECIS_CUDA_CHECK_LAUNCH("batch_norm statistics");
+  g_staged_launches.fetch_add(1, std::memory_order_relaxed);
+  return {partial, G};
+}
+
 template <typename T, bool kBackward, Mask kMask>
 std::pair<Tensor, int64_t> packed_channel_sums(const PackedSums<T>& a, const Layout& l, Device device) {
+  if (g_staged_statistics.on()) return staged_channel_sums<T, kBackward, kMask>(a, l, device);
   if (l.M * l.C * static_cast<int64_t>(sizeof(T)) < kSmallStatsBytes)
     return packed_channel_sums_as<T, kBackward, kMask, 1>(a, l, device);
   return packed_channel_sums_as<T, kBackward, kMask, kStatsBlocks>(a, l, device);
@@ -659,5 +829,8 @@ void batch_norm_backward(const BatchNormBackward& b) {
     PRECIS_CUDA_CHECK_LAUNCH(op);
   });
 }
+
+void set_staged_batch_norm_statistics(bool on) { g_staged_statistics.set(on); }
+int64_t staged_batch_norm_statistics_launches() { return g_staged_launches.load(); }
 
 }  // namespace precis::ops::cuda

@@ -34,4 +34,11 @@ struct BatchNormBackward {
 };
 void batch_norm_backward(const BatchNormBackward& b);
 
+// An experiment (bench/NOTES.md, eighteenth session): the channels-last statistics passes with
+// their loads staged through shared memory by cp.async (batch_norm.cu's staged_sums_kernel),
+// the same sums bit for bit. Off by default; until set, PRECIS_EXP_BN_STAGED_STATS=1 turns it on.
+void set_staged_batch_norm_statistics(bool on);
+// The staged statistics passes launched so far in this process (for the tests).
+int64_t staged_batch_norm_statistics_launches();
+
 }  // namespace precis::ops::cuda

@@ -1,4 +1,5 @@
-// Shared-memory addresses, and bulk copies from global into shared memory by the copy engine
+// Shared-memory addresses, a thread's own asynchronous copies into shared memory (cp.async),
+// and bulk copies from global into shared memory by the copy engine
 // of sm_90 (the TMA unit), as inline-PTX wrappers a reader can check against the PTX manual
 // ("Data Movement and Conversion Instructions: cp.async.bulk", "mbarrier"):
 //
@@ -35,6 +36,26 @@ namespace precis::ops::cuda {
 
 __device__ __forceinline__ uint32_t smem_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---- asynchronous copies by a thread (cp.async, sm_80 on): each thread copies its own bytes
+// global -> shared without holding them in registers, in groups it commits and waits for; a
+// thread sees its own copies once their group is waited for (no barrier needed for that).
+
+// 16 bytes global -> shared; when !valid the destination is zero-filled and src is not read.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src), "r"(bytes));
+}
+// 4 bytes global -> shared (for rows of per-query floats, which need not be 16-byte aligned).
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool valid) {
+  const int bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(dst)), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
 // Initialises the mbarrier at `barrier` (shared memory) for `arrivals` arrivals a phase.

@@ -156,24 +156,6 @@ __device__ __forceinline__ void fragments_times_rows(float (&out)[kTiles][kN8][4
     }
 }
 
-// ---- asynchronous copies
-
-// 16 bytes global -> shared; when !valid the destination is zero-filled and src is not read.
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-  const int bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src), "r"(bytes));
-}
-// 4 bytes global -> shared (for rows of per-query floats, which need not be 16-byte aligned).
-__device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool valid) {
-  const int bytes = valid ? 4 : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(dst)), "l"(src), "r"(bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
 // The output side: rows [row0, row0 + kRows) of a [rows, kCols] matrix (row stride
 // `stride` elements; those from `rows` on are not written) from a finished shared tile
 // whose element (r, c) is at tile + offset(r, c) (its swizzled or paneled layout); kThreads
