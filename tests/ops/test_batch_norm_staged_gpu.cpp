@@ -57,8 +57,8 @@ TEST(BatchNormStagedGpu, StatisticsStagedThroughSharedMemoryGiveTheSameBits) {
 #if PRECIS_WITH_CUDA
   const char* names[] = {"y", "dx", "dw", "db", "dr", "running mean", "running var"};
   uint64_t seed = 1200;
-  for (const Shape& shape : {Shape{256, 64, 32, 32}, Shape{32, 512, 4, 4}, Shape{16, 72, 12, 12}, Shape{4, 264, 5, 5},
-                             Shape{3, 16, 9, 7}}) {
+  for (const Shape& shape :
+       {Shape{256, 64, 32, 32}, Shape{32, 512, 4, 4}, Shape{16, 72, 12, 12}, Shape{4, 264, 5, 5}, Shape{3, 16, 9, 7}}) {
     for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
       if (shape[0] * shape[1] * shape[2] * shape[3] * static_cast<int64_t>(element_size(dtype)) >= (int64_t{40} << 20))
         continue;  // the default takes two blocks an SM there: other partials
@@ -79,8 +79,8 @@ TEST(BatchNormStagedGpu, StatisticsStagedThroughSharedMemoryGiveTheSameBits) {
           ASSERT_EQ(staged[i].size(), plain[i].size()) << what << ": " << names[i];
           size_t first = 0;  // the first element that differs
           while (first < plain[i].size() && staged[i][first] == plain[i][first]) ++first;
-          EXPECT_EQ(first, plain[i].size()) << what << ": " << names[i] << " differs first at element " << first
-                                            << ": " << (first < plain[i].size() ? staged[i][first] : 0.0) << " staged, "
+          EXPECT_EQ(first, plain[i].size()) << what << ": " << names[i] << " differs first at element " << first << ": "
+                                            << (first < plain[i].size() ? staged[i][first] : 0.0) << " staged, "
                                             << (first < plain[i].size() ? plain[i][first] : 0.0) << " not";
         }
         seed += 10;
