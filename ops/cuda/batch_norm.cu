@@ -298,19 +298,20 @@ template <Mask kMask, int kBlocks>
 constexpr int stats_batch() {
   return kBlocks == 1 ? (kMask == Mask::none ? 8 : 6) : (kMask == Mask::none ? 4 : 3);
 }
-template <typename T, bool kBackward, Mask kMask, int kBlocks>
-__global__ void __launch_bounds__(kThreads, kBlocks) packed_sums_kernel(PackedSums<T> a, Layout l, float* partial) {
-  constexpr int kBatch = stats_batch<kMask, kBlocks>();
-  wait_for_previous_grid();
-  allow_next_grid_to_start();
-  constexpr int V = Packed128<T>::size;
-  __shared__ float rows[kThreads * 2 * V];
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + tx) * V;
+// One thread's part of a packed statistics pass (packed_sums_kernel, staged_sums_kernel): its
+// V channels' constants and running sums, the sums of one cell, and the block's tree.
+template <typename T, bool kBackward, Mask kMask>
+struct PackedStatsThread {
+  static constexpr int V = Packed128<T>::size;
   float s1[V], s2[V], ref[V], scale[V], bias[V];
+
+  __device__ void clear() {
 #pragma unroll
-  for (int k = 0; k < V; ++k) s1[k] = s2[k] = 0.f;
-  if (c0 < l.C) {
+    for (int k = 0; k < V; ++k) s1[k] = s2[k] = 0.f;
+  }
+  // The constants of channels c0 .. c0 + V - 1 (c0 < C): backward the mean (and, for the mask
+  // from x, the forward's scale and bias), forward the shift p, cell 0's value.
+  __device__ void start(const PackedSums<T>& a, int64_t c0) {
     if constexpr (kBackward) {
 #pragma unroll
       for (int k = 0; k < V; ++k) ref[k] = a.mean[c0 + k];
@@ -326,11 +327,85 @@ __global__ void __launch_bounds__(kThreads, kBlocks) packed_sums_kernel(PackedSu
 #pragma unroll
       for (int k = 0; k < V; ++k) ref[k] = convert_to<float>(p.v[k]);
     }
+  }
+  // Adds cell j of channels c0..: x, and backward g = gy there (masked in place into g'; y: the
+  // relu's output, for the mask from y), storing g' where a.gprime asks for it.
+  __device__ void add(const Packed128<T>& x, Packed128<T>& g, const Packed128<T>& y, int64_t j, const PackedSums<T>& a,
+                      const Layout& l, int64_t c0) {
+    if constexpr (kBackward) {
+      if constexpr (kMask == Mask::from_x) {
+#pragma unroll
+        for (int k = 0; k < V; ++k)
+          if (!relu_passes<T>(normalized(convert_to<float>(x.v[k]), ref[k], scale[k], bias[k])))
+            g.v[k] = convert_to<T>(0.f);
+      } else if constexpr (kMask == Mask::from_y) {
+#pragma unroll
+        for (int k = 0; k < V; ++k)
+          if (!(convert_to<float>(y.v[k]) > 0.f)) g.v[k] = convert_to<T>(0.f);
+      }
+      if (a.gprime) store_pack(a.gprime + j * l.C + c0, g);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const float gk = convert_to<float>(g.v[k]);
+        s1[k] += gk;
+        s2[k] += gk * (convert_to<float>(x.v[k]) - ref[k]);
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const float d = convert_to<float>(x.v[k]) - ref[k];
+        s1[k] += d;
+        s2[k] += d * d;
+      }
+    }
+  }
+  // The block's ty sums of each channel added by a tree in `rows` (kThreads 2 V floats of shared
+  // memory; rows r and r + stride, stride halving: the same order every run); row 0 writes the
+  // block's partial. Every thread of the block calls it.
+  __device__ void finish(float* rows, const Layout& l, int64_t c0, float* partial) const {
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    float* mine = rows + (ty * blockDim.x + tx) * 2 * V;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      mine[k] = s1[k];
+      mine[V + k] = s2[k];
+    }
+    for (int stride = blockDim.y / 2; stride > 0; stride /= 2) {
+      __syncthreads();
+      if (ty < stride) {
+        const float* other = rows + ((ty + stride) * blockDim.x + tx) * 2 * V;
+#pragma unroll
+        for (int k = 0; k < 2 * V; ++k) mine[k] += other[k];
+      }
+    }
+    if (ty == 0 && c0 < l.C) {
+      const int64_t g = blockIdx.y;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        partial[(g * 2) * l.C + c0 + k] = mine[k];
+        partial[(g * 2 + 1) * l.C + c0 + k] = mine[V + k];
+      }
+    }
+  }
+};
+
+template <typename T, bool kBackward, Mask kMask, int kBlocks>
+__global__ void __launch_bounds__(kThreads, kBlocks) packed_sums_kernel(PackedSums<T> a, Layout l, float* partial) {
+  constexpr int kBatch = stats_batch<kMask, kBlocks>();
+  wait_for_previous_grid();
+  allow_next_grid_to_start();
+  constexpr int V = Packed128<T>::size;
+  __shared__ float rows[kThreads * 2 * V];
+  const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
+  PackedStatsThread<T, kBackward, kMask> me;
+  me.clear();
+  if (c0 < l.C) {
+    me.start(a, c0);
     // kBatch cells' loads are issued before any of them is summed, so that each thread keeps
     // kBatch 16-byte loads of each operand in flight (a loop whose sums wait on each load in
     // turn kept the statistics pass at a third of the bandwidth).
     const int64_t stride = static_cast<int64_t>(gridDim.y) * blockDim.y;
-    for (int64_t j0 = static_cast<int64_t>(blockIdx.y) * blockDim.y + ty; j0 < l.M; j0 += kBatch * stride) {
+    for (int64_t j0 = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; j0 < l.M; j0 += kBatch * stride) {
       Packed128<T> x[kBatch], g[kBatch], y[kBatch];
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
@@ -345,58 +420,11 @@ __global__ void __launch_bounds__(kThreads, kBlocks) packed_sums_kernel(PackedSu
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
         const int64_t j = j0 + u * stride;
-        if (j >= l.M) continue;
-        if constexpr (kBackward) {
-          if constexpr (kMask == Mask::from_x) {
-#pragma unroll
-            for (int k = 0; k < V; ++k)
-              if (!relu_passes<T>(normalized(convert_to<float>(x[u].v[k]), ref[k], scale[k], bias[k])))
-                g[u].v[k] = convert_to<T>(0.f);
-          } else if constexpr (kMask == Mask::from_y) {
-#pragma unroll
-            for (int k = 0; k < V; ++k)
-              if (!(convert_to<float>(y[u].v[k]) > 0.f)) g[u].v[k] = convert_to<T>(0.f);
-          }
-          if (a.gprime) store_pack(a.gprime + j * l.C + c0, g[u]);
-#pragma unroll
-          for (int k = 0; k < V; ++k) {
-            const float gk = convert_to<float>(g[u].v[k]);
-            s1[k] += gk;
-            s2[k] += gk * (convert_to<float>(x[u].v[k]) - ref[k]);
-          }
-        } else {
-#pragma unroll
-          for (int k = 0; k < V; ++k) {
-            const float d = convert_to<float>(x[u].v[k]) - ref[k];
-            s1[k] += d;
-            s2[k] += d * d;
-          }
-        }
+        if (j < l.M) me.add(x[u], g[u], y[u], j, a, l, c0);
       }
     }
   }
-  float* mine = rows + (ty * blockDim.x + tx) * 2 * V;
-#pragma unroll
-  for (int k = 0; k < V; ++k) {
-    mine[k] = s1[k];
-    mine[V + k] = s2[k];
-  }
-  for (int stride = blockDim.y / 2; stride > 0; stride /= 2) {
-    __syncthreads();
-    if (ty < stride) {
-      const float* other = rows + ((ty + stride) * blockDim.x + tx) * 2 * V;
-#pragma unroll
-      for (int k = 0; k < 2 * V; ++k) mine[k] += other[k];
-    }
-  }
-  if (ty == 0 && c0 < l.C) {
-    const int64_t g = blockIdx.y;
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-      partial[(g * 2) * l.C + c0 + k] = mine[k];
-      partial[(g * 2 + 1) * l.C + c0 + k] = mine[V + k];
-    }
-  }
+  me.finish(rows, l, c0, partial);
 }
 
 // packed_sums_kernel with its loads staged through shared memory (PRECIS_EXP_BN_STAGED_STATS,
@@ -429,44 +457,28 @@ __global__ void __launch_bounds__(kThreads, 1) staged_sums_kernel(PackedSums<T> 
   extern __shared__ uint4 ring_bytes[];  // [kStages][kCells][kOps][threads]: a thread's 16 bytes side by side
   Packed128<T>* ring = reinterpret_cast<Packed128<T>*>(ring_bytes);
   __shared__ float rows[kThreads * 2 * V];
-  const int tx = threadIdx.x, ty = threadIdx.y, threads = blockDim.x * blockDim.y, me = ty * blockDim.x + tx;
-  const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + tx) * V;
-  auto slot = [&](int stage, int u, int op) -> Packed128<T>& {
-    return ring[((stage * kCells + u) * kOps + op) * threads + me];
+  const int threads = blockDim.x * blockDim.y, mine = threadIdx.y * blockDim.x + threadIdx.x;
+  const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
+  auto slot = [&](int64_t round, int u, int op) -> Packed128<T>& {
+    return ring[((static_cast<int>(round % kStages) * kCells + u) * kOps + op) * threads + mine];
   };
-  float s1[V], s2[V], ref[V], scale[V], bias[V];
-#pragma unroll
-  for (int k = 0; k < V; ++k) s1[k] = s2[k] = 0.f;
+  PackedStatsThread<T, kBackward, kMask> me;
+  me.clear();
   if (c0 < l.C) {
-    if constexpr (kBackward) {
-#pragma unroll
-      for (int k = 0; k < V; ++k) ref[k] = a.mean[c0 + k];
-      if constexpr (kMask == Mask::from_x) {
-#pragma unroll
-        for (int k = 0; k < V; ++k) {
-          scale[k] = a.weight[c0 + k] * a.invstd[c0 + k];
-          bias[k] = a.relu_bias[c0 + k];
-        }
-      }
-    } else {
-      const Packed128<T> p = load_pack<V>(a.x + c0);  // cell 0
-#pragma unroll
-      for (int k = 0; k < V; ++k) ref[k] = convert_to<float>(p.v[k]);
-    }
+    me.start(a, c0);
     const int64_t stride = static_cast<int64_t>(gridDim.y) * blockDim.y, round = kCells * stride;
-    const int64_t first = static_cast<int64_t>(blockIdx.y) * blockDim.y + ty;
-    // Copies the cells of round r (from first + r round on) into stage r % kStages, as one group
-    // (empty past the end, so that every round has its group and the waits count alike).
+    const int64_t first = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
+    // Copies the cells of round r (from first + r round on) into its stage, r mod kStages, as one
+    // group (empty past the end, so that every round has its group and the waits count alike).
     auto issue = [&](int64_t r) {
-      const int stage = static_cast<int>(r % kStages);
 #pragma unroll
       for (int u = 0; u < kCells; ++u) {
         const int64_t j = first + r * round + u * stride;
         if (j < l.M) {
-          cp_async_16(&slot(stage, u, 0), a.x + j * l.C + c0, true);
+          cp_async_16(&slot(r, u, 0), a.x + j * l.C + c0, true);
           if constexpr (kBackward) {
-            cp_async_16(&slot(stage, u, 1), a.gy + j * l.C + c0, true);
-            if constexpr (kMask == Mask::from_y) cp_async_16(&slot(stage, u, 2), a.y + j * l.C + c0, true);
+            cp_async_16(&slot(r, u, 1), a.gy + j * l.C + c0, true);
+            if constexpr (kMask == Mask::from_y) cp_async_16(&slot(r, u, 2), a.y + j * l.C + c0, true);
           }
         }
       }
@@ -475,69 +487,19 @@ __global__ void __launch_bounds__(kThreads, 1) staged_sums_kernel(PackedSums<T> 
 #pragma unroll
     for (int r = 0; r < kStages - 1; ++r) issue(r);
     for (int64_t r = 0; first + r * round < l.M; ++r) {
-      issue(r + kStages - 1);
+      issue(r + kStages - 1);        // into the stage round r - 1 was summed from
       cp_async_wait<kStages - 1>();  // round r's group has landed
-      const int stage = static_cast<int>(r % kStages);
 #pragma unroll
       for (int u = 0; u < kCells; ++u) {
         const int64_t j = first + r * round + u * stride;
         if (j >= l.M) continue;
-        const Packed128<T> x = slot(stage, u, 0);
-        if constexpr (kBackward) {
-          Packed128<T> g = slot(stage, u, 1);
-          if constexpr (kMask == Mask::from_x) {
-#pragma unroll
-            for (int k = 0; k < V; ++k)
-              if (!relu_passes<T>(normalized(convert_to<float>(x.v[k]), ref[k], scale[k], bias[k])))
-                g.v[k] = convert_to<T>(0.f);
-          } else if constexpr (kMask == Mask::from_y) {
-            const Packed128<T> y = slot(stage, u, 2);
-#pragma unroll
-            for (int k = 0; k < V; ++k)
-              if (!(convert_to<float>(y.v[k]) > 0.f)) g.v[k] = convert_to<T>(0.f);
-          }
-          if (a.gprime) store_pack(a.gprime + j * l.C + c0, g);
-#pragma unroll
-          for (int k = 0; k < V; ++k) {
-            const float gk = convert_to<float>(g.v[k]);
-            s1[k] += gk;
-            s2[k] += gk * (convert_to<float>(x.v[k]) - ref[k]);
-          }
-        } else {
-#pragma unroll
-          for (int k = 0; k < V; ++k) {
-            const float d = convert_to<float>(x.v[k]) - ref[k];
-            s1[k] += d;
-            s2[k] += d * d;
-          }
-        }
+        Packed128<T> g = slot(r, u, kOps > 1 ? 1 : 0);
+        me.add(slot(r, u, 0), g, slot(r, u, kOps - 1), j, a, l, c0);
       }
     }
     cp_async_wait<0>();  // the empty groups past the end, before the block exits
   }
-  // The block's tree over ty, as packed_sums_kernel's.
-  float* mine = rows + (ty * blockDim.x + tx) * 2 * V;
-#pragma unroll
-  for (int k = 0; k < V; ++k) {
-    mine[k] = s1[k];
-    mine[V + k] = s2[k];
-  }
-  for (int stride = blockDim.y / 2; stride > 0; stride /= 2) {
-    __syncthreads();
-    if (ty < stride) {
-      const float* other = rows + ((ty + stride) * blockDim.x + tx) * 2 * V;
-#pragma unroll
-      for (int k = 0; k < 2 * V; ++k) mine[k] += other[k];
-    }
-  }
-  if (ty == 0 && c0 < l.C) {
-    const int64_t g = blockIdx.y;
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-      partial[(g * 2) * l.C + c0 + k] = mine[k];
-      partial[(g * 2 + 1) * l.C + c0 + k] = mine[V + k];
-    }
-  }
+  me.finish(rows, l, c0, partial);
 }
 
 // forward_apply_kernel, V channels a thread, their mean, scale and bias held across its cells.
