@@ -75,17 +75,27 @@ void pause_dependent_launch(bool paused);
 // once: the occupancy calculator's answer, at least 1, asked once per kernel and block size.
 int resident_blocks_per_sm(const void* kernel, int threads);
 
-// The multiprocessors of `device`, asked once per device (the first 64 devices).
-inline int multiprocessor_count(Device device) {
+// Attribute kAttribute of `device`, asked once per device (the first 64 devices).
+template <cudaDeviceAttr kAttribute>
+int cached_device_attribute(Device device, const char* what) {
   static std::atomic<int> cached[64];
   const bool cacheable = device.index >= 0 && device.index < 64;
-  int count = cacheable ? cached[device.index].load(std::memory_order_relaxed) : 0;
-  if (count == 0) {
-    PRECIS_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device.index),
-                      "multiprocessor count");
-    if (cacheable) cached[device.index].store(count, std::memory_order_relaxed);
+  int value = cacheable ? cached[device.index].load(std::memory_order_relaxed) : 0;
+  if (value == 0) {
+    PRECIS_CUDA_CHECK(cudaDeviceGetAttribute(&value, kAttribute, device.index), what);
+    if (cacheable) cached[device.index].store(value, std::memory_order_relaxed);
   }
-  return count;
+  return value;
+}
+
+// The multiprocessors of `device`.
+inline int multiprocessor_count(Device device) {
+  return cached_device_attribute<cudaDevAttrMultiProcessorCount>(device, "multiprocessor count");
+}
+
+// The most shared memory one block of a kernel on `device` may opt in to (bytes).
+inline int shared_memory_per_block_optin(Device device) {
+  return cached_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(device, "shared memory per block");
 }
 
 }  // namespace precis::cuda

@@ -427,14 +427,13 @@ __global__ void __launch_bounds__(kThreads, kBlocks) packed_sums_kernel(PackedSu
   me.finish(rows, l, c0, partial);
 }
 
-// packed_sums_kernel with its loads staged through shared memory (PRECIS_EXP_BN_STAGED_STATS,
-// an experiment): each thread copies its own cells' packs into a ring of kStages stages of
-// shared memory (cp.async, no registers held), kStages - 1 stages ahead of the cells it sums,
-// so the copies stay in flight while it sums (packed_sums_kernel issues kBatch cells' loads
-// into registers, waits, sums, and only then issues more). One block an SM, the cells of each
-// thread and their order as packed_sums_kernel<..., 1>'s: the same sums, bit for bit.
-// kStagedCells cells of every operand a stage: 512-576 bytes a thread in all, so a block's
-// ring (and the tree's rows) fits an A100's shared memory too.
+// packed_sums_kernel with its loads staged through shared memory (the default where a block's
+// ring fits; PRECIS_BN_STAGED_STATS=0 turns it off): each thread copies its own cells' packs into a ring of kStages
+// stages of shared memory (cp.async, no registers held), kStages - 1 stages ahead of the cells it sums, so the copies
+// stay in flight while it sums (packed_sums_kernel issues kBatch cells' loads into registers, waits, sums, and only
+// then issues more). One block an SM, the cells of each thread and their order as packed_sums_kernel<..., 1>'s: the
+// same sums, bit for bit. kStagedCells cells of every operand a stage: 512-576 bytes a thread in all, so a block's ring
+// (and the tree's rows) fits an A100's shared memory too.
 constexpr int kStages = 4;
 template <bool kBackward, Mask kMask>
 constexpr int staged_operands() {
@@ -647,14 +646,15 @@ std::pair<Tensor, int64_t> packed_channel_sums_as(const PackedSums<T>& a, const 
   return {partial, G};
 }
 
-// Tensors under this many bytes (one operand) take the statistics pass at one block per SM,
+// Where the staged kernel is off or does not fit: tensors under this many bytes (one operand)
+// take the statistics pass at one block per SM,
 // each thread with twice the loads in flight: half the partials for the finalize kernel to
 // walk, and the loads of a small layer issued in one round. Larger ones keep two blocks per SM,
 // which hide the memory's latency better over many rounds (the threshold was measured:
 // bench/NOTES.md).
 constexpr int64_t kSmallStatsBytes = int64_t{40} << 20;
 
-EnvSwitch g_staged_statistics("PRECIS_EXP_BN_STAGED_STATS");
+EnvSwitch g_staged_statistics("PRECIS_BN_STAGED_STATS", /*default_on=*/true);
 std::atomic<int64_t> g_staged_launches{0};
 
 // channel_sums by staged_sums_kernel, on packed_channel_sums_as<..., 1>'s grid (the same
@@ -673,9 +673,19 @@ std::pair<Tensor, int64_t> staged_channel_sums(const PackedSums<T>& a, const Lay
   return {partial, G};
 }
 
+// Whether a block of staged_sums_kernel (its ring and its tree's rows) fits the device's shared
+// memory: on an H100 or an A100 it does; elsewhere the register-batched kernel takes the pass.
+template <typename T, bool kBackward, Mask kMask>
+bool staged_fits(Device device) {
+  const int ring = staged_bytes_per_thread<kBackward, kMask>() * kThreads;
+  const int rows = kThreads * 2 * Packed128<T>::size * static_cast<int>(sizeof(float));
+  return ring + rows <= shared_memory_per_block_optin(device);
+}
+
 template <typename T, bool kBackward, Mask kMask>
 std::pair<Tensor, int64_t> packed_channel_sums(const PackedSums<T>& a, const Layout& l, Device device) {
-  if (g_staged_statistics.on()) return staged_channel_sums<T, kBackward, kMask>(a, l, device);
+  if (g_staged_statistics.on() && staged_fits<T, kBackward, kMask>(device))
+    return staged_channel_sums<T, kBackward, kMask>(a, l, device);
   if (l.M * l.C * static_cast<int64_t>(sizeof(T)) < kSmallStatsBytes)
     return packed_channel_sums_as<T, kBackward, kMask, 1>(a, l, device);
   return packed_channel_sums_as<T, kBackward, kMask, kStatsBlocks>(a, l, device);

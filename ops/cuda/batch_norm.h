@@ -34,9 +34,11 @@ struct BatchNormBackward {
 };
 void batch_norm_backward(const BatchNormBackward& b);
 
-// An experiment (bench/NOTES.md, eighteenth session): the channels-last statistics passes with
-// their loads staged through shared memory by cp.async (batch_norm.cu's staged_sums_kernel),
-// the same sums bit for bit. Off by default; until set, PRECIS_EXP_BN_STAGED_STATS=1 turns it on.
+// The channels-last statistics passes with their loads staged through shared memory by
+// cp.async (batch_norm.cu's staged_sums_kernel; bench/NOTES.md, eighteenth and nineteenth
+// sessions), the same sums bit for bit as the register-batched kernel's under 40 MB. On by
+// default where a block's ring fits the device's shared memory; until set,
+// PRECIS_BN_STAGED_STATS=0 turns it off.
 void set_staged_batch_norm_statistics(bool on);
 // The staged statistics passes launched so far in this process (for the tests).
 int64_t staged_batch_norm_statistics_launches();

@@ -1,9 +1,9 @@
 // The channels-last batch-norm statistics passes with their loads staged through shared memory
-// (ops::cuda::set_staged_batch_norm_statistics, PRECIS_EXP_BN_STAGED_STATS: an experiment,
-// ops/cuda/batch_norm.cu's staged_sums_kernel) give the default kernels' results bit for bit:
+// (ops::cuda::set_staged_batch_norm_statistics, the default; ops/cuda/batch_norm.cu's
+// staged_sums_kernel) give the register-batched kernels' results bit for bit:
 // each thread sums the same cells in the same order, on the same grid. Forward and backward of
 // batch_norm, batch_norm_relu and batch_norm_add_relu in training, f32, f16 and bf16, on tensors
-// under 40 MB (where the default takes one block an SM, as the staged kernel does): ResNet-18's
+// under 40 MB (where the register-batched pass takes one block an SM, as the staged kernel does): ResNet-18's
 // first layer (B=256), a layer of two channel tiles, channels not a multiple of 32 packs, and
 // odd spatial sizes. A counter shows that the staged kernel ran. Skipped, with the reason, where
 // no GPU is usable.
@@ -61,7 +61,7 @@ TEST(BatchNormStagedGpu, StatisticsStagedThroughSharedMemoryGiveTheSameBits) {
        {Shape{256, 64, 32, 32}, Shape{32, 512, 4, 4}, Shape{16, 72, 12, 12}, Shape{4, 264, 5, 5}, Shape{3, 16, 9, 7}}) {
     for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
       if (shape[0] * shape[1] * shape[2] * shape[3] * static_cast<int64_t>(element_size(dtype)) >= (int64_t{40} << 20))
-        continue;  // the default takes two blocks an SM there: other partials
+        continue;  // the register-batched pass takes two blocks an SM there: other partials
       for (int variant = 0; variant < 3; ++variant) {
         const std::string what = std::string(variant == 0   ? "batch_norm "
                                              : variant == 1 ? "batch_norm_relu "
@@ -71,8 +71,7 @@ TEST(BatchNormStagedGpu, StatisticsStagedThroughSharedMemoryGiveTheSameBits) {
         const auto plain = step(variant, shape, dtype, seed);
         ops::cuda::set_staged_batch_norm_statistics(true);
         const int64_t launches = ops::cuda::staged_batch_norm_statistics_launches();
-        const auto staged = step(variant, shape, dtype, seed);
-        ops::cuda::set_staged_batch_norm_statistics(false);
+        const auto staged = step(variant, shape, dtype, seed);  // and the default stays on
         EXPECT_EQ(ops::cuda::staged_batch_norm_statistics_launches() - launches, 2)
             << what << ": the forward's and the backward's statistics passes were staged";
         for (size_t i = 0; i < plain.size(); ++i) {
