@@ -40,6 +40,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/profiler.h"
 #include "core/tensor.h"
@@ -75,6 +76,22 @@ class ProcessGroup {
   // so every rank calls it at the same point); null where the device's own memory serves
   // as well (MPI).
   virtual std::shared_ptr<Allocator> registered_allocator() { return nullptr; }
+  // Stores into the peers' copies (distributed/cuda/peer_memory.h; ZeRO-1's fused gather):
+  // for `buffer`, the whole of an allocation of registered_allocator()'s made alike on every
+  // rank, where its bytes are in each rank's copy, as byte offsets from this rank's address of
+  // them (element i of rank r's copy is at (char*)&mine[i] + offsets[r]; offsets[rank] is 0),
+  // so that a kernel may store into every rank's copy. Empty, with `why` set, where the ranks
+  // cannot (the MPI backend; GPUs that cannot load and store to each other's memory). A
+  // collective: every rank asks for its buffer of the same allocation, in the same order.
+  virtual std::vector<int64_t> peer_offsets(const Tensor& buffer, std::string& why) {
+    (void)buffer;
+    why = "the " + backend_name() + " backend has no memory the ranks share";
+    return {};
+  }
+  // Queued in order on the compute stream after kernels that stored into peers' copies: what
+  // each rank stored before it is visible to the work every rank queues after it. Only where
+  // peer_offsets gave offsets.
+  virtual void peer_barrier() { PRECIS_FAIL("peer_barrier: the ", backend_name(), " backend has no peer memory"); }
 
   // tensor <- op over ranks of tensor (in place); timed as phase "comm" of `profiler` if given.
   virtual std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op, Profiler* profiler = nullptr,

@@ -108,11 +108,41 @@ void Zero1::sum_over_ranks(const Tensor& sum) const {
 }
 
 void Zero1::gather_parameters() {
+  if (gather_fused_) {
+    group_->peer_barrier();
+    return;
+  }
   defer_gather();
   complete_gather();
 }
 
+bool Zero1::fuse_gather_into(optim::Optimizer& optimizer, std::string& why) {
+  PRECIS_CHECK(!param_slots_.empty(), "zero-1: fuse_gather_into() comes after shard_groups()");
+  if (!optimizer.supports_peer_copies()) {
+    why = "the optimizer does not store into the other ranks' copies (AdamW does)";
+    return false;
+  }
+  // Every buffer's offsets, in the same order on every rank (each call is collective).
+  std::vector<std::vector<int64_t>> others(flat_->buffers().size());
+  for (size_t b = 0; b < flat_->buffers().size(); ++b) {
+    // A buffer some bucket gathers (the same on every rank; this rank's pieces lie in them).
+    if (std::none_of(chunks_.begin(), chunks_.end(), [&](const Chunk& c) { return c.buffer == b && c.has_slots; }))
+      continue;
+    std::vector<int64_t> offsets = group_->peer_offsets(flat_->buffers()[b].data, why);
+    if (offsets.empty()) return false;  // the same answer on every rank
+    for (int r = 0; r < group_->world_size(); ++r)
+      if (r != group_->rank()) others[b].push_back(offsets[r]);
+  }
+  std::vector<std::vector<int64_t>> per_param;
+  for (const ShardPiece& piece : pieces_) per_param.push_back(others[piece.buffer]);
+  optimizer.set_peer_copies(std::move(per_param));
+  gather_fused_ = true;
+  return true;
+}
+
 void Zero1::launch_gather(Launch launch) {
+  PRECIS_CHECK(!gather_fused_, "zero-1: the optimizer gathers the parameters itself (fused gather); there is no ",
+               "all-gather to launch");
   gather_pending_ = false;
   gathers_in_flight_ = 0;  // what a failed capture left is not waited for
   // Forward order: the reducer lists the buckets from the last parameter to the first.

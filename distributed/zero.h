@@ -23,6 +23,16 @@
 //   4. gather_parameters(): an in-place all_gather of every bucket, each rank
 //      contributing its updated chunk, in the parameters' dtype.
 //
+// With distributed.fused_gather (fuse_gather_into), step 4 is folded into step 3 where the
+// ranks' GPUs can store into each other's memory (one NVLink node: ProcessGroup::peer_offsets):
+// the flat parameter buffers are NCCL symmetric windows, and the optimizer stores each updated
+// element into every rank's copy of its buffer as it writes its own (Optimizer::
+// set_peer_copies), so what is left of step 4 is a barrier (ProcessGroup::peer_barrier) after
+// which every rank reads every rank's update. The all-gather's traffic then runs inside the
+// optimizer's own memory-bound pass instead of after it. Nothing is stored into a rank's copy
+// while that rank may still read it: the reduce-scatter of step 1 completes on a rank only
+// once every rank's backward is done.
+//
 // With distributed.gather_overlap, step 4 moves behind the next step's forward: after the
 // optimizer the parameters are only pending (defer_gather: each rank holds its own updated
 // chunks); every step starts with launch_gather, every bucket's all_gather in forward
@@ -85,8 +95,15 @@ class Zero1 {
   // sum <- the sum over ranks of sum (in place; optim::clip_grad_norm's reduce_sum).
   void sum_over_ranks(const Tensor& sum) const;
   // Every rank's chunks of the parameters into every rank's flat buffers, now (in order on the
-  // compute stream: process_group.h, "Launch").
+  // compute stream: process_group.h, "Launch"); with the fused gather, the barrier after the
+  // optimizer's stores.
   void gather_parameters();
+
+  // The fused gather (above): makes `optimizer` (built over shard_groups()) store its updates
+  // into the other ranks' copies too. A collective. False, with `why` set, where it cannot (the
+  // backend, the GPUs, an optimizer without peer copies: SGD); the all-gather then stays.
+  bool fuse_gather_into(optim::Optimizer& optimizer, std::string& why);
+  bool gather_fused() const { return gather_fused_; }
 
   // gather_overlap (above). The parameters' chunks are updated and not gathered yet.
   void defer_gather() { gather_pending_ = true; }
@@ -133,6 +150,7 @@ class Zero1 {
   // Per unsharded optimizer parameter: its flat slot.
   std::vector<const nn::FlatSlot*> param_slots_;
 
+  bool gather_fused_ = false;  // fuse_gather_into succeeded
   // gather_overlap: per chunk, its all_gather until waited for (null: not in flight).
   bool gather_pending_ = false;
   std::vector<std::shared_ptr<Work>> gathers_;

@@ -73,7 +73,7 @@ void AdamW::step(const StepInputs& inputs) {
     Tensor& m = state_buffer(index, "exp_avg", p);
     Tensor& v = state_buffer(index, "exp_avg_sq", p);
     const Tensor master = is_low_precision(p.dtype()) && options_.master_weights ? master_buffer(index, p) : Tensor();
-    params.push_back({p, p.grad(), m, v, master, compute_copy(index), weight_decay, index});
+    params.push_back({p, p.grad(), m, v, master, compute_copy(index), weight_decay, index, peer_copies(index)});
   });
   OpScope timed(
       "adamw",

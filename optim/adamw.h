@@ -33,6 +33,7 @@ class AdamW : public Optimizer {
   void step(const StepInputs& inputs = {}) override;
   const AdamWOptions& options() const { return options_; }
   int64_t state_bytes_per_element(DType param_dtype) const override;
+  bool supports_peer_copies() const override { return true; }  // the GPU kernel stores them
 
  private:
   // Checks parameter `index` and its gradient: device, layout, dtypes (optim/low_precision.h).

@@ -112,6 +112,27 @@ Tensor Optimizer::compute_copy(size_t param_index) const {
   return param_index < compute_copies_.size() ? compute_copies_[param_index] : Tensor();
 }
 
+void Optimizer::set_peer_copies(std::vector<std::vector<int64_t>> peer_offsets) {
+  size_t count = 0;
+  for (const ParamGroup& group : groups_) count += group.params.size();
+  PRECIS_CHECK(peer_offsets.size() <= count, "set_peer_copies: ", peer_offsets.size(), " lists for ", count,
+               " parameters");
+  for (size_t i = 0; i < peer_offsets.size(); ++i) {
+    if (peer_offsets[i].empty()) continue;
+    PRECIS_CHECK(supports_peer_copies(), "set_peer_copies: this optimizer does not store into peer copies; ZeRO-1's ",
+                 "fused gather needs AdamW");
+    PRECIS_CHECK(device_.is_cuda(), "set_peer_copies: peer copies are GPU memory, the parameters are on ", device_);
+    PRECIS_CHECK(peer_offsets[i].size() <= kMaxPeerCopies, "set_peer_copies: parameter ", i, " has ",
+                 peer_offsets[i].size(), " peer copies, more than ", kMaxPeerCopies);
+  }
+  peer_copies_ = std::move(peer_offsets);
+}
+
+const std::vector<int64_t>& Optimizer::peer_copies(size_t param_index) const {
+  static const std::vector<int64_t> none;
+  return param_index < peer_copies_.size() ? peer_copies_[param_index] : none;
+}
+
 Tensor Optimizer::master(size_t param_index) const {
   auto it = state_.find("state." + std::to_string(param_index) + ".master");
   return it == state_.end() ? Tensor() : it->second;

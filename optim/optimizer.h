@@ -90,6 +90,15 @@ class Optimizer {
   // parameters of their own. copies[i] is undefined (none) or an f16/bf16 tensor of parameter
   // i's shape and strides, for an f32 parameter; indexed over all groups, as state_dict.
   void set_compute_copies(std::vector<Tensor> copies);
+  // Peer copies (ZeRO-1's fused gather, distributed/zero.h): after each update that is not
+  // skipped, parameter i's new value is also stored at each of peer_offsets[i]'s byte offsets
+  // from its elements, as the parameter itself is written: the same elements of the other
+  // ranks' copies of its buffer (ProcessGroup::peer_offsets). GPU parameters, at most
+  // kMaxPeerCopies offsets each, and an optimizer whose supports_peer_copies(); indexed over
+  // all groups, as state_dict. An empty list (or none) stores into nothing more.
+  static constexpr size_t kMaxPeerCopies = 7;  // the other GPUs of an 8-GPU node
+  virtual bool supports_peer_copies() const { return false; }
+  void set_peer_copies(std::vector<std::vector<int64_t>> peer_offsets);
   // Bytes of state the optimizer keeps per element of a parameter of `param_dtype` once it
   // has stepped (moments, master copy), so a run can say what its state costs up front.
   virtual int64_t state_bytes_per_element(DType param_dtype) const = 0;
@@ -103,6 +112,8 @@ class Optimizer {
   Tensor& master_buffer(size_t param_index, const Tensor& param);
   // Parameter `param_index`'s compute copy (set_compute_copies), or undefined.
   Tensor compute_copy(size_t param_index) const;
+  // Parameter `param_index`'s peer offsets (set_peer_copies), or an empty list.
+  const std::vector<int64_t>& peer_copies(size_t param_index) const;
   // Checks that parameter `index` and its gradient are dense in one layout, naming optimizer `op`.
   static void check_layout(size_t index, const Tensor& param, const char* op);
   // Checks `inputs` (f64 scalars on device()) for optimizer `op`.
@@ -129,7 +140,8 @@ class Optimizer {
  private:
   std::vector<ParamGroup> groups_;
   std::map<std::string, Tensor> state_;
-  std::vector<Tensor> compute_copies_;  // by parameter index; empty: none
+  std::vector<Tensor> compute_copies_;             // by parameter index; empty: none
+  std::vector<std::vector<int64_t>> peer_copies_;  // by parameter index; empty: none
 };
 
 // The bytes a step writes into `copy` (a compute copy, or undefined: 0), for the ops' cost.

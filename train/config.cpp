@@ -429,6 +429,7 @@ std::vector<Field> make_fields(TrainConfig& c) {
       number("distributed.timeout_s", c.distributed.timeout_s, kPositive),
       integer("distributed.zero", c.distributed.zero, zero_rule),
       boolean("distributed.gather_overlap", c.distributed.gather_overlap),
+      boolean("distributed.fused_gather", c.distributed.fused_gather),
       boolean("distributed.reduce_overlap", c.distributed.reduce_overlap),
 
       text("task", c.task, one_of({"language_model", "image_classification"})),
@@ -795,12 +796,20 @@ void ConfigReader::check_profile() const {
 }
 
 void ConfigReader::check_distributed() const {
-  if (!config_.distributed.gather_overlap || config_.distributed.zero == 1) return;
-  fail(where_set({"distributed.gather_overlap", "distributed.zero"}),
-       "'distributed.gather_overlap' moves ZeRO-1's parameter all-gather behind the next forward, but "
-       "'distributed.zero' is " +
-           std::to_string(config_.distributed.zero) +
-           ": plain DDP gathers nothing; set distributed.zero=1 or drop gather_overlap");
+  const DistributedConfig& d = config_.distributed;
+  for (const auto& [key, on] : {std::pair<const char*, bool>{"distributed.gather_overlap", d.gather_overlap},
+                                {"distributed.fused_gather", d.fused_gather}}) {
+    if (!on || d.zero == 1) continue;
+    fail(where_set({key, "distributed.zero"}), std::string("'") + key +
+                                                   "' changes how ZeRO-1 gathers its parameters, but "
+                                                   "'distributed.zero' is " +
+                                                   std::to_string(d.zero) +
+                                                   ": plain DDP gathers nothing; set distributed.zero=1 or drop it");
+  }
+  if (d.gather_overlap && d.fused_gather)
+    fail(where_set({"distributed.gather_overlap", "distributed.fused_gather"}),
+         "'distributed.fused_gather' writes the parameters during the optimizer, so there is no all-gather left to "
+         "run behind the next forward ('distributed.gather_overlap'); set one of them");
 }
 
 void ConfigReader::resolve_schedule() {

@@ -109,6 +109,7 @@ struct DistributedConfig {
   int64_t zero = 0;              // 0: plain DDP; 1: ZeRO-1, optimizer state sharded (distributed/zero.h)
   bool gather_overlap = false;   // ZeRO-1: the parameters' all-gather runs behind the next forward
   bool reduce_overlap = true;    // each bucket's reduction launched when it is ready (false: after the backward)
+  bool fused_gather = false;     // ZeRO-1: the optimizer stores into every rank's parameters (one NVLink node)
 };
 
 struct TrainConfig {

@@ -208,6 +208,10 @@ void Trainer::setup_model() {
         groups, optim::SGDOptions{.lr = o.lr, .momentum = o.momentum, .dampening = 0.0, .nesterov = o.nesterov});
   }
   if (policy_.autocasts() && o.writes_weight_casts && !zero_) setup_weight_casts();
+  if (zero_ && config_.distributed.fused_gather && !zero_->fuse_gather_into(*optimizer_, fused_gather_why_) &&
+      is_main())
+    std::cerr << "note: distributed.fused_gather: not used: " << fused_gather_why_
+              << "; the parameters are all-gathered after the optimizer\n";
   schedule_ = optim::LrSchedule{config_.schedule.kind,        o.lr,
                                 config_.schedule.min_lr,      config_.schedule.warmup_steps,
                                 config_.schedule.decay_steps, config_.schedule.decay_fraction};
@@ -509,8 +513,10 @@ void Trainer::print_zero_line() const {
             << "; the batch below is per rank; ZeRO-1: " << reducer_->buckets().size()
             << " gradient buckets, reduce-scattered in " << dtype_name(policy_.grad_reduce_dtype)
             << ", optimizer state " << mine << " bytes (" << static_cast<double>(mine) / (1 << 20)
-            << " MiB) on rank 0 of " << all << " bytes (" << static_cast<double>(all) / (1 << 20)
-            << " MiB) unsharded\n";
+            << " MiB) on rank 0 of " << all << " bytes (" << static_cast<double>(all) / (1 << 20) << " MiB) unsharded"
+            << (zero_->gather_fused() ? "; the optimizer stores each update into every rank's parameters (fused gather)"
+                                      : "")
+            << "\n";
 }
 
 bool Trainer::report_due() const {

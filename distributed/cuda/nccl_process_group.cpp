@@ -14,6 +14,7 @@
 #include "core/cuda/runtime.h"
 #include "core/gpu.h"
 #include "distributed/cuda/nccl_check.h"
+#include "distributed/cuda/peer_memory.h"
 #include "distributed/cuda/registered_memory.h"
 #include "distributed/mpi_runtime.h"
 #include "distributed/watchdog.h"
@@ -91,6 +92,8 @@ class NcclProcessGroup final : public ProcessGroup {
     // (synchronize() has aborted it already, and cleared comm_, when it timed out.)
     ncclResult_t async = ncclSuccess;
     const bool failed = comm_ && (ncclCommGetAsyncError(comm_, &async) != ncclSuccess || async != ncclSuccess);
+    if (peers_ && comm_ && !failed) peers_->release();
+    peers_.reset();  // an aborted communicator frees what NCCL made for it
     // The registered buffers may outlive the communicator: from now on they are only memory.
     if (registered_) registered_->detach(/*deregister=*/comm_ && !failed);
     if (failed)
@@ -109,6 +112,27 @@ class NcclProcessGroup final : public ProcessGroup {
   std::shared_ptr<Allocator> registered_allocator() override {
     if (!registered_) registered_ = std::make_shared<RegisteredAllocator>(device_, communicator());
     return registered_;
+  }
+
+  std::vector<int64_t> peer_offsets(const Tensor& buffer, std::string& why) override {
+    check_collective_tensor(*this, buffer, "peer_offsets");
+    const void* base = buffer.storage()->data();
+    PRECIS_CHECK(registered_ && registered_->owns(base) && buffer.raw_data() == base &&
+                     buffer.nbytes() == buffer.storage()->nbytes(),
+                 "peer_offsets: the buffer must be a whole allocation of registered_allocator()'s");
+    if (!peers_ && peers_why_.empty()) peers_ = PeerMemory::make(communicator(), device_, world_size_, peers_why_);
+    if (!peers_) {
+      why = peers_why_;
+      return {};
+    }
+    return peers_->offsets(registered_->window(base), base);
+  }
+
+  void peer_barrier() override {
+    PRECIS_CHECK(peers_, "peer_barrier: no peer memory (peer_offsets gave none)");
+    ++sequence_;
+    last_op_ = "peer_barrier";
+    peers_->barrier(cuda::compute_stream(device_));
   }
 
   std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op, Profiler* profiler, Launch launch) override {
@@ -187,6 +211,7 @@ class NcclProcessGroup final : public ProcessGroup {
       if (watchdog_.timeout().count() > 0 && waited > watchdog_.timeout()) {
         // The collectives in flight never finish: abort them, or the process could not exit.
         if (registered_) registered_->detach(/*deregister=*/false);  // the abort frees what NCCL holds
+        peers_.reset();
         ncclCommAbort(comm_);
         comm_ = nullptr;
         aborted_ = true;
@@ -280,6 +305,8 @@ class NcclProcessGroup final : public ProcessGroup {
   cudaEvent_t ready_ = nullptr;                      // recorded on the compute stream before each collective
   cudaEvent_t drained_ = nullptr;                    // synchronize()'s: recorded on the compute stream, polled
   std::shared_ptr<RegisteredAllocator> registered_;  // made by the first registered_allocator()
+  std::unique_ptr<PeerMemory> peers_;                // made by the first peer_offsets(), where it can be
+  std::string peers_why_;                            // why it cannot
 };
 
 }  // namespace

@@ -23,7 +23,9 @@
 // PRECIS_WITH_CUDA (it includes nccl.h).
 //
 // (The eleventh session tried symmetric windows instead, ncclCommWindowRegister, for NCCL's
-// copy-engine all-gather: slower in the step; bench/NOTES.md.)
+// copy-engine all-gather: slower in the step; bench/NOTES.md.) A buffer is also registered as
+// a symmetric window on demand (window(): ZeRO-1's fused gather stores into the peers' copies
+// through it, distributed/cuda/peer_memory.h); the window goes with the buffer.
 #pragma once
 
 #include <nccl.h>
@@ -46,6 +48,10 @@ class RegisteredAllocator final : public Allocator {
   void reset_peak() override;
   // Whether `base` is an allocation of this allocator's (a storage's data pointer).
   bool owns(const void* base) const;
+  // The allocation at `base` registered as an NCCL symmetric window (NCCL_WIN_COLL_SYMMETRIC),
+  // made on the first call: a collective, every rank asking for its buffer of the same
+  // allocation in the same order.
+  ncclWindow_t window(const void* base);
   // The communicator is about to be destroyed (deregister: every live buffer's registration
   // first) or aborted (not: the abort releases them); later buffers cannot be allocated.
   void detach(bool deregister);
@@ -53,8 +59,10 @@ class RegisteredAllocator final : public Allocator {
  private:
   Device device_;
   mutable std::mutex mutex_;
-  ncclComm_t comm_;                       // null once detached
-  std::map<const void*, void*> handles_;  // live buffer -> its registration handle (null once detached)
+  ncclComm_t comm_;                              // null once detached
+  std::map<const void*, void*> handles_;         // live buffer -> its registration handle (null once detached)
+  std::map<const void*, size_t> sizes_;          // live buffer -> its bytes
+  std::map<const void*, ncclWindow_t> windows_;  // buffers registered as windows too
   size_t allocated_ = 0, peak_ = 0, allocs_ = 0, frees_ = 0;
 };
 

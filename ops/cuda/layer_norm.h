@@ -3,6 +3,8 @@
 // they run on the compute stream of their tensors' device and do not synchronise.
 #pragma once
 
+#include <cstdint>
+
 #include "core/tensor.h"
 
 namespace precis::ops::cuda {
@@ -31,5 +33,13 @@ void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight,
                          const Tensor& dresidual = Tensor(), bool accumulate_dweight = false,
                          bool accumulate_dbias = false, const Tensor& dresidual_bias = Tensor(),
                          bool accumulate_dresidual_bias = false);
+
+// The warp-per-row backward with its rows staged through shared memory by cp.async
+// (layer_norm_backward_warp.cuh's layer_norm_backward_staged_kernel; 16-bit x and g, where the
+// ring fits): off unless PRECIS_EXP_LN_STAGED_BACKWARD=1, an experiment until measured
+// (bench/NOTES.md, the twentieth session). The same bits as the register kernel. For the tests:
+void set_staged_layer_norm_backward(bool on);
+// The staged backward launches so far in this process.
+int64_t staged_layer_norm_backward_launches();
 
 }  // namespace precis::ops::cuda

@@ -15,6 +15,7 @@
 #include "core/cuda/convert.cuh"
 #include "core/cuda/launch.cuh"
 #include "core/cuda/pack.cuh"
+#include "ops/cuda/bulk_copy.cuh"
 
 namespace precis::ops::cuda {
 
@@ -70,18 +71,84 @@ __device__ __forceinline__ void fold_warps(const A (&sums)[kValues], Write&& wri
   for (int j = tid; j < kValues * 32; j += threads) write(j / 32, j % 32, total[j]);
 }
 
-// Backward, stage 1, a warp per row. With xhat = (x - mean) rstd and dxhat = g w (the CPU's
-// math, ops/layer_norm.cpp):
+// One row of stage 1 for lane `lane`, whichever kernel holds its packs: x_at(p), g_at(p) and
+// g_sum_at(p) give the lane's p-th packs of x, g and g_sum (g_sum only when has_g_sum). With
+// xhat = (x - mean) rstd and dxhat = g w (the CPU's math, ops/layer_norm.cpp):
 //   dx  = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)) (+ g_sum, the sum's own gradient)
-//   dw += g xhat,  db += g,  drb += dx   (per column, over the rows: partial sums)
-// Warp w of block b takes the rows b * W + w, then every gridDim.x * W-th after it (W warps a
-// block). Lane t owns the columns (p * 32 + t) * kPack + k (p < kLanePacks, k < kPack) of every
-// row: it loads those packs of x, g and g_sum together before using any, the warp adds the two
-// row sums (sum dxhat, sum dxhat xhat, each lane's in column order, then a shuffle butterfly), and
-// the lane writes dx (in T) and dr (in R) and adds its columns' sums. At the end the block folds
-// its warps' sums (fold_warps) into partial_dw, partial_db, partial_drb [gridDim.x, C] (null: not
-// wanted), row blockIdx.x. The weight, in P (T or the statistics dtype A), is read per row (from
-// L1: held, its registers made the kernels spill).
+//   dw += g xhat,  db += g,  drb += dx   (per column: the lane's sums[s][p][k])
+// Pass 1 sums dxhat and dxhat xhat in column order and over the warp (a shuffle butterfly);
+// between() runs before pass 2, which writes dx (in T) and dr (in R) and adds the sums. The
+// weight, in P (T or the statistics dtype A), is read per row (from L1).
+template <int kLanePacks, int kPack, bool kResidualBias, typename T, typename R, typename P, typename A, typename XAt,
+          typename GAt, typename SumAt, typename Between>
+__device__ __forceinline__ void backward_warp_row(int64_t row, int64_t C, int lane, A mu, A rs, const P* weight,
+                                                  bool has_g_sum, T* dx, R* dr, A* sums, XAt&& x_at, GAt&& g_at,
+                                                  SumAt&& g_sum_at, Between&& between) {
+  using namespace precis::cuda;
+  auto column = [lane](int p) { return static_cast<int64_t>(p * 32 + lane) * kPack; };
+  auto sum_at = [&](int s, int p, int k) -> A& { return sums[(s * kLanePacks + p) * kPack + k]; };
+  Pair<A> row_sums{0, 0};  // sum dxhat, sum dxhat xhat
+#pragma unroll
+  for (int p = 0; p < kLanePacks; ++p) {
+    if (column(p) >= C) continue;
+    const Pack<P, kPack> w = load_pack<kPack>(weight + column(p));
+    const auto xs = x_at(p);
+    const auto gs = g_at(p);
+#pragma unroll
+    for (int k = 0; k < kPack; ++k) {
+      const A xhat = (convert_to<A>(xs.v[k]) - mu) * rs;
+      const A dxhat = convert_to<A>(gs.v[k]) * convert_to<A>(w.v[k]);
+      row_sums.first += dxhat;
+      row_sums.second += dxhat * xhat;
+    }
+  }
+  row_sums = warp_all_reduce(row_sums, SumOp{});
+  between();
+  const A mean_dxhat = row_sums.first / static_cast<A>(C), mean_dxhat_xhat = row_sums.second / static_cast<A>(C);
+#pragma unroll
+  for (int p = 0; p < kLanePacks; ++p) {
+    const int64_t col = column(p);
+    if (col >= C) continue;
+    const Pack<P, kPack> w = load_pack<kPack>(weight + col);
+    const auto xs = x_at(p);
+    const auto gs = g_at(p);
+    Pack<T, kPack> out;
+    Pack<R, kPack> out_r;
+#pragma unroll
+    for (int k = 0; k < kPack; ++k) {
+      const A xhat = (convert_to<A>(xs.v[k]) - mu) * rs, gk = convert_to<A>(gs.v[k]);
+      sum_at(0, p, k) += gk * xhat;
+      sum_at(1, p, k) += gk;
+      A d = rs * (gk * convert_to<A>(w.v[k]) - mean_dxhat - xhat * mean_dxhat_xhat);
+      if (has_g_sum) d += convert_to<A>(g_sum_at(p).v[k]);
+      if constexpr (kResidualBias) sum_at(2, p, k) += d;
+      out.v[k] = convert_to<T>(d);
+      out_r.v[k] = convert_to<R>(d);
+    }
+    if (dx) store_pack<kPack>(dx + row * C + col, out);
+    if (dr) store_pack<kPack>(dr + row * C + col, out_r);
+  }
+}
+
+// The block's end for both kernels: its warps' column sums folded (fold_warps) into
+// partial_dw, partial_db, partial_drb [gridDim.x, C] (null: not wanted), row blockIdx.x.
+template <int kLanePacks, int kPack, int kSums, typename A>
+__device__ __forceinline__ void write_warp_partials(const A (&sums)[kSums * kLanePacks * kPack], int64_t C,
+                                                    A* partial_dw, A* partial_db, A* partial_drb) {
+  if (!partial_dw && !partial_db && !partial_drb) return;  // the same for every thread of the grid
+  fold_warps(sums, [&](int v, int owner, A total) {
+    const int s = v / (kLanePacks * kPack), p = v / kPack % kLanePacks, k = v % kPack;
+    A* partial = s == 0 ? partial_dw : s == 1 ? partial_db : partial_drb;
+    const int64_t col = static_cast<int64_t>(p * 32 + owner) * kPack + k;
+    if (col < C && partial) partial[blockIdx.x * C + col] = total;
+  });
+}
+
+// Backward, stage 1, a warp per row (backward_warp_row's math). Warp w of block b takes the
+// rows b * W + w, then every gridDim.x * W-th after it (W warps a block). Lane t owns the columns
+// (p * 32 + t) * kPack + k (p < kLanePacks, k < kPack) of every row: it loads those packs of x,
+// g and g_sum together into registers before using any, and keeps them there, packed, for pass 2
+// (launder). At the end the block folds its warps' sums (write_warp_partials).
 // Registers: up to 168 (GPT-2's bf16 rows with the residual bias), so one block of 12 warps an
 // SM, each with a row's 3 packs of x, g and g_sum (4.5 KB a warp) loading at once.
 // Bytes: x, g and g_sum read once, dx and dr written once, mean and rstd per row, and 2 (3 with
@@ -101,7 +168,6 @@ __global__ void __launch_bounds__(kWarpBackwardThreads, 1)
   auto column = [lane](int p) { return static_cast<int64_t>(p * 32 + lane) * kPack; };
   // The lane's column sums: [dw, db, drb][p][k], flat so that fold_warps takes them.
   A sums[kSums * kLanePacks * kPack] = {};
-  auto sum_at = [&](int s, int p, int k) -> A& { return sums[(s * kLanePacks + p) * kPack + k]; };
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.y;
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; row < rows; row += stride) {
     Pack<T, kPack> xs[kLanePacks], gs_sum[kLanePacks];
@@ -115,55 +181,99 @@ __global__ void __launch_bounds__(kWarpBackwardThreads, 1)
       gs[p] = load_pack<kPack>(g + row * C + col);
       if (g_sum) gs_sum[p] = load_pack<kPack>(g_sum + row * C + col);
     }
-    Pair<A> row_sums{0, 0};  // sum dxhat, sum dxhat xhat
+    backward_warp_row<kLanePacks, kPack, kResidualBias, T, R, P, A>(
+        row, C, lane, mu, rs, weight, g_sum != nullptr, dx, dr, sums, [&](int p) { return xs[p]; },
+        [&](int p) { return gs[p]; }, [&](int p) { return gs_sum[p]; },
+        [&] {
 #pragma unroll
-    for (int p = 0; p < kLanePacks; ++p) {
-      if (column(p) >= C) continue;
-      const Pack<P, kPack> w = load_pack<kPack>(weight + column(p));
-#pragma unroll
-      for (int k = 0; k < kPack; ++k) {
-        const A xhat = (convert_to<A>(xs[p].v[k]) - mu) * rs;
-        const A dxhat = convert_to<A>(gs[p].v[k]) * convert_to<A>(w.v[k]);
-        row_sums.first += dxhat;
-        row_sums.second += dxhat * xhat;
-      }
-    }
-    row_sums = warp_all_reduce(row_sums, SumOp{});
-#pragma unroll
-    for (int p = 0; p < kLanePacks; ++p) {
-      launder(xs[p]);
-      launder(gs[p]);
-    }
-    const A mean_dxhat = row_sums.first / static_cast<A>(C), mean_dxhat_xhat = row_sums.second / static_cast<A>(C);
-#pragma unroll
-    for (int p = 0; p < kLanePacks; ++p) {
-      const int64_t col = column(p);
-      if (col >= C) continue;
-      const Pack<P, kPack> w = load_pack<kPack>(weight + col);
-      Pack<T, kPack> out;
-      Pack<R, kPack> out_r;
-#pragma unroll
-      for (int k = 0; k < kPack; ++k) {
-        const A xhat = (convert_to<A>(xs[p].v[k]) - mu) * rs, gk = convert_to<A>(gs[p].v[k]);
-        sum_at(0, p, k) += gk * xhat;
-        sum_at(1, p, k) += gk;
-        A d = rs * (gk * convert_to<A>(w.v[k]) - mean_dxhat - xhat * mean_dxhat_xhat);
-        if (g_sum) d += convert_to<A>(gs_sum[p].v[k]);
-        if constexpr (kResidualBias) sum_at(2, p, k) += d;
-        out.v[k] = convert_to<T>(d);
-        out_r.v[k] = convert_to<R>(d);
-      }
-      if (dx) store_pack<kPack>(dx + row * C + col, out);
-      if (dr) store_pack<kPack>(dr + row * C + col, out_r);
-    }
+          for (int p = 0; p < kLanePacks; ++p) {
+            launder(xs[p]);
+            launder(gs[p]);
+          }
+        });
   }
-  if (!partial_dw && !partial_db && !partial_drb) return;  // the same for every thread of the grid
-  fold_warps(sums, [&](int v, int owner, A total) {
-    const int s = v / (kLanePacks * kPack), p = v / kPack % kLanePacks, k = v % kPack;
-    A* partial = s == 0 ? partial_dw : s == 1 ? partial_db : partial_drb;
-    const int64_t col = static_cast<int64_t>(p * 32 + owner) * kPack + k;
-    if (col < C && partial) partial[blockIdx.x * C + col] = total;
-  });
+  write_warp_partials<kLanePacks, kPack, kSums>(sums, C, partial_dw, partial_db, partial_drb);
+}
+
+// The same stage 1 with the rows staged through shared memory (PRECIS_EXP_LN_STAGED_BACKWARD=1,
+// where the ring fits: ops/cuda/layer_norm.cu). The register kernel keeps a row's loads in
+// flight only until its first pass, then none while it sums, shuffles and stores: each lane
+// here copies its own packs of x, g and g_sum and its copies of the row's mean and rstd with
+// cp.async into a ring of kWarpBackwardStages rows a warp, kWarpBackwardStages - 1 rows ahead
+// of the row it works on, so its loads are in flight all the time, and reads both passes from
+// the ring. The same rows, in the same order, on the same grid, with the same per-row math
+// (backward_warp_row): the same bits. 16-bit x and g only (a pack of each is 16 bytes).
+// Shared memory: warp_backward_ring_bytes<kLaneValues, T>() (GPT-2's bf16 rows: 171 KB) and
+// fold_warps' 48 KB.
+inline constexpr int kWarpBackwardStages = 3;
+
+template <int kLaneValues, typename T>
+constexpr int warp_backward_ring_bytes() {
+  constexpr int kLanePacks = kLaneValues / precis::cuda::Packed128<T>::size;
+  // Per lane and row: 3 packs of 16 bytes per lane pack, and the row's mean and rstd (4 bytes each).
+  return kWarpBackwardThreads * kWarpBackwardStages * (kLanePacks * 3 * 16 + 2 * 4);
+}
+
+template <int kLaneValues, bool kResidualBias, typename T, typename G, typename R, typename P,
+          typename A = precis::cuda::compute_t<T>>
+__global__ void __launch_bounds__(kWarpBackwardThreads, 1)
+    layer_norm_backward_staged_kernel(const T* x, const G* g, const T* g_sum, const P* weight, const A* mean,
+                                      const A* rstd, T* dx, R* dr, A* partial_dw, A* partial_db, A* partial_drb,
+                                      int64_t rows, int64_t C) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
+  using namespace precis::cuda;
+  constexpr int kPack = Packed128<T>::size, kLanePacks = kLaneValues / kPack, kSums = kResidualBias ? 3 : 2;
+  constexpr int kStages = kWarpBackwardStages;
+  static_assert(kLaneValues % kPack == 0, "a lane holds whole packs");
+  static_assert(sizeof(T) == 2 && sizeof(G) == 2 && sizeof(A) == 4, "16-byte packs of x and g, f32 statistics");
+  const int lane = threadIdx.x, warp = threadIdx.y;
+  auto column = [lane](int p) { return static_cast<int64_t>(p * 32 + lane) * kPack; };
+  // [warp][stage][p][x, g, g_sum][lane] packs, then [warp][stage][mean, rstd][lane] floats.
+  extern __shared__ uint4 ring[];
+  auto pack_slot = [&](int64_t k, int p, int op) -> uint4& {
+    return ring[(((warp * kStages + static_cast<int>(k % kStages)) * kLanePacks + p) * 3 + op) * 32 + lane];
+  };
+  float* statistics = reinterpret_cast<float*>(ring + blockDim.y * kStages * kLanePacks * 3 * 32);
+  auto statistic_slot = [&](int64_t k, int which) -> float& {
+    return statistics[((warp * kStages + static_cast<int>(k % kStages)) * 2 + which) * 32 + lane];
+  };
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.y;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.y + warp;
+  // Row k of this warp (first + k * stride) into its stage, as one group (empty past the end, so
+  // that every row has its group and the waits count alike).
+  auto issue = [&](int64_t k) {
+    const int64_t row = first + k * stride;
+    const bool in_rows = row < rows;
+#pragma unroll
+    for (int p = 0; p < kLanePacks; ++p) {
+      const bool valid = in_rows && column(p) < C;
+      const int64_t at = valid ? row * C + column(p) : 0;
+      cp_async_16(&pack_slot(k, p, 0), x + at, valid);
+      cp_async_16(&pack_slot(k, p, 1), g + at, valid);
+      if (g_sum) cp_async_16(&pack_slot(k, p, 2), g_sum + at, valid);
+    }
+    cp_async_4(&statistic_slot(k, 0), mean + (in_rows ? row : 0), in_rows);
+    cp_async_4(&statistic_slot(k, 1), rstd + (in_rows ? row : 0), in_rows);
+    cp_async_commit();
+  };
+  A sums[kSums * kLanePacks * kPack] = {};
+  for (int k = 0; k < kStages - 1; ++k) issue(k);
+  for (int64_t k = 0; first + k * stride < rows; ++k) {
+    // The compiler may not move this lane's reads of the ring across its copies and waits (asm
+    // statements without a memory clobber): a fence for it on both sides.
+    asm volatile("" ::: "memory");
+    issue(k + kStages - 1);        // into the stage row k - 1 was read from
+    cp_async_wait<kStages - 1>();  // row k's group has landed
+    asm volatile("" ::: "memory");
+    backward_warp_row<kLanePacks, kPack, kResidualBias, T, R, P, A>(
+        first + k * stride, C, lane, statistic_slot(k, 0), statistic_slot(k, 1), weight, g_sum != nullptr, dx, dr, sums,
+        [&](int p) { return reinterpret_cast<const Pack<T, kPack>&>(pack_slot(k, p, 0)); },
+        [&](int p) { return reinterpret_cast<const Pack<G, kPack>&>(pack_slot(k, p, 1)); },
+        [&](int p) { return reinterpret_cast<const Pack<T, kPack>&>(pack_slot(k, p, 2)); }, [] {});
+  }
+  cp_async_wait<0>();  // the empty groups past the end, before the ring is left
+  write_warp_partials<kLanePacks, kPack, kSums>(sums, C, partial_dw, partial_db, partial_drb);
 }
 
 }  // namespace precis::ops::cuda

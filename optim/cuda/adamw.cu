@@ -9,7 +9,10 @@
 // even, or for bf16 stochastically.
 // Bytes per element: param (or, when there is one, the master copy), grad, m, v
 // read and param, m, v written, plus the master written (f32 parameters: 28 bytes;
-// bf16 with a master copy: 28, as llm.c's kernel).
+// bf16 with a master copy: 28, as llm.c's kernel). A parameter with peer copies
+// (ZeRO-1's fused gather) stores its new value into each of them too, over NVLink, and
+// each thread of its blocks ends with a system-scope fence; the barrier queued after the
+// step (ProcessGroup::peer_barrier) is what publishes them.
 //
 // The step reads its numbers from device memory instead of kernel arguments: a
 // one-thread kernel advances the step count t (unless the loss scaler flagged the
@@ -27,6 +30,7 @@
 #include "core/cuda/tensor_batch.cuh"
 #include "optim/cuda/adamw.h"
 #include "optim/cuda/step_kernels.cuh"
+#include "optim/optimizer.h"
 
 namespace precis::optim::cuda {
 
@@ -51,12 +55,24 @@ struct AdamWSlot {
   uint32_t index;    // the parameter's index in the optimizer
   ComputeCopy copy;  // f32 parameters only
   bool vectorized;   // every array aligned for kVec-element accesses
+  int8_t peers;      // its list of peer copies in the launch's AdamWPeerSets, or -1: none
 };
 
 template <typename P, typename G, typename C>
 using AdamWBatch = precis::cuda::TensorBatch<AdamWSlot<P, G, C>, kAdamWBatch>;
-// Kernel arguments may total 32764 bytes (the constants and a pointer travel beside the batch).
-static_assert(sizeof(AdamWBatch<double, double, double>) <= 32764 - 256, "AdamW batch too large for a kernel argument");
+
+// The lists of peer offsets of one launch (AdamWTensors::peer_offsets), which the slots name.
+struct AdamWPeerSets {
+  int count[kAdamWPeerSets];
+  int64_t offset[kAdamWPeerSets][Optimizer::kMaxPeerCopies];
+};
+
+// `value`, just stored at `local`, into the same place of every peer copy of list `set`.
+template <typename V>
+__device__ __forceinline__ void store_peer_copies(const AdamWPeerSets& sets, int set, void* local, const V& value) {
+  for (int r = 0; r < sets.count[set]; ++r)
+    *reinterpret_cast<V*>(static_cast<char*>(local) + sets.offset[set][r]) = value;
+}
 
 template <typename C>
 struct AdamWConstants {
@@ -64,6 +80,12 @@ struct AdamWConstants {
   bool stochastic;
   uint64_t seed, step;
 };
+
+// Kernel arguments may total 32764 bytes: the batch, the constants, the peer lists and a pointer.
+static_assert(sizeof(AdamWBatch<double, double, double>) + sizeof(AdamWConstants<double>) + sizeof(AdamWPeerSets) +
+                      sizeof(void*) <=
+                  32764,
+              "AdamW batch too large for a kernel argument");
 
 // The step's numbers (begin_device_step) and AdamW's bias corrections, computed on the device.
 struct AdamWDeviceStep {
@@ -107,8 +129,9 @@ __device__ __forceinline__ C adamw_element(C x, C g, C& m, C& v, C decay, const 
 // Block b updates elements [chunk * kChunk, + kChunk) of its tensor, kVec at a time, with
 // the step's numbers from `device` (the constants in `host` fill in the rest).
 template <typename P, typename G, typename C>
-__global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__ AdamWBatch<P, G, C> batch,
-                                                         const AdamWConstants<C> host, const AdamWDeviceStep* device) {
+__global__ void __launch_bounds__(kThreads)
+    adamw_kernel(const __grid_constant__ AdamWBatch<P, G, C> batch, const AdamWConstants<C> host,
+                 const __grid_constant__ AdamWPeerSets peers, const AdamWDeviceStep* device) {
   precis::cuda::wait_for_previous_grid();
   precis::cuda::allow_next_grid_to_start();
   if (device->base.skip) return;
@@ -143,6 +166,7 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__
         p.v[k] = store_param<P>(updated, stochastic, bits.x[k]);
       }
       *reinterpret_cast<Vec<P>*>(t.param + i) = p;
+      if (t.peers >= 0) store_peer_copies(peers, t.peers, t.param + i, p);
       if constexpr (std::is_same_v<P, float>) {
         if (t.copy.data != nullptr) store_copy(t.copy, i, p);
       }
@@ -154,13 +178,16 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__
         const C x = t.master ? C(t.master[j]) : convert_to<C>(t.param[j]);
         const C updated = adamw_element(x, scaled_gradient<C>(t.grad[j], factor, in_f32), t.m[j], t.v[j], decay, c);
         if (t.master) t.master[j] = static_cast<float>(updated);
-        t.param[j] = store_param<P>(updated, stochastic, bits.x[j % 4]);
+        const P value = store_param<P>(updated, stochastic, bits.x[j % 4]);
+        t.param[j] = value;
+        if (t.peers >= 0) store_peer_copies(peers, t.peers, t.param + j, value);
         if constexpr (std::is_same_v<P, float>) {
           if (t.copy.data != nullptr) store_copy(t.copy, j, updated);
         }
       }
     }
   }
+  if (t.peers >= 0) __threadfence_system();  // the peer stores before the barrier's release
 }
 
 // Updates `params` (one device; parameter type P, gradient type G) kAdamWBatch at a time,
@@ -177,6 +204,24 @@ void adamw_launch(const std::vector<const AdamWTensors*>& params, const AdamWHyp
   c.eps = static_cast<C>(hyper.eps);
   c.stochastic = hyper.stochastic_rounding;
   c.seed = hyper.seed;
+  AdamWPeerSets peers{};
+  int peer_sets = 0;
+  // The list's index in `peers`, added if new; -1 for none.
+  auto peer_set_of = [&](const std::vector<int64_t>& offsets) -> int8_t {
+    if (offsets.empty()) return -1;
+    for (int s = 0; s < peer_sets; ++s)
+      if (static_cast<size_t>(peers.count[s]) == offsets.size() &&
+          std::equal(offsets.begin(), offsets.end(), peers.offset[s]))
+        return static_cast<int8_t>(s);
+    PRECIS_CHECK(peer_sets < kAdamWPeerSets, op, ": more than ", kAdamWPeerSets, " lists of peer copies in one step");
+    PRECIS_CHECK(offsets.size() <= Optimizer::kMaxPeerCopies, op, ": ", offsets.size(), " peer copies, more than ",
+                 Optimizer::kMaxPeerCopies);
+    for (int64_t o : offsets)
+      PRECIS_CHECK(o % 16 == 0, op, ": a peer copy ", o, " bytes away breaks the 16-byte alignment of the stores");
+    peers.count[peer_sets] = static_cast<int>(offsets.size());
+    std::copy(offsets.begin(), offsets.end(), peers.offset[peer_sets]);
+    return static_cast<int8_t>(peer_sets++);
+  };
   for (size_t first = 0; first < params.size(); first += kAdamWBatch) {
     AdamWBatch<P, G, C> batch{};
     batch.count = static_cast<int>(std::min<size_t>(kAdamWBatch, params.size() - first));
@@ -192,6 +237,7 @@ void adamw_launch(const std::vector<const AdamWTensors*>& params, const AdamWHyp
       slot.weight_decay = a.weight_decay;
       slot.index = static_cast<uint32_t>(a.index);
       slot.copy = compute_copy_of(a.compute_copy);
+      slot.peers = peer_set_of(a.peer_offsets);
       slot.vectorized = vec_aligned<P>(slot.param) && vec_aligned<G>(slot.grad) && vec_aligned<C>(slot.m) &&
                         vec_aligned<C>(slot.v) && (!slot.master || vec_aligned<float>(slot.master)) &&
                         (!slot.copy.data || vec_aligned<__half>(slot.copy.data));
@@ -200,7 +246,8 @@ void adamw_launch(const std::vector<const AdamWTensors*>& params, const AdamWHyp
     const int64_t blocks = batch.first_block[batch.count];
     if (blocks == 0) continue;
     PRECIS_CHECK(blocks <= INT32_MAX, op, ": ", blocks, " blocks in one launch");
-    precis::cuda::launch(adamw_kernel<P, G, C>, static_cast<unsigned>(blocks), kThreads, 0, stream, batch, c, device);
+    precis::cuda::launch(adamw_kernel<P, G, C>, static_cast<unsigned>(blocks), kThreads, 0, stream, batch, c, peers,
+                         device);
     PRECIS_CUDA_CHECK_LAUNCH(op);
   }
 }

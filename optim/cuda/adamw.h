@@ -22,11 +22,17 @@ inline constexpr int kAdamWBatch = 256;
 // of its dtype; or param f32/f16/bf16 with an f32, f16 or bf16 gradient, f32 moments and
 // for f16/bf16 an optional f32 master copy (then the update runs on the master and the
 // parameter gets it rounded); compute_copy as SGDTensors' (optim/cuda/sgd.h).
+// peer_offsets: byte offsets from each element of param where its new value is stored too
+// (Optimizer::set_peer_copies: other ranks' copies; at most Optimizer::kMaxPeerCopies, and at
+// most kAdamWPeerSets different lists in one step).
 struct AdamWTensors {
   Tensor param, grad, exp_avg, exp_avg_sq, master, compute_copy;
   double weight_decay = 0.0;
   uint64_t index = 0;  // the parameter's index in the optimizer (stochastic rounding's counter)
+  std::vector<int64_t> peer_offsets;
 };
+
+inline constexpr int kAdamWPeerSets = 4;  // one per flat parameter buffer
 
 // The step's constants: p <- p (1 - lr wd) - (lr / bias1) m / (sqrt(v) / sqrt(bias2) + eps),
 // after m <- b1 m + (1 - b1) g, v <- b2 v + (1 - b2) g^2 (optim/adamw.h), with bias_k = 1 - b_k^t.

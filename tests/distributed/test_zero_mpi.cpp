@@ -161,6 +161,20 @@ TEST(Zero1, BucketsTileTheBufferInAlignedChunksAndCutParameters) {
   EXPECT_TRUE(cut) << "some parameter lies in two buckets";
 }
 
+TEST(Zero1, FusedGatherIsRefusedWithoutPeerMemoryAndTheAllGatherServes) {
+  // The MPI backend's ranks share no memory: the optimizer keeps to its own parameters, and
+  // the run is the all-gather's, bit for bit.
+  RunOptions options = on_cpu(DType::f64);
+  RunOptions fused = options;
+  fused.fused_gather = true;
+  ZeroRun plain_run(options), fused_run(fused);
+  EXPECT_FALSE(fused_run.zero->gather_fused());
+  EXPECT_NE(fused_run.fused_gather_unavailable.find("mpi backend"), std::string::npos)
+      << fused_run.fused_gather_unavailable;
+  for (int step = 0; step < 3; ++step) EXPECT_EQ(fused_run.step(step), plain_run.step(step)) << "step " << step;
+  EXPECT_EQ(relative_difference(fused_run.model.parameters(), plain_run.model.parameters()), 0.0);
+}
+
 TEST(Zero1, EqualsDdpAfterClippedAdamWStepsInF64) { expect_zero_equals_ddp(on_cpu(DType::f64), 1e-12); }
 
 TEST(Zero1, EqualsDdpAfterClippedAdamWStepsInF32) { expect_zero_equals_ddp(on_cpu(DType::f32), 2e-6); }

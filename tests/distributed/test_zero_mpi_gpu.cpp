@@ -6,7 +6,8 @@
 // the shards included; the state gathered from the GPUs' shards is DDP's; gradients
 // reduced in bf16/f16, read from the reducer's staging, step as their f32 widening does;
 // the same with the parameter buffer in memory registered with NCCL (the trainer's), whose
-// buffers may outlive their group.
+// buffers may outlive their group; the fused gather (the optimizer storing into every rank's
+// parameters) leaves the same bits as the all-gather, and SGD is refused it.
 #include <gtest/gtest.h>
 
 #include "core/copy.h"
@@ -91,6 +92,55 @@ TEST(NcclZero1, EqualsDdpWithParametersInRegisteredMemory) {
   f32.registered_params = bf16.registered_params = true;
   expect_zero_equals_ddp(f32, 1e-5);
   expect_zero_equals_ddp(bf16, 2e-2);
+  mpi_barrier();
+}
+
+namespace {
+
+// ZeRO-1 with the fused gather against the all-gather, on the same registered memory: the same
+// updates reach every rank either way (the optimizer's arithmetic is the same), so the
+// parameters agree bit for bit, on every rank. On GPUs that cannot store into each other's
+// memory the fused gather is refused with the reason, and the test says so.
+void expect_fused_gather_changes_no_bit(RunOptions options) {
+  options.registered_params = true;
+  RunOptions fused = options;
+  fused.fused_gather = true;
+  ZeroRun plain_run(options), fused_run(fused);
+  if (!fused_run.zero->gather_fused()) {
+    ASSERT_NE(fused_run.fused_gather_unavailable.find("NVLink node"), std::string::npos)
+        << "refused for another reason: " << fused_run.fused_gather_unavailable;
+    GTEST_SKIP() << "fused gather not possible here: " << fused_run.fused_gather_unavailable;
+  }
+  for (int step = 0; step < 4; ++step) {
+    EXPECT_EQ(fused_run.step(step), plain_run.step(step)) << "step " << step;
+    const std::vector<Tensor> p = fused_run.model.parameters(), q = plain_run.model.parameters();
+    for (size_t i = 0; i < p.size(); ++i)
+      EXPECT_EQ(p[i].to_vector<double>(), q[i].to_vector<double>()) << "step " << step << " parameter " << i;
+  }
+  for (const Tensor& p : fused_run.model.parameters()) {  // every rank holds rank 0's values
+    Tensor rank0 = p.detach().clone();
+    options.group->broadcast(rank0, 0)->wait();
+    EXPECT_EQ(p.to_vector<double>(), rank0.to_vector<double>()) << "rank " << options.group->rank();
+  }
+}
+
+}  // namespace
+
+TEST(NcclZero1, FusedGatherStoresTheAllGathersValues) {
+  SKIP_WITHOUT_A_GPU_PER_RANK();
+  expect_fused_gather_changes_no_bit(on_gpus(DType::f32));
+  expect_fused_gather_changes_no_bit(on_gpus(DType::bf16, DType::bf16));  // bf16 stores, f32 masters
+  mpi_barrier();
+}
+
+TEST(NcclZero1, FusedGatherIsRefusedForSgd) {
+  SKIP_WITHOUT_A_GPU_PER_RANK();
+  RunOptions options = on_gpus(DType::f32);
+  options.registered_params = options.fused_gather = options.sgd = true;
+  ZeroRun run(options);
+  EXPECT_FALSE(run.zero->gather_fused());
+  EXPECT_NE(run.fused_gather_unavailable.find("AdamW"), std::string::npos) << run.fused_gather_unavailable;
+  run.step(0);  // the all-gather serves it
   mpi_barrier();
 }
 

@@ -36,6 +36,9 @@ struct RunOptions {
   bool round_staged_grads_to_f32 = true;
   // ZeRO-1's parameter buffer in the group's registered memory, as the trainer has it on NCCL.
   bool registered_params = false;
+  // ZeRO-1's fused gather (Zero1::fuse_gather_into; needs registered_params): where the group
+  // has peer memory, the optimizer stores into every rank's parameters and no all-gather runs.
+  bool fused_gather = false;
 };
 
 // Rows of step `step`'s global batch that this rank takes, on the group's device.
@@ -89,6 +92,7 @@ struct ZeroRun {
         distributed::ReducerOptions{.bucket_sizes = o.shard_buckets, .reduce_dtype = o.reduce_dtype, .shard = true});
     zero = std::make_unique<distributed::Zero1>(flat, o.group, *reducer);
     optimizer = make_optimizer(zero->shard_groups(optim::default_param_groups(model, 0.1)), o.sgd);
+    if (o.fused_gather) zero->fuse_gather_into(*optimizer, fused_gather_unavailable);
     if (o.widen_staged_grads) {
       // Piece i of the shard is the optimizer's parameter i: its gradient becomes its range of the f32 buffer.
       size_t i = 0;
@@ -127,6 +131,7 @@ struct ZeroRun {
   std::unique_ptr<distributed::Zero1> zero;
   std::unique_ptr<optim::Optimizer> optimizer;
   std::vector<std::pair<Tensor, Tensor>> widened;  // widen_staged_grads: (f32 gradient, staged chunk) per piece
+  std::string fused_gather_unavailable;            // fused_gather asked for, not possible: why
 };
 
 inline std::vector<Tensor> clones_of(const std::vector<Tensor>& tensors) {

@@ -335,6 +335,8 @@ TEST(Config, DistributedSection) {
   EXPECT_TRUE(defaults.distributed.reduce_overlap);
   EXPECT_FALSE(parse(kData + "distributed: {reduce_overlap: false}\n").distributed.reduce_overlap);
   EXPECT_TRUE(parse(kData + "distributed: {zero: 1, gather_overlap: true}\n").distributed.gather_overlap);
+  EXPECT_FALSE(defaults.distributed.fused_gather);
+  EXPECT_TRUE(parse(kData + "distributed: {zero: 1, fused_gather: true}\n").distributed.fused_gather);
 }
 
 TEST(ConfigErrors, DistributedSection) {
@@ -348,6 +350,12 @@ TEST(ConfigErrors, DistributedSection) {
   const std::string error = parse_error(kData + "distributed: {gather_overlap: true}\n");
   EXPECT_NE(error.find("'distributed.gather_overlap'"), std::string::npos) << error;
   EXPECT_NE(error.find("set distributed.zero=1"), std::string::npos) << error;
+  const std::string fused = parse_error(kData + "distributed: {fused_gather: true}\n");
+  EXPECT_NE(fused.find("'distributed.fused_gather'"), std::string::npos) << fused;
+  EXPECT_NE(fused.find("set distributed.zero=1"), std::string::npos) << fused;
+  // The fused gather leaves no all-gather to move behind the forward.
+  const std::string both = parse_error(kData + "distributed: {zero: 1, fused_gather: true, gather_overlap: true}\n");
+  EXPECT_NE(both.find("set one of them"), std::string::npos) << both;
 }
 
 TEST(Config, LoadConfigRecordsThePathAndAppliesOverrides) {

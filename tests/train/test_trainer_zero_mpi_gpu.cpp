@@ -7,7 +7,8 @@
 // comes from the norm summed over the shards, so both runs skip the same steps). Each
 // rank holds its shard of the optimizer state, its peak memory lower by the rest, and
 // every rank ends with the same parameters, bit for bit. distributed.gather_overlap (the
-// parameters gathered behind the next forward) changes no bit, eagerly and in a CUDA graph.
+// parameters gathered behind the next forward) and distributed.fused_gather (gathered by the
+// optimizer's own stores) change no bit, eagerly and in a CUDA graph.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -122,31 +123,44 @@ TEST(TrainerNcclZero1, Fp16WithLossScalingSkipsTheSameSteps) {
 
 namespace {
 
-// ZeRO-1 with distributed.gather_overlap `overlap`: 6 steps, an evaluation reading pending
-// parameters at step 3, a checkpoint saving them at step 4 (nothing else completing the
-// gather first), and with cuda_graphs the step captured at step 4 after that evaluation
-// completed the gather (the captured step must launch it all the same).
-Outcome train_with_gather_overlap(const std::string& precision, bool overlap, bool graphs) {
-  const std::string name = precision + (overlap ? "_overlap" : "_no_overlap") + (graphs ? "_graphs" : "_eager");
+// How ZeRO-1 gathers its parameters: the all-gather after the optimizer, behind the next
+// forward (distributed.gather_overlap), or by the optimizer's own stores (distributed.fused_gather).
+enum class Gather { after, overlap, fused };
+
+// ZeRO-1 gathering as `gather` says: 6 steps, an evaluation reading pending parameters at
+// step 3, a checkpoint saving them at step 4 (nothing else completing the gather first), and
+// with cuda_graphs the step captured at step 4 after that evaluation completed the gather (the
+// captured step must launch it all the same).
+Outcome train_with_gather(const std::string& precision, Gather gather, bool graphs) {
+  const char* names[] = {"_after", "_overlap", "_fused"};
+  const std::string name = precision + names[static_cast<int>(gather)] + (graphs ? "_graphs" : "_eager");
   train::TrainConfig config = tiny_config(fresh_dir(name), precision, 1);
-  config.distributed.gather_overlap = overlap;
+  config.distributed.gather_overlap = gather == Gather::overlap;
+  config.distributed.fused_gather = gather == Gather::fused;
   config.cuda_graphs = graphs;
   config.eval_interval = 3;
   config.checkpoint.interval = 4;
   config.distributed.bucket_mb = 0.05;  // several buckets: gathers the forward waits for one by one
   config.distributed.first_bucket_mb = 0.01;
   train::Trainer trainer(config, nccl_world());
+  if (gather == Gather::fused && !trainer.gather_fused()) {
+    // Refused only where the GPUs cannot store into each other's memory; the caller skips.
+    EXPECT_NE(trainer.fused_gather_unavailable().find("NVLink node"), std::string::npos)
+        << "refused for another reason: " << trainer.fused_gather_unavailable();
+    return {};
+  }
   trainer.run();
   precis::testing::mpi_barrier();
   return {trainer.losses(), trainer.reports(), parameters_of(trainer), trainer.optimizer().state_bytes(),
           trainer.peak_memory_bytes()};
 }
 
-// Only when the gather runs moves: the ranks' gradients, the reductions and the updates are
-// the same kernels on the same values, so the runs agree bit for bit.
-void expect_gather_overlap_changes_no_bit(const std::string& precision, bool graphs) {
-  const Outcome off = train_with_gather_overlap(precision, false, graphs);
-  const Outcome on = train_with_gather_overlap(precision, true, graphs);
+// Only when or how the gather runs moves: the ranks' gradients, the reductions and the updates
+// are the same kernels on the same values, so the runs agree bit for bit.
+void expect_gather_changes_no_bit(const std::string& precision, Gather gather, bool graphs) {
+  const Outcome off = train_with_gather(precision, Gather::after, graphs);
+  const Outcome on = train_with_gather(precision, gather, graphs);
+  if (on.losses.empty()) GTEST_SKIP() << "the fused gather needs GPUs that store into each other's memory";
   EXPECT_EQ(on.losses, off.losses) << precision << (graphs ? " with graphs" : "");
   EXPECT_EQ(on.parameters, off.parameters) << precision << (graphs ? " with graphs" : "");
   ASSERT_EQ(on.reports.size(), off.reports.size());
@@ -164,13 +178,21 @@ void expect_gather_overlap_changes_no_bit(const std::string& precision, bool gra
 
 TEST(TrainerNcclZero1, GatherOverlapChangesNoBitEagerly) {
   SKIP_WITHOUT_A_GPU_PER_RANK();
-  expect_gather_overlap_changes_no_bit("bf16-pure", /*graphs=*/false);
-  expect_gather_overlap_changes_no_bit("fp32", /*graphs=*/false);
-  expect_gather_overlap_changes_no_bit("bf16", /*graphs=*/false);  // autocast: gathered before the weight casts
+  expect_gather_changes_no_bit("bf16-pure", Gather::overlap, /*graphs=*/false);
+  expect_gather_changes_no_bit("fp32", Gather::overlap, /*graphs=*/false);
+  expect_gather_changes_no_bit("bf16", Gather::overlap, /*graphs=*/false);  // autocast: gathered before the casts
 }
 
 TEST(TrainerNcclZero1, GatherOverlapChangesNoBitInACapturedStep) {
   SKIP_WITHOUT_A_GPU_PER_RANK();
-  expect_gather_overlap_changes_no_bit("bf16-pure", /*graphs=*/true);
-  expect_gather_overlap_changes_no_bit("fp32", /*graphs=*/true);
+  expect_gather_changes_no_bit("bf16-pure", Gather::overlap, /*graphs=*/true);
+  expect_gather_changes_no_bit("fp32", Gather::overlap, /*graphs=*/true);
+}
+
+TEST(TrainerNcclZero1, FusedGatherChangesNoBit) {
+  SKIP_WITHOUT_A_GPU_PER_RANK();
+  expect_gather_changes_no_bit("bf16-pure", Gather::fused, /*graphs=*/false);
+  expect_gather_changes_no_bit("bf16-pure", Gather::fused, /*graphs=*/true);
+  expect_gather_changes_no_bit("fp32", Gather::fused, /*graphs=*/true);
+  expect_gather_changes_no_bit("bf16", Gather::fused, /*graphs=*/false);  // f32 parameters, autocast
 }
