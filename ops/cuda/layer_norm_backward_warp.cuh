@@ -202,7 +202,10 @@ __global__ void __launch_bounds__(kWarpBackwardThreads, 1)
 // cp.async into a ring of kWarpBackwardStages rows a warp, kWarpBackwardStages - 1 rows ahead
 // of the row it works on, so its loads are in flight all the time, and reads both passes from
 // the ring. The same rows, in the same order, on the same grid, with the same per-row math
-// (backward_warp_row): the same bits. 16-bit x and g only (a pack of each is 16 bytes).
+// (backward_warp_row), compiled apart: on an H200 its results differed from the register
+// kernel's in the last bit (dx within one ulp, the column sums within 7e-6 relative), so the
+// compiler contracts some product and sum otherwise here. 16-bit x and g only (a pack of each
+// is 16 bytes).
 // Shared memory: warp_backward_ring_bytes<kLaneValues, T>() (GPT-2's bf16 rows: 171 KB) and
 // fold_warps' 48 KB.
 inline constexpr int kWarpBackwardStages = 3;
