@@ -480,9 +480,9 @@ std::atomic<int64_t> g_staged_backward_launches{0};
 // not qualify (16-bit x and g).
 template <int kLaneValues, bool kResidualBias, typename T, typename G, typename R, typename P>
 auto staged_warp_kernel() {
-  using Kernel = decltype(&layer_norm_backward_warp_kernel<kLaneValues, kResidualBias, T, G, R, P>);
+  using Kernel = decltype(&layer_norm_backward_warp_kernel<kLaneValues, kResidualBias, false, T, G, R, P>);
   if constexpr (sizeof(T) == 2 && sizeof(G) == 2)
-    return static_cast<Kernel>(layer_norm_backward_staged_kernel<kLaneValues, kResidualBias, T, G, R, P>);
+    return static_cast<Kernel>(layer_norm_backward_warp_kernel<kLaneValues, kResidualBias, true, T, G, R, P>);
   else
     return static_cast<Kernel>(nullptr);
 }
@@ -493,13 +493,13 @@ auto staged_warp_kernel() {
 template <bool kResidualBias, typename T, typename G, typename R, typename P, typename Run>
 void run_with_lane_values(int64_t C, Run&& run) {
   if (C <= 32 * 8)
-    run(layer_norm_backward_warp_kernel<8, kResidualBias, T, G, R, P>,
+    run(layer_norm_backward_warp_kernel<8, kResidualBias, false, T, G, R, P>,
         staged_warp_kernel<8, kResidualBias, T, G, R, P>(), warp_backward_ring_bytes<8, T>());
   else if (C <= 32 * 16)
-    run(layer_norm_backward_warp_kernel<16, kResidualBias, T, G, R, P>,
+    run(layer_norm_backward_warp_kernel<16, kResidualBias, false, T, G, R, P>,
         staged_warp_kernel<16, kResidualBias, T, G, R, P>(), warp_backward_ring_bytes<16, T>());
   else
-    run(layer_norm_backward_warp_kernel<24, kResidualBias, T, G, R, P>,
+    run(layer_norm_backward_warp_kernel<24, kResidualBias, false, T, G, R, P>,
         staged_warp_kernel<24, kResidualBias, T, G, R, P>(), warp_backward_ring_bytes<24, T>());
 }
 static_assert(kWarpBackwardMaxLaneValues == 24, "run_with_lane_values covers every lane size");

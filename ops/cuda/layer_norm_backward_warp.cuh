@@ -144,16 +144,37 @@ __device__ __forceinline__ void write_warp_partials(const A (&sums)[kSums * kLan
   });
 }
 
+// The staged kernel's ring (below): kWarpBackwardStages rows a warp.
+inline constexpr int kWarpBackwardStages = 3;
+
+template <int kLaneValues, typename T>
+constexpr int warp_backward_ring_bytes() {
+  constexpr int kLanePacks = kLaneValues / precis::cuda::Packed128<T>::size;
+  // Per lane and row: 3 packs of 16 bytes per lane pack, and the row's mean and rstd (4 bytes each).
+  return kWarpBackwardThreads * kWarpBackwardStages * (kLanePacks * 3 * 16 + 2 * 4);
+}
+
 // Backward, stage 1, a warp per row (backward_warp_row's math). Warp w of block b takes the
 // rows b * W + w, then every gridDim.x * W-th after it (W warps a block). Lane t owns the columns
-// (p * 32 + t) * kPack + k (p < kLanePacks, k < kPack) of every row: it loads those packs of x,
-// g and g_sum together into registers before using any, and keeps them there, packed, for pass 2
-// (launder). At the end the block folds its warps' sums (write_warp_partials).
-// Registers: up to 168 (GPT-2's bf16 rows with the residual bias), so one block of 12 warps an
-// SM, each with a row's 3 packs of x, g and g_sum (4.5 KB a warp) loading at once.
-// Bytes: x, g and g_sum read once, dx and dr written once, mean and rstd per row, and 2 (3 with
-// kResidualBias) * gridDim.x * C partials in A.
-template <int kLaneValues, bool kResidualBias, typename T, typename G, typename R, typename P,
+// (p * 32 + t) * kPack + k (p < kLanePacks, k < kPack) of every row. At the end the block folds
+// its warps' sums (write_warp_partials). Bytes: x, g and g_sum read once, dx and dr written
+// once, mean and rstd per row, and 2 (3 with kResidualBias) * gridDim.x * C partials in A.
+// Two ways to load a row:
+//   - in registers (kStaged false, the default): the lane loads its packs of x, g and g_sum
+//     together before using any and keeps them, packed, for pass 2 (launder). Up to 168
+//     registers (GPT-2's bf16 rows with the residual bias): one block of 12 warps an SM, each
+//     with a row's packs (4.5 KB a warp) in flight until its first pass, then none while it
+//     sums, shuffles and stores.
+//   - staged (kStaged true, PRECIS_EXP_LN_STAGED_BACKWARD=1 where the ring fits: layer_norm.cu):
+//     each lane copies its own packs and its copies of the row's mean and rstd with cp.async into
+//     a ring of kWarpBackwardStages rows a warp, kWarpBackwardStages - 1 rows ahead of the row it
+//     works on, so its loads are in flight all the time, and reads both passes from the ring.
+//     16-bit x and g only (a pack of each is 16 bytes); 114-135 registers; shared memory
+//     warp_backward_ring_bytes (GPT-2's bf16 rows: 171 KB) beside fold_warps' 48 KB. The same
+//     rows in the same order on the same grid, but on an H200 its results differed from the
+//     register loads' in the last bit (dx within one ulp, the column sums within 7e-6 relative):
+//     the compiler contracts some product of the shared row code otherwise here.
+template <int kLaneValues, bool kResidualBias, bool kStaged, typename T, typename G, typename R, typename P,
           typename A = precis::cuda::compute_t<T>>
 __global__ void __launch_bounds__(kWarpBackwardThreads, 1)
     layer_norm_backward_warp_kernel(const T* x, const G* g, const T* g_sum, const P* weight, const A* mean,
@@ -164,118 +185,81 @@ __global__ void __launch_bounds__(kWarpBackwardThreads, 1)
   using namespace precis::cuda;
   constexpr int kPack = Packed128<T>::size, kLanePacks = kLaneValues / kPack, kSums = kResidualBias ? 3 : 2;
   static_assert(kLaneValues % kPack == 0, "a lane holds whole packs");
-  const int lane = threadIdx.x;
+  const int lane = threadIdx.x, warp = threadIdx.y;
   auto column = [lane](int p) { return static_cast<int64_t>(p * 32 + lane) * kPack; };
   // The lane's column sums: [dw, db, drb][p][k], flat so that fold_warps takes them.
   A sums[kSums * kLanePacks * kPack] = {};
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.y;
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; row < rows; row += stride) {
-    Pack<T, kPack> xs[kLanePacks], gs_sum[kLanePacks];
-    Pack<G, kPack> gs[kLanePacks];
-    const A mu = mean[row], rs = rstd[row];
-#pragma unroll
-    for (int p = 0; p < kLanePacks; ++p) {
-      const int64_t col = column(p);
-      if (col >= C) continue;
-      xs[p] = load_pack<kPack>(x + row * C + col);
-      gs[p] = load_pack<kPack>(g + row * C + col);
-      if (g_sum) gs_sum[p] = load_pack<kPack>(g_sum + row * C + col);
-    }
-    backward_warp_row<kLanePacks, kPack, kResidualBias, T, R, P, A>(
-        row, C, lane, mu, rs, weight, g_sum != nullptr, dx, dr, sums, [&](int p) { return xs[p]; },
-        [&](int p) { return gs[p]; }, [&](int p) { return gs_sum[p]; },
-        [&] {
-#pragma unroll
-          for (int p = 0; p < kLanePacks; ++p) {
-            launder(xs[p]);
-            launder(gs[p]);
-          }
-        });
-  }
-  write_warp_partials<kLanePacks, kPack, kSums>(sums, C, partial_dw, partial_db, partial_drb);
-}
-
-// The same stage 1 with the rows staged through shared memory (PRECIS_EXP_LN_STAGED_BACKWARD=1,
-// where the ring fits: ops/cuda/layer_norm.cu). The register kernel keeps a row's loads in
-// flight only until its first pass, then none while it sums, shuffles and stores: each lane
-// here copies its own packs of x, g and g_sum and its copies of the row's mean and rstd with
-// cp.async into a ring of kWarpBackwardStages rows a warp, kWarpBackwardStages - 1 rows ahead
-// of the row it works on, so its loads are in flight all the time, and reads both passes from
-// the ring. The same rows, in the same order, on the same grid, with the same per-row math
-// (backward_warp_row), compiled apart: on an H200 its results differed from the register
-// kernel's in the last bit (dx within one ulp, the column sums within 7e-6 relative), so the
-// compiler contracts some product and sum otherwise here. 16-bit x and g only (a pack of each
-// is 16 bytes).
-// Shared memory: warp_backward_ring_bytes<kLaneValues, T>() (GPT-2's bf16 rows: 171 KB) and
-// fold_warps' 48 KB.
-inline constexpr int kWarpBackwardStages = 3;
-
-template <int kLaneValues, typename T>
-constexpr int warp_backward_ring_bytes() {
-  constexpr int kLanePacks = kLaneValues / precis::cuda::Packed128<T>::size;
-  // Per lane and row: 3 packs of 16 bytes per lane pack, and the row's mean and rstd (4 bytes each).
-  return kWarpBackwardThreads * kWarpBackwardStages * (kLanePacks * 3 * 16 + 2 * 4);
-}
-
-template <int kLaneValues, bool kResidualBias, typename T, typename G, typename R, typename P,
-          typename A = precis::cuda::compute_t<T>>
-__global__ void __launch_bounds__(kWarpBackwardThreads, 1)
-    layer_norm_backward_staged_kernel(const T* x, const G* g, const T* g_sum, const P* weight, const A* mean,
-                                      const A* rstd, T* dx, R* dr, A* partial_dw, A* partial_db, A* partial_drb,
-                                      int64_t rows, int64_t C) {
-  precis::cuda::wait_for_previous_grid();
-  precis::cuda::allow_next_grid_to_start();
-  using namespace precis::cuda;
-  constexpr int kPack = Packed128<T>::size, kLanePacks = kLaneValues / kPack, kSums = kResidualBias ? 3 : 2;
-  constexpr int kStages = kWarpBackwardStages;
-  static_assert(kLaneValues % kPack == 0, "a lane holds whole packs");
-  static_assert(sizeof(T) == 2 && sizeof(G) == 2 && sizeof(A) == 4, "16-byte packs of x and g, f32 statistics");
-  const int lane = threadIdx.x, warp = threadIdx.y;
-  auto column = [lane](int p) { return static_cast<int64_t>(p * 32 + lane) * kPack; };
-  // [warp][stage][p][x, g, g_sum][lane] packs, then [warp][stage][mean, rstd][lane] floats.
-  extern __shared__ uint4 ring[];
-  auto pack_slot = [&](int64_t k, int p, int op) -> uint4& {
-    return ring[(((warp * kStages + static_cast<int>(k % kStages)) * kLanePacks + p) * 3 + op) * 32 + lane];
-  };
-  float* statistics = reinterpret_cast<float*>(ring + blockDim.y * kStages * kLanePacks * 3 * 32);
-  auto statistic_slot = [&](int64_t k, int which) -> float& {
-    return statistics[((warp * kStages + static_cast<int>(k % kStages)) * 2 + which) * 32 + lane];
-  };
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.y;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.y + warp;
-  // Row k of this warp (first + k * stride) into its stage, as one group (empty past the end, so
-  // that every row has its group and the waits count alike).
-  auto issue = [&](int64_t k) {
-    const int64_t row = first + k * stride;
-    const bool in_rows = row < rows;
+  if constexpr (!kStaged) {
+    for (int64_t row = first; row < rows; row += stride) {
+      Pack<T, kPack> xs[kLanePacks], gs_sum[kLanePacks];
+      Pack<G, kPack> gs[kLanePacks];
+      const A mu = mean[row], rs = rstd[row];
 #pragma unroll
-    for (int p = 0; p < kLanePacks; ++p) {
-      const bool valid = in_rows && column(p) < C;
-      const int64_t at = valid ? row * C + column(p) : 0;
-      cp_async_16(&pack_slot(k, p, 0), x + at, valid);
-      cp_async_16(&pack_slot(k, p, 1), g + at, valid);
-      if (g_sum) cp_async_16(&pack_slot(k, p, 2), g_sum + at, valid);
+      for (int p = 0; p < kLanePacks; ++p) {
+        const int64_t col = column(p);
+        if (col >= C) continue;
+        xs[p] = load_pack<kPack>(x + row * C + col);
+        gs[p] = load_pack<kPack>(g + row * C + col);
+        if (g_sum) gs_sum[p] = load_pack<kPack>(g_sum + row * C + col);
+      }
+      backward_warp_row<kLanePacks, kPack, kResidualBias, T, R, P, A>(
+          row, C, lane, mu, rs, weight, g_sum != nullptr, dx, dr, sums, [&](int p) { return xs[p]; },
+          [&](int p) { return gs[p]; }, [&](int p) { return gs_sum[p]; },
+          [&] {
+#pragma unroll
+            for (int p = 0; p < kLanePacks; ++p) {
+              launder(xs[p]);
+              launder(gs[p]);
+            }
+          });
     }
-    cp_async_4(&statistic_slot(k, 0), mean + (in_rows ? row : 0), in_rows);
-    cp_async_4(&statistic_slot(k, 1), rstd + (in_rows ? row : 0), in_rows);
-    cp_async_commit();
-  };
-  A sums[kSums * kLanePacks * kPack] = {};
-  for (int k = 0; k < kStages - 1; ++k) issue(k);
-  for (int64_t k = 0; first + k * stride < rows; ++k) {
-    // The compiler may not move this lane's reads of the ring across its copies and waits (asm
-    // statements without a memory clobber): a fence for it on both sides.
-    asm volatile("" ::: "memory");
-    issue(k + kStages - 1);        // into the stage row k - 1 was read from
-    cp_async_wait<kStages - 1>();  // row k's group has landed
-    asm volatile("" ::: "memory");
-    backward_warp_row<kLanePacks, kPack, kResidualBias, T, R, P, A>(
-        first + k * stride, C, lane, statistic_slot(k, 0), statistic_slot(k, 1), weight, g_sum != nullptr, dx, dr, sums,
-        [&](int p) { return reinterpret_cast<const Pack<T, kPack>&>(pack_slot(k, p, 0)); },
-        [&](int p) { return reinterpret_cast<const Pack<G, kPack>&>(pack_slot(k, p, 1)); },
-        [&](int p) { return reinterpret_cast<const Pack<T, kPack>&>(pack_slot(k, p, 2)); }, [] {});
+  } else {
+    constexpr int kStages = kWarpBackwardStages;
+    static_assert(sizeof(T) == 2 && sizeof(G) == 2 && sizeof(A) == 4, "16-byte packs of x and g, f32 statistics");
+    // [warp][stage][p][x, g, g_sum][lane] packs, then [warp][stage][mean, rstd][lane] floats.
+    extern __shared__ uint4 ring[];
+    auto pack_slot = [&](int64_t k, int p, int op) -> uint4& {
+      return ring[(((warp * kStages + static_cast<int>(k % kStages)) * kLanePacks + p) * 3 + op) * 32 + lane];
+    };
+    float* statistics = reinterpret_cast<float*>(ring + blockDim.y * kStages * kLanePacks * 3 * 32);
+    auto statistic_slot = [&](int64_t k, int which) -> float& {
+      return statistics[((warp * kStages + static_cast<int>(k % kStages)) * 2 + which) * 32 + lane];
+    };
+    // Row k of this warp (first + k * stride) into its stage, as one group (empty past the end,
+    // so that every row has its group and the waits count alike).
+    auto issue = [&](int64_t k) {
+      const int64_t row = first + k * stride;
+      const bool in_rows = row < rows;
+#pragma unroll
+      for (int p = 0; p < kLanePacks; ++p) {
+        const bool valid = in_rows && column(p) < C;
+        const int64_t at = valid ? row * C + column(p) : 0;
+        cp_async_16(&pack_slot(k, p, 0), x + at, valid);
+        cp_async_16(&pack_slot(k, p, 1), g + at, valid);
+        if (g_sum) cp_async_16(&pack_slot(k, p, 2), g_sum + at, valid);
+      }
+      cp_async_4(&statistic_slot(k, 0), mean + (in_rows ? row : 0), in_rows);
+      cp_async_4(&statistic_slot(k, 1), rstd + (in_rows ? row : 0), in_rows);
+      cp_async_commit();
+    };
+    for (int k = 0; k < kStages - 1; ++k) issue(k);
+    for (int64_t k = 0; first + k * stride < rows; ++k) {
+      // The compiler may not move this lane's reads of the ring across its copies and waits (asm
+      // statements without a memory clobber): a fence for it on both sides.
+      asm volatile("" ::: "memory");
+      issue(k + kStages - 1);        // into the stage row k - 1 was read from
+      cp_async_wait<kStages - 1>();  // row k's group has landed
+      asm volatile("" ::: "memory");
+      backward_warp_row<kLanePacks, kPack, kResidualBias, T, R, P, A>(
+          first + k * stride, C, lane, statistic_slot(k, 0), statistic_slot(k, 1), weight, g_sum != nullptr, dx, dr,
+          sums, [&](int p) { return reinterpret_cast<const Pack<T, kPack>&>(pack_slot(k, p, 0)); },
+          [&](int p) { return reinterpret_cast<const Pack<G, kPack>&>(pack_slot(k, p, 1)); },
+          [&](int p) { return reinterpret_cast<const Pack<T, kPack>&>(pack_slot(k, p, 2)); }, [] {});
+    }
+    cp_async_wait<0>();  // the empty groups past the end, before the ring is left
   }
-  cp_async_wait<0>();  // the empty groups past the end, before the ring is left
   write_warp_partials<kLanePacks, kPack, kSums>(sums, C, partial_dw, partial_db, partial_drb);
 }
 
