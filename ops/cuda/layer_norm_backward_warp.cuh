@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/cuda/block_reduce.cuh"
 #include "core/cuda/convert.cuh"
@@ -78,15 +79,20 @@ __device__ __forceinline__ void fold_warps(const A (&sums)[kValues], Write&& wri
 //   dw += g xhat,  db += g,  drb += dx   (per column: the lane's sums[s][p][k])
 // Pass 1 sums dxhat and dxhat xhat in column order and over the warp (a shuffle butterfly);
 // between() runs before pass 2, which writes dx (in T) and dr (in R) and adds the sums. The
-// weight, in P (T or the statistics dtype A), is read per row (from L1).
+// weight, in P (T or the statistics dtype A), is read per row (from L1). Every product and sum
+// is spelled out (the _rn intrinsics, a product fused with the sum it feeds), so the compiler
+// contracts nothing on its own and the kernels that share this code round alike.
 template <int kLanePacks, int kPack, bool kResidualBias, typename T, typename R, typename P, typename A, typename XAt,
           typename GAt, typename SumAt, typename Between>
 __device__ __forceinline__ void backward_warp_row(int64_t row, int64_t C, int lane, A mu, A rs, const P* weight,
                                                   bool has_g_sum, T* dx, R* dr, A* sums, XAt&& x_at, GAt&& g_at,
                                                   SumAt&& g_sum_at, Between&& between) {
   using namespace precis::cuda;
+  static_assert(std::is_same_v<A, float>, "f32 statistics (f64 rows take another kernel)");
   auto column = [lane](int p) { return static_cast<int64_t>(p * 32 + lane) * kPack; };
   auto sum_at = [&](int s, int p, int k) -> A& { return sums[(s * kLanePacks + p) * kPack + k]; };
+  // xhat = (x - mean) rstd
+  auto normalized = [](A x, A mean, A rstd) { return __fmul_rn(__fsub_rn(x, mean), rstd); };
   Pair<A> row_sums{0, 0};  // sum dxhat, sum dxhat xhat
 #pragma unroll
   for (int p = 0; p < kLanePacks; ++p) {
@@ -96,10 +102,10 @@ __device__ __forceinline__ void backward_warp_row(int64_t row, int64_t C, int la
     const auto gs = g_at(p);
 #pragma unroll
     for (int k = 0; k < kPack; ++k) {
-      const A xhat = (convert_to<A>(xs.v[k]) - mu) * rs;
-      const A dxhat = convert_to<A>(gs.v[k]) * convert_to<A>(w.v[k]);
-      row_sums.first += dxhat;
-      row_sums.second += dxhat * xhat;
+      const A xhat = normalized(convert_to<A>(xs.v[k]), mu, rs);
+      const A dxhat = __fmul_rn(convert_to<A>(gs.v[k]), convert_to<A>(w.v[k]));
+      row_sums.first = __fadd_rn(row_sums.first, dxhat);
+      row_sums.second = __fmaf_rn(dxhat, xhat, row_sums.second);
     }
   }
   row_sums = warp_all_reduce(row_sums, SumOp{});
@@ -116,12 +122,13 @@ __device__ __forceinline__ void backward_warp_row(int64_t row, int64_t C, int la
     Pack<R, kPack> out_r;
 #pragma unroll
     for (int k = 0; k < kPack; ++k) {
-      const A xhat = (convert_to<A>(xs.v[k]) - mu) * rs, gk = convert_to<A>(gs.v[k]);
-      sum_at(0, p, k) += gk * xhat;
-      sum_at(1, p, k) += gk;
-      A d = rs * (gk * convert_to<A>(w.v[k]) - mean_dxhat - xhat * mean_dxhat_xhat);
-      if (has_g_sum) d += convert_to<A>(g_sum_at(p).v[k]);
-      if constexpr (kResidualBias) sum_at(2, p, k) += d;
+      const A xhat = normalized(convert_to<A>(xs.v[k]), mu, rs), gk = convert_to<A>(gs.v[k]);
+      sum_at(0, p, k) = __fmaf_rn(gk, xhat, sum_at(0, p, k));
+      sum_at(1, p, k) = __fadd_rn(sum_at(1, p, k), gk);
+      // rs ((gk w - mean_dxhat) - xhat mean_dxhat_xhat), each product fused with its sum
+      A d = __fmul_rn(rs, __fmaf_rn(-xhat, mean_dxhat_xhat, __fmaf_rn(gk, convert_to<A>(w.v[k]), -mean_dxhat)));
+      if (has_g_sum) d = __fadd_rn(d, convert_to<A>(g_sum_at(p).v[k]));
+      if constexpr (kResidualBias) sum_at(2, p, k) = __fadd_rn(sum_at(2, p, k), d);
       out.v[k] = convert_to<T>(d);
       out_r.v[k] = convert_to<R>(d);
     }
@@ -171,9 +178,10 @@ constexpr int warp_backward_ring_bytes() {
 //     works on, so its loads are in flight all the time, and reads both passes from the ring.
 //     16-bit x and g only (a pack of each is 16 bytes); 114-135 registers; shared memory
 //     warp_backward_ring_bytes (GPT-2's bf16 rows: 171 KB) beside fold_warps' 48 KB. The same
-//     rows in the same order on the same grid, but on an H200 its results differed from the
-//     register loads' in the last bit (dx within one ulp, the column sums within 7e-6 relative):
-//     the compiler contracts some product of the shared row code otherwise here.
+//     rows in the same order on the same grid with the same row code: the same bits. (Its first
+//     run on an H200 differed from the register loads in the last bit, dx within one ulp and the
+//     column sums within 7e-6: the compiler had fused other products into sums in each kernel,
+//     which backward_warp_row's spelled-out arithmetic now rules out; not yet rerun.)
 template <int kLaneValues, bool kResidualBias, bool kStaged, typename T, typename G, typename R, typename P,
           typename A = precis::cuda::compute_t<T>>
 __global__ void __launch_bounds__(kWarpBackwardThreads, 1)

@@ -305,14 +305,14 @@ TEST(AddLayerNormGpu, WarpPerRowBackwardMatchesTheReference) {
 }
 
 // The warp kernel with its rows staged through shared memory (ops::cuda::
-// set_staged_layer_norm_backward, PRECIS_EXP_LN_STAGED_BACKWARD=1) gives the register kernel's
-// results to round-off: the same rows, in the same order, on the same grid, with the same
-// per-row math (backward_warp_row), compiled apart. Its first run on an H200 (bench/RESULTS.md,
-// twentieth session) found them not bit for bit alike: dx within one ulp of its dtype, the
-// column sums within 7e-6 relative; a row read from a stale stage would be off by far more.
-// 16-bit x and g (the variant's types), with and without the sum's gradient and the residual
-// bias; a counter shows that the staged kernel ran (its ring fits an H100's shared memory).
-TEST(AddLayerNormGpu, StagedBackwardAgreesWithTheRegisterKernel) {
+// set_staged_layer_norm_backward, PRECIS_EXP_LN_STAGED_BACKWARD=1) gives the register loads'
+// results bit for bit: the same rows, in the same order, on the same grid, with the same per-row
+// code (backward_warp_row), whose every product and sum is spelled out. (Its first run on an
+// H200, before they were, differed in the last bit: the compiler had fused other products into
+// sums in each kernel. Not yet run in this form.) 16-bit x and g (the variant's types), with and
+// without the sum's gradient and the residual bias; a counter shows that the staged kernel ran
+// (its ring fits an H100's shared memory).
+TEST(AddLayerNormGpu, StagedBackwardGivesTheRegisterLoadsBits) {
   PRECIS_SKIP_WITHOUT_GPU();
   uint64_t seed = 7000;
   for (DType dtype : {DType::bf16, DType::f16}) {
@@ -344,14 +344,10 @@ TEST(AddLayerNormGpu, StagedBackwardAgreesWithTheRegisterKernel) {
             const std::vector<Tensor> staged = backward(true);
             ops::cuda::set_staged_layer_norm_backward(false);
             EXPECT_EQ(ops::cuda::staged_layer_norm_backward_launches() - launches, 1) << "the staged kernel ran";
-            // dx within an ulp of its dtype (at most 2^-7 of a bf16 value, 2^-10 of an f16 one) and a
-            // margin; the f32 sums over up to 16384 rows within 2e-5 of their size.
-            const double ulp = dtype == DType::bf16 ? 1.0 / 100 : 1.0 / 800;
-            expect_close(staged[0].to(DType::f64), plain[0].to(DType::f64), 1e-7, ulp);
             const char* names[] = {"dx", "dw", "db", "drb"};
-            for (size_t i = 1; i < plain.size(); ++i) {
+            for (size_t i = 0; i < plain.size(); ++i) {
               SCOPED_TRACE(names[i]);
-              if (plain[i].defined()) expect_close(staged[i], plain[i], 1e-5, 2e-5);
+              if (plain[i].defined()) expect_close(staged[i], plain[i], 0, 0);
             }
           }
         }
