@@ -128,6 +128,7 @@ precis_run() {
   local tps=$(sed -n 's/.* tokens_per_s=\([0-9.]*\).*/\1/p' <<<"$fields")
   local comm=$(sed -n 's/.* comm_ms=\([0-9.]*\).*/\1/p' <<<"$fields")
   local exposed=$(sed -n 's/.* comm_exposed_ms=\([0-9.]*\).*/\1/p' <<<"$fields")
+  local optimizer=$(sed -n 's/.* optimizer_ms=\([0-9.]*\).*/\1/p' <<<"$fields")
   local peak=$(sed -n 's/.* peak_gib=\([0-9.]*\).*/\1/p' <<<"$fields")
   # The peak and this rank's optimizer state in MiB to 2 decimals (ZeRO-1's memory bar: the drop
   # against DDP on as many GPUs is at least the (N-1)/N share of the 1-GPU state).
@@ -138,8 +139,9 @@ precis_run() {
   # The captured step's shape: "one stream", or the forks that slow every kernel of it.
   local shape=$(sed -n 's/^cuda graphs: captured the training step ([0-9]* nodes, \([^)]*\)).*/\1/p' "$log" | head -1)
   [[ -n $tps ]] && tps_of["$name:$gpus"]=$tps
-  row "$(printf "%-28s %6s GPU  %12s tok/s  %s%s%s%s" "$name" "$gpus" "${tps:-FAILED}" "${clocks:+SM $clocks MHz  }" \
-    "${peak:+peak $peak  }" "${comm:+comm $comm ms, exposed $exposed ms  }" "${shape:+graph: $shape}")"
+  row "$(printf "%-28s %6s GPU  %12s tok/s  %s%s%s%s%s" "$name" "$gpus" "${tps:-FAILED}" "${clocks:+SM $clocks MHz  }" \
+    "${peak:+peak $peak  }" "${comm:+comm $comm ms, exposed $exposed ms  }" "${optimizer:+optimizer $optimizer ms  }" \
+    "${shape:+graph: $shape}")"
   [[ -z $tps ]] && tail -5 "$log"
 }
 # llmc NAME GPUS ARGS...: one llm.c run; tokens/s from the mean step time of the steps after the warm-up.
