@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <limits>
@@ -331,14 +332,19 @@ namespace {
 // Fault injection for the tests of the fault watchdog (docs/distributed.md, "Faults"):
 // PRECIS_FAULT_STOP=RANK:STEP makes that rank stop itself (SIGSTOP, as a hung process
 // would: alive, holding its connections, answering nothing) as it begins that step, so the
-// others' collectives wait on it mid-training. Unset in any real run.
-void stop_if_asked(int rank, int64_t step) {
+// others' collectives wait on it mid-training; PRECIS_FAULT_STOP=RANK:STEP:gather, after
+// queueing that step's optimizer and before its parameters' gather (ZeRO-1: the others wait
+// in the all-gather, or in the fused gather's barrier kernel). Unset in any real run.
+void stop_if_asked(int rank, int64_t step, const char* where = "start") {
   static const char* setting = std::getenv("PRECIS_FAULT_STOP");
   if (setting == nullptr) return;
   int asked_rank = -1;
   long long asked_step = -1;
-  if (std::sscanf(setting, "%d:%lld", &asked_rank, &asked_step) == 2 && asked_rank == rank && asked_step == step) {
-    std::cerr << "PRECIS_FAULT_STOP: rank " << rank << " stops itself at step " << step << std::endl;
+  char asked_where[16] = "start";
+  if (std::sscanf(setting, "%d:%lld:%15s", &asked_rank, &asked_step, asked_where) >= 2 && asked_rank == rank &&
+      asked_step == step && std::strcmp(asked_where, where) == 0) {
+    std::cerr << "PRECIS_FAULT_STOP: rank " << rank << " stops itself at step " << step
+              << (std::strcmp(where, "start") == 0 ? "" : std::string(" before its ") + where) << std::endl;
     std::raise(SIGSTOP);
   }
 }
@@ -490,6 +496,7 @@ void Trainer::finish_step(Profiler* profiler) {
                       .skip_if = found_inf,
                       .round_scaled_grads_to_f32 = zero_ && zero_->grads_staged()});
     weight_casts_current_ = true;  // written with the weights (a skipped step changed neither)
+    stop_if_asked(rank_, step_ + 1, "gather");
     // Every rank's updated shard into every rank's parameters, now or behind the next forward.
     if (gather_overlap())
       zero_->defer_gather();

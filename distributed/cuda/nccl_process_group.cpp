@@ -92,6 +92,7 @@ class NcclProcessGroup final : public ProcessGroup {
     // (synchronize() has aborted it already, and cleared comm_, when it timed out.)
     ncclResult_t async = ncclSuccess;
     const bool failed = comm_ && (ncclCommGetAsyncError(comm_, &async) != ncclSuccess || async != ncclSuccess);
+    if (peers_ && failed) peers_->abort();  // its barrier kernels stop waiting for a peer that failed
     if (peers_ && comm_ && !failed) peers_->release();
     peers_.reset();  // an aborted communicator frees what NCCL made for it
     // The registered buffers may outlive the communicator: from now on they are only memory.
@@ -211,6 +212,7 @@ class NcclProcessGroup final : public ProcessGroup {
       if (watchdog_.timeout().count() > 0 && waited > watchdog_.timeout()) {
         // The collectives in flight never finish: abort them, or the process could not exit.
         if (registered_) registered_->detach(/*deregister=*/false);  // the abort frees what NCCL holds
+        if (peers_) peers_->abort();  // a barrier kernel waiting for the missing rank returns
         peers_.reset();
         ncclCommAbort(comm_);
         comm_ = nullptr;

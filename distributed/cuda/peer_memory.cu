@@ -21,13 +21,29 @@ __global__ void peer_pointers_kernel(ncclWindow_t window, int world_size, uint64
 
 // Every rank's block meets every other's: its arrival releases what this rank stored before it
 // (the kernels before it on the stream), its wait acquires what the others stored before theirs.
+// The wait is NCCL's (ncclLsaBarrierSession::wait: one thread a peer reads the inbox that peer
+// stores its epoch into, until the epoch is this barrier's), written out here so that it also
+// reads `aborted`, which NCCL's never gives up: set by the host when the watchdog ends the run
+// (PeerMemory::abort), it lets the kernel return where a dead peer never arrives, so that the
+// work queued behind it, the communicator's abort and the process' exit do not wait forever.
 // No early start for the next kernel: it would only park on its own wait.
-__global__ void lsa_barrier_kernel(ncclDevComm comm) {
+__global__ void lsa_barrier_kernel(ncclDevComm comm, const volatile uint32_t* aborted) {
   precis::cuda::wait_for_previous_grid();
   ncclLsaBarrierSession<ncclCoopCta> barrier(ncclCoopCta(), comm, ncclTeamTagLsa(), 0);
-  barrier.sync(ncclCoopCta(), ::cuda::memory_order_acq_rel);
+  barrier.arrive(ncclCoopCta(), ::cuda::memory_order_acq_rel);
+  const ncclTeam team = barrier.team;
+  for (int i = static_cast<int>(threadIdx.x); i < team.nRanks - 1; i += static_cast<int>(blockDim.x)) {
+    const int peer = i + (team.rank <= i ? 1 : 0);
+    ::cuda::atomic_ref<uint32_t> inbox(*barrier.ucInbox(team.rank, peer));
+    // Arrived: the peer's epoch is at least ours + 1 (in the modular order NCCL's wait uses).
+    for (uint32_t polls = 1;; ++polls) {
+      if (inbox.load(::cuda::memory_order_acquire) - (barrier.epoch + 1) <= UINT32_MAX >> 1) break;
+      if (polls % 1024 == 0 && *aborted != 0) break;  // a read of host memory every ~1k polls
+    }
+  }
+  barrier.epoch += 1;  // the session's destructor keeps it for the next barrier
+  __syncthreads();
 }
-
 }  // namespace
 
 PeerMemory::PeerMemory(ncclComm_t comm, Device device, int world_size)
@@ -47,10 +63,23 @@ std::unique_ptr<PeerMemory> PeerMemory::make(ncclComm_t comm, Device device, int
   std::memset(&requirements, 0, sizeof requirements);
   requirements.lsaBarrierCount = 1;  // barrier(): one block
   PRECIS_NCCL_CHECK(ncclDevCommCreate(comm, &requirements, peers->dev_comm_.get()), "peer memory: ncclDevCommCreate");
+  // The abort flag: host memory the barrier kernels read (mapped: the same address on both sides).
+  void* flag = nullptr;
+  PRECIS_CUDA_CHECK(cudaHostAlloc(&flag, sizeof(uint32_t), cudaHostAllocMapped), "peer memory: the abort flag");
+  peers->aborted_ = static_cast<volatile uint32_t*>(flag);
+  *peers->aborted_ = 0;
   return peers;
 }
 
-PeerMemory::~PeerMemory() = default;
+PeerMemory::~PeerMemory() {
+  // After abort() a barrier kernel may still be reading the flag on its way out: it stays (4 bytes,
+  // in a process that is ending).
+  if (aborted_ && *aborted_ == 0) cudaFreeHost(const_cast<uint32_t*>(aborted_));
+}
+
+void PeerMemory::abort() {
+  if (aborted_) *aborted_ = 1;
+}
 
 std::vector<int64_t> PeerMemory::offsets(ncclWindow_t window, const void* local) const {
   PRECIS_CHECK(dev_comm_, "peer memory: used after release()");
@@ -79,7 +108,8 @@ std::vector<int64_t> PeerMemory::offsets(ncclWindow_t window, const void* local)
 void PeerMemory::barrier(cudaStream_t stream) const {
   PRECIS_CHECK(dev_comm_, "peer memory: used after release()");
   cuda::DeviceGuard guard(device_);
-  precis::cuda::launch(lsa_barrier_kernel, 1, 32, 0, stream, *dev_comm_);
+  precis::cuda::launch(lsa_barrier_kernel, 1, 32, 0, stream, *dev_comm_,
+                       static_cast<const volatile uint32_t*>(aborted_));
   PRECIS_CUDA_CHECK_LAUNCH("peer memory barrier");
 }
 

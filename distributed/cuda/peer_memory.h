@@ -15,8 +15,11 @@
 // the work every other rank queues after its own. It waits for the kernel before it (PDL)
 // and does not let the next start early.
 //
-// A rank that dies leaves its peers' barrier kernels spinning: the fault watchdog (watchdog.h)
-// still ends the run with its error. Include only from files built with PRECIS_WITH_CUDA.
+// abort(): a rank that dies never arrives at a barrier, and its peers' barrier kernels would
+// wait for it forever (and the work queued behind them, the communicator's abort, the process'
+// exit with them): when the fault watchdog (watchdog.h) ends the run, abort() makes every
+// barrier kernel of this rank return at once, waiting or not. The run cannot go on after it.
+// Include only from files built with PRECIS_WITH_CUDA.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -45,6 +48,8 @@ class PeerMemory {
   // Rank r's copy of the window's bytes is at (char*)local + offsets[r] (offsets[rank] is 0).
   std::vector<int64_t> offsets(ncclWindow_t window, const void* local) const;
   void barrier(cudaStream_t stream) const;
+  // The run is failing (a peer died or hangs): the barriers stop waiting. From the host, at once.
+  void abort();
   // Before the communicator is destroyed (collective): frees what make() asked NCCL for.
   void release();
 
@@ -55,6 +60,7 @@ class PeerMemory {
   Device device_;
   int world_size_;
   std::unique_ptr<ncclDevComm> dev_comm_;  // null once released
+  volatile uint32_t* aborted_ = nullptr;   // mapped host memory: nonzero after abort()
 };
 
 }  // namespace precis::distributed
