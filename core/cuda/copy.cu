@@ -38,6 +38,7 @@
 #include "core/cuda/pinned_allocator.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/strided_index.cuh"
+#include "core/cuda/wait_watch.h"
 
 namespace precis::cuda {
 
@@ -280,12 +281,15 @@ void copy_device_to_host(const Tensor& dst, const Tensor& src) {
   }
   const bool direct = dst.is_contiguous();
   Tensor landing = direct ? dst : empty(dst.shape(), dst.dtype());
+  // A copy into pageable memory waits in the driver for the stream to reach it, where no watcher
+  // (core/cuda/wait_watch.h) sees the wait: wait, watched, first.
+  if (!is_pinned_host(landing.raw_data())) synchronize_stream(stream, "copy device to host");
   PRECIS_CUDA_CHECK(
       cudaMemcpyAsync(landing.raw_data(), dense.raw_data(), dense.nbytes(), cudaMemcpyDeviceToHost, stream),
       "copy device to host");
   // Only a dense pinned destination may be left to arrive; anything else is read (or may be) on return.
   const bool leave_async = direct && record_pinned_use(dst.raw_data(), stream, src.device());
-  if (!leave_async) PRECIS_CUDA_CHECK(cudaStreamSynchronize(stream), "copy device to host");
+  if (!leave_async) synchronize_stream(stream, "copy device to host");
   if (!direct) precis::copy_(dst, landing);
 }
 

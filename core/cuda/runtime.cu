@@ -4,15 +4,18 @@
 // scope and join are core/cuda/side_stream.h's.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <utility>
 
 #include "core/cuda/launch.cuh"
 #include "core/cuda/runtime.h"
 #include "core/cuda/side_stream.h"
+#include "core/cuda/wait_watch.h"
 
 namespace precis::cuda {
 
@@ -114,8 +117,36 @@ void set_device(Device device) {
 
 void synchronize(Device device) {
   DeviceStreams& streams = streams_of(device);
-  PRECIS_CUDA_CHECK(cudaStreamSynchronize(streams.compute), "synchronize");
-  PRECIS_CUDA_CHECK(cudaStreamSynchronize(streams.side), "synchronize");
+  synchronize_stream(streams.compute, "synchronize");
+  synchronize_stream(streams.side, "synchronize");
+}
+
+namespace {
+std::atomic<WaitWatcher*> g_wait_watcher{nullptr};
+}  // namespace
+
+WaitWatcher* set_wait_watcher(WaitWatcher* watcher) { return g_wait_watcher.exchange(watcher); }
+
+void clear_wait_watcher(WaitWatcher* watcher, WaitWatcher* previous) {
+  g_wait_watcher.compare_exchange_strong(watcher, previous);
+}
+
+void synchronize_stream(cudaStream_t stream, const char* op) {
+  WaitWatcher* watcher = g_wait_watcher.load();
+  if (watcher == nullptr) {
+    PRECIS_CUDA_CHECK(cudaStreamSynchronize(stream), op);
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    const cudaError_t state = cudaStreamQuery(stream);
+    if (state == cudaSuccess) return;
+    if (state != cudaErrorNotReady) PRECIS_CUDA_CHECK(state, op);
+    const auto so_far = std::chrono::steady_clock::now() - start;
+    watcher->waited(so_far);
+    // Spin for the first millisecond (work about to complete), then let the core go.
+    if (so_far > std::chrono::milliseconds(1)) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
 }
 
 bool is_capturing(cudaStream_t stream) {

@@ -12,6 +12,7 @@
 
 #include "core/cuda/caching_allocator.h"
 #include "core/cuda/runtime.h"
+#include "core/cuda/wait_watch.h"
 #include "core/gpu.h"
 #include "distributed/cuda/nccl_check.h"
 #include "distributed/cuda/peer_memory.h"
@@ -70,7 +71,7 @@ class NcclWork final : public Work {
   bool waited_ = false;
 };
 
-class NcclProcessGroup final : public ProcessGroup {
+class NcclProcessGroup final : public ProcessGroup, private cuda::WaitWatcher {
  public:
   NcclProcessGroup(int rank, int world_size, Device device, ShareBytes share_unique_id,
                    std::chrono::milliseconds timeout, std::chrono::milliseconds answer_grace)
@@ -84,8 +85,10 @@ class NcclProcessGroup final : public ProcessGroup {
     PRECIS_CHECK(device.index < count, "nccl process group: rank ", rank, " takes GPU ", device.index,
                  " (its local rank) but this host has ", count, " usable GPU(s) (", cuda_status(),
                  "); start at most as many ranks per host as it has GPUs");
+    previous_watcher_ = cuda::set_wait_watcher(this);
   }
   ~NcclProcessGroup() override {
+    cuda::clear_wait_watcher(this, previous_watcher_);
     if (!ready_) return;  // made with the communicator: nothing was
     cudaSetDevice(device_.index);
     // A communicator in error may have collectives that never complete: abort it, not wait.
@@ -207,21 +210,8 @@ class NcclProcessGroup final : public ProcessGroup {
       const cudaError_t state = cudaEventQuery(drained_);
       if (state == cudaSuccess) return;
       PRECIS_CHECK(state == cudaErrorNotReady, "nccl synchronize: ", cudaGetErrorString(state));
-      check_async_error();
       const auto waited = std::chrono::steady_clock::now() - start;
-      if (watchdog_.timeout().count() > 0 && waited > watchdog_.timeout()) {
-        // The collectives in flight never finish: abort them, or the process could not exit.
-        if (registered_) registered_->detach(/*deregister=*/false);  // the abort frees what NCCL holds
-        if (peers_) peers_->abort();  // a barrier kernel waiting for the missing rank returns
-        peers_.reset();
-        ncclCommAbort(comm_);
-        comm_ = nullptr;
-        aborted_ = true;
-        // At exit, abort the job rather than wait in MPI_Finalize for a rank that hangs.
-        note_collective_given_up();
-        // The host waited for everything queued: the last collective queued had not completed.
-        watchdog_.fail({last_op_, sequence_});
-      }
+      watch(waited);
       std::this_thread::sleep_for(std::chrono::microseconds(waited < std::chrono::milliseconds(1) ? 10 : 200));
     }
   }
@@ -236,6 +226,34 @@ class NcclProcessGroup final : public ProcessGroup {
   }
 
  private:
+  // A host wait for the device (synchronize(), or any other: cuda::WaitWatcher) that has lasted
+  // `waited`: it may be for a collective that never completes. Fails at once when the
+  // communicator failed (a peer died), and with the watchdog's error past the timeout.
+  void watch(std::chrono::steady_clock::duration waited) {
+    if (!comm_) return;  // no collective yet, or given up already
+    check_async_error();
+    if (watchdog_.timeout().count() > 0 && waited > watchdog_.timeout()) give_up();
+  }
+  // cuda::WaitWatcher: the other waits of the thread that made the group (the watchdog's side
+  // channel is that thread's, MPI_THREAD_FUNNELED), e.g. an eager step's index check reading
+  // back its flag behind the reduce-scatter of a peer that hangs.
+  void waited(std::chrono::steady_clock::duration so_far) override {
+    if (std::this_thread::get_id() == owner_thread_) watch(so_far);
+  }
+  [[noreturn]] void give_up() {
+    // The collectives in flight never finish: abort them, or the process could not exit.
+    if (registered_) registered_->detach(/*deregister=*/false);  // the abort frees what NCCL holds
+    if (peers_) peers_->abort();  // a barrier kernel waiting for the missing rank returns
+    peers_.reset();
+    ncclCommAbort(comm_);
+    comm_ = nullptr;
+    aborted_ = true;
+    // At exit, abort the job rather than wait in MPI_Finalize for a rank that hangs.
+    note_collective_given_up();
+    // The host waited for what was queued before a collective that had not completed.
+    watchdog_.fail({last_op_, sequence_});
+  }
+
   // The communicator, made on the first collective with rank 0's unique id.
   ncclComm_t communicator() {
     if (comm_) return comm_;
@@ -309,6 +327,8 @@ class NcclProcessGroup final : public ProcessGroup {
   std::shared_ptr<RegisteredAllocator> registered_;  // made by the first registered_allocator()
   std::unique_ptr<PeerMemory> peers_;                // made by the first peer_offsets(), where it can be
   std::string peers_why_;                            // why it cannot
+  cuda::WaitWatcher* previous_watcher_ = nullptr;    // set again when this group ends
+  std::thread::id owner_thread_ = std::this_thread::get_id();  // the thread whose waits are watched
 };
 
 }  // namespace

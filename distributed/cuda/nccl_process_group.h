@@ -10,7 +10,9 @@
 // rendezvous under torchrun-style variables (distributed/launch.h picks). Every
 // NCCL call is checked and its error names the collective, NCCL's message and
 // ncclGetLastError's detail; check_async_error() asks ncclCommGetAsyncError, and
-// synchronize() polls it while it waits for the device, aborting the communicator
+// synchronize() polls it while it waits for the device (and so does every other host wait
+// of the thread that made the group, an eager step's index check or a loss read back:
+// cuda::WaitWatcher, core/cuda/runtime.h), aborting the communicator
 // after `timeout` (zero: never) so that a dead or hung peer ends the run with an error:
 // the watchdog's (watchdog.h), which names the last collective queued and its sequence
 // number and, where MPI is initialized (an mpirun/srun launch without MASTER_ADDR),

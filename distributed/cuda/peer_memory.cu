@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/cuda/launch.cuh"
+#include "core/cuda/wait_watch.h"
 #include "distributed/cuda/nccl_check.h"
 #include "distributed/cuda/peer_memory.h"
 
@@ -94,7 +95,7 @@ std::vector<int64_t> PeerMemory::offsets(ncclWindow_t window, const void* local)
       cudaMemcpyAsync(host.data(), pointers, sizeof(uint64_t) * world_size_, cudaMemcpyDeviceToHost, stream),
       "peer memory");
   PRECIS_CUDA_CHECK(cudaFreeAsync(pointers, stream), "peer memory");
-  PRECIS_CUDA_CHECK(cudaStreamSynchronize(stream), "peer memory");
+  cuda::synchronize_stream(stream, "peer memory");
   // NCCL maps this rank's copy a second time among the others: byte 0 of the window is
   // `local` in this process's own mapping, host[rank] in NCCL's.
   int rank = -1;

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/cuda/runtime.h"
+#include "core/cuda/wait_watch.h"
 #include "core/tensor.h"
 #include "ops/cuda/bad_index.h"
 
@@ -29,15 +30,18 @@ inline unsigned long long* bad_position_flag(const Tensor& storage, cudaStream_t
   return flag;
 }
 
-// Reads the flag back (one copy and one stream synchronisation) and, when set, the
+// Reads the flag back (one copy between two stream synchronisations) and, when set, the
 // offending index from `indices` (dense i32/i64 on the device). A null flag (a capture)
 // reports nothing.
 inline BadIndex read_bad_position(const unsigned long long* flag, const Tensor& indices, cudaStream_t stream,
                                   const char* op) {
   if (flag == nullptr) return {};
   auto copy_back = [&](void* host, const void* device, size_t bytes) {
+    // Into pageable memory the copy would wait in the driver for the stream, unwatched
+    // (core/cuda/wait_watch.h): the stream is drained first, watched.
+    precis::cuda::synchronize_stream(stream, op);
     PRECIS_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream), op);
-    PRECIS_CUDA_CHECK(cudaStreamSynchronize(stream), op);
+    precis::cuda::synchronize_stream(stream, op);
   };
   unsigned long long position = 0;
   copy_back(&position, flag, sizeof(position));

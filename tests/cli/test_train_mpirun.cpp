@@ -88,6 +88,27 @@ TEST(TrainMpirun, ARankThatHangsMidTrainingMakesTheOtherExitNamingIt) {
 #endif
 }
 
+// The fault point between a rank's optimizer and its gather (PRECIS_FAULT_STOP=R:S:gather):
+// under ZeRO-1 rank 0 then waits in step 3's all-gather of the updated parameters.
+TEST(TrainMpirun, ARankThatHangsBeforeItsGatherMakesTheOtherExitNamingIt) {
+#ifndef PRECIS_MPIEXEC
+  GTEST_SKIP() << "this build has no MPI (cmake found none), so there is no mpirun to launch with";
+#else
+  fs::path dir = write_tiny_config("mpirun_hang_gather");
+  auto r = run_command(
+      "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 "
+      "PRECIS_FAULT_STOP=1:3:gather " +
+      std::string(PRECIS_MPIEXEC) + " --oversubscribe -np 2 " + PRECIS_CLI_PATH + " train " +
+      (dir / "tiny.yaml").string() + " distributed.zero=1 distributed.timeout_s=2 max_steps=20");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("PRECIS_FAULT_STOP: rank 1 stops itself at step 3 before its gather"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("all_gather #"), std::string::npos) << "rank 0 waits in the gather:\n" << r.output;
+  EXPECT_NE(r.output.find("did not complete within 2 s"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Rank 1 did not answer within 5 s"), std::string::npos) << r.output;
+#endif
+}
+
 TEST(TrainMpirun, TorchrunStyleCpuRunNeedsAnMpiLauncher) {
   fs::path dir = write_tiny_config("torchrun_cpu");
   auto r = run_command("env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 " +

@@ -3,7 +3,7 @@
 // the values computed from every rank's known inputs; the unique id shared through
 // MPI and through the TCP rendezvous; DDP gradients against one process on the
 // whole batch, in f32 and with bf16 parameters reduced in bf16; the watchdog: a hung
-// rank makes the others fail within the timeout.
+// rank makes the others fail within the timeout, in synchronize() and in a read-back.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -235,6 +235,51 @@ TEST(NcclWatchdog, RankWaitingForAHungPeerFailsWithinTheTimeout) {
   distributed::mpi_broadcast_bytes(&token, sizeof token, 0);  // every rank is done before the next test
   // Every rank answered that broadcast, so none is gone: exit through MPI_Finalize, not the
   // abort that a timed-out collective otherwise leads to (the process would fail the test run).
+  if (rank != late) {
+    EXPECT_TRUE(distributed::collective_given_up());
+  }
+  distributed::clear_collective_given_up();
+}
+
+// A host wait other than synchronize(): a tensor read back behind a collective that never
+// completes (an eager step's index check or loss is such a read). The group watches the waits
+// of the thread that made it (cuda::WaitWatcher): the read ends with the watchdog's error.
+TEST(NcclWatchdog, AReadBackBehindAHungCollectiveFailsWithinTheTimeout) {
+  SKIP_WITHOUT_A_GPU_PER_RANK();
+  const int rank = distributed::mpi_world_rank(), world = distributed::mpi_world_size();
+  auto group = distributed::make_nccl_process_group(
+      rank, world, my_gpu(),
+      [](std::vector<uint8_t>& bytes) { distributed::mpi_broadcast_bytes(bytes.data(), bytes.size(), 0); },
+      std::chrono::milliseconds(1000), /*answer_grace=*/std::chrono::milliseconds(500));
+  Tensor warm = zeros({16}, DType::f32, my_gpu());
+  group->all_reduce(warm, ReduceOp::sum)->wait();  // the communicator is made by every rank
+  group->synchronize();
+  const int late = world - 1;
+  Tensor t = full({16}, 1.0, DType::f32, my_gpu());
+  if (rank == late) std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+  const auto start = std::chrono::steady_clock::now();
+  std::string message;
+  std::vector<float> values;
+  try {
+    group->all_reduce(t, ReduceOp::sum)->wait();  // the compute stream waits for it
+    values = t.to_vector<float>();                // the host waits for the compute stream
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(waited, 2.5) << "rank " << rank;
+  if (rank != late) {
+    EXPECT_TRUE(values.empty()) << "the read-back returned although the all-reduce cannot have completed";
+    EXPECT_NE(message.find("nccl: rank " + std::to_string(rank) + " of " + std::to_string(world) +
+                           ": all_reduce #2 did not complete within 1 s"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("Rank " + std::to_string(late) + " did not answer within 0.5 s"), std::string::npos)
+        << message;
+    EXPECT_GE(waited, 1.5);
+  }
+  int token = 0;
+  distributed::mpi_broadcast_bytes(&token, sizeof token, 0);  // every rank is done before the next test
   if (rank != late) {
     EXPECT_TRUE(distributed::collective_given_up());
   }

@@ -131,7 +131,7 @@ TEST(AdamWTimingGpu, TimesAtGpt2Size) {
         copy_(grads[i], grad_values.slice(0, offset, offset + n));
         if (master[i].defined()) copy_(master[i], params[i]);
         offset += n;
-        tensors.push_back({params[i], grads[i], m[i], v[i], master[i], Tensor(), n >= 768 * 768 ? 0.1 : 0.0, i});
+        tensors.push_back({params[i], grads[i], m[i], v[i], master[i], Tensor(), n >= 768 * 768 ? 0.1 : 0.0, i, {}});
       }
     }
     const Tensor before = tensors[2].param.to(DType::f32).to(Device::cpu());
