@@ -26,7 +26,8 @@
 #             first round: an N-GPU step waits for its slowest card, and the 1-GPU rows run on
 #             card 0, so a slow card lowers the scaling of both peers (seen: one card of four
 #             3.5% slower, bench/RESULTS.md, fourteenth session)
-#   TESTS     0: skip the GPU tests (TESTS_REGEX: which; default the distributed ones)
+#   TESTS     0: skip the GPU tests (TESTS_REGEX: which; default the distributed ones; TEST_TIMEOUT:
+#             seconds one may take, default 90: a hung fault test costs no more)
 #   TARGETS   build only these targets (e.g. "precis_cli ops_test_flash_attention_gpu"; default all)
 #   LLMC      0: skip llm.c
 #   BUDGET_S  no run starts after this many seconds from the start (default 540)
@@ -69,7 +70,7 @@ fi
 
 tests_summary="skipped"
 if [[ ${TESTS:-1} == 1 ]]; then
-  (cd "$BUILD" && ctest -L gpu -R "${TESTS_REGEX:-distributed|ddp|zero|mpi}" --timeout "${RUN_TIMEOUT:-150}" \
+  (cd "$BUILD" && ctest -L gpu -R "${TESTS_REGEX:-distributed|ddp|zero|mpi|Mpirun}" --timeout "${TEST_TIMEOUT:-90}" \
     --output-on-failure) >"$LOGS/gpu-tests.log" 2>&1
   tests_summary="$(grep -E 'tests passed|tests failed' "$LOGS/gpu-tests.log" | tail -1)"
   grep -E "Failed|Passed|\*\*\*" "$LOGS/gpu-tests.log" | tail -20

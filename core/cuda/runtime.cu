@@ -144,8 +144,9 @@ void synchronize_stream(cudaStream_t stream, const char* op) {
     if (state != cudaErrorNotReady) PRECIS_CUDA_CHECK(state, op);
     const auto so_far = std::chrono::steady_clock::now() - start;
     watcher->waited(so_far);
-    // Spin for the first millisecond (work about to complete), then let the core go.
-    if (so_far > std::chrono::milliseconds(1)) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    // Spin for the first millisecond (work about to complete), then let the core go, in short
+    // sleeps: an eager step waits so twice (its index checks), a sleep past the end is lost time.
+    if (so_far > std::chrono::milliseconds(1)) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
 

@@ -4,7 +4,7 @@
 // back) can sit behind a collective that never completes, because a peer died or hangs. While
 // a watcher is set (the NCCL process group sets itself: distributed/cuda/nccl_process_group.cpp),
 // synchronize_stream() and cuda::synchronize() poll the stream instead of blocking in the
-// driver, and call the watcher's waited() with the time waited so far, every ~0.2 ms after a
+// driver, and call the watcher's waited() with the time waited so far, every ~0.05 ms after a
 // first millisecond of spinning; waited() throws to end the wait (the watchdog's error).
 // Without a watcher they are cudaStreamSynchronize. Include behind PRECIS_WITH_CUDA.
 #pragma once
