@@ -429,7 +429,8 @@ std::vector<Field> make_fields(TrainConfig& c) {
       number("distributed.timeout_s", c.distributed.timeout_s, kPositive),
       integer("distributed.zero", c.distributed.zero, zero_rule),
       boolean("distributed.gather_overlap", c.distributed.gather_overlap),
-      boolean("distributed.fused_gather", c.distributed.fused_gather),
+      choice("distributed.fused_gather", c.distributed.fused_gather,
+             {{"false", FusedGather::off}, {"true", FusedGather::on}, {"auto", FusedGather::where_possible}}),
       boolean("distributed.reduce_overlap", c.distributed.reduce_overlap),
 
       text("task", c.task, one_of({"language_model", "image_classification"})),
@@ -797,8 +798,10 @@ void ConfigReader::check_profile() const {
 
 void ConfigReader::check_distributed() const {
   const DistributedConfig& d = config_.distributed;
+  // fused_gather: auto gives way quietly, without ZeRO-1 and to gather_overlap.
+  const bool fused_asked = d.fused_gather == FusedGather::on;
   for (const auto& [key, on] : {std::pair<const char*, bool>{"distributed.gather_overlap", d.gather_overlap},
-                                {"distributed.fused_gather", d.fused_gather}}) {
+                                {"distributed.fused_gather", fused_asked}}) {
     if (!on || d.zero == 1) continue;
     fail(where_set({key, "distributed.zero"}), std::string("'") + key +
                                                    "' changes how ZeRO-1 gathers its parameters, but "
@@ -806,7 +809,7 @@ void ConfigReader::check_distributed() const {
                                                    std::to_string(d.zero) +
                                                    ": plain DDP gathers nothing; set distributed.zero=1 or drop it");
   }
-  if (d.gather_overlap && d.fused_gather)
+  if (d.gather_overlap && fused_asked)
     fail(where_set({"distributed.gather_overlap", "distributed.fused_gather"}),
          "'distributed.fused_gather' writes the parameters during the optimizer, so there is no all-gather left to "
          "run behind the next forward ('distributed.gather_overlap'); set one of them");

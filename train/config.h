@@ -100,6 +100,10 @@ struct ProfileConfig {
   int64_t trace_steps = 1;
 };
 
+// distributed.fused_gather: false | true (asked for: an error without ZeRO-1, a note where it
+// cannot be) | auto (where it can be, quietly; the all-gather elsewhere).
+enum class FusedGather { off, on, where_possible };
+
 // Data parallelism (docs/distributed.md); read only when the launch has more than one rank.
 struct DistributedConfig {
   std::string backend = "auto";  // auto (nccl on GPUs, mpi on the CPU) | nccl | mpi
@@ -109,7 +113,8 @@ struct DistributedConfig {
   int64_t zero = 0;              // 0: plain DDP; 1: ZeRO-1, optimizer state sharded (distributed/zero.h)
   bool gather_overlap = false;   // ZeRO-1: the parameters' all-gather runs behind the next forward
   bool reduce_overlap = true;    // each bucket's reduction launched when it is ready (false: after the backward)
-  bool fused_gather = false;     // ZeRO-1: the optimizer stores into every rank's parameters (one NVLink node)
+  // ZeRO-1: the optimizer stores into every rank's parameters (one NVLink node), no all-gather.
+  FusedGather fused_gather = FusedGather::off;
 };
 
 struct TrainConfig {

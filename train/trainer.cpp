@@ -209,10 +209,12 @@ void Trainer::setup_model() {
         groups, optim::SGDOptions{.lr = o.lr, .momentum = o.momentum, .dampening = 0.0, .nesterov = o.nesterov});
   }
   if (policy_.autocasts() && o.writes_weight_casts && !zero_) setup_weight_casts();
-  if (zero_ && config_.distributed.fused_gather && !zero_->fuse_gather_into(*optimizer_, fused_gather_why_) &&
+  const FusedGather fused = config_.distributed.fused_gather;
+  const bool want_fused = fused == FusedGather::on || (fused == FusedGather::where_possible && !gather_overlap());
+  if (zero_ && want_fused && !zero_->fuse_gather_into(*optimizer_, fused_gather_why_) && fused == FusedGather::on &&
       is_main())
-    std::cerr << "note: distributed.fused_gather: not used: " << fused_gather_why_
-              << "; the parameters are all-gathered after the optimizer\n";
+    std::cerr << ("note: distributed.fused_gather: not used: " + fused_gather_why_ +  // one write: not
+                  "; the parameters are all-gathered after the optimizer\n");         // cut by stdout's lines
   schedule_ = optim::LrSchedule{config_.schedule.kind,        o.lr,
                                 config_.schedule.min_lr,      config_.schedule.warmup_steps,
                                 config_.schedule.decay_steps, config_.schedule.decay_fraction};

@@ -106,7 +106,7 @@ class Trainer {
   // NCCL), outside the device allocator; 0 otherwise.
   int64_t registered_memory_bytes() const { return registered_bytes_; }
   // distributed.fused_gather: whether the optimizer stores into every rank's parameters (ZeRO-1,
-  // distributed/zero.h), and if it was asked for and cannot, why.
+  // distributed/zero.h), and if it was tried (true, or auto) and cannot be, why.
   bool gather_fused() const { return zero_ && zero_->gather_fused(); }
   const std::string& fused_gather_unavailable() const { return fused_gather_why_; }
 
@@ -161,7 +161,7 @@ class Trainer {
   std::shared_ptr<distributed::ProcessGroup> group_;  // null for one process
   std::unique_ptr<distributed::Reducer> reducer_;     // with group_
   std::unique_ptr<distributed::Zero1> zero_;          // with group_ and distributed.zero 1
-  std::string fused_gather_why_;                      // distributed.fused_gather asked for, not possible: why
+  std::string fused_gather_why_;                      // distributed.fused_gather tried, not possible: why
   int rank_ = 0, world_size_ = 1;
   std::unique_ptr<Task> task_;
   std::shared_ptr<nn::FlatParameters> flat_;

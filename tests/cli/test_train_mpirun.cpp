@@ -43,6 +43,26 @@ TEST(TrainMpirun, TwoRanksTrainAndRankZeroAlonePrints) {
 #endif
 }
 
+// The fused gather needs GPUs that store into each other's memory: on the MPI backend asking
+// for it (true) is a note and the all-gather, auto gives way quietly. Both train.
+TEST(TrainMpirun, TheFusedGatherAskedForIsANoteOnTheCpuAndAutoIsQuiet) {
+#ifndef PRECIS_MPIEXEC
+  GTEST_SKIP() << "this build has no MPI (cmake found none), so there is no mpirun to launch with";
+#else
+  for (const std::string setting : {"true", "auto"}) {
+    fs::path dir = write_tiny_config("mpirun_fused_" + setting);
+    auto r = run_command("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 " +
+                         std::string(PRECIS_MPIEXEC) + " -np 2 --oversubscribe " + PRECIS_CLI_PATH + " train " +
+                         (dir / "tiny.yaml").string() + " distributed.zero=1 distributed.fused_gather=" + setting);
+    ASSERT_EQ(r.exit_code, 0) << setting << "\n" << r.output;
+    EXPECT_EQ(count(r.output, "step 4/4"), 1u) << setting << "\n" << r.output;
+    EXPECT_EQ(count(r.output, "(fused gather)"), 0u) << setting << "\n" << r.output;
+    const size_t notes = count(r.output, "note: distributed.fused_gather: not used: the mpi backend");
+    EXPECT_EQ(notes, setting == "true" ? 1u : 0u) << setting << "\n" << r.output;
+  }
+#endif
+}
+
 TEST(TrainMpirun, ARankThatDiesMakesTheOtherExitWithinTheTimeout) {
 #ifndef PRECIS_MPIEXEC
   GTEST_SKIP() << "this build has no MPI (cmake found none), so there is no mpirun to launch with";

@@ -335,8 +335,13 @@ TEST(Config, DistributedSection) {
   EXPECT_TRUE(defaults.distributed.reduce_overlap);
   EXPECT_FALSE(parse(kData + "distributed: {reduce_overlap: false}\n").distributed.reduce_overlap);
   EXPECT_TRUE(parse(kData + "distributed: {zero: 1, gather_overlap: true}\n").distributed.gather_overlap);
-  EXPECT_FALSE(defaults.distributed.fused_gather);
-  EXPECT_TRUE(parse(kData + "distributed: {zero: 1, fused_gather: true}\n").distributed.fused_gather);
+  EXPECT_EQ(defaults.distributed.fused_gather, FusedGather::off);
+  EXPECT_EQ(parse(kData + "distributed: {zero: 1, fused_gather: true}\n").distributed.fused_gather, FusedGather::on);
+  EXPECT_EQ(parse(kData + "distributed: {fused_gather: auto}\n").distributed.fused_gather, FusedGather::where_possible);
+  // auto gives way quietly: no error without ZeRO-1, nor beside gather_overlap.
+  EXPECT_EQ(
+      parse(kData + "distributed: {zero: 1, fused_gather: auto, gather_overlap: true}\n").distributed.fused_gather,
+      FusedGather::where_possible);
 }
 
 TEST(ConfigErrors, DistributedSection) {
@@ -356,6 +361,8 @@ TEST(ConfigErrors, DistributedSection) {
   // The fused gather leaves no all-gather to move behind the forward.
   const std::string both = parse_error(kData + "distributed: {zero: 1, fused_gather: true, gather_overlap: true}\n");
   EXPECT_NE(both.find("set one of them"), std::string::npos) << both;
+  EXPECT_EQ(parse_error(kData + "distributed: {fused_gather: yes}\n"),
+            "config.yaml:3:29: 'distributed.fused_gather' must be one of false, true, auto, got 'yes'");
 }
 
 TEST(Config, LoadConfigRecordsThePathAndAppliesOverrides) {

@@ -136,7 +136,7 @@ Outcome train_with_gather(const std::string& precision, Gather gather, bool grap
   const std::string name = precision + names[static_cast<int>(gather)] + (graphs ? "_graphs" : "_eager");
   train::TrainConfig config = tiny_config(fresh_dir(name), precision, 1);
   config.distributed.gather_overlap = gather == Gather::overlap;
-  config.distributed.fused_gather = gather == Gather::fused;
+  config.distributed.fused_gather = gather == Gather::fused ? train::FusedGather::on : train::FusedGather::off;
   config.cuda_graphs = graphs;
   config.eval_interval = 3;
   config.checkpoint.interval = 4;
