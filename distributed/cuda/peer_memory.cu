@@ -64,11 +64,14 @@ std::unique_ptr<PeerMemory> PeerMemory::make(ncclComm_t comm, Device device, int
   std::memset(&requirements, 0, sizeof requirements);
   requirements.lsaBarrierCount = 1;  // barrier(): one block
   PRECIS_NCCL_CHECK(ncclDevCommCreate(comm, &requirements, peers->dev_comm_.get()), "peer memory: ncclDevCommCreate");
-  // The abort flag: host memory the barrier kernels read (mapped: the same address on both sides).
+  // The abort flag: host memory the barrier kernels read, at its mapped device address.
   void* flag = nullptr;
   PRECIS_CUDA_CHECK(cudaHostAlloc(&flag, sizeof(uint32_t), cudaHostAllocMapped), "peer memory: the abort flag");
   peers->aborted_ = static_cast<volatile uint32_t*>(flag);
   *peers->aborted_ = 0;
+  void* on_device = nullptr;
+  PRECIS_CUDA_CHECK(cudaHostGetDevicePointer(&on_device, flag, 0), "peer memory: the abort flag");
+  peers->aborted_on_device_ = static_cast<const volatile uint32_t*>(on_device);
   return peers;
 }
 
@@ -109,8 +112,7 @@ std::vector<int64_t> PeerMemory::offsets(ncclWindow_t window, const void* local)
 void PeerMemory::barrier(cudaStream_t stream) const {
   PRECIS_CHECK(dev_comm_, "peer memory: used after release()");
   cuda::DeviceGuard guard(device_);
-  precis::cuda::launch(lsa_barrier_kernel, 1, 32, 0, stream, *dev_comm_,
-                       static_cast<const volatile uint32_t*>(aborted_));
+  precis::cuda::launch(lsa_barrier_kernel, 1, 32, 0, stream, *dev_comm_, aborted_on_device_);
   PRECIS_CUDA_CHECK_LAUNCH("peer memory barrier");
 }
 

@@ -59,8 +59,9 @@ class PeerMemory {
   ncclComm_t comm_;
   Device device_;
   int world_size_;
-  std::unique_ptr<ncclDevComm> dev_comm_;  // null once released
-  volatile uint32_t* aborted_ = nullptr;   // mapped host memory: nonzero after abort()
+  std::unique_ptr<ncclDevComm> dev_comm_;                 // null once released
+  volatile uint32_t* aborted_ = nullptr;                  // mapped host memory: nonzero after abort()
+  const volatile uint32_t* aborted_on_device_ = nullptr;  // its address in the barrier kernels
 };
 
 }  // namespace precis::distributed
