@@ -7,6 +7,8 @@
 #include "cli/commands.h"
 #include "cli/usage.h"
 #include "core/error.h"
+#include "distributed/launch.h"
+#include "distributed/mpi_runtime.h"
 #include "train/exit_codes.h"
 
 namespace {
@@ -52,22 +54,46 @@ int run(const std::vector<std::string>& args) {
   return bench_command(rest);
 }
 
+// One string, one write: under mpirun another rank's output would cut between the writes of a << chain.
+void print_error(const std::string& message) { std::cerr << "error: " + message << std::flush; }
+
+// "rank 1 of 4: " in a run of several ranks, unless `message` names this rank already (the
+// watchdog's errors do): which rank failed is the first thing to know, and mpirun's own
+// message saying so does not always come through.
+std::string rank_prefix(const std::string& message) {
+  try {
+    const precis::distributed::LaunchInfo launch = precis::distributed::detect_launch();
+    if (!launch.distributed()) return "";
+    const std::string rank = "rank " + std::to_string(launch.rank) + " of " + std::to_string(launch.world_size);
+    return message.find(rank + ":") == std::string::npos ? rank + ": " : "";
+  } catch (const std::exception&) {  // a launch the variables contradict: that error is the message already
+    return "";
+  }
+}
+
+// A rank that fails ends the whole job at once (a data-parallel run under mpirun or srun), rather
+// than leaving the others to wait for it until their collectives time out. Not for a stopped run
+// (a signal, the non-finite rule): every rank stops at the same step, and rank 0 may still be
+// writing the checkpoint the others were done with.
+int fail(const std::string& message, int exit_code) {
+  print_error(rank_prefix(message) + message);
+  precis::distributed::abort_job_after_error(exit_code);
+  return exit_code;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     return run(std::vector<std::string>(argv + 1, argv + argc));
   } catch (const precis::train::StoppedRun& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    print_error(rank_prefix(e.what()) + e.what() + "\n");
     return e.exit_code();
   } catch (const precis::cli::UsageError& e) {
-    std::cerr << "error: " << e.what();
-    return precis::train::kExitUsage;
+    return fail(e.what(), precis::train::kExitUsage);
   } catch (const precis::Error& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return precis::train::kExitError;
+    return fail(std::string(e.what()) + "\n", precis::train::kExitError);
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return precis::train::kExitInternal;
+    return fail(std::string(e.what()) + "\n", precis::train::kExitInternal);
   }
 }

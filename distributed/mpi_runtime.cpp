@@ -111,6 +111,15 @@ void finalize_mpi() {
   MPI_Finalize();
 }
 
+void abort_job_after_error(int exit_code) {
+  int finalized = 0, size = 1;
+  MPI_Finalized(&finalized);
+  if (!initialized_here || finalized) return;
+  if (MPI_Comm_size(MPI_COMM_WORLD, &size) != MPI_SUCCESS || size < 2) return;
+  std::cerr << std::flush;
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+}
+
 int mpi_world_rank() {
   check_initialized("mpi_world_rank");
   int rank = 0;
@@ -145,6 +154,7 @@ namespace {
 bool built_with_mpi() { return false; }
 void init_mpi() { no_mpi("init_mpi"); }
 void finalize_mpi() {}
+void abort_job_after_error(int) {}
 int mpi_world_rank() { no_mpi("mpi_world_rank"); }
 int mpi_world_size() { no_mpi("mpi_world_size"); }
 void mpi_broadcast_bytes(void*, size_t, int) { no_mpi("mpi_broadcast_bytes"); }

@@ -21,6 +21,12 @@ void init_mpi();
 // forever, so the job is aborted instead (MPI_Abort: mpirun ends every rank). So it is after
 // the NCCL backend gave up on a collective (note_collective_given_up).
 void finalize_mpi();
+// Ends every rank of the job now (MPI_Abort on MPI_COMM_WORLD, which mpirun and srun turn into
+// the end of every process), for a rank that failed with an error it has printed: otherwise the
+// other ranks would wait for it in their collectives until distributed.timeout_s (minutes), and
+// this rank in MPI_Finalize with them. Only where init_mpi initialized MPI, it is not finalized
+// and the world has more than one rank; otherwise (and in a build without MPI) it returns.
+void abort_job_after_error(int exit_code);
 // Marks that this process gave up on an NCCL collective after its timeout (the fault
 // watchdog's error, distributed/watchdog.h). At exit MPI_Finalize would wait for every rank,
 // and a rank that hangs never comes; NCCL leaves no MPI request behind to show it (the MPI

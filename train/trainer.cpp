@@ -74,7 +74,10 @@ void Trainer::setup() {
     if (is_main()) std::cerr << "warning: " << warning << "\n";
   scaler_ = std::make_unique<amp::GradScaler>(config_.precision.scaler, device_);
   if (config_.precision.report_interval == 0) config_.precision.report_interval = config_.log_interval;
-  fs::create_directories(config_.out_dir);
+  std::error_code out_dir_error;
+  fs::create_directories(config_.out_dir, out_dir_error);
+  PRECIS_CHECK(!out_dir_error, "out_dir: cannot create '", config_.out_dir, "': ", out_dir_error.message(),
+               "; give a folder this user may write (out_dir=PATH)");
   if (config_.checkpoint.dir.empty()) config_.checkpoint.dir = (fs::path(config_.out_dir) / "checkpoints").string();
   if (is_main()) {
     run_lock_ = std::make_unique<RunLock>(config_.out_dir);  // before anything in out_dir is written
@@ -345,8 +348,11 @@ void stop_if_asked(int rank, int64_t step, const char* where = "start") {
   char asked_where[16] = "start";
   if (std::sscanf(setting, "%d:%lld:%15s", &asked_rank, &asked_step, asked_where) >= 2 && asked_rank == rank &&
       asked_step == step && std::strcmp(asked_where, where) == 0) {
-    std::cerr << "PRECIS_FAULT_STOP: rank " << rank << " stops itself at step " << step
-              << (std::strcmp(where, "start") == 0 ? "" : std::string(" before its ") + where) << std::endl;
+    // One string, one write: under mpirun another rank's output cuts between the writes of a << chain.
+    const std::string line = "PRECIS_FAULT_STOP: rank " + std::to_string(rank) + " stops itself at step " +
+                             std::to_string(step) +
+                             (std::strcmp(where, "start") == 0 ? "" : std::string(" before its ") + where) + "\n";
+    std::cerr << line << std::flush;
     std::raise(SIGSTOP);
   }
 }

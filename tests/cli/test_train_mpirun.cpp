@@ -1,7 +1,7 @@
 // `mpirun -np 2 precis train CONFIG` end to end on the CPU (MPI backend): it trains,
 // rank 0 alone prints the log, and the data-parallel header says so; a rank that
-// fails alone at the start, or hangs mid-training, makes the other exit with an error naming
-// it within distributed.timeout_s. A torchrun-style
+// fails alone at the start ends the job at once, and one that hangs mid-training makes the other
+// exit with an error naming it within distributed.timeout_s. A torchrun-style
 // launch of a CPU run is a clear error (the MPI backend needs an MPI launcher).
 #include <gtest/gtest.h>
 
@@ -63,25 +63,29 @@ TEST(TrainMpirun, TheFusedGatherAskedForIsANoteOnTheCpuAndAutoIsQuiet) {
 #endif
 }
 
-TEST(TrainMpirun, ARankThatDiesMakesTheOtherExitWithinTheTimeout) {
+// A rank that fails with an error ends the job at once (MPI_Abort after its error), not after the
+// others' collectives time out: rank 0 would otherwise wait the whole distributed.timeout_s (60 s
+// here) for it, and the failing rank in MPI_Finalize with it.
+TEST(TrainMpirun, ARankThatFailsEndsTheJobAtOnce) {
 #ifndef PRECIS_MPIEXEC
   GTEST_SKIP() << "this build has no MPI (cmake found none), so there is no mpirun to launch with";
 #else
   fs::path dir = write_tiny_config("mpirun_fault");
   const std::string train =
-      std::string(PRECIS_CLI_PATH) + " train " + (dir / "tiny.yaml").string() + " distributed.timeout_s=2";
-  // Rank 1 (the second program of the MPMD launch) dies at the start: its out_dir cannot be made.
+      std::string(PRECIS_CLI_PATH) + " train " + (dir / "tiny.yaml").string() + " distributed.timeout_s=60";
+  // Rank 1 (the second program of the MPMD launch) fails at the start: its out_dir cannot be made.
   const auto start = std::chrono::steady_clock::now();
   auto r = run_command("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 " +
                        std::string(PRECIS_MPIEXEC) + " --oversubscribe -np 1 " + train + " : -np 1 " + train +
                        " out_dir=/proc/precis_cannot_write_here");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_NE(r.exit_code, 0) << r.output;
-  EXPECT_LT(seconds, 25.0) << "2 s of timeout, 5 s for the other ranks' answers, 5 s before the job is ended";
-  EXPECT_NE(r.output.find("/proc/precis_cannot_write_here"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("mpi: rank 0 of 2: all_gather #1 did not complete within 2 s"), std::string::npos)
+  EXPECT_LT(seconds, 30.0) << "the job ends well before rank 0's 60 s timeout:\n" << r.output;
+  EXPECT_NE(r.output.find("error: rank 1 of 2: out_dir: cannot create '/proc/precis_cannot_write_here'"),
+            std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("Rank 1 did not answer within 5 s: it died"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("did not complete within"), std::string::npos) << "no rank waited out its timeout:\n"
+                                                                         << r.output;
 #endif
 }
 
