@@ -29,7 +29,6 @@
 // row at once (before any store, which the compiler must assume may alias them) and keeps the
 // values for the later passes: each value crosses memory once, and a row waits for memory once.
 #include <algorithm>
-#include <atomic>
 #include <utility>
 
 #include "core/cuda/block_reduce.cuh"
@@ -37,7 +36,6 @@
 #include "core/cuda/dispatch.cuh"
 #include "core/cuda/launch.cuh"
 #include "core/cuda/pack.cuh"
-#include "core/env_switch.h"
 #include "ops/cuda/layer_norm.h"
 #include "ops/cuda/layer_norm_backward_warp.cuh"
 #include "ops/cuda/row_groups.cuh"
@@ -471,36 +469,16 @@ void run_with_packs(int64_t packs, Run&& run) {
   }
 }
 
-// The warp kernel with its rows staged through shared memory (layer_norm_backward_warp.cuh), an
-// experiment until it is measured (bench/NOTES.md, the twentieth session): PRECIS_EXP_LN_STAGED_BACKWARD=1.
-EnvSwitch g_staged_backward("PRECIS_EXP_LN_STAGED_BACKWARD", /*default_on=*/false);
-std::atomic<int64_t> g_staged_backward_launches{0};
-
-// The staged variant of the warp kernel for lanes of kLaneValues, or null where its types do
-// not qualify (16-bit x and g).
-template <int kLaneValues, bool kResidualBias, typename T, typename G, typename R, typename P>
-auto staged_warp_kernel() {
-  using Kernel = decltype(&layer_norm_backward_warp_kernel<kLaneValues, kResidualBias, false, T, G, R, P>);
-  if constexpr (sizeof(T) == 2 && sizeof(G) == 2)
-    return static_cast<Kernel>(layer_norm_backward_warp_kernel<kLaneValues, kResidualBias, true, T, G, R, P>);
-  else
-    return static_cast<Kernel>(nullptr);
-}
-
-// Calls run(kernel, staged, ring_bytes) with the warp-per-row backward kernel of the fewest values
-// a lane (8, 16, 24) that cover a row of C values, its staged variant (or null) and the bytes of
-// the variant's ring.
+// Calls run(kernel) with the warp-per-row backward kernel of the fewest values a lane (8, 16,
+// 24) that cover a row of C values.
 template <bool kResidualBias, typename T, typename G, typename R, typename P, typename Run>
 void run_with_lane_values(int64_t C, Run&& run) {
   if (C <= 32 * 8)
-    run(layer_norm_backward_warp_kernel<8, kResidualBias, false, T, G, R, P>,
-        staged_warp_kernel<8, kResidualBias, T, G, R, P>(), warp_backward_ring_bytes<8, T>());
+    run(layer_norm_backward_warp_kernel<8, kResidualBias, T, G, R, P>);
   else if (C <= 32 * 16)
-    run(layer_norm_backward_warp_kernel<16, kResidualBias, false, T, G, R, P>,
-        staged_warp_kernel<16, kResidualBias, T, G, R, P>(), warp_backward_ring_bytes<16, T>());
+    run(layer_norm_backward_warp_kernel<16, kResidualBias, T, G, R, P>);
   else
-    run(layer_norm_backward_warp_kernel<24, kResidualBias, false, T, G, R, P>,
-        staged_warp_kernel<24, kResidualBias, T, G, R, P>(), warp_backward_ring_bytes<24, T>());
+    run(layer_norm_backward_warp_kernel<24, kResidualBias, T, G, R, P>);
 }
 static_assert(kWarpBackwardMaxLaneValues == 24, "run_with_lane_values covers every lane size");
 
@@ -673,29 +651,17 @@ void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight,
             });
           };
           // The warp-per-row kernel: one block of kWarpBackwardThreads per resident slot (one an
-          // SM), none without rows; its staged variant on the same grid (the same partial rows),
-          // where it is asked for and its ring fits beside fold_warps' shared memory.
-          auto run_warp = [&](auto kernel, auto staged, int ring_bytes, const auto* weight_data) {
+          // SM), none without rows.
+          auto run_warp = [&](auto kernel, const auto* weight_data) {
             constexpr int kWarps = kWarpBackwardThreads / 32;
             const int64_t resident = static_cast<int64_t>(precis::cuda::resident_blocks_per_sm(
                                          reinterpret_cast<const void*>(kernel), kWarpBackwardThreads)) *
                                      precis::cuda::multiprocessor_count(x.device());
             const int64_t blocks = std::min(resident, (rows + kWarps - 1) / kWarps);
-            const bool use_staged =
-                staged != nullptr && g_staged_backward.on() &&
-                ring_bytes + kWarpFoldBytes <= precis::cuda::shared_memory_per_block_optin(x.device());
             with_partials(blocks, [&](A* partial_dw, A* partial_db, A* partial_drb) {
-              if (use_staged) {
-                precis::cuda::launch_with_shared_memory(staged, dim3(static_cast<unsigned>(blocks)), dim3(32, kWarps),
-                                                        ring_bytes, stream, op, xp, gp, gsp, weight_data,
-                                                        pointer<const A>(mean), pointer<const A>(rstd), dxp, drp,
-                                                        partial_dw, partial_db, partial_drb, rows, C);
-                g_staged_backward_launches.fetch_add(1, std::memory_order_relaxed);
-              } else {
-                precis::cuda::launch(kernel, static_cast<unsigned>(blocks), dim3(32, kWarps), 0, stream, xp, gp, gsp,
-                                     weight_data, pointer<const A>(mean), pointer<const A>(rstd), dxp, drp, partial_dw,
-                                     partial_db, partial_drb, rows, C);
-              }
+              precis::cuda::launch(kernel, static_cast<unsigned>(blocks), dim3(32, kWarps), 0, stream, xp, gp, gsp,
+                                   weight_data, pointer<const A>(mean), pointer<const A>(rstd), dxp, drp, partial_dw,
+                                   partial_db, partial_drb, rows, C);
             });
           };
           // The load-ahead kernel reads the weight in x's dtype where it is so (bf16-pure's norms),
@@ -709,13 +675,11 @@ void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight,
                                                        : pack_aligned<kPack>(pointer<const A>(weight));
               if (weight_packed) {
                 if (narrow_weight)
-                  run_with_lane_values<kResidualBias, T, G, R, T>(C, [&](auto kernel, auto staged, int ring_bytes) {
-                    run_warp(kernel, staged, ring_bytes, pointer<const T>(weight));
-                  });
+                  run_with_lane_values<kResidualBias, T, G, R, T>(
+                      C, [&](auto kernel) { run_warp(kernel, pointer<const T>(weight)); });
                 else
-                  run_with_lane_values<kResidualBias, T, G, R, A>(C, [&](auto kernel, auto staged, int ring_bytes) {
-                    run_warp(kernel, staged, ring_bytes, pointer<const A>(weight));
-                  });
+                  run_with_lane_values<kResidualBias, T, G, R, A>(
+                      C, [&](auto kernel) { run_warp(kernel, pointer<const A>(weight)); });
                 return;
               }
             }
@@ -745,8 +709,5 @@ void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight,
     });
   });
 }
-
-void set_staged_layer_norm_backward(bool on) { g_staged_backward.set(on); }
-int64_t staged_layer_norm_backward_launches() { return g_staged_backward_launches.load(); }
 
 }  // namespace precis::ops::cuda

@@ -34,12 +34,4 @@ void layer_norm_backward(const Tensor& x, const Tensor& g, const Tensor& weight,
                          bool accumulate_dbias = false, const Tensor& dresidual_bias = Tensor(),
                          bool accumulate_dresidual_bias = false);
 
-// The warp-per-row backward with its rows staged through shared memory by cp.async
-// (layer_norm_backward_warp.cuh's warp kernel with kStaged; 16-bit x and g, where the
-// ring fits): off unless PRECIS_EXP_LN_STAGED_BACKWARD=1, an experiment until measured
-// (bench/NOTES.md, the twentieth session). The register loads' results, bit for bit. For the tests:
-void set_staged_layer_norm_backward(bool on);
-// The staged backward launches so far in this process.
-int64_t staged_layer_norm_backward_launches();
-
 }  // namespace precis::ops::cuda

@@ -16,7 +16,6 @@
 #include "core/cuda/convert.cuh"
 #include "core/cuda/launch.cuh"
 #include "core/cuda/pack.cuh"
-#include "ops/cuda/bulk_copy.cuh"
 
 namespace precis::ops::cuda {
 
@@ -72,16 +71,15 @@ __device__ __forceinline__ void fold_warps(const A (&sums)[kValues], Write&& wri
   for (int j = tid; j < kValues * 32; j += threads) write(j / 32, j % 32, total[j]);
 }
 
-// One row of stage 1 for lane `lane`, whichever kernel holds its packs: x_at(p), g_at(p) and
-// g_sum_at(p) give the lane's p-th packs of x, g and g_sum (g_sum only when has_g_sum). With
-// xhat = (x - mean) rstd and dxhat = g w (the CPU's math, ops/layer_norm.cpp):
+// One row of stage 1 for lane `lane`: x_at(p), g_at(p) and g_sum_at(p) give the lane's p-th packs of x, g and g_sum
+// (g_sum only when has_g_sum). With xhat = (x - mean) rstd and dxhat = g w (the CPU's math, ops/layer_norm.cpp):
 //   dx  = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)) (+ g_sum, the sum's own gradient)
 //   dw += g xhat,  db += g,  drb += dx   (per column: the lane's sums[s][p][k])
 // Pass 1 sums dxhat and dxhat xhat in column order and over the warp (a shuffle butterfly);
 // between() runs before pass 2, which writes dx (in T) and dr (in R) and adds the sums. The
 // weight, in P (T or the statistics dtype A), is read per row (from L1). Every product and sum
 // is spelled out (the _rn intrinsics, a product fused with the sum it feeds), so the compiler
-// contracts nothing on its own and the kernels that share this code round alike.
+// contracts nothing on its own: how the kernel rounds is written here, not left to the compiler.
 template <int kLanePacks, int kPack, bool kResidualBias, typename T, typename R, typename P, typename A, typename XAt,
           typename GAt, typename SumAt, typename Between>
 __device__ __forceinline__ void backward_warp_row(int64_t row, int64_t C, int lane, A mu, A rs, const P* weight,
@@ -137,7 +135,7 @@ __device__ __forceinline__ void backward_warp_row(int64_t row, int64_t C, int la
   }
 }
 
-// The block's end for both kernels: its warps' column sums folded (fold_warps) into
+// The block's end: its warps' column sums folded (fold_warps) into
 // partial_dw, partial_db, partial_drb [gridDim.x, C] (null: not wanted), row blockIdx.x.
 template <int kLanePacks, int kPack, int kSums, typename A>
 __device__ __forceinline__ void write_warp_partials(const A (&sums)[kSums * kLanePacks * kPack], int64_t C,
@@ -151,38 +149,18 @@ __device__ __forceinline__ void write_warp_partials(const A (&sums)[kSums * kLan
   });
 }
 
-// The staged kernel's ring (below): kWarpBackwardStages rows a warp.
-inline constexpr int kWarpBackwardStages = 3;
-
-template <int kLaneValues, typename T>
-constexpr int warp_backward_ring_bytes() {
-  constexpr int kLanePacks = kLaneValues / precis::cuda::Packed128<T>::size;
-  // Per lane and row: 3 packs of 16 bytes per lane pack, and the row's mean and rstd (4 bytes each).
-  return kWarpBackwardThreads * kWarpBackwardStages * (kLanePacks * 3 * 16 + 2 * 4);
-}
-
 // Backward, stage 1, a warp per row (backward_warp_row's math). Warp w of block b takes the
 // rows b * W + w, then every gridDim.x * W-th after it (W warps a block). Lane t owns the columns
 // (p * 32 + t) * kPack + k (p < kLanePacks, k < kPack) of every row. At the end the block folds
 // its warps' sums (write_warp_partials). Bytes: x, g and g_sum read once, dx and dr written
 // once, mean and rstd per row, and 2 (3 with kResidualBias) * gridDim.x * C partials in A.
-// Two ways to load a row:
-//   - in registers (kStaged false, the default): the lane loads its packs of x, g and g_sum
-//     together before using any and keeps them, packed, for pass 2 (launder). Up to 168
-//     registers (GPT-2's bf16 rows with the residual bias): one block of 12 warps an SM, each
-//     with a row's packs (4.5 KB a warp) in flight until its first pass, then none while it
-//     sums, shuffles and stores.
-//   - staged (kStaged true, PRECIS_EXP_LN_STAGED_BACKWARD=1 where the ring fits: layer_norm.cu):
-//     each lane copies its own packs and its copies of the row's mean and rstd with cp.async into
-//     a ring of kWarpBackwardStages rows a warp, kWarpBackwardStages - 1 rows ahead of the row it
-//     works on, so its loads are in flight all the time, and reads both passes from the ring.
-//     16-bit x and g only (a pack of each is 16 bytes); 114-135 registers; shared memory
-//     warp_backward_ring_bytes (GPT-2's bf16 rows: 171 KB) beside fold_warps' 48 KB. The same
-//     rows in the same order on the same grid with the same row code: the same bits. (Its first
-//     run on an H200 differed from the register loads in the last bit, dx within one ulp and the
-//     column sums within 7e-6: the compiler had fused other products into sums in each kernel,
-//     which backward_warp_row's spelled-out arithmetic now rules out; not yet rerun.)
-template <int kLaneValues, bool kResidualBias, bool kStaged, typename T, typename G, typename R, typename P,
+// The lane loads its packs of x, g and g_sum together before using any and keeps them, packed,
+// for pass 2 (launder). Up to 168 registers (GPT-2's bf16 rows with the residual bias): one block
+// of 12 warps an SM, each with a row's packs (4.5 KB a warp) in flight until its first pass, then
+// none while it sums, shuffles and stores. (Staging the rows through shared memory with cp.async,
+// to keep loads in flight meanwhile, gave the same bits and no step time: bench/NOTES.md, the
+// twenty-first session.)
+template <int kLaneValues, bool kResidualBias, typename T, typename G, typename R, typename P,
           typename A = precis::cuda::compute_t<T>>
 __global__ void __launch_bounds__(kWarpBackwardThreads, 1)
     layer_norm_backward_warp_kernel(const T* x, const G* g, const T* g_sum, const P* weight, const A* mean,
@@ -199,74 +177,28 @@ __global__ void __launch_bounds__(kWarpBackwardThreads, 1)
   A sums[kSums * kLanePacks * kPack] = {};
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.y;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.y + warp;
-  if constexpr (!kStaged) {
-    for (int64_t row = first; row < rows; row += stride) {
-      Pack<T, kPack> xs[kLanePacks], gs_sum[kLanePacks];
-      Pack<G, kPack> gs[kLanePacks];
-      const A mu = mean[row], rs = rstd[row];
+  for (int64_t row = first; row < rows; row += stride) {
+    Pack<T, kPack> xs[kLanePacks], gs_sum[kLanePacks];
+    Pack<G, kPack> gs[kLanePacks];
+    const A mu = mean[row], rs = rstd[row];
 #pragma unroll
-      for (int p = 0; p < kLanePacks; ++p) {
-        const int64_t col = column(p);
-        if (col >= C) continue;
-        xs[p] = load_pack<kPack>(x + row * C + col);
-        gs[p] = load_pack<kPack>(g + row * C + col);
-        if (g_sum) gs_sum[p] = load_pack<kPack>(g_sum + row * C + col);
-      }
-      backward_warp_row<kLanePacks, kPack, kResidualBias, T, R, P, A>(
-          row, C, lane, mu, rs, weight, g_sum != nullptr, dx, dr, sums, [&](int p) { return xs[p]; },
-          [&](int p) { return gs[p]; }, [&](int p) { return gs_sum[p]; },
-          [&] {
-#pragma unroll
-            for (int p = 0; p < kLanePacks; ++p) {
-              launder(xs[p]);
-              launder(gs[p]);
-            }
-          });
+    for (int p = 0; p < kLanePacks; ++p) {
+      const int64_t col = column(p);
+      if (col >= C) continue;
+      xs[p] = load_pack<kPack>(x + row * C + col);
+      gs[p] = load_pack<kPack>(g + row * C + col);
+      if (g_sum) gs_sum[p] = load_pack<kPack>(g_sum + row * C + col);
     }
-  } else {
-    constexpr int kStages = kWarpBackwardStages;
-    static_assert(sizeof(T) == 2 && sizeof(G) == 2 && sizeof(A) == 4, "16-byte packs of x and g, f32 statistics");
-    // [warp][stage][p][x, g, g_sum][lane] packs, then [warp][stage][mean, rstd][lane] floats.
-    extern __shared__ uint4 ring[];
-    auto pack_slot = [&](int64_t k, int p, int op) -> uint4& {
-      return ring[(((warp * kStages + static_cast<int>(k % kStages)) * kLanePacks + p) * 3 + op) * 32 + lane];
-    };
-    float* statistics = reinterpret_cast<float*>(ring + blockDim.y * kStages * kLanePacks * 3 * 32);
-    auto statistic_slot = [&](int64_t k, int which) -> float& {
-      return statistics[((warp * kStages + static_cast<int>(k % kStages)) * 2 + which) * 32 + lane];
-    };
-    // Row k of this warp (first + k * stride) into its stage, as one group (empty past the end,
-    // so that every row has its group and the waits count alike).
-    auto issue = [&](int64_t k) {
-      const int64_t row = first + k * stride;
-      const bool in_rows = row < rows;
+    backward_warp_row<kLanePacks, kPack, kResidualBias, T, R, P, A>(
+        row, C, lane, mu, rs, weight, g_sum != nullptr, dx, dr, sums, [&](int p) { return xs[p]; },
+        [&](int p) { return gs[p]; }, [&](int p) { return gs_sum[p]; },
+        [&] {
 #pragma unroll
-      for (int p = 0; p < kLanePacks; ++p) {
-        const bool valid = in_rows && column(p) < C;
-        const int64_t at = valid ? row * C + column(p) : 0;
-        cp_async_16(&pack_slot(k, p, 0), x + at, valid);
-        cp_async_16(&pack_slot(k, p, 1), g + at, valid);
-        if (g_sum) cp_async_16(&pack_slot(k, p, 2), g_sum + at, valid);
-      }
-      cp_async_4(&statistic_slot(k, 0), mean + (in_rows ? row : 0), in_rows);
-      cp_async_4(&statistic_slot(k, 1), rstd + (in_rows ? row : 0), in_rows);
-      cp_async_commit();
-    };
-    for (int k = 0; k < kStages - 1; ++k) issue(k);
-    for (int64_t k = 0; first + k * stride < rows; ++k) {
-      // The compiler may not move this lane's reads of the ring across its copies and waits (asm
-      // statements without a memory clobber): a fence for it on both sides.
-      asm volatile("" ::: "memory");
-      issue(k + kStages - 1);        // into the stage row k - 1 was read from
-      cp_async_wait<kStages - 1>();  // row k's group has landed
-      asm volatile("" ::: "memory");
-      backward_warp_row<kLanePacks, kPack, kResidualBias, T, R, P, A>(
-          first + k * stride, C, lane, statistic_slot(k, 0), statistic_slot(k, 1), weight, g_sum != nullptr, dx, dr,
-          sums, [&](int p) { return reinterpret_cast<const Pack<T, kPack>&>(pack_slot(k, p, 0)); },
-          [&](int p) { return reinterpret_cast<const Pack<G, kPack>&>(pack_slot(k, p, 1)); },
-          [&](int p) { return reinterpret_cast<const Pack<T, kPack>&>(pack_slot(k, p, 2)); }, [] {});
-    }
-    cp_async_wait<0>();  // the empty groups past the end, before the ring is left
+          for (int p = 0; p < kLanePacks; ++p) {
+            launder(xs[p]);
+            launder(gs[p]);
+          }
+        });
   }
   write_warp_partials<kLanePacks, kPack, kSums>(sums, C, partial_dw, partial_db, partial_drb);
 }
