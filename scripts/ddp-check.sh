@@ -16,7 +16,7 @@
 #             with graphs); MAIN_MULTI those of its runs on more than one GPU (default: the best
 #             measured on 2x and 4x H100, the same with ZeRO-1 in one bucket, reduce-scattered
 #             after the backward, the parameters gathered by the optimizer's own stores:
-#             distributed.fused_gather, 0.2-0.3 ms off the step on 4x H200)
+#             distributed.fused_gather's default, auto: 0.2-0.3 ms off the step on 4x H200)
 #   STEPS     timed steps (default 30)              WARMUP   steps before them (default 10)
 #   VARIANTS  extra N-GPU Precis runs, ';'-separated "name:ENV=V ENV2=W|config.key=value ...":
 #             env assignments before the '|', config settings after it (a name Ngpu-...: N GPUs)
@@ -48,7 +48,7 @@ default_sizes="1 $NGPUS"
 ((NGPUS > 2)) && default_sizes="1 2 $NGPUS"
 SIZES=${SIZES:-$default_sizes}
 MAIN=${MAIN:-"precision.grad_dtype=bfloat16 cuda_graphs=true"}
-MAIN_MULTI=${MAIN_MULTI:-"precision.grad_dtype=bfloat16 distributed.zero=1 distributed.bucket_mb=1000 distributed.first_bucket_mb=1000 distributed.fused_gather=true cuda_graphs=true"}
+MAIN_MULTI=${MAIN_MULTI:-"precision.grad_dtype=bfloat16 distributed.zero=1 distributed.bucket_mb=1000 distributed.first_bucket_mb=1000 cuda_graphs=true"}
 MPI="mpirun --allow-run-as-root --bind-to none"
 source scripts/clock-sampler.sh
 

@@ -101,7 +101,7 @@ struct ProfileConfig {
 };
 
 // distributed.fused_gather: false | true (asked for: an error without ZeRO-1, a note where it
-// cannot be) | auto (where it can be, quietly; the all-gather elsewhere).
+// cannot be) | auto, the default (where it can be, quietly; the all-gather elsewhere).
 enum class FusedGather { off, on, where_possible };
 
 // Data parallelism (docs/distributed.md); read only when the launch has more than one rank.
@@ -114,7 +114,7 @@ struct DistributedConfig {
   bool gather_overlap = false;   // ZeRO-1: the parameters' all-gather runs behind the next forward
   bool reduce_overlap = true;    // each bucket's reduction launched when it is ready (false: after the backward)
   // ZeRO-1: the optimizer stores into every rank's parameters (one NVLink node), no all-gather.
-  FusedGather fused_gather = FusedGather::off;
+  FusedGather fused_gather = FusedGather::where_possible;
 };
 
 struct TrainConfig {

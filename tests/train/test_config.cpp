@@ -335,9 +335,10 @@ TEST(Config, DistributedSection) {
   EXPECT_TRUE(defaults.distributed.reduce_overlap);
   EXPECT_FALSE(parse(kData + "distributed: {reduce_overlap: false}\n").distributed.reduce_overlap);
   EXPECT_TRUE(parse(kData + "distributed: {zero: 1, gather_overlap: true}\n").distributed.gather_overlap);
-  EXPECT_EQ(defaults.distributed.fused_gather, FusedGather::off);
+  EXPECT_EQ(defaults.distributed.fused_gather, FusedGather::where_possible);
   EXPECT_EQ(parse(kData + "distributed: {zero: 1, fused_gather: true}\n").distributed.fused_gather, FusedGather::on);
   EXPECT_EQ(parse(kData + "distributed: {fused_gather: auto}\n").distributed.fused_gather, FusedGather::where_possible);
+  EXPECT_EQ(parse(kData + "distributed: {fused_gather: false}\n").distributed.fused_gather, FusedGather::off);
   // auto gives way quietly: no error without ZeRO-1, nor beside gather_overlap.
   EXPECT_EQ(
       parse(kData + "distributed: {zero: 1, fused_gather: auto, gather_overlap: true}\n").distributed.fused_gather,
