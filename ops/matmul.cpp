@@ -20,7 +20,6 @@
 #include <string>
 
 #include "core/autograd.h"
-#include "core/env_switch.h"
 #include "ops/autocast.h"
 #include "ops/checks.h"
 #include "ops/cpu/linear.h"
@@ -40,7 +39,6 @@ namespace {
 
 std::atomic<bool> g_allow_tf32{false};
 std::atomic<bool> g_matmul_autotune{true};
-EnvSwitch g_gemm_gelu_sm90("PRECIS_EXP_GEMM_GELU");
 
 using Eigen::Dynamic;
 template <typename T, int Order>
@@ -377,9 +375,6 @@ void set_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
 bool allow_tf32() { return g_allow_tf32.load(); }
 void set_matmul_autotune(bool autotune) { g_matmul_autotune.store(autotune); }
 bool matmul_autotune() { return g_matmul_autotune.load(); }
-
-void set_gemm_gelu_sm90(bool on) { g_gemm_gelu_sm90.set(on); }
-bool gemm_gelu_sm90() { return g_gemm_gelu_sm90.on(); }
 
 Tensor matmul(const Tensor& a_arg, const Tensor& b_arg) {
   // autocast: products run in the compute dtype.

@@ -36,12 +36,4 @@ bool allow_tf32();
 void set_matmul_autotune(bool autotune);
 bool matmul_autotune();
 
-// An experiment (issue 19): the two GELU-epilogue products of a bf16 GELU MLP on a
-// compute-capability 9.0 GPU (linear's GELU with pre_gelu, and linear_gelu's input gradient)
-// run our sm_90a ping-pong kernel (ops/cuda/gemm_gelu_sm90.h) instead of cuBLASLt's
-// GELU_AUX_BIAS and DGELU epilogues, where the shapes qualify; other problems keep cuBLASLt.
-// Until set, the environment's PRECIS_EXP_GEMM_GELU=1 turns it on (read once); off by default.
-void set_gemm_gelu_sm90(bool on);
-bool gemm_gelu_sm90();
-
 }  // namespace precis::ops

@@ -1,7 +1,6 @@
 // The Hopper (sm_90a) tensor-core building blocks of the flash-attention forward and backward
-// (ops/cuda/flash_attention_*_sm90.cu) and of the GELU products (ops/cuda/gemm_gelu_sm90.cu),
-// as inline-PTX wrappers a reader can check against the PTX manual ("Asynchronous Warpgroup
-// Level Matrix Multiply-Accumulate"):
+// (ops/cuda/flash_attention_*_sm90.cu), as inline-PTX wrappers a reader can check against the
+// PTX manual ("Asynchronous Warpgroup Level Matrix Multiply-Accumulate"):
 //
 //   wgmma.mma_async m64nNk16   D[64xN] (+)= A[64x16] B[16xN], issued by one warpgroup
 //                              (4 consecutive warps, 128 threads), f16/bf16 inputs, f32
@@ -154,15 +153,6 @@ __device__ __forceinline__ uint64_t mn_major_descriptor(const void* tile, int kk
       ", %64, %65, p, 1, 1, 0, 0;\n}\n"                                                                           \
       : PRECIS_WGMMA_ACC16(d, 0), PRECIS_WGMMA_ACC16(d, 16), PRECIS_WGMMA_ACC16(d, 32), PRECIS_WGMMA_ACC16(d, 48) \
       : "l"(a_desc), "l"(b_desc), "r"(accumulate))
-// A from shared memory K-major, B from shared memory MN-major: "p, 1, 1, 0, 1" = accumulate
-// when p, A and B not negated, B transposed (16-bit types only).
-#define PRECIS_WGMMA_SS_B_TRANSPOSED_N128(type)                                                                   \
-  asm volatile(                                                                                                   \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                                \
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." type "." type " " PRECIS_WGMMA_D64                           \
-      ", %64, %65, p, 1, 1, 0, 1;\n}\n"                                                                           \
-      : PRECIS_WGMMA_ACC16(d, 0), PRECIS_WGMMA_ACC16(d, 16), PRECIS_WGMMA_ACC16(d, 32), PRECIS_WGMMA_ACC16(d, 48) \
-      : "l"(a_desc), "l"(b_desc), "r"(accumulate))
 // A and B from shared memory, both MN-major: "p, 1, 1, 1, 1" = accumulate when p, A and B
 // not negated, both transposed (16-bit types only).
 #define PRECIS_WGMMA_SS_TRANSPOSED_N32(type)                                           \
@@ -228,20 +218,6 @@ __device__ __forceinline__ void wgmma_regs_smem(float (&d)[N / 2], const uint32_
   }
 }
 
-// d (+)= A B, A from shared memory (K-major descriptor), B from shared memory (MN-major
-// descriptor: a [k][n] tile whose rows run along the product's k).
-template <typename T, int N>
-__device__ __forceinline__ void wgmma_smem_smem_b_transposed(float (&d)[N / 2], uint64_t a_desc, uint64_t b_desc,
-                                                             int accumulate) {
-  static_assert(N == 128, "wrapped shape: m64n128k16");
-  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
-  static_assert(kBf16 || std::is_same_v<T, __half>, "f16 or bf16");
-  if constexpr (kBf16)
-    PRECIS_WGMMA_SS_B_TRANSPOSED_N128("bf16");
-  else
-    PRECIS_WGMMA_SS_B_TRANSPOSED_N128("f16");
-}
-
 // d (+)= A B, A and B from shared memory, both MN-major (descriptors of tiles whose rows run
 // along the product's k): A = the transpose of a [k][m] tile, B = a [k][n] tile.
 template <typename T, int N>
@@ -257,7 +233,6 @@ __device__ __forceinline__ void wgmma_smem_smem_transposed(float (&d)[N / 2], ui
 }
 
 #undef PRECIS_WGMMA_SS_TRANSPOSED_N32
-#undef PRECIS_WGMMA_SS_B_TRANSPOSED_N128
 #undef PRECIS_WGMMA_SS_N64
 #undef PRECIS_WGMMA_SS_N128
 #undef PRECIS_WGMMA_RS_N64

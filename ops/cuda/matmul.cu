@@ -2,8 +2,7 @@
 // read as matrices, the row-major product put in cuBLASLt's terms (ops/cuda/cublaslt.h,
 // which says how), the epilogue chosen, and the two small kernels that go with
 // linear_gelu: the GELU gradient, and bias + GELU for a product whose epilogue could not
-// be fused. Under the experiment ops::gemm_gelu_sm90 the two GELU products go to our sm_90a
-// kernel (ops/cuda/gemm_gelu_sm90.h) where it serves them.
+// be fused.
 //
 // Weight gradients in f32 or the operands' dtype. linear_param_backward may write dW (and
 // db) in f32 from f16/bf16 operands (D and C of type f32, CUBLAS_COMPUTE_32F: the
@@ -27,7 +26,6 @@
 #include "ops/cuda/column_sums.h"
 #include "ops/cuda/compute_math.cuh"
 #include "ops/cuda/cublaslt.h"
-#include "ops/cuda/gemm_gelu_sm90.h"
 #include "ops/cuda/matmul.h"
 #include "ops/cuda/matmul_autotune.h"
 #include "ops/matmul.h"
@@ -180,22 +178,6 @@ void check_gradient_output(const char* op, const char* what, const Tensor& t, DT
                dtype_name(dtype), " or float32");
 }
 
-// Whether the experiment of issue 19 (ops::gemm_gelu_sm90, off by default) takes a GELU
-// product: on, and qualifies() (the kernel serves the problem; not asked while off); where it is
-// on and a problem does not qualify, says so once, so that a run with the switch knows what it
-// measured.
-template <typename Qualifies>
-bool take_gemm_gelu_sm90(const char* op, Qualifies qualifies) {
-  if (!fuse_epilogues() || !ops::gemm_gelu_sm90()) return false;
-  if (qualifies()) return true;
-  static std::once_flag noted;  // one per call site (each lambda is its own instance)
-  std::call_once(noted, [&] {
-    std::cerr << "note: " << op << ": PRECIS_EXP_GEMM_GELU is on, but a problem is not one the sm_90a GELU "
-              << "products serve (ops/cuda/gemm_gelu_sm90.h); cuBLASLt runs it (said once)\n";
-  });
-  return false;
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -299,14 +281,6 @@ void linear(const Tensor& out, const Tensor& x_in, const Tensor& weight_in, cons
   if (out.numel() == 0) return;
   const Tensor bias = bias_in.defined() ? bias_in.detach().contiguous() : Tensor();
   const Device device = out.device();
-  // The experiment of issue 19 (ops::gemm_gelu_sm90): our sm_90a kernel, its epilogue hidden
-  // behind the next tile's products, where it serves the problem.
-  if (gelu && pre.defined() &&
-      take_gemm_gelu_sm90(op, [&] { return linear_gelu_sm90_supported(out, x_in, weight_in, bias, pre); })) {
-    linear_gelu_sm90(out, x_in, weight_in, bias, pre);
-    return;
-  }
-
   if (in > 0) {
     const Tensor x = readable(x_in), weight_t = readable(transposed(weight_in));
     Gemm g =
@@ -416,14 +390,6 @@ void linear_gelu_input_backward(const Tensor& grad_pre, const Tensor& grad_out, 
   auto column_sums_of_grad_pre = [&] {
     if (sums) column_sums(grad_pre_sums, grad_pre, accumulate_sums);
   };
-  // The experiment of issue 19 (ops::gemm_gelu_sm90): product and gelu' by our sm_90a kernel,
-  // the sums after it by column_sums.
-  if (take_gemm_gelu_sm90(op,
-                          [&] { return linear_gelu_input_backward_sm90_supported(grad_pre, grad_out, weight, pre); })) {
-    linear_gelu_input_backward_sm90(grad_pre, grad_out, weight, pre);
-    column_sums_of_grad_pre();
-    return;
-  }
   const Tensor g = readable(grad_out), w = readable(weight);
   Gemm gemm = row_major_product(op, grad_pre.device(), dtype, matrix_of(g), matrix_of(w), grad_pre.raw_data(), N, in,
                                 out_features);

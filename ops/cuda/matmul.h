@@ -27,8 +27,6 @@ void matmul(const Tensor& out, const Tensor& a, const Tensor& b);
 // With `gelu`, a defined `pre_gelu` receives x W^T + bias (the GELU input, for the
 // backward): a [N, out] view with unit column stride and a row stride of
 // gelu_aux_ld(out), the multiple of 8 cuBLASLt asks of its aux matrix.
-// Under ops::gemm_gelu_sm90() (an experiment, ops/matmul.h) a bf16 GELU product with pre_gelu
-// runs our sm_90a kernel instead (ops/cuda/gemm_gelu_sm90.h) where it serves the shape.
 void linear(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu = false,
             const Tensor& pre_gelu = Tensor());
 int64_t gelu_aux_ld(int64_t out_features);
@@ -57,8 +55,6 @@ void gelu_backward(const Tensor& grad_pre, const Tensor& grad_out, const Tensor&
 // epilogue (DGELU_BGRAD) or column_sums after it, whichever autotuning timed faster; in
 // the operands' dtype or f32, added to what it holds with accumulate_sums (by column_sums
 // where it is in the operands' dtype: the f32 sums added, rounded once).
-// Under ops::gemm_gelu_sm90() the product and gelu' run our sm_90a kernel where it serves the
-// shape, and the sums column_sums after it.
 void linear_gelu_input_backward(const Tensor& grad_pre, const Tensor& grad_out, const Tensor& weight, const Tensor& pre,
                                 const Tensor& grad_pre_sums = Tensor(), bool accumulate_sums = false);
 
