@@ -7,8 +7,9 @@
 #   KERNELS  an ncu regex (e.g. "layer_norm|cross_entropy"): only those kernels, each launch with
 #            its DRAM bytes and achieved bandwidth too (scripts/ncu_launches.py), to see which run
 #            far below the memory's bandwidth
-#   DETAIL   an ncu regex: one launch of that kernel with its occupancy, warp stall reasons and
-#            memory workload sections (is a memory-bound kernel short of loads in flight?)
+#   DETAIL   an ncu regex: one launch of each kernel (and launch shape) it matches, with the
+#            occupancy, warp stall reasons and memory workload sections (is a memory-bound
+#            kernel short of loads in flight, or held by its arithmetic?)
 set -euo pipefail
 BUILD=${1:-build-gpu}
 PRECISION=${2:-bf16}
@@ -33,10 +34,12 @@ else
   python3 scripts/summarize_ncu.py "$OUT_DIR/ncu.csv" | tee "$OUT_DIR/summary.txt"
 fi
 if [[ -n ${DETAIL:-} ]]; then
-  # The step's second launch of it (the first may pay first-use costs).
+  # The second launch of each launch configuration (kernel, grid, block, shared memory) it
+  # matches: the first may pay first-use costs.
   ncu --clock-control none --kernel-name "regex:$DETAIL" --launch-skip 1 --launch-count 1 \
+    --filter-mode per-launch-config \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-    --section MemoryWorkloadAnalysis --section SchedulerStats "${TRAIN[@]}" \
+    --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section SchedulerStats "${TRAIN[@]}" \
     >"$OUT_DIR/detail.txt" 2>"$OUT_DIR/detail.err" || { tail -20 "$OUT_DIR/detail.err"; exit 1; }
-  tail -120 "$OUT_DIR/detail.txt"
+  grep -v "^step " "$OUT_DIR/detail.txt"  # the sections, without the training's step lines
 fi
