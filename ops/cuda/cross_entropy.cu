@@ -38,6 +38,7 @@
 #include "core/cuda/dispatch.cuh"
 #include "core/cuda/launch.cuh"
 #include "core/cuda/pack.cuh"
+#include "core/env_switch.h"
 #include "core/gpu.h"
 #include "ops/cuda/bulk_copy.cuh"
 #include "ops/cuda/compute_math.cuh"
@@ -586,12 +587,138 @@ __global__ void __launch_bounds__(kBulkThreads, 2)
 #endif
 }
 
+// The bulk kernel with one exponential a logit instead of two (an experiment, off by default:
+// set_one_exp_classifier). On an H200 the bulk kernel's ~2.1 ex2 a logit (pass 1's running sum
+// and its rescales, pass 2's probability) are ~6.7K cycles of the special-function unit per row
+// and SM against ~5.5 us of the row's memory time, and two rows an SM overlap them only in
+// part (bench/NOTES.md, the twenty-third session). Here:
+//   load:   as the bulk kernel.
+//   pass 1: as each chunk lands, thread i folds the max of its pack i of the chunk (no
+//           exponential); then m over the row (a block reduction).
+//   pass 2: e_j = exp(x_j - m) (one ex2), s += e_j, and e_j written over x_j in the staged row,
+//           rounded to T; then s over the row; loss = (m - x_t) + log s, x_t read before pass 2.
+//   pass 3: dr[j] = scale e_j / s for j < C, j != t, from the staged e_j (no exponential);
+//           dr[t] = scale (exp((x_t - m) - log s) - 1) from x_t itself; 0 in the padding.
+// Every thread reads back only the packs it wrote in pass 2, and pass 3 follows the sum's block
+// reduction, a barrier. The rounding differs from the bulk kernel's: e_j is rounded to T before
+// it is scaled, and the product again (a unit or two in the last place of T apart, not its bits).
+struct MaxOfFloats {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+template <typename T, typename Target>
+__global__ void __launch_bounds__(kBulkThreads, 2)
+    cross_entropy_fused_one_exp_kernel(const T* logits, const Target* targets, int64_t ignore_index,
+                                       const int64_t* valid_count, const float* grad_factor, double* losses, T* dlogits,
+                                       int64_t rows, int64_t C, int64_t ld, int64_t width) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int kPack = Packed128<T>::size;
+  constexpr int kChunkPacks = kBulkThreads;  // 16-byte packs a chunk: one a thread
+  constexpr int kMaxChunks = static_cast<int>((kMaxStagedRowBytes / 16 + kChunkPacks - 1) / kChunkPacks);
+  __shared__ uint64_t chunk_landed[kMaxChunks];
+  extern __shared__ __align__(16) unsigned char staged_bytes[];
+  T* staged = reinterpret_cast<T*>(staged_bytes);
+  const int64_t row = blockIdx.x;
+  if (row >= rows) return;
+  const T* xr = logits + row * ld;
+  T* dr = dlogits + row * width;
+  const int64_t target = static_cast<int64_t>(targets[row]);
+  if (target == ignore_index || target < 0 || target >= C) {
+    write_row_without_target<kBulkThreads, kPack>(dr, width, target == ignore_index, losses + row);
+    return;
+  }
+  const int tid = threadIdx.x, n = static_cast<int>(C), t = static_cast<int>(target);
+  const int packs = static_cast<int>(width / kPack), loaded = (n + kPack - 1) / kPack;
+  const int chunks = (loaded + kChunkPacks - 1) / kChunkPacks;
+  if (tid == 0) {
+    for (int c = 0; c < chunks; ++c) mbarrier_init(&chunk_landed[c], 1);
+    fence_mbarrier_init();
+    for (int c = 0; c < chunks; ++c) {
+      const int first = c * kChunkPacks;
+      const uint32_t bytes = static_cast<uint32_t>(min(kChunkPacks, loaded - first)) * 16u;
+      mbarrier_arrive_expect_bytes(&chunk_landed[c], bytes);
+      bulk_copy_to_shared(staged_bytes + first * 16, xr + first * kPack, bytes, &chunk_landed[c]);
+    }
+  }
+  __syncthreads();  // the mbarriers are initialised before any thread waits on them
+
+  // Pass 1: the row's max.
+  float m = -std::numeric_limits<float>::infinity();
+  for (int c = 0; c < chunks; ++c) {
+    mbarrier_wait(&chunk_landed[c], 0);
+    const int p = c * kChunkPacks + tid;
+    if (p >= loaded) continue;
+    const Pack<T, kPack> v = load_pack<kPack>(staged + p * kPack);
+    const bool whole = (p + 1) * kPack <= n;  // else the pack that straddles C: its values before C
+#pragma unroll
+    for (int k = 0; k < kPack; ++k)
+      if (whole || p * kPack + k < n) m = fmaxf(m, convert_to<float>(v.v[k]));
+  }
+  m = block_all_reduce(m, MaxOfFloats{});
+  const float x_t = convert_to<float>(staged[t]);  // before pass 2 overwrites it
+  __syncthreads();                                 // every thread has read x_t
+
+  // Pass 2: e_j = exp(x_j - m) over the thread's packs, kept in the staged row; s = sum e_j.
+  const float neg_m_log2e = -m * kLog2e;
+  float s = 0.0f;
+  for (int p = tid; p < loaded; p += kBulkThreads) {
+    Pack<T, kPack> v = load_pack<kPack>(staged + p * kPack);
+    const bool whole = (p + 1) * kPack <= n;
+#pragma unroll
+    for (int k = 0; k < kPack; ++k) {
+      const float e =
+          whole || p * kPack + k < n ? exp2_fast(fmaf(convert_to<float>(v.v[k]), kLog2e, neg_m_log2e)) : 0.0f;
+      s += e;
+      v.v[k] = convert_to<T>(e);
+    }
+    store_pack<kPack>(staged + p * kPack, v);
+  }
+  s = block_all_reduce(s, SumOp{});
+  const float log_sum = ::logf(s);
+  if (tid == 0) losses[row] = static_cast<double>(m - x_t) + static_cast<double>(log_sum);
+
+  // Pass 3.
+  const float scale = static_cast<float>(static_cast<double>(*grad_factor) / static_cast<double>(*valid_count));
+  const float scale_over_sum = scale / s;
+  T* out_at = dr + tid * kPack;
+  for (int q = tid; q < packs; q += kBulkThreads, out_at += kBulkThreads * kPack) {
+    const int col = q * kPack;
+    Pack<T, kPack> out;
+    if (col + kPack <= n && (t < col || t >= col + kPack)) {  // the common pack: no column tests
+      const Pack<T, kPack> e = load_pack<kPack>(staged + col);
+#pragma unroll
+      for (int k = 0; k < kPack; ++k) out.v[k] = convert_to<T>(convert_to<float>(e.v[k]) * scale_over_sum);
+    } else if (q < loaded) {
+      const Pack<T, kPack> e = load_pack<kPack>(staged + col);
+#pragma unroll
+      for (int k = 0; k < kPack; ++k) {
+        const int j = col + k;
+        float g = j < n ? convert_to<float>(e.v[k]) * scale_over_sum : 0.0f;
+        if (j == t) g = (probability<true>(x_t, m, -log_sum * kLog2e) - 1.0f) * scale;
+        out.v[k] = convert_to<T>(g);
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < kPack; ++k) out.v[k] = convert_to<T>(0.0f);
+    }
+    store_pack<kPack>(out_at, out);
+  }
+#endif
+}
+
 }  // namespace
 
 std::atomic<bool>& staged_classifier_forced() {
   static std::atomic<bool> forced{false};
   return forced;
 }
+
+namespace {
+EnvSwitch g_one_exp_classifier("PRECIS_EXP_CE_ONE_EXP");
+}  // namespace
+void set_one_exp_classifier(bool on) { g_one_exp_classifier.set(on); }
+bool one_exp_classifier() { return g_one_exp_classifier.on(); }
 
 BadIndex cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& stats,
                                const Tensor& loss, const Tensor& valid_count) {
@@ -710,7 +837,8 @@ BadIndex cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, in
       const int64_t staged_bytes = width * static_cast<int64_t>(sizeof(T));
       const bool staged = C > 16384 && staged_bytes <= kMaxStagedRowBytes;  // long rows: a block of 512 threads each
       if (staged && !staged_classifier_forced().load() && cuda_compute_capability(device.index) >= 90) {
-        auto kernel = cross_entropy_fused_bulk_kernel<T, Target>;
+        auto kernel = one_exp_classifier() ? cross_entropy_fused_one_exp_kernel<T, Target>
+                                           : cross_entropy_fused_bulk_kernel<T, Target>;
         PRECIS_CUDA_CHECK(
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int{kMaxStagedRowBytes}), op);
         // Two rows an SM need 2 x 110 KiB of the SM's memory as shared memory, not L1.

@@ -37,4 +37,12 @@ BadIndex cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, in
 // test sets it, to check the staged kernel on a newer GPU too.
 std::atomic<bool>& staged_classifier_forced();
 
+// An experiment (issue 19): the bulk-copy kernel's long rows with one exponential a logit
+// instead of two (cross_entropy_fused_one_exp_kernel: the row's max first, then exp(x - m) kept
+// in the staged row for the gradient; rounded twice, so a unit or two in the last place of the
+// logits' dtype from the bulk kernel's gradient). Until set, PRECIS_EXP_CE_ONE_EXP=1 turns it
+// on (read once); off by default.
+void set_one_exp_classifier(bool on);
+bool one_exp_classifier();
+
 }  // namespace precis::ops::cuda

@@ -94,18 +94,27 @@ const double kNaN = std::numeric_limits<double>::quiet_NaN();
 Tensor poisoned(const Shape& shape, DType dtype) { return full(shape, is_floating(dtype) ? kNaN : -1.0, dtype, kGpu); }
 
 // Runs fn once on each kernel of the fused classifier's long rows: the bulk-copy one (on GPUs
-// of compute capability 9.0 and newer) and the staged one (older GPUs), through
-// staged_classifier_forced (ops/cuda/cross_entropy.h), which is then put back as it was.
+// of compute capability 9.0 and newer), its one-exponential experiment, and the staged one
+// (older GPUs), through staged_classifier_forced and set_one_exp_classifier
+// (ops/cuda/cross_entropy.h), which are then put back as they were.
 template <typename Fn>
-void on_both_long_row_kernels(Fn&& fn) {
-  std::atomic<bool>& old = ops::cuda::staged_classifier_forced();
-  const bool before = old.load();
-  for (bool use_old : {false, true}) {
-    SCOPED_TRACE(use_old ? "staged kernel" : "bulk-copy kernel");
-    old = use_old;
+void on_each_long_row_kernel(Fn&& fn) {
+  std::atomic<bool>& staged = ops::cuda::staged_classifier_forced();
+  const bool staged_before = staged.load(), one_exp_before = ops::cuda::one_exp_classifier();
+  const struct {
+    const char* name;
+    bool staged, one_exp;
+  } kernels[] = {{"bulk-copy kernel", false, false},
+                 {"bulk-copy kernel, one exponential a logit", false, true},
+                 {"staged kernel", true, false}};
+  for (const auto& kernel : kernels) {
+    SCOPED_TRACE(kernel.name);
+    staged = kernel.staged;
+    ops::cuda::set_one_exp_classifier(kernel.one_exp);
     fn();
   }
-  old = before;
+  staged = staged_before;
+  ops::cuda::set_one_exp_classifier(one_exp_before);
 }
 
 // The dtype of the statistics: f32 (f64 for f64).
@@ -456,7 +465,7 @@ TEST(NnKernelsGpu, CrossEntropyWithGradMatchesTheReference) {
                                    {300, 16392, 16392}, {2, 60001, 60008}};
   const double factor = 0.75;
   uint64_t seed = 380;
-  on_both_long_row_kernels([&] {
+  on_each_long_row_kernel([&] {
     for (DType dtype : kFloatTypes) {
       for (const Case& c : cases) {
         for (bool overwrite : {false, true}) {
@@ -508,7 +517,7 @@ TEST(NnKernelsGpu, CrossEntropyWithGradOnGpt2ClassifierRows) {
   t[5] = C - 2;
   const double factor = 0.5;
   uint64_t seed = 1900;
-  on_both_long_row_kernels([&] {
+  on_each_long_row_kernel([&] {
     for (DType dtype : {DType::bf16, DType::f16}) {
       for (bool overwrite : {false, true}) {
         SCOPED_TRACE(label(dtype, rows, C) + (overwrite ? " over the logits" : " apart"));
