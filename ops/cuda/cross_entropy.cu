@@ -366,15 +366,19 @@ __device__ __forceinline__ void write_row_gradient(const T* xr, T* dr, int64_t C
     store_pack<kPack>(dr + p * kPack, gradient_of(load_pack<kPack>(xr + p * kPack), p * kPack));
 }
 
-// A fused kernel's row whose target is ignored (loss 0) or bad (loss NaN; the count kernel
-// flagged it): zeros as its gradient, padding included.
+// A fused kernel's row target t, or -1 where the row has none: t ignored (loss 0) or bad (loss
+// NaN; the count kernel flagged it), whose gradient is then written here as zeros, padding
+// included. Such a row is not read.
 template <int kThreads, int kPack, typename T>
-__device__ __forceinline__ void write_row_without_target(T* dr, int64_t width, bool ignored, double* loss) {
+__device__ __forceinline__ int64_t row_target(int64_t t, int64_t ignore_index, int64_t C, T* dr, int64_t width,
+                                              double* loss) {
+  if (t != ignore_index && t >= 0 && t < C) return t;
   Pack<T, kPack> zero;
 #pragma unroll
   for (int k = 0; k < kPack; ++k) zero.v[k] = convert_to<T>(0.0f);
   for (int64_t p = threadIdx.x; p < width / kPack; p += kThreads) store_pack<kPack>(dr + p * kPack, zero);
-  if (threadIdx.x == 0) *loss = ignored ? 0.0 : std::numeric_limits<double>::quiet_NaN();
+  if (threadIdx.x == 0) *loss = t == ignore_index ? 0.0 : std::numeric_limits<double>::quiet_NaN();
+  return -1;
 }
 
 // Forward and backward of a row in one kernel (llm.c's fused classifier): pass 1 reads the
@@ -395,11 +399,9 @@ __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
   if (row >= rows) return;
   const T* xr = logits + row * ld;
   T* dr = dlogits + row * width;
-  const int64_t t = static_cast<int64_t>(targets[row]);
-  if (t == ignore_index || t < 0 || t >= C) {  // no gradient; a bad target was flagged by the count kernel
-    write_row_without_target<kThreads, kPack>(dr, width, t == ignore_index, losses + row);
-    return;
-  }
+  const int64_t t =
+      row_target<kThreads, kPack>(static_cast<int64_t>(targets[row]), ignore_index, C, dr, width, losses + row);
+  if (t < 0) return;
   Pair<float> ms = max_sum_identity<float>();
   max_sum_of_row<kThreads, kPack>(xr, C, ms);
   const float x_t = threadIdx.x == 0 ? convert_to<float>(xr[t]) : 0.0f;  // read before pass 2 may overwrite it
@@ -438,12 +440,10 @@ __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
   if (row >= rows) return;
   const T* xr = logits + row * ld;
   T* dr = dlogits + row * width;
-  const int64_t t = static_cast<int64_t>(targets[row]);
+  const int64_t t =
+      row_target<kThreads, kPack>(static_cast<int64_t>(targets[row]), ignore_index, C, dr, width, losses + row);
+  if (t < 0) return;
   const int64_t packs = width / kPack;
-  if (t == ignore_index || t < 0 || t >= C) {  // no gradient; a bad target was flagged by the count kernel
-    write_row_without_target<kThreads, kPack>(dr, width, t == ignore_index, losses + row);
-    return;
-  }
   // Pass 1: kUnroll packs in flight a thread; the pack that straddles C folds only its values before C.
   Pair<float> ms = max_sum_identity<float>();
   auto fold = [&](const Pack<T, kPack>& v, int64_t col) {
@@ -503,96 +503,40 @@ __global__ void PRECIS_ROW_LAUNCH_BOUNDS(kThreads)
 // 32-bit column arithmetic, and 16-byte shared-memory reads in pass 2 (that kernel read its
 // staged packs element by element). Bytes the same: the row's C columns read once, width
 // written once (over the logits when dlogits == logits: each block reads and writes only its
-// row, and its row is in shared memory before any of it is written).
+// row, and its row is in shared memory before any of it is written). With kOneExp the passes are
+// passes_with_one_exponential's (an experiment).
 constexpr int kBulkThreads = 512;
-template <typename T, typename Target>
-__global__ void __launch_bounds__(kBulkThreads, 2)
-    cross_entropy_fused_bulk_kernel(const T* logits, const Target* targets, int64_t ignore_index,
-                                    const int64_t* valid_count, const float* grad_factor, double* losses, T* dlogits,
-                                    int64_t rows, int64_t C, int64_t ld, int64_t width) {
-  precis::cuda::wait_for_previous_grid();
-  precis::cuda::allow_next_grid_to_start();
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+constexpr int kBulkChunkPacks = kBulkThreads;  // 16-byte packs a chunk: one a thread
+constexpr int kBulkMaxChunks = static_cast<int>((kMaxStagedRowBytes / 16 + kBulkChunkPacks - 1) / kBulkChunkPacks);
+
+// The load of the sm_90 long-row kernels: thread 0 asks the copy engine for the row's first
+// `loaded` packs into staged_bytes, as chunks of kBulkChunkPacks packs, chunk c reporting to
+// landed[c]. Every thread calls it (its barrier orders the mbarriers' initialisation before any
+// wait on them); returns the number of chunks.
+template <typename T>
+__device__ __forceinline__ int copy_row_to_shared(unsigned char* staged_bytes, const T* row, int loaded,
+                                                  uint64_t* landed) {
   constexpr int kPack = Packed128<T>::size;
-  constexpr int kChunkPacks = kBulkThreads;  // 16-byte packs a chunk: one a thread
-  constexpr int kMaxChunks = static_cast<int>((kMaxStagedRowBytes / 16 + kChunkPacks - 1) / kChunkPacks);
-  __shared__ uint64_t chunk_landed[kMaxChunks];
-  extern __shared__ __align__(16) unsigned char staged_bytes[];
-  const T* staged = reinterpret_cast<const T*>(staged_bytes);
-  const int64_t row = blockIdx.x;
-  if (row >= rows) return;
-  const T* xr = logits + row * ld;
-  T* dr = dlogits + row * width;
-  const int64_t target = static_cast<int64_t>(targets[row]);
-  // No gradient where the target is ignored or bad (the count kernel flagged it); the row is not read.
-  if (target == ignore_index || target < 0 || target >= C) {
-    write_row_without_target<kBulkThreads, kPack>(dr, width, target == ignore_index, losses + row);
-    return;
-  }
-  // Row lengths fit 32 bits here (at most kMaxStagedRowBytes / sizeof(T) values).
-  const int tid = threadIdx.x, n = static_cast<int>(C), t = static_cast<int>(target);
-  const int packs = static_cast<int>(width / kPack), loaded = (n + kPack - 1) / kPack;
-  const int chunks = (loaded + kChunkPacks - 1) / kChunkPacks;
-  if (tid == 0) {
-    for (int c = 0; c < chunks; ++c) mbarrier_init(&chunk_landed[c], 1);
+  const int chunks = (loaded + kBulkChunkPacks - 1) / kBulkChunkPacks;
+  if (threadIdx.x == 0) {
+    for (int c = 0; c < chunks; ++c) mbarrier_init(&landed[c], 1);
     fence_mbarrier_init();
     for (int c = 0; c < chunks; ++c) {
-      const int first = c * kChunkPacks;
-      const uint32_t bytes = static_cast<uint32_t>(min(kChunkPacks, loaded - first)) * 16u;
-      mbarrier_arrive_expect_bytes(&chunk_landed[c], bytes);
-      bulk_copy_to_shared(staged_bytes + first * 16, xr + first * kPack, bytes, &chunk_landed[c]);
+      const int first = c * kBulkChunkPacks;
+      const uint32_t bytes = static_cast<uint32_t>(min(kBulkChunkPacks, loaded - first)) * 16u;
+      mbarrier_arrive_expect_bytes(&landed[c], bytes);
+      bulk_copy_to_shared(staged_bytes + first * 16, row + first * kPack, bytes, &landed[c]);
     }
   }
-  __syncthreads();  // the mbarriers are initialised before any thread waits on them
-
-  // Pass 1.
-  Pair<float> ms = max_sum_identity<float>();
-  for (int c = 0; c < chunks; ++c) {
-    mbarrier_wait(&chunk_landed[c], 0);
-    const int p = c * kChunkPacks + tid;
-    if (p >= loaded) continue;
-    const Pack<T, kPack> v = load_pack<kPack>(staged + p * kPack);
-    if ((p + 1) * kPack <= n) {
-      max_sum_add_pack<kPack, true>(ms, v);
-    } else {
-#pragma unroll
-      for (int k = 0; k < kPack; ++k)
-        if (p * kPack + k < n) max_sum_add(ms, convert_to<float>(v.v[k]));
-    }
-  }
-  ms = row_all_reduce<kBulkThreads>(ms, MaxSumOp{});
-  const float m = ms.first, log_sum = ::logf(ms.second);
-  if (tid == 0) losses[row] = static_cast<double>(m - convert_to<float>(staged[t])) + static_cast<double>(log_sum);
-
-  // Pass 2.
-  const float scale = static_cast<float>(static_cast<double>(*grad_factor) / static_cast<double>(*valid_count));
-  const float neg_log2_sum = -log_sum * kLog2e;
-  T* out_at = dr + tid * kPack;
-  for (int q = tid; q < packs; q += kBulkThreads, out_at += kBulkThreads * kPack) {
-    const int col = q * kPack;
-    Pack<T, kPack> out;
-    if (col + kPack <= n && (t < col || t >= col + kPack)) {
-      const Pack<T, kPack> v = load_pack<kPack>(staged + col);
-#pragma unroll
-      for (int k = 0; k < kPack; ++k)
-        out.v[k] = convert_to<T>(probability<true>(convert_to<float>(v.v[k]), m, neg_log2_sum) * scale);
-    } else if (q < loaded) {
-      out = gradient_pack<true>(load_pack<kPack>(staged + col), col, n, t, m, neg_log2_sum, scale);
-    } else {
-#pragma unroll
-      for (int k = 0; k < kPack; ++k) out.v[k] = convert_to<T>(0.0f);
-    }
-    store_pack<kPack>(out_at, out);
-  }
-#endif
+  __syncthreads();
+  return chunks;
 }
 
-// The bulk kernel with one exponential a logit instead of two (an experiment, off by default:
-// set_one_exp_classifier). On an H200 the bulk kernel's ~2.1 ex2 a logit (pass 1's running sum
-// and its rescales, pass 2's probability) are ~6.7K cycles of the special-function unit per row
-// and SM against ~5.5 us of the row's memory time, and two rows an SM overlap them only in
-// part (bench/NOTES.md, the twenty-third session). Here:
-//   load:   as the bulk kernel.
+// The bulk kernel's passes with one exponential a logit instead of two (kOneExp; an experiment,
+// off by default: set_one_exp_classifier). On an H200 the two passes' ~2.1 ex2 a logit (pass 1's
+// running sum and its rescales, pass 2's probability) are ~6.7K cycles of the special-function
+// unit per row and SM against ~5.5 us of the row's memory time, and two rows an SM overlap them
+// only in part (bench/NOTES.md, the twenty-third session). Here, once the row is in flight:
 //   pass 1: as each chunk lands, thread i folds the max of its pack i of the chunk (no
 //           exponential); then m over the row (a block reduction).
 //   pass 2: e_j = exp(x_j - m) (one ex2), s += e_j, and e_j written over x_j in the staged row,
@@ -605,49 +549,17 @@ __global__ void __launch_bounds__(kBulkThreads, 2)
 struct MaxOfFloats {
   __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
-template <typename T, typename Target>
-__global__ void __launch_bounds__(kBulkThreads, 2)
-    cross_entropy_fused_one_exp_kernel(const T* logits, const Target* targets, int64_t ignore_index,
-                                       const int64_t* valid_count, const float* grad_factor, double* losses, T* dlogits,
-                                       int64_t rows, int64_t C, int64_t ld, int64_t width) {
-  precis::cuda::wait_for_previous_grid();
-  precis::cuda::allow_next_grid_to_start();
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+template <typename T>
+__device__ __forceinline__ void passes_with_one_exponential(T* staged, uint64_t* chunk_landed, int chunks, int loaded,
+                                                            int packs, int n, int t, T* dr, double* loss,
+                                                            const int64_t* valid_count, const float* grad_factor) {
   constexpr int kPack = Packed128<T>::size;
-  constexpr int kChunkPacks = kBulkThreads;  // 16-byte packs a chunk: one a thread
-  constexpr int kMaxChunks = static_cast<int>((kMaxStagedRowBytes / 16 + kChunkPacks - 1) / kChunkPacks);
-  __shared__ uint64_t chunk_landed[kMaxChunks];
-  extern __shared__ __align__(16) unsigned char staged_bytes[];
-  T* staged = reinterpret_cast<T*>(staged_bytes);
-  const int64_t row = blockIdx.x;
-  if (row >= rows) return;
-  const T* xr = logits + row * ld;
-  T* dr = dlogits + row * width;
-  const int64_t target = static_cast<int64_t>(targets[row]);
-  if (target == ignore_index || target < 0 || target >= C) {
-    write_row_without_target<kBulkThreads, kPack>(dr, width, target == ignore_index, losses + row);
-    return;
-  }
-  const int tid = threadIdx.x, n = static_cast<int>(C), t = static_cast<int>(target);
-  const int packs = static_cast<int>(width / kPack), loaded = (n + kPack - 1) / kPack;
-  const int chunks = (loaded + kChunkPacks - 1) / kChunkPacks;
-  if (tid == 0) {
-    for (int c = 0; c < chunks; ++c) mbarrier_init(&chunk_landed[c], 1);
-    fence_mbarrier_init();
-    for (int c = 0; c < chunks; ++c) {
-      const int first = c * kChunkPacks;
-      const uint32_t bytes = static_cast<uint32_t>(min(kChunkPacks, loaded - first)) * 16u;
-      mbarrier_arrive_expect_bytes(&chunk_landed[c], bytes);
-      bulk_copy_to_shared(staged_bytes + first * 16, xr + first * kPack, bytes, &chunk_landed[c]);
-    }
-  }
-  __syncthreads();  // the mbarriers are initialised before any thread waits on them
-
+  const int tid = threadIdx.x;
   // Pass 1: the row's max.
   float m = -std::numeric_limits<float>::infinity();
   for (int c = 0; c < chunks; ++c) {
     mbarrier_wait(&chunk_landed[c], 0);
-    const int p = c * kChunkPacks + tid;
+    const int p = c * kBulkChunkPacks + tid;
     if (p >= loaded) continue;
     const Pack<T, kPack> v = load_pack<kPack>(staged + p * kPack);
     const bool whole = (p + 1) * kPack <= n;  // else the pack that straddles C: its values before C
@@ -676,7 +588,7 @@ __global__ void __launch_bounds__(kBulkThreads, 2)
   }
   s = block_all_reduce(s, SumOp{});
   const float log_sum = ::logf(s);
-  if (tid == 0) losses[row] = static_cast<double>(m - x_t) + static_cast<double>(log_sum);
+  if (tid == 0) *loss = static_cast<double>(m - x_t) + static_cast<double>(log_sum);
 
   // Pass 3.
   const float scale = static_cast<float>(static_cast<double>(*grad_factor) / static_cast<double>(*valid_count));
@@ -698,6 +610,76 @@ __global__ void __launch_bounds__(kBulkThreads, 2)
         if (j == t) g = (probability<true>(x_t, m, -log_sum * kLog2e) - 1.0f) * scale;
         out.v[k] = convert_to<T>(g);
       }
+    } else {
+#pragma unroll
+      for (int k = 0; k < kPack; ++k) out.v[k] = convert_to<T>(0.0f);
+    }
+    store_pack<kPack>(out_at, out);
+  }
+}
+
+template <bool kOneExp, typename T, typename Target>
+__global__ void __launch_bounds__(kBulkThreads, 2)
+    cross_entropy_fused_bulk_kernel(const T* logits, const Target* targets, int64_t ignore_index,
+                                    const int64_t* valid_count, const float* grad_factor, double* losses, T* dlogits,
+                                    int64_t rows, int64_t C, int64_t ld, int64_t width) {
+  precis::cuda::wait_for_previous_grid();
+  precis::cuda::allow_next_grid_to_start();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int kPack = Packed128<T>::size;
+  __shared__ uint64_t chunk_landed[kBulkMaxChunks];
+  extern __shared__ __align__(16) unsigned char staged_bytes[];
+  T* staged = reinterpret_cast<T*>(staged_bytes);
+  const int64_t row = blockIdx.x;
+  if (row >= rows) return;
+  const T* xr = logits + row * ld;
+  T* dr = dlogits + row * width;
+  const int64_t target =
+      row_target<kBulkThreads, kPack>(static_cast<int64_t>(targets[row]), ignore_index, C, dr, width, losses + row);
+  if (target < 0) return;
+  // Row lengths fit 32 bits here (at most kMaxStagedRowBytes / sizeof(T) values).
+  const int tid = threadIdx.x, n = static_cast<int>(C), t = static_cast<int>(target);
+  const int packs = static_cast<int>(width / kPack), loaded = (n + kPack - 1) / kPack;
+  const int chunks = copy_row_to_shared(staged_bytes, xr, loaded, chunk_landed);
+  if constexpr (kOneExp) {
+    passes_with_one_exponential(staged, chunk_landed, chunks, loaded, packs, n, t, dr, losses + row, valid_count,
+                                grad_factor);
+    return;
+  }
+
+  // Pass 1.
+  Pair<float> ms = max_sum_identity<float>();
+  for (int c = 0; c < chunks; ++c) {
+    mbarrier_wait(&chunk_landed[c], 0);
+    const int p = c * kBulkChunkPacks + tid;
+    if (p >= loaded) continue;
+    const Pack<T, kPack> v = load_pack<kPack>(staged + p * kPack);
+    if ((p + 1) * kPack <= n) {
+      max_sum_add_pack<kPack, true>(ms, v);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kPack; ++k)
+        if (p * kPack + k < n) max_sum_add(ms, convert_to<float>(v.v[k]));
+    }
+  }
+  ms = row_all_reduce<kBulkThreads>(ms, MaxSumOp{});
+  const float m = ms.first, log_sum = ::logf(ms.second);
+  if (tid == 0) losses[row] = static_cast<double>(m - convert_to<float>(staged[t])) + static_cast<double>(log_sum);
+
+  // Pass 2.
+  const float scale = static_cast<float>(static_cast<double>(*grad_factor) / static_cast<double>(*valid_count));
+  const float neg_log2_sum = -log_sum * kLog2e;
+  T* out_at = dr + tid * kPack;
+  for (int q = tid; q < packs; q += kBulkThreads, out_at += kBulkThreads * kPack) {
+    const int col = q * kPack;
+    Pack<T, kPack> out;
+    if (col + kPack <= n && (t < col || t >= col + kPack)) {
+      const Pack<T, kPack> v = load_pack<kPack>(staged + col);
+#pragma unroll
+      for (int k = 0; k < kPack; ++k)
+        out.v[k] = convert_to<T>(probability<true>(convert_to<float>(v.v[k]), m, neg_log2_sum) * scale);
+    } else if (q < loaded) {
+      out = gradient_pack<true>(load_pack<kPack>(staged + col), col, n, t, m, neg_log2_sum, scale);
     } else {
 #pragma unroll
       for (int k = 0; k < kPack; ++k) out.v[k] = convert_to<T>(0.0f);
@@ -837,8 +819,8 @@ BadIndex cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, in
       const int64_t staged_bytes = width * static_cast<int64_t>(sizeof(T));
       const bool staged = C > 16384 && staged_bytes <= kMaxStagedRowBytes;  // long rows: a block of 512 threads each
       if (staged && !staged_classifier_forced().load() && cuda_compute_capability(device.index) >= 90) {
-        auto kernel = one_exp_classifier() ? cross_entropy_fused_one_exp_kernel<T, Target>
-                                           : cross_entropy_fused_bulk_kernel<T, Target>;
+        auto kernel = one_exp_classifier() ? cross_entropy_fused_bulk_kernel<true, T, Target>
+                                           : cross_entropy_fused_bulk_kernel<false, T, Target>;
         PRECIS_CUDA_CHECK(
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int{kMaxStagedRowBytes}), op);
         // Two rows an SM need 2 x 110 KiB of the SM's memory as shared memory, not L1.
